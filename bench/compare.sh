@@ -1,0 +1,321 @@
+#!/usr/bin/env bash
+# Compare fastmp against the system MPI (Open MPI) on OSU-style benchmarks.
+#
+# usage: bench/compare.sh [BENCH...] [--np N] [--tcp] [--min-size B] [--max-size B]
+#
+#   BENCH        benchmark names (default: latency bw bibw); they are passed
+#                unchanged to both fastmp-bench and target/mpi_bench
+#   --np N       number of ranks (default 2)
+#   --tcp        compare over TCP: MPI runs with `--mca btl tcp,self`; fastmp
+#                runs through target/release/fastmprun --device tcp, if built
+#   --min-size B / --max-size B
+#                message size range, forwarded to both sides
+#
+# environment:
+#   REPEAT            runs per side, alternating fastmp and MPI (default 3);
+#                     the table shows the median per size
+#   FASTMP_BENCH_BIN  use this fastmp-bench binary and skip `cargo build`
+#   FASTMPRUN_BIN     fastmprun launcher for --tcp (default target/release/fastmprun)
+#   MPIRUN_ARGS       extra arguments for mpirun (word-split), e.g. "--mca btl self,vader"
+#
+# Every benchmark binary prints one JSON object per line and size, e.g.
+#   {"bench":"latency","device":"shm","np":2,"size":8,"avg_us":0.15}
+#   {"bench":"bw","device":"mpi","np":2,"size":8,"mb_s":123.45}
+# Latency-like metrics (avg_us, any *_us) are lower-is-better; bandwidth-like
+# (mb_s and others) higher-is-better. The ratio column is always fastmp/mpi.
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+
+usage() {
+    sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p;}' "$0"
+}
+
+die() {
+    echo "compare.sh: $*" >&2
+    exit 2
+}
+
+note() {
+    echo "[compare] $*" >&2
+}
+
+is_uint() {
+    [[ $1 =~ ^[0-9]+$ ]]
+}
+
+benches=()
+np=2
+tcp=0
+min_size=""
+max_size=""
+
+while (($# > 0)); do
+    case $1 in
+        -h | --help)
+            usage
+            exit 0
+            ;;
+        --np | -np | -n)
+            (($# >= 2)) || die "$1 needs a value"
+            np=$2
+            shift 2
+            ;;
+        --np=*)
+            np=${1#*=}
+            shift
+            ;;
+        --tcp)
+            tcp=1
+            shift
+            ;;
+        --min-size)
+            (($# >= 2)) || die "$1 needs a value"
+            min_size=$2
+            shift 2
+            ;;
+        --min-size=*)
+            min_size=${1#*=}
+            shift
+            ;;
+        --max-size)
+            (($# >= 2)) || die "$1 needs a value"
+            max_size=$2
+            shift 2
+            ;;
+        --max-size=*)
+            max_size=${1#*=}
+            shift
+            ;;
+        -*)
+            die "unknown option '$1' (see --help)"
+            ;;
+        *)
+            benches+=("$1")
+            shift
+            ;;
+    esac
+done
+
+((${#benches[@]} > 0)) || benches=(latency bw bibw)
+if ! is_uint "$np" || ((np < 1)); then
+    die "--np must be a positive integer, got '$np'"
+fi
+[[ -z $min_size ]] || is_uint "$min_size" || die "--min-size must be a byte count, got '$min_size'"
+[[ -z $max_size ]] || is_uint "$max_size" || die "--max-size must be a byte count, got '$max_size'"
+repeat=${REPEAT:-3}
+if ! is_uint "$repeat" || ((repeat < 1)); then
+    die "REPEAT must be a positive integer, got '$repeat'"
+fi
+command -v python3 >/dev/null 2>&1 || die "python3 is needed to summarise the results"
+
+size_args=()
+[[ -z $min_size ]] || size_args+=(--min-size "$min_size")
+[[ -z $max_size ]] || size_args+=(--max-size "$max_size")
+
+# ---------------------------------------------------------------- fastmp side
+fastmp_mode=none # shm | tcp | none
+fastmp_bin=""
+fastmprun_bin=${FASTMPRUN_BIN:-target/release/fastmprun}
+if ((tcp)); then
+    if [[ -x $fastmprun_bin ]]; then
+        fastmp_mode=tcp
+    else
+        note "the fastmp tcp device is not built yet ($fastmprun_bin missing): running MPI over tcp only"
+    fi
+else
+    fastmp_mode=shm
+fi
+
+if [[ $fastmp_mode != none ]]; then
+    if [[ -n ${FASTMP_BENCH_BIN:-} ]]; then
+        fastmp_bin=$FASTMP_BENCH_BIN
+        note "using FASTMP_BENCH_BIN=$fastmp_bin (skipping cargo build)"
+    else
+        note "cargo build --release -p fastmp-bench"
+        cargo build --release -p fastmp-bench >&2
+        fastmp_bin=target/release/fastmp-bench
+    fi
+    [[ -x $fastmp_bin ]] || die "fastmp benchmark binary '$fastmp_bin' is missing or not executable"
+fi
+
+# Command line for one fastmp run of benchmark $1 (into the array fastmp_cmd).
+fastmp_command() {
+    local bench=$1
+    local bench_args=("$bench" --np "$np" --pin compact "${size_args[@]}" --json)
+    if [[ $fastmp_mode == tcp ]]; then
+        fastmp_cmd=("$fastmprun_bin" -np "$np" --device tcp "$fastmp_bin" "${bench_args[@]}")
+    else
+        fastmp_cmd=("$fastmp_bin" "${bench_args[@]}")
+    fi
+}
+
+# ------------------------------------------------------------------- MPI side
+have_mpi=0
+mpi_bin=target/mpi_bench
+mpirun_args=()
+if command -v mpicc >/dev/null 2>&1 && command -v mpirun >/dev/null 2>&1; then
+    have_mpi=1
+    mkdir -p target
+    note "mpicc -O2 -o $mpi_bin bench/mpi_bench.c"
+    mpicc -O2 -o "$mpi_bin" bench/mpi_bench.c >&2
+    if mpirun --version 2>&1 | grep -q 'Open MPI'; then
+        mpirun_args=(--allow-run-as-root -np "$np")
+        cores=$(nproc 2>/dev/null || echo 1)
+        if ((np > cores)); then
+            note "np=$np > $cores cores: MPI runs oversubscribed and unbound (--bind-to none)"
+            mpirun_args+=(--oversubscribe --bind-to none)
+        else
+            mpirun_args+=(--bind-to core)
+        fi
+        ((tcp == 0)) || mpirun_args+=(--mca btl "tcp,self")
+    else
+        note "mpirun is not Open MPI: using plain '-np $np -bind-to core' (and --tcp is ignored for MPI)"
+        mpirun_args=(-np "$np" -bind-to core)
+    fi
+    if [[ -n ${MPIRUN_ARGS:-} ]]; then
+        read -r -a extra <<<"$MPIRUN_ARGS"
+        mpirun_args+=("${extra[@]}")
+    fi
+else
+    note "mpicc/mpirun not found: showing fastmp's numbers alone (install openmpi-bin libopenmpi-dev to compare)"
+fi
+
+[[ $fastmp_mode != none || $have_mpi == 1 ]] || die "nothing to run: neither fastmp ($fastmp_mode) nor MPI is available"
+
+# ------------------------------------------------------------------- the runs
+results=$(mktemp -d "${TMPDIR:-/tmp}/fastmp-compare.XXXXXX")
+trap 'rm -rf -- "$results"' EXIT
+mkdir -p "$results/fastmp" "$results/mpi"
+failures=0
+
+# run_one SIDE BENCH REP CMD... : run CMD, keep its JSON lines in
+# $results/SIDE/BENCH.REP.jsonl; a failure is reported and counted, not fatal.
+run_one() {
+    local side=$1 bench=$2 rep=$3
+    shift 3
+    local out="$results/$side/$bench.$rep.jsonl" log="$results/$side/$bench.$rep.log"
+    note "$bench run $rep/$repeat: $side: $*"
+    if "$@" >"$out.raw" 2>"$log"; then
+        grep '^{' "$out.raw" >"$out" || true
+        [[ -s $out ]] || {
+            note "WARNING: $side $bench run $rep printed no JSON lines"
+            failures=$((failures + 1))
+        }
+    else
+        local rc=$?
+        note "WARNING: $side $bench run $rep failed (exit $rc); its output starts with:"
+        head -n 20 "$log" >&2 || true
+        tail -n 3 "$out.raw" >&2 || true
+        failures=$((failures + 1))
+    fi
+}
+
+for bench in "${benches[@]}"; do
+    for ((rep = 1; rep <= repeat; rep++)); do
+        if [[ $fastmp_mode != none ]]; then
+            fastmp_command "$bench"
+            run_one fastmp "$bench" "$rep" "${fastmp_cmd[@]}"
+        fi
+        if ((have_mpi)); then
+            run_one mpi "$bench" "$rep" mpirun "${mpirun_args[@]}" "$mpi_bin" "$bench" "${size_args[@]}" --json
+        fi
+    done
+done
+
+# ------------------------------------------------------------------ the table
+transport=shm
+((tcp == 0)) || transport=tcp
+python3 - "$results" "$np" "$repeat" "$transport" "${benches[@]}" <<'PY'
+import glob
+import json
+import os
+import statistics
+import sys
+
+results, np_, repeat, transport = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+benches = sys.argv[5:]
+SIDES = ("fastmp", "mpi")
+META = {"bench", "device", "np", "size"}
+# Preferred metric keys, in order; True means lower is better.
+KNOWN = [("avg_us", True), ("mb_s", False)]
+
+
+def pick_metric(obj):
+    for key, lower in KNOWN:
+        if isinstance(obj.get(key), (int, float)):
+            return key, lower
+    for key, val in obj.items():
+        if key not in META and isinstance(val, (int, float)) and not isinstance(val, bool):
+            return key, key.endswith("_us")
+    return None, None
+
+
+def load(side, bench):
+    """size -> list of metric values over all runs; plus metric info."""
+    values, metric, lower, devices = {}, None, None, set()
+    for path in sorted(glob.glob(os.path.join(results, side, f"{bench}.*.jsonl"))):
+        with open(path) as f:
+            for line in f:
+                try:
+                    obj = json.loads(line)
+                except ValueError:
+                    continue
+                if not isinstance(obj, dict) or "size" not in obj:
+                    continue
+                key, low = pick_metric(obj)
+                if key is None:
+                    continue
+                if metric is None:
+                    metric, lower = key, low
+                if key != metric:
+                    continue
+                devices.add(str(obj.get("device", "?")))
+                values.setdefault(int(obj["size"]), []).append(float(obj[metric]))
+    return values, metric, lower, devices
+
+
+def fmt(v, lower):
+    if v is None:
+        return "-"
+    return f"{v:.3f}" if lower else f"{v:.2f}"
+
+
+first = True
+for bench in benches:
+    data = {side: load(side, bench) for side in SIDES}
+    metric = data["fastmp"][1] or data["mpi"][1]
+    lower = data["fastmp"][2] if data["fastmp"][1] else data["mpi"][2]
+    if not first:
+        print()
+    first = False
+    if metric is None:
+        print(f"# {bench}: no results")
+        continue
+    if data["fastmp"][1] and data["mpi"][1] and data["fastmp"][1] != data["mpi"][1]:
+        print(f"# {bench}: note: fastmp reports {data['fastmp'][1]}, mpi reports {data['mpi'][1]}")
+    better = "lower is better" if lower else "higher is better"
+    devs = ", ".join(f"{s}={'/'.join(sorted(data[s][3])) or 'n/a'}" for s in SIDES)
+    print(f"# {bench}  np={np_}  transport={transport}  median of {repeat} run(s)  [{devs}]")
+    print(f"# {metric}: {better}; ratio = fastmp/mpi ({better})")
+    print(f"{'size':<10}{'fastmp':>16}{'mpi':>16}{'ratio':>10}")
+    sizes = sorted(set(data["fastmp"][0]) | set(data["mpi"][0]))
+    short = False
+    for size in sizes:
+        med = {}
+        for side in SIDES:
+            vals = data[side][0].get(size)
+            med[side] = statistics.median(vals) if vals else None
+            if vals and len(vals) < repeat:
+                short = True
+        f, m = med["fastmp"], med["mpi"]
+        ratio = f"{f / m:.3f}" if f is not None and m else "-"
+        print(f"{size:<10}{fmt(f, lower):>16}{fmt(m, lower):>16}{ratio:>10}")
+    if short:
+        print(f"# note: some sizes have fewer than {repeat} samples (failed runs)")
+PY
+
+if ((failures > 0)); then
+    note "$failures run(s) failed or printed nothing; see warnings above"
+    exit 1
+fi

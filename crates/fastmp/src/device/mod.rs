@@ -1,0 +1,163 @@
+//! The device layer (the seeds' `xxdev`): raw byte messages with `(context, source, tag)` envelopes.
+//!
+//! Everything above this module (typed point-to-point, scopes, later collectives) talks to a
+//! `dyn Device` only, so a new transport is one more implementation of [`Device`] plus a branch in
+//! the launcher; nothing above changes.
+
+pub(crate) mod slab;
+pub(crate) mod shm;
+pub(crate) mod wait;
+
+use crate::error::Result;
+
+/// Identifies a communicator's traffic; messages only match receives of the same context.
+pub type ContextId = u32;
+
+/// Wildcard tag for receives and probes (MPI's `MPI_ANY_TAG`).
+pub const ANY_TAG: i32 = -1;
+/// Largest valid tag (MPI's `MPI_TAG_UB`).
+pub const TAG_UB: i32 = i32::MAX;
+
+/// Which sender a receive or probe accepts.
+///
+/// `usize` ranks convert into it, so calls read `comm.recv(&mut buf, 3, 0)` or
+/// `comm.recv(&mut buf, ANY_SOURCE, ANY_TAG)`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Source {
+    /// Only this rank.
+    Rank(usize),
+    /// Any rank (MPI's `MPI_ANY_SOURCE`).
+    Any,
+}
+
+/// Wildcard source for receives and probes (MPI's `MPI_ANY_SOURCE`).
+pub const ANY_SOURCE: Source = Source::Any;
+
+impl From<usize> for Source {
+    fn from(rank: usize) -> Self {
+        Source::Rank(rank)
+    }
+}
+
+/// What a receive or probe accepts: a context plus possibly-wildcard source and tag.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MatchSpec {
+    pub context: ContextId,
+    pub source: Source,
+    /// A tag, or [`ANY_TAG`].
+    pub tag: i32,
+}
+
+impl MatchSpec {
+    /// MPI matching rule for one incoming envelope.
+    #[inline]
+    pub fn matches(&self, context: ContextId, source: usize, tag: i32) -> bool {
+        self.context == context
+            && (self.tag == ANY_TAG || self.tag == tag)
+            && match self.source {
+                Source::Any => true,
+                Source::Rank(r) => r == source,
+            }
+    }
+}
+
+/// Completion information of a raw request or probe.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RawStatus {
+    pub source: usize,
+    pub tag: i32,
+    /// Bytes in the message (for a receive: bytes delivered).
+    pub bytes: usize,
+    /// The request was cancelled before it matched.
+    pub cancelled: bool,
+}
+
+/// Send modes of the device (buffered/ready are expressible with these two).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SendMode {
+    /// Completes when the buffer may be reused (eager copy, or rendezvous copy done).
+    Standard,
+    /// Completes only once the receiver has matched the message.
+    Synchronous,
+}
+
+/// Handle of an outstanding device request; stale handles (already completed) are detected by a
+/// generation count, so using one twice is an error, never a wrong completion.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReqId {
+    pub(crate) index: u32,
+    pub(crate) generation: u32,
+}
+
+/// A message transport for one rank (one endpoint per rank).
+///
+/// Requests are completed by [`Device::test`] (which also drives progress) and by
+/// [`Device::wait_until`], which blocks with the spin → yield → park policy of [`wait`].
+///
+/// # Buffer contract
+/// `isend`/`irecv` take raw pointers: the device may read (send) or write (receive) the buffer
+/// until the request has completed through `test`/`wait_until`, or until [`Device::release`]
+/// returns. The safe layer above (`Comm`, `Scope`) upholds this even if a request handle is leaked.
+pub trait Device {
+    /// This endpoint's rank.
+    fn rank(&self) -> usize;
+    /// Number of ranks reachable through this device.
+    fn size(&self) -> usize;
+
+    /// Starts sending `len` bytes at `buf` to `dest`.
+    ///
+    /// # Safety
+    /// `buf..buf+len` must be readable and unmodified until the request completes or is released.
+    unsafe fn isend(
+        &self,
+        buf: *const u8,
+        len: usize,
+        dest: usize,
+        tag: i32,
+        context: ContextId,
+        mode: SendMode,
+    ) -> Result<ReqId>;
+
+    /// Starts receiving into `capacity` bytes at `buf`.
+    ///
+    /// # Safety
+    /// `buf..buf+capacity` must be writable and not otherwise accessed until the request
+    /// completes or is released.
+    unsafe fn irecv(&self, buf: *mut u8, capacity: usize, spec: MatchSpec) -> Result<ReqId>;
+
+    /// Reports the first message matching `spec`, without receiving it.
+    fn iprobe(&self, spec: MatchSpec) -> Result<Option<RawStatus>>;
+
+    /// Progresses communication and reports whether `req` completed. A completed (or failed)
+    /// request is retired: its handle becomes stale.
+    fn test(&self, req: ReqId) -> Result<Option<RawStatus>>;
+
+    /// Asks to cancel `req`; it still has to be completed with `test`, and reports
+    /// `cancelled` if the cancel won the race with matching.
+    fn cancel(&self, req: ReqId) -> Result<()>;
+
+    /// Abandons `req`: an unmatched receive is cancelled, a pending send is detached (its data
+    /// copied so the transfer finishes without the caller's buffer), an in-progress copy is waited
+    /// for. After this returns the device no longer touches the request's buffer. Stale handles are
+    /// ignored.
+    fn release(&self, req: ReqId);
+
+    /// A marker for [`Device::release_since`]: requests started from now on are "after" it.
+    fn request_mark(&self) -> u64;
+
+    /// Releases (as [`Device::release`]) every outstanding request started after `mark`.
+    fn release_since(&self, mark: u64);
+
+    /// Blocks until `poll` returns `Ok(true)` (or an error), progressing communication in between.
+    /// Fails with [`crate::Error::PeerFailed`] if the job was aborted by a failing rank.
+    fn wait_until(&self, poll: &mut dyn FnMut() -> Result<bool>) -> Result<()>;
+
+    /// Marks this endpoint finalized: every later call fails with [`crate::Error::Finalized`].
+    fn finalize(&self);
+
+    /// Whether [`Device::finalize`] was called.
+    fn is_finalized(&self) -> bool;
+
+    /// Short name of the device, as reported by benchmarks ("shm", "tcp", ...).
+    fn name(&self) -> &'static str;
+}

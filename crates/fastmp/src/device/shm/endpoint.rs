@@ -1,0 +1,772 @@
+//! One rank's side of the shm device: request table, private matching queues, progress.
+
+use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use super::board::{Claim, Completion};
+use super::record::{self, SendRecord};
+use super::ring::{Header, INLINE_BYTES, Kind, SlotView};
+use super::{Liveness, ShmWorld};
+use crate::device::slab::Slab;
+use crate::device::wait::{Backoff, Pause};
+use crate::device::{ContextId, Device, MatchSpec, RawStatus, ReqId, SendMode, Source, TAG_UB};
+use crate::error::{Error, Result};
+
+/// Records kept for reuse; beyond this, finished records are freed.
+const RECORD_POOL: usize = 256;
+
+struct SendReq {
+    dest: usize,
+    tag: i32,
+    context: ContextId,
+    buf: *const u8,
+    len: usize,
+    mode: SendMode,
+    phase: SendPhase,
+}
+
+enum SendPhase {
+    /// Waiting for ring space (in `pending[dest]`).
+    Queued,
+    /// Buffer reusable; nothing more to wait for.
+    Done,
+    /// Completion depends on the receiver (rendezvous or synchronous).
+    Remote(Arc<SendRecord>),
+    Cancelled,
+}
+
+struct RecvReq {
+    spec: MatchSpec,
+    buf: *mut u8,
+    capacity: usize,
+    phase: RecvPhase,
+}
+
+enum RecvPhase {
+    /// Published on this rank's board.
+    Board { index: usize, generation: u64 },
+    /// In `private_posted` (board overflow).
+    Private,
+    Done(Result<RawStatus>),
+}
+
+enum Req {
+    Send(SendReq),
+    Recv(RecvReq),
+}
+
+/// A message that arrived before its receive was posted.
+struct Unexpected {
+    source: usize,
+    tag: i32,
+    context: ContextId,
+    len: usize,
+    body: Body,
+    /// The sender's record, for rendezvous and synchronous messages.
+    record: Option<Arc<SendRecord>>,
+}
+
+enum Body {
+    Inline([u8; INLINE_BYTES]),
+    Spilled(Box<[u8]>),
+    Rts,
+}
+
+/// A message about to be matched: where its bytes are, and the sender's record if the receiver
+/// has to complete one.
+struct Incoming<'a> {
+    source: usize,
+    tag: i32,
+    context: ContextId,
+    len: usize,
+    /// Eager bytes (`None` for a rendezvous).
+    bytes: Option<&'a [u8]>,
+    record: Option<&'a Arc<SendRecord>>,
+}
+
+/// Where a fill went.
+enum Filled {
+    /// Delivered; the message length (may exceed what fit).
+    Delivered(usize),
+    /// The sender cancelled it; the message no longer exists.
+    Vanished,
+}
+
+#[derive(Default)]
+struct State {
+    reqs: Slab<Req>,
+    unexpected: VecDeque<Unexpected>,
+    /// Receives posted while the board overflowed, in posting order (request indices).
+    private_posted: VecDeque<ReqId>,
+    /// Sends waiting for ring space, per destination, in order.
+    pending: Vec<VecDeque<ReqId>>,
+    pending_count: usize,
+    spare_spills: Vec<Box<[u8]>>,
+    records: Vec<Arc<SendRecord>>,
+    /// Released rendezvous sends still owed to a receiver.
+    detached: Vec<Arc<SendRecord>>,
+}
+
+/// The shm [`Device`] of one rank. Not `Sync`: it belongs to its rank's thread.
+pub(crate) struct ShmEndpoint {
+    world: Arc<ShmWorld>,
+    rank: usize,
+    finalized: Cell<bool>,
+    st: RefCell<State>,
+}
+
+fn copy_into(dst: *mut u8, capacity: usize, src: &[u8]) {
+    let n = src.len().min(capacity);
+    if n > 0 {
+        // SAFETY: the receive buffer contract (Device::irecv / board entry) makes `dst` valid for
+        // `capacity` bytes and exclusively ours while the receive is claimed; `src` is a distinct
+        // live slice (sender buffer, ring slot or pooled buffer).
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst, n) };
+    }
+}
+
+/// Status or truncation error of a completed receive.
+fn receive_result(source: usize, tag: i32, len: usize, capacity: usize) -> Result<RawStatus> {
+    if len > capacity {
+        Err(Error::Truncated { message_bytes: len, capacity, source_rank: source, tag })
+    } else {
+        Ok(RawStatus { source, tag, bytes: len, cancelled: false })
+    }
+}
+
+impl ShmEndpoint {
+    pub(super) fn new(world: Arc<ShmWorld>, rank: usize) -> Self {
+        let st = State { pending: (0..world.np).map(|_| VecDeque::new()).collect(), ..State::default() };
+        ShmEndpoint { world, rank, finalized: Cell::new(false), st: RefCell::new(st) }
+    }
+
+    fn check_live(&self) -> Result<()> {
+        if self.finalized.get() { Err(Error::Finalized("shm endpoint")) } else { Ok(()) }
+    }
+
+    // ---------------------------------------------------------------- receiving side
+
+    /// Copies a message into a receive buffer, completing the sender's record if it has one.
+    fn fill(&self, msg: &Incoming<'_>, dst: *mut u8, capacity: usize) -> Filled {
+        match (msg.bytes, msg.record) {
+            (Some(bytes), None) => copy_into(dst, capacity, bytes),
+            (Some(bytes), Some(rec)) => {
+                if !rec.acknowledge() {
+                    return Filled::Vanished;
+                }
+                copy_into(dst, capacity, bytes);
+                self.world.ranks[msg.source].parker.notify();
+            }
+            (None, Some(rec)) => {
+                let Ok(src) = rec.try_claim() else { return Filled::Vanished };
+                // SAFETY: a PENDING→CLAIMED record points at `len` readable bytes (the sender's
+                // buffer, kept alive until DONE by the send contract, or the record's own copy).
+                let bytes = unsafe { std::slice::from_raw_parts(src, msg.len) };
+                copy_into(dst, capacity, bytes);
+                rec.complete();
+                self.world.ranks[msg.source].parker.notify();
+            }
+            (None, None) => unreachable!("rendezvous without a record"),
+        }
+        Filled::Delivered(msg.len)
+    }
+
+    /// Matches an arriving message against posted receives (board, then private, then the
+    /// `candidate` being posted right now). `true` if it was consumed by a receive; `Some(result)`
+    /// in the second field if the candidate got it.
+    fn deliver_posted(
+        &self,
+        st: &mut State,
+        msg: &Incoming<'_>,
+        candidate: Option<(MatchSpec, *mut u8, usize)>,
+    ) -> (bool, Option<Result<RawStatus>>) {
+        let board = &self.world.ranks[self.rank].board;
+        if let Some(claim) = board.claim_own(msg.context, msg.source, msg.tag) {
+            return match self.fill(msg, claim.buf, claim.capacity) {
+                Filled::Delivered(len) => {
+                    board.complete(&claim, Completion { source: msg.source, tag: msg.tag, bytes: len });
+                    (true, None)
+                }
+                Filled::Vanished => {
+                    board.unclaim(&claim);
+                    (true, None)
+                }
+            };
+        }
+        for pos in 0..st.private_posted.len() {
+            let id = st.private_posted[pos];
+            let Ok(Req::Recv(r)) = st.reqs.get_mut(id) else { continue };
+            if !r.spec.matches(msg.context, msg.source, msg.tag) {
+                continue;
+            }
+            if let Filled::Delivered(len) = self.fill(msg, r.buf, r.capacity) {
+                r.phase = RecvPhase::Done(receive_result(msg.source, msg.tag, len, r.capacity));
+                st.private_posted.remove(pos);
+                if st.private_posted.is_empty() {
+                    board.end_overflow();
+                }
+            }
+            return (true, None);
+        }
+        if let Some((spec, buf, capacity)) = candidate {
+            if spec.matches(msg.context, msg.source, msg.tag) {
+                return match self.fill(msg, buf, capacity) {
+                    Filled::Delivered(len) => (true, Some(receive_result(msg.source, msg.tag, len, capacity))),
+                    Filled::Vanished => (true, None),
+                };
+            }
+        }
+        (false, None)
+    }
+
+    /// Takes one ring message: delivers it to a posted receive or queues it as unexpected.
+    fn take_from_ring(
+        &self,
+        st: &mut State,
+        source: usize,
+        view: &SlotView<'_>,
+        candidate: Option<(MatchSpec, *mut u8, usize)>,
+    ) -> Option<Result<RawStatus>> {
+        let h = view.header;
+        let record = if h.record != 0 {
+            // SAFETY: the message owns one `Arc` reference from `SendRecord::into_message`; we take
+            // it back exactly once, here, before the slot is popped.
+            Some(unsafe { SendRecord::from_message(h.record) })
+        } else {
+            None
+        };
+        if let Some(rec) = &record {
+            if rec.state() == record::CANCELLED {
+                return None;
+            }
+        }
+        let msg = Incoming {
+            source,
+            tag: h.tag,
+            context: h.context,
+            len: h.len as usize,
+            bytes: (h.kind == Kind::Eager).then(|| view.payload()),
+            record: record.as_ref(),
+        };
+        let (consumed, got) = self.deliver_posted(st, &msg, candidate);
+        if consumed {
+            return got;
+        }
+        let body = match h.kind {
+            Kind::Rts => Body::Rts,
+            Kind::Eager if msg.len <= INLINE_BYTES => {
+                let mut inline = [0; INLINE_BYTES];
+                inline[..msg.len].copy_from_slice(view.payload());
+                Body::Inline(inline)
+            }
+            Kind::Eager => Body::Spilled(view.take_spill(st.spare_spills.pop()).expect("spilled payload")),
+        };
+        st.unexpected.push_back(Unexpected { source, tag: h.tag, context: h.context, len: msg.len, body, record });
+        None
+    }
+
+    /// Drains the incoming ring from `source`, stopping early if the candidate receive matched.
+    fn drain_ring(
+        &self,
+        st: &mut State,
+        source: usize,
+        candidate: Option<(MatchSpec, *mut u8, usize)>,
+    ) -> Option<Result<RawStatus>> {
+        let ring = self.world.ring(self.rank, source);
+        // SAFETY: this endpoint is the only consumer of rings addressed to its rank (one endpoint
+        // per rank, !Sync), and the view is dropped before `pop`.
+        while let Some(view) = unsafe { ring.peek() } {
+            let got = self.take_from_ring(st, source, &view, candidate);
+            drop(view);
+            // SAFETY: as above.
+            unsafe { ring.pop() };
+            if got.is_some() {
+                return got;
+            }
+        }
+        None
+    }
+
+    /// One progress round: start queued sends, drain every incoming ring, reap detached sends.
+    fn progress(&self, st: &mut State) {
+        if st.pending_count > 0 {
+            self.flush_pending(st);
+        }
+        for source in 0..self.world.np {
+            self.drain_ring(st, source, None);
+        }
+        if !st.detached.is_empty() {
+            st.detached.retain(|r| matches!(r.state(), record::PENDING | record::CLAIMED));
+        }
+    }
+
+    /// Completes a new receive from the unexpected queue if a match is there.
+    fn match_unexpected(&self, st: &mut State, spec: MatchSpec, buf: *mut u8, capacity: usize) -> Option<Result<RawStatus>> {
+        let mut pos = 0;
+        while pos < st.unexpected.len() {
+            let u = &st.unexpected[pos];
+            if !spec.matches(u.context, u.source, u.tag) {
+                pos += 1;
+                continue;
+            }
+            let u = st.unexpected.remove(pos).expect("index in range");
+            let msg = Incoming {
+                source: u.source,
+                tag: u.tag,
+                context: u.context,
+                len: u.len,
+                bytes: match &u.body {
+                    Body::Inline(b) => Some(&b[..u.len]),
+                    Body::Spilled(b) => Some(&b[..u.len]),
+                    Body::Rts => None,
+                },
+                record: u.record.as_ref(),
+            };
+            let filled = self.fill(&msg, buf, capacity);
+            if let Body::Spilled(b) = u.body {
+                st.spare_spills.push(b);
+            }
+            if let Filled::Delivered(len) = filled {
+                return Some(receive_result(u.source, u.tag, len, capacity));
+            }
+        }
+        None
+    }
+
+    // ---------------------------------------------------------------- sending side
+
+    fn get_record(&self, st: &mut State, data: *const u8) -> Arc<SendRecord> {
+        while let Some(mut rec) = st.records.pop() {
+            if SendRecord::reset(&mut rec, data) {
+                return rec;
+            }
+        }
+        let mut rec = SendRecord::new();
+        SendRecord::reset(&mut rec, data);
+        rec
+    }
+
+    fn recycle(&self, st: &mut State, rec: Arc<SendRecord>) {
+        if st.records.len() < RECORD_POOL {
+            st.records.push(rec);
+        }
+    }
+
+    /// Tries to hand a send to the transport; `false` if the destination ring is full.
+    fn start_send(&self, st: &mut State, id: ReqId) -> bool {
+        let Ok(Req::Send(s)) = st.reqs.get_mut(id) else { return true };
+        let (dest, tag, context, buf, len, mode) = (s.dest, s.tag, s.context, s.buf, s.len, s.mode);
+        let ring = self.world.ring(dest, self.rank);
+        let peer = &self.world.ranks[dest];
+        let phase;
+        if len > self.world.eager_limit {
+            // Receiver-first: only when nothing of ours is still unmatched in the ring, so an
+            // earlier message cannot be overtaken.
+            // SAFETY: this endpoint is the only producer of rings from its rank.
+            if unsafe { ring.producer_idle() } {
+                if let Some(claim) = peer.board.claim_remote(context, self.rank, tag) {
+                    self.copy_to_claim(&claim, buf, len);
+                    peer.board.complete(&claim, Completion { source: self.rank, tag, bytes: len });
+                    peer.parker.notify();
+                    if let Ok(Req::Send(s)) = st.reqs.get_mut(id) {
+                        s.phase = SendPhase::Done;
+                    }
+                    return true;
+                }
+            }
+            let rec = self.get_record(st, buf);
+            let header = Header {
+                len: len as u64,
+                tag,
+                context,
+                kind: Kind::Rts,
+                sync: false,
+                record: SendRecord::into_message(Arc::clone(&rec)),
+            };
+            // SAFETY: only producer of this ring (see above).
+            if !unsafe { ring.push(header, &[], 0) } {
+                // SAFETY: the reference was never published; take it back once.
+                drop(unsafe { SendRecord::from_message(header.record) });
+                self.recycle(st, rec);
+                return false;
+            }
+            phase = SendPhase::Remote(rec);
+        } else {
+            // SAFETY: the send contract makes `buf` readable for `len` bytes.
+            let payload: &[u8] = if len == 0 { &[] } else { unsafe { std::slice::from_raw_parts(buf, len) } };
+            let rec = (mode == SendMode::Synchronous).then(|| self.get_record(st, std::ptr::null()));
+            let header = Header {
+                len: len as u64,
+                tag,
+                context,
+                kind: Kind::Eager,
+                sync: rec.is_some(),
+                record: rec.as_ref().map_or(0, |r| SendRecord::into_message(Arc::clone(r))),
+            };
+            // SAFETY: only producer of this ring.
+            if !unsafe { ring.push(header, payload, self.world.eager_limit) } {
+                if let Some(rec) = rec {
+                    // SAFETY: never published; take it back once.
+                    drop(unsafe { SendRecord::from_message(header.record) });
+                    self.recycle(st, rec);
+                }
+                return false;
+            }
+            phase = rec.map_or(SendPhase::Done, SendPhase::Remote);
+        }
+        peer.parker.notify();
+        if let Ok(Req::Send(s)) = st.reqs.get_mut(id) {
+            s.phase = phase;
+        }
+        true
+    }
+
+    fn copy_to_claim(&self, claim: &Claim, buf: *const u8, len: usize) {
+        if len > 0 {
+            // SAFETY: send contract: `buf` readable for `len` bytes.
+            let src = unsafe { std::slice::from_raw_parts(buf, len) };
+            copy_into(claim.buf, claim.capacity, src);
+        }
+    }
+
+    fn flush_pending(&self, st: &mut State) {
+        for dest in 0..self.world.np {
+            while let Some(&id) = st.pending[dest].front() {
+                if !self.start_send(st, id) {
+                    break;
+                }
+                st.pending[dest].pop_front();
+                st.pending_count -= 1;
+            }
+        }
+    }
+
+    // ---------------------------------------------------------------- completion
+
+    /// Completes `id` if possible; `Ok(None)` while it is still in flight.
+    fn try_complete(&self, st: &mut State, id: ReqId) -> Result<Option<RawStatus>> {
+        let rank = self.rank;
+        let done = match st.reqs.get_mut(id)? {
+            Req::Send(s) => {
+                let status = |cancelled| RawStatus { source: rank, tag: s.tag, bytes: s.len, cancelled };
+                match &s.phase {
+                    SendPhase::Queued => None,
+                    SendPhase::Done => Some(Ok(status(false))),
+                    SendPhase::Cancelled => Some(Ok(status(true))),
+                    SendPhase::Remote(rec) => match rec.state() {
+                        record::DONE => Some(Ok(status(false))),
+                        record::CANCELLED => Some(Ok(status(true))),
+                        _ => None,
+                    },
+                }
+            }
+            Req::Recv(r) => match &mut r.phase {
+                RecvPhase::Done(result) => {
+                    Some(std::mem::replace(result, Ok(RawStatus { source: 0, tag: 0, bytes: 0, cancelled: true })))
+                }
+                RecvPhase::Private => None,
+                RecvPhase::Board { index, generation } => {
+                    let board = &self.world.ranks[rank].board;
+                    board.poll(*index, *generation).map(|c| {
+                        board.free(*index, *generation);
+                        receive_result(c.source, c.tag, c.bytes, r.capacity)
+                    })
+                }
+            },
+        };
+        match done {
+            None => Ok(None),
+            Some(result) => {
+                if let Some(Req::Send(SendReq { phase: SendPhase::Remote(rec), .. })) = st.reqs.remove(id) {
+                    self.recycle(st, rec);
+                }
+                result.map(Some)
+            }
+        }
+    }
+
+    /// The peer whose exit would make `id` impossible to complete, if it has exited.
+    fn dead_peer(&self, st: &mut State, id: ReqId) -> Option<Error> {
+        let peer_gone = |r: usize| r != self.rank && self.world.liveness(r) != Liveness::Running;
+        match st.reqs.get_mut(id).ok()? {
+            Req::Send(s) => peer_gone(s.dest).then_some(Error::PeerExited { rank: s.dest }),
+            Req::Recv(r) => match r.spec.source {
+                Source::Rank(src) => peer_gone(src).then_some(Error::PeerExited { rank: src }),
+                Source::Any => {
+                    let others: Vec<usize> = (0..self.world.np).filter(|&p| p != self.rank).collect();
+                    (!others.is_empty() && others.iter().all(|&p| peer_gone(p)))
+                        .then(|| Error::PeerExited { rank: others[0] })
+                }
+            },
+        }
+    }
+
+    /// Abandons a request (see `Device::release`).
+    fn release_in(&self, st: &mut State, id: ReqId) {
+        let Some(req) = st.reqs.remove(id) else { return };
+        match req {
+            Req::Send(s) => match s.phase {
+                SendPhase::Queued => {
+                    let q = &mut st.pending[s.dest];
+                    if let Some(pos) = q.iter().position(|&x| x == id) {
+                        q.remove(pos);
+                        st.pending_count -= 1;
+                    }
+                }
+                SendPhase::Done | SendPhase::Cancelled => {}
+                SendPhase::Remote(rec) => {
+                    // SAFETY: the request was live, so its buffer is still valid for `len` bytes.
+                    let need_wait = s.len > self.world.eager_limit && !unsafe { rec.detach(s.len) };
+                    if need_wait {
+                        // Claimed by the receiver, which is copying right now: bounded wait.
+                        while rec.state() == record::CLAIMED {
+                            std::thread::yield_now();
+                        }
+                    }
+                    if matches!(rec.state(), record::PENDING | record::CLAIMED) {
+                        st.detached.push(rec);
+                    }
+                }
+            },
+            Req::Recv(r) => match r.phase {
+                RecvPhase::Done(_) => {}
+                RecvPhase::Private => {
+                    if let Some(pos) = st.private_posted.iter().position(|&x| x == id) {
+                        st.private_posted.remove(pos);
+                    }
+                    if st.private_posted.is_empty() {
+                        self.world.ranks[self.rank].board.end_overflow();
+                    }
+                }
+                RecvPhase::Board { index, generation } => {
+                    let board = &self.world.ranks[self.rank].board;
+                    if !board.cancel(index, generation) {
+                        // A sender claimed it and is copying into our buffer: wait it out.
+                        while board.poll(index, generation).is_none() {
+                            std::thread::yield_now();
+                        }
+                        board.free(index, generation);
+                    }
+                }
+            },
+        }
+    }
+}
+
+impl Device for ShmEndpoint {
+    fn rank(&self) -> usize {
+        self.rank
+    }
+
+    fn size(&self) -> usize {
+        self.world.np
+    }
+
+    unsafe fn isend(
+        &self,
+        buf: *const u8,
+        len: usize,
+        dest: usize,
+        tag: i32,
+        context: ContextId,
+        mode: SendMode,
+    ) -> Result<ReqId> {
+        self.check_live()?;
+        if dest >= self.world.np {
+            return Err(Error::RankOutOfRange { rank: dest, size: self.world.np });
+        }
+        if tag < 0 {
+            return Err(Error::TagOutOfRange { tag, max: TAG_UB });
+        }
+        let st = &mut *self.st.borrow_mut();
+        let id = st.reqs.insert(Req::Send(SendReq { dest, tag, context, buf, len, mode, phase: SendPhase::Queued }));
+        if !st.pending[dest].is_empty() || !self.start_send(st, id) {
+            st.pending[dest].push_back(id);
+            st.pending_count += 1;
+        }
+        Ok(id)
+    }
+
+    unsafe fn irecv(&self, buf: *mut u8, capacity: usize, spec: MatchSpec) -> Result<ReqId> {
+        self.check_live()?;
+        if let Source::Rank(r) = spec.source {
+            if r >= self.world.np {
+                return Err(Error::RankOutOfRange { rank: r, size: self.world.np });
+            }
+        }
+        if spec.tag < crate::device::ANY_TAG {
+            return Err(Error::TagOutOfRange { tag: spec.tag, max: TAG_UB });
+        }
+        let st = &mut *self.st.borrow_mut();
+        let done = self.match_unexpected(st, spec, buf, capacity).or_else(|| {
+            let candidate = Some((spec, buf, capacity));
+            match spec.source {
+                Source::Rank(src) => self.drain_ring(st, src, candidate),
+                Source::Any => (0..self.world.np).find_map(|src| self.drain_ring(st, src, candidate)),
+            }
+        });
+        let phase = match done {
+            Some(result) => RecvPhase::Done(result),
+            None => match self.world.ranks[self.rank].board.post(spec, buf, capacity) {
+                Some((index, generation)) => RecvPhase::Board { index, generation },
+                None => RecvPhase::Private,
+            },
+        };
+        let private = matches!(phase, RecvPhase::Private);
+        let id = st.reqs.insert(Req::Recv(RecvReq { spec, buf, capacity, phase }));
+        if private {
+            st.private_posted.push_back(id);
+        }
+        Ok(id)
+    }
+
+    fn iprobe(&self, spec: MatchSpec) -> Result<Option<RawStatus>> {
+        self.check_live()?;
+        let st = &mut *self.st.borrow_mut();
+        self.progress(st);
+        // Drop messages their senders cancelled, then report the first match.
+        st.unexpected.retain(|u| u.record.as_ref().is_none_or(|r| r.state() != record::CANCELLED));
+        Ok(st
+            .unexpected
+            .iter()
+            .find(|u| spec.matches(u.context, u.source, u.tag))
+            .map(|u| RawStatus { source: u.source, tag: u.tag, bytes: u.len, cancelled: false }))
+    }
+
+    fn test(&self, id: ReqId) -> Result<Option<RawStatus>> {
+        self.check_live()?;
+        let st = &mut *self.st.borrow_mut();
+        if let Some(status) = self.try_complete(st, id)? {
+            return Ok(Some(status));
+        }
+        self.progress(st);
+        if let Some(status) = self.try_complete(st, id)? {
+            return Ok(Some(status));
+        }
+        if let Some(err) = self.dead_peer(st, id) {
+            // The peer's messages sent before it exited are visible now (Acquire on its state):
+            // one last round, then give up on the request.
+            self.progress(st);
+            if let Some(status) = self.try_complete(st, id)? {
+                return Ok(Some(status));
+            }
+            self.release_in(st, id);
+            return Err(err);
+        }
+        Ok(None)
+    }
+
+    fn cancel(&self, id: ReqId) -> Result<()> {
+        self.check_live()?;
+        let st = &mut *self.st.borrow_mut();
+        let board = &self.world.ranks[self.rank].board;
+        let cancelled = RawStatus { source: self.rank, tag: 0, bytes: 0, cancelled: true };
+        match st.reqs.get_mut(id)? {
+            Req::Send(s) => match &s.phase {
+                SendPhase::Queued => {
+                    let q = &mut st.pending[s.dest];
+                    if let Some(pos) = q.iter().position(|&x| x == id) {
+                        q.remove(pos);
+                        st.pending_count -= 1;
+                    }
+                    s.phase = SendPhase::Cancelled;
+                }
+                SendPhase::Remote(rec) => {
+                    if rec.cancel() {
+                        s.phase = SendPhase::Cancelled;
+                    }
+                }
+                SendPhase::Done | SendPhase::Cancelled => {}
+            },
+            Req::Recv(r) => match r.phase {
+                RecvPhase::Board { index, generation } => {
+                    if board.cancel(index, generation) {
+                        r.phase = RecvPhase::Done(Ok(RawStatus { source: self.rank, ..cancelled }));
+                    }
+                }
+                RecvPhase::Private => {
+                    r.phase = RecvPhase::Done(Ok(cancelled));
+                    if let Some(pos) = st.private_posted.iter().position(|&x| x == id) {
+                        st.private_posted.remove(pos);
+                    }
+                    if st.private_posted.is_empty() {
+                        board.end_overflow();
+                    }
+                }
+                RecvPhase::Done(_) => {}
+            },
+        }
+        Ok(())
+    }
+
+    fn release(&self, id: ReqId) {
+        let st = &mut *self.st.borrow_mut();
+        self.release_in(st, id);
+    }
+
+    fn request_mark(&self) -> u64 {
+        self.st.borrow().reqs.mark()
+    }
+
+    fn release_since(&self, mark: u64) {
+        let st = &mut *self.st.borrow_mut();
+        let mut cursor = 0;
+        while let Some(id) = st.reqs.next_live_since(&mut cursor, mark) {
+            self.release_in(st, id);
+        }
+    }
+
+    fn wait_until(&self, poll: &mut dyn FnMut() -> Result<bool>) -> Result<()> {
+        let mut backoff = Backoff::new(self.world.policy);
+        loop {
+            if poll()? {
+                return Ok(());
+            }
+            if let Some(err) = self.world.abort_error() {
+                return Err(err);
+            }
+            match backoff.next() {
+                Pause::Spin => std::hint::spin_loop(),
+                Pause::Yield => std::thread::yield_now(),
+                // A rank with queued sends waits for ring space, which nobody signals: keep yielding.
+                Pause::Park if self.st.borrow().pending_count > 0 => std::thread::yield_now(),
+                Pause::Park => {
+                    let mut outcome = None;
+                    let world = &self.world;
+                    self.world.ranks[self.rank].parker.park(&mut || {
+                        let r = poll();
+                        let stop = !matches!(r, Ok(false));
+                        if stop {
+                            outcome = Some(r);
+                        }
+                        stop || world.abort_error().is_some()
+                    });
+                    if let Some(r) = outcome {
+                        return r.map(|_| ());
+                    }
+                }
+            }
+        }
+    }
+
+    fn finalize(&self) {
+        self.finalized.set(true);
+    }
+
+    fn is_finalized(&self) -> bool {
+        self.finalized.get()
+    }
+
+    fn name(&self) -> &'static str {
+        "shm"
+    }
+}
+
+impl Drop for ShmEndpoint {
+    fn drop(&mut self) {
+        // Anything still outstanding (leaked handles) is released so no peer is left pointing at
+        // this rank's memory.
+        self.release_since(0);
+    }
+}

@@ -1,0 +1,130 @@
+//! The `shm` device: ranks are threads of one process, messages move by a single copy.
+//!
+//! Per ordered pair of ranks there is one SPSC [`ring::Ring`] of cache-line slots; per rank a
+//! [`board::Board`] of published posted receives; matching itself (posted vs. unexpected) is
+//! private to the receiving rank's thread, so it needs no lock. Protocols:
+//! - eager (≤ eager limit): payload copied into the slot or its pooled spill buffer;
+//! - rendezvous (> eager limit): the slot carries a ready-to-send; the receiver copies straight
+//!   out of the sender's buffer;
+//! - receiver-first: a large send that finds a matching published receive copies straight into
+//!   it;
+//! - synchronous: the receiver acknowledges the match through the send's [`record::SendRecord`].
+
+mod board;
+mod endpoint;
+pub(crate) mod record;
+pub(crate) mod ring;
+
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::{Arc, OnceLock};
+
+use crossbeam_utils::CachePadded;
+
+pub(crate) use endpoint::ShmEndpoint;
+
+use super::wait::{Parker, WaitPolicy};
+use crate::error::{Error, Result};
+use board::Board;
+use ring::Ring;
+
+const RUNNING: u8 = 0;
+const EXITED: u8 = 1;
+const FAILED: u8 = 2;
+
+/// Liveness of a rank as seen by its peers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Liveness {
+    Running,
+    Exited,
+    Failed,
+}
+
+#[derive(Default)]
+struct RankShared {
+    parker: Parker,
+    state: CachePadded<AtomicU8>,
+    board: Board,
+    endpoint_taken: AtomicBool,
+}
+
+/// State shared by all ranks of one shm job.
+pub(crate) struct ShmWorld {
+    np: usize,
+    eager_limit: usize,
+    policy: WaitPolicy,
+    /// `rings[dest * np + source]`: a receiver's incoming rings are contiguous.
+    rings: Box<[Ring]>,
+    ranks: Box<[RankShared]>,
+    aborted: CachePadded<AtomicBool>,
+    first_failure: OnceLock<(usize, String)>,
+}
+
+impl ShmWorld {
+    pub fn new(np: usize, eager_limit: usize) -> Arc<Self> {
+        Arc::new(ShmWorld {
+            np,
+            eager_limit,
+            policy: WaitPolicy::for_ranks(np),
+            rings: (0..np * np).map(|_| Ring::new()).collect(),
+            ranks: (0..np).map(|_| RankShared::default()).collect(),
+            aborted: CachePadded::new(AtomicBool::new(false)),
+            first_failure: OnceLock::new(),
+        })
+    }
+
+    /// The endpoint of `rank`; each rank's endpoint can be taken once, by the thread that runs it.
+    pub fn endpoint(self: &Arc<Self>, rank: usize) -> Result<ShmEndpoint> {
+        let shared = self.ranks.get(rank).ok_or(Error::RankOutOfRange { rank, size: self.np })?;
+        if shared.endpoint_taken.swap(true, Ordering::AcqRel) {
+            return Err(Error::InvalidArgument(format!("the endpoint of rank {rank} was already taken")));
+        }
+        shared.parker.register_current();
+        Ok(ShmEndpoint::new(Arc::clone(self), rank))
+    }
+
+    /// Records that `rank`'s program returned normally and wakes anyone waiting on it.
+    pub fn mark_exited(&self, rank: usize) {
+        self.ranks[rank].state.store(EXITED, Ordering::Release);
+        self.wake_all();
+    }
+
+    /// Records that `rank` failed: the job is aborted and every blocked rank is woken to notice.
+    pub fn mark_failed(&self, rank: usize, cause: String) {
+        let _ = self.first_failure.set((rank, cause));
+        self.ranks[rank].state.store(FAILED, Ordering::Release);
+        self.aborted.store(true, Ordering::Release);
+        self.wake_all();
+    }
+
+    /// The rank that failed first and why.
+    pub fn first_failure(&self) -> Option<&(usize, String)> {
+        self.first_failure.get()
+    }
+
+    fn wake_all(&self) {
+        for r in self.ranks.iter() {
+            r.parker.notify();
+        }
+    }
+
+    fn abort_error(&self) -> Option<Error> {
+        if !self.aborted.load(Ordering::Acquire) {
+            return None;
+        }
+        let (rank, cause) = self.first_failure.get().cloned().unwrap_or((usize::MAX, "unknown".into()));
+        Some(Error::PeerFailed { rank, cause })
+    }
+
+    fn liveness(&self, rank: usize) -> Liveness {
+        match self.ranks[rank].state.load(Ordering::Acquire) {
+            RUNNING => Liveness::Running,
+            EXITED => Liveness::Exited,
+            _ => Liveness::Failed,
+        }
+    }
+
+    #[inline]
+    fn ring(&self, dest: usize, source: usize) -> &Ring {
+        &self.rings[dest * self.np + source]
+    }
+}

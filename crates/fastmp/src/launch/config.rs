@@ -1,0 +1,165 @@
+//! Launch configuration: which device, how many ranks, protocol limits, pinning.
+
+use std::str::FromStr;
+
+use crate::error::{Error, Result};
+
+/// Default eager/rendezvous switch point in bytes.
+pub const DEFAULT_EAGER_LIMIT: usize = 8192;
+
+/// The transport carrying a job's messages, chosen at launch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DeviceKind {
+    /// Ranks are threads of this process; messages move by a single copy.
+    Shm,
+}
+
+impl FromStr for DeviceKind {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "shm" => Ok(DeviceKind::Shm),
+            "tcp" => Err(Error::InvalidArgument("device 'tcp' is not available in this build yet (only 'shm')".into())),
+            other => Err(Error::InvalidArgument(format!("unknown device '{other}' (expected 'shm')"))),
+        }
+    }
+}
+
+/// How ranks are pinned to cores.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Pin {
+    /// Leave placement to the OS scheduler.
+    None,
+    /// Rank i on the i-th allowed CPU (wrapping): neighbours share caches.
+    Compact,
+    /// Ranks spread evenly over the allowed CPUs.
+    Scatter,
+}
+
+impl FromStr for Pin {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "none" => Ok(Pin::None),
+            "compact" => Ok(Pin::Compact),
+            "scatter" => Ok(Pin::Scatter),
+            other => Err(Error::InvalidArgument(format!("unknown pinning '{other}' (expected compact, scatter or none)"))),
+        }
+    }
+}
+
+/// Builder for a job's launch settings.
+///
+/// ```
+/// use fastmp::{Config, Pin};
+/// let ranks = Config::new().np(3).eager_limit(4096).pin(Pin::None).run(|world| Ok(world.rank()))?;
+/// assert_eq!(ranks, vec![0, 1, 2]);
+/// # Ok::<(), fastmp::Error>(())
+/// ```
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub(crate) device: DeviceKind,
+    pub(crate) np: usize,
+    pub(crate) eager_limit: usize,
+    pub(crate) pin: Pin,
+    pub(crate) stack_size: Option<usize>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+fn env_parse<T: FromStr>(name: &str) -> Result<Option<T>>
+where
+    T::Err: std::fmt::Display,
+{
+    match std::env::var(name) {
+        Ok(v) => v
+            .trim()
+            .parse()
+            .map(Some)
+            .map_err(|e| Error::InvalidArgument(format!("{name}={v}: {e}"))),
+        Err(std::env::VarError::NotPresent) => Ok(None),
+        Err(e) => Err(Error::InvalidArgument(format!("{name}: {e}"))),
+    }
+}
+
+impl Config {
+    /// One rank on the shm device, default eager limit, no pinning.
+    pub fn new() -> Self {
+        Config { device: DeviceKind::Shm, np: 1, eager_limit: DEFAULT_EAGER_LIMIT, pin: Pin::None, stack_size: None }
+    }
+
+    /// Reads the launch environment: `FASTMP_NP`, `FASTMP_DEVICE` (`shm`), `FASTMP_EAGER_LIMIT`
+    /// (bytes), `FASTMP_PIN` (`compact`/`scatter`/`none`), `FASTMP_STACK_SIZE` (bytes per rank
+    /// thread). Unset variables keep the defaults of [`Config::new`].
+    pub fn from_env() -> Result<Self> {
+        let mut c = Config::new();
+        if let Some(np) = env_parse::<usize>("FASTMP_NP")? {
+            c = c.np(np);
+        }
+        if let Some(device) = std::env::var("FASTMP_DEVICE").ok() {
+            c.device = device.parse()?;
+        }
+        if let Some(limit) = env_parse::<usize>("FASTMP_EAGER_LIMIT")? {
+            c.eager_limit = limit;
+        }
+        if let Some(pin) = env_parse::<Pin>("FASTMP_PIN")? {
+            c.pin = pin;
+        }
+        c.stack_size = env_parse::<usize>("FASTMP_STACK_SIZE")?;
+        c.validate()?;
+        Ok(c)
+    }
+
+    pub fn device(mut self, device: DeviceKind) -> Self {
+        self.device = device;
+        self
+    }
+
+    /// Number of ranks.
+    pub fn np(mut self, np: usize) -> Self {
+        self.np = np;
+        self
+    }
+
+    /// Largest message (bytes) sent eagerly; larger ones use rendezvous / direct copy.
+    pub fn eager_limit(mut self, bytes: usize) -> Self {
+        self.eager_limit = bytes;
+        self
+    }
+
+    pub fn pin(mut self, pin: Pin) -> Self {
+        self.pin = pin;
+        self
+    }
+
+    /// Stack size of each rank thread (shm device).
+    pub fn stack_size(mut self, bytes: usize) -> Self {
+        self.stack_size = Some(bytes);
+        self
+    }
+
+    pub fn get_np(&self) -> usize {
+        self.np
+    }
+
+    pub fn get_device(&self) -> DeviceKind {
+        self.device
+    }
+
+    pub(crate) fn validate(&self) -> Result<()> {
+        if self.np == 0 {
+            return Err(Error::InvalidArgument("np must be at least 1".into()));
+        }
+        if self.np > 4096 {
+            return Err(Error::InvalidArgument(format!("np = {} exceeds the shm device's limit of 4096 ranks", self.np)));
+        }
+        if self.eager_limit > (1 << 30) {
+            return Err(Error::InvalidArgument(format!("eager limit {} bytes is larger than 1 GiB", self.eager_limit)));
+        }
+        Ok(())
+    }
+}

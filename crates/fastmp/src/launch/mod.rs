@@ -1,0 +1,149 @@
+//! Starting SPMD jobs: `run` (thread ranks), `init`/`main` (configuration from the environment).
+
+pub(crate) mod affinity;
+pub(crate) mod config;
+
+use std::any::Any;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::rc::Rc;
+
+use crate::comm::Comm;
+use crate::device::shm::ShmWorld;
+use crate::error::{Error, Result};
+use config::{Config, DeviceKind, Pin};
+
+/// Runs `f` on `np` ranks, each a thread of this process on the shm device, and returns their
+/// results in rank order.
+///
+/// If a rank panics or returns an error, the job is aborted: operations other ranks are blocked
+/// in fail with [`Error::PeerFailed`], and `run` returns [`Error::RankFailed`] naming the first
+/// rank that failed and why.
+///
+/// Statics (and `thread_local!`s are not) shared between ranks: a `static` is one variable for all
+/// ranks of a shm job, whereas under a process launcher each rank has its own. Keep rank-local
+/// state in the closure.
+///
+/// ```
+/// let squares = fastmp::run(4, |world| Ok(world.rank() * world.rank()))?;
+/// assert_eq!(squares, vec![0, 1, 4, 9]);
+/// # Ok::<(), fastmp::Error>(())
+/// ```
+pub fn run<F, R>(np: usize, f: F) -> Result<Vec<R>>
+where
+    F: Fn(Comm) -> Result<R> + Sync,
+    R: Send,
+{
+    Config::new().np(np).run(f)
+}
+
+/// Reads the launch configuration from the environment (see [`Config::from_env`]).
+pub fn init() -> Result<Config> {
+    Config::from_env()
+}
+
+/// Entry point for programs started by a launcher: runs `f` with the configuration from the
+/// environment, and on failure prints the error and exits with status 1.
+///
+/// ```no_run
+/// fn main() {
+///     fastmp::main(|world| {
+///         println!("rank {} of {}", world.rank(), world.size());
+///         Ok(())
+///     });
+/// }
+/// ```
+pub fn main<F>(f: F)
+where
+    F: Fn(Comm) -> Result<()> + Sync,
+{
+    if let Err(e) = init().and_then(|config| config.run(f)) {
+        eprintln!("fastmp: {e}");
+        std::process::exit(1);
+    }
+}
+
+fn panic_message(payload: &(dyn Any + Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "panic with a non-string payload".to_string()
+    }
+}
+
+impl Config {
+    /// Runs `f` on every rank of this configuration; see [`run`].
+    pub fn run<F, R>(&self, f: F) -> Result<Vec<R>>
+    where
+        F: Fn(Comm) -> Result<R> + Sync,
+        R: Send,
+    {
+        self.validate()?;
+        match self.device {
+            DeviceKind::Shm => self.run_shm(&f),
+        }
+    }
+
+    fn run_shm<F, R>(&self, f: &F) -> Result<Vec<R>>
+    where
+        F: Fn(Comm) -> Result<R> + Sync,
+        R: Send,
+    {
+        let world = ShmWorld::new(self.np, self.eager_limit);
+        let cpus = if self.pin == Pin::None { Vec::new() } else { affinity::allowed_cpus() };
+        let rank_main = |rank: usize| -> Result<R> {
+            let outcome = catch_unwind(AssertUnwindSafe(|| {
+                if let Some(cpu) = affinity::cpu_for(self.pin, rank, self.np, &cpus) {
+                    affinity::pin_current_thread(cpu)?;
+                }
+                let comm = Comm::world(Rc::new(world.endpoint(rank)?));
+                f(comm)
+            }));
+            match outcome {
+                Ok(Ok(value)) => {
+                    world.mark_exited(rank);
+                    Ok(value)
+                }
+                Ok(Err(e)) => {
+                    world.mark_failed(rank, e.to_string());
+                    Err(e)
+                }
+                Err(payload) => {
+                    let cause = format!("panicked: {}", panic_message(payload.as_ref()));
+                    world.mark_failed(rank, cause.clone());
+                    Err(Error::RankFailed { rank, cause })
+                }
+            }
+        };
+        let results: Vec<Result<R>> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..self.np)
+                .map(|rank| {
+                    let mut builder = std::thread::Builder::new().name(format!("fastmp-rank-{rank}"));
+                    if let Some(bytes) = self.stack_size {
+                        builder = builder.stack_size(bytes);
+                    }
+                    let rank_main = &rank_main;
+                    builder.spawn_scoped(s, move || rank_main(rank))
+                })
+                .collect();
+            handles
+                .into_iter()
+                .enumerate()
+                .map(|(rank, h)| match h {
+                    Ok(h) => h.join().unwrap_or_else(|_| {
+                        Err(Error::RankFailed { rank, cause: "rank thread could not be joined".into() })
+                    }),
+                    Err(e) => {
+                        world.mark_failed(rank, format!("could not start its thread: {e}"));
+                        Err(Error::RankFailed { rank, cause: format!("could not start its thread: {e}") })
+                    }
+                })
+                .collect()
+        });
+        if let Some((rank, cause)) = world.first_failure() {
+            return Err(Error::RankFailed { rank: *rank, cause: cause.clone() });
+        }
+        results.into_iter().collect()
+    }
+}

@@ -1,0 +1,51 @@
+//! # fastmp — message passing for Rust, MPI style
+//!
+//! The same SPMD program runs with its ranks as threads of one process (the `shm` device: plain
+//! data moves with a single copy, no serialization) or, later, as processes over TCP; the device
+//! is chosen at launch, not in the code.
+//!
+//! ```
+//! let got = fastmp::run(4, |world| {
+//!     let (rank, size) = (world.rank(), world.size());
+//!     // Pass a token around the ring.
+//!     let mut token = [0u32];
+//!     if rank == 0 {
+//!         world.send(&[1u32], 1 % size, 0)?;
+//!         world.recv(&mut token, size - 1, 0)?;
+//!     } else {
+//!         world.recv(&mut token, rank - 1, 0)?;
+//!         world.send(&[token[0] + 1], (rank + 1) % size, 0)?;
+//!     }
+//!     Ok(token[0])
+//! })?;
+//! assert_eq!(got[0], 4);
+//! # Ok::<(), fastmp::Error>(())
+//! ```
+//!
+//! ## Thread ranks and statics
+//! On the shm device all ranks share one address space: a `static` (or anything reachable from
+//! one) is shared by every rank, unlike MPI processes. Keep rank-local state inside the closure
+//! given to [`run`] / [`main`].
+//!
+//! ## Layers
+//! [`Comm`] (typed point-to-point, [`Comm::scope`] for nonblocking requests) sits on the narrow
+//! [`device::Device`] trait; the `shm` device implements it.
+
+pub mod device;
+mod comm;
+mod error;
+mod launch;
+mod p2p;
+mod scope;
+
+pub use comm::{Comm, Status};
+pub use device::{ANY_SOURCE, ANY_TAG, Source, TAG_UB};
+pub use error::{Error, Result};
+pub use launch::config::{Config, DEFAULT_EAGER_LIMIT, DeviceKind, Pin};
+pub use launch::{init, main, run};
+pub use scope::{Request, Scope, testall, testany, waitall, waitany};
+
+/// Pinning helpers used by the launcher and benchmarks.
+pub mod affinity {
+    pub use crate::launch::affinity::{allowed_cpus, cpu_for, pin_current_thread};
+}

@@ -1,0 +1,252 @@
+//! Nonblocking point-to-point: requests live in a scope, as threads do in `std::thread::scope`.
+//!
+//! A request borrows its buffer for the whole scope, and the scope's end releases every request it
+//! started that is still outstanding (an unmatched receive is cancelled, a pending send is
+//! detached by copying its data, an in-progress copy is waited for). So leaking a request with
+//! `mem::forget` cannot leave the device pointing at a freed buffer.
+
+use std::marker::PhantomData;
+use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
+
+use bytemuck::Pod;
+
+use crate::comm::{Comm, Status};
+use crate::device::{ANY_TAG, MatchSpec, ReqId, SendMode, Source};
+use crate::error::{Error, Result};
+
+/// Nonblocking operations whose buffers must live until the scope ends. See [`Comm::scope`].
+pub struct Scope<'scope, 'env: 'scope> {
+    comm: &'env Comm,
+    scope: PhantomData<&'scope mut &'scope ()>,
+    env: PhantomData<&'env mut &'env ()>,
+}
+
+/// A nonblocking operation in flight (MPI_Request). Dropping or leaking it is safe: the device is
+/// done with the buffer by the end of the scope at the latest.
+#[must_use = "a request does nothing unless waited for or tested"]
+pub struct Request<'scope> {
+    comm: &'scope Comm,
+    state: ReqState,
+    elem_size: usize,
+}
+
+enum ReqState {
+    Active(ReqId),
+    Complete(Result<Status>),
+    Inactive,
+}
+
+/// Status reported for requests that were already inactive (MPI's empty status).
+const EMPTY_STATUS: Status = Status { source: usize::MAX, tag: ANY_TAG, count: 0, bytes: 0, cancelled: false };
+
+impl Comm {
+    /// Runs `f` with a [`Scope`] in which nonblocking operations can be started; returns once all
+    /// of them are finished or released.
+    ///
+    /// ```
+    /// fastmp::run(2, |world| {
+    ///     let peer = 1 - world.rank();
+    ///     let out = [world.rank() as i32; 4];
+    ///     let mut inc = [0i32; 4];
+    ///     world.scope(|s| {
+    ///         let mut reqs = vec![s.irecv(&mut inc, peer, 0)?, s.isend(&out, peer, 0)?];
+    ///         fastmp::waitall(&mut reqs)?;
+    ///         Ok::<_, fastmp::Error>(())
+    ///     })?;
+    ///     assert_eq!(inc, [peer as i32; 4]);
+    ///     Ok(())
+    /// })?;
+    /// # Ok::<(), fastmp::Error>(())
+    /// ```
+    pub fn scope<'env, F, T>(&'env self, f: F) -> T
+    where
+        F: for<'scope> FnOnce(&'scope Scope<'scope, 'env>) -> T,
+    {
+        let mark = self.dev.request_mark();
+        let scope = Scope { comm: self, scope: PhantomData, env: PhantomData };
+        let result = catch_unwind(AssertUnwindSafe(|| f(&scope)));
+        self.dev.release_since(mark);
+        match result {
+            Ok(value) => value,
+            Err(payload) => resume_unwind(payload),
+        }
+    }
+}
+
+impl<'scope> Scope<'scope, '_> {
+    /// The communicator this scope posts on.
+    pub fn comm(&self) -> &Comm {
+        self.comm
+    }
+
+    /// Starts a standard-mode send (MPI_Isend).
+    pub fn isend<T: Pod>(&'scope self, buf: &'scope [T], dest: usize, tag: i32) -> Result<Request<'scope>> {
+        self.start_send(buf, dest, tag, SendMode::Standard)
+    }
+
+    /// Starts a synchronous send (MPI_Issend): completes once the receiver has matched it.
+    pub fn issend<T: Pod>(&'scope self, buf: &'scope [T], dest: usize, tag: i32) -> Result<Request<'scope>> {
+        self.start_send(buf, dest, tag, SendMode::Synchronous)
+    }
+
+    fn start_send<T: Pod>(&'scope self, buf: &'scope [T], dest: usize, tag: i32, mode: SendMode) -> Result<Request<'scope>> {
+        self.comm.check_dest(dest, tag)?;
+        let bytes: &[u8] = bytemuck::cast_slice(buf);
+        // SAFETY: `buf` is borrowed for 'scope, and `Comm::scope` releases this request before
+        // 'scope ends, even if the handle is leaked.
+        let id = unsafe { self.comm.dev.isend(bytes.as_ptr(), bytes.len(), dest, tag, self.comm.context, mode)? };
+        Ok(Request { comm: self.comm, state: ReqState::Active(id), elem_size: size_of::<T>() })
+    }
+
+    /// Starts a receive (MPI_Irecv) from `source` (rank or [`crate::ANY_SOURCE`]) with `tag` (or
+    /// [`crate::ANY_TAG`]).
+    pub fn irecv<T: Pod>(
+        &'scope self,
+        buf: &'scope mut [T],
+        source: impl Into<Source>,
+        tag: i32,
+    ) -> Result<Request<'scope>> {
+        let source = source.into();
+        self.comm.check_source(source, tag)?;
+        let bytes: &mut [u8] = bytemuck::cast_slice_mut(buf);
+        let spec = MatchSpec { context: self.comm.context, source, tag };
+        // SAFETY: `buf` is exclusively borrowed for 'scope, and `Comm::scope` releases this
+        // request before 'scope ends, even if the handle is leaked.
+        let id = unsafe { self.comm.dev.irecv(bytes.as_mut_ptr(), bytes.len(), spec)? };
+        Ok(Request { comm: self.comm, state: ReqState::Active(id), elem_size: size_of::<T>() })
+    }
+}
+
+impl Request<'_> {
+    /// Whether the request still has a result to deliver.
+    pub fn is_active(&self) -> bool {
+        !matches!(self.state, ReqState::Inactive)
+    }
+
+    /// Moves an active request to `Complete` if the device finished it. `true` once complete.
+    fn poll(&mut self) -> bool {
+        match self.state {
+            ReqState::Active(id) => match self.comm.dev.test(id) {
+                Ok(None) => false,
+                Ok(Some(raw)) => {
+                    self.state = ReqState::Complete(Status::from_raw(raw, self.elem_size));
+                    true
+                }
+                Err(e) => {
+                    self.state = ReqState::Complete(Err(e));
+                    true
+                }
+            },
+            ReqState::Complete(_) => true,
+            ReqState::Inactive => false,
+        }
+    }
+
+    fn take(&mut self) -> Result<Status> {
+        match std::mem::replace(&mut self.state, ReqState::Inactive) {
+            ReqState::Complete(result) => result,
+            ReqState::Inactive => Ok(EMPTY_STATUS),
+            ReqState::Active(id) => {
+                self.state = ReqState::Active(id);
+                unreachable!("take() on an active request")
+            }
+        }
+    }
+
+    /// Blocks until the operation completes (MPI_Wait).
+    pub fn wait(mut self) -> Result<Status> {
+        self.wait_in_place()
+    }
+
+    fn wait_in_place(&mut self) -> Result<Status> {
+        if matches!(self.state, ReqState::Inactive) {
+            return Ok(EMPTY_STATUS);
+        }
+        let comm = self.comm;
+        comm.dev.wait_until(&mut || Ok(self.poll()))?;
+        self.take()
+    }
+
+    /// Completes the operation if it has finished (MPI_Test).
+    pub fn test(&mut self) -> Result<Option<Status>> {
+        if !self.is_active() {
+            return Err(Error::InvalidArgument("test on an inactive request".into()));
+        }
+        if self.poll() { self.take().map(Some) } else { Ok(None) }
+    }
+
+    /// Requests cancellation (MPI_Cancel); the request must still be completed, and its status
+    /// tells whether the cancel succeeded ([`Status::cancelled`]).
+    pub fn cancel(&self) -> Result<()> {
+        match self.state {
+            ReqState::Active(id) => self.comm.dev.cancel(id),
+            _ => Ok(()),
+        }
+    }
+}
+
+impl Drop for Request<'_> {
+    fn drop(&mut self) {
+        if let ReqState::Active(id) = self.state {
+            self.comm.dev.release(id);
+        }
+    }
+}
+
+fn any_comm<'a>(reqs: &[Request<'a>]) -> Option<&'a Comm> {
+    reqs.iter().find(|r| r.is_active()).map(|r| r.comm)
+}
+
+/// Waits for every request (MPI_Waitall). All are completed even if one fails; the first error
+/// is returned. Inactive requests report an empty status.
+pub fn waitall(reqs: &mut [Request<'_>]) -> Result<Vec<Status>> {
+    let mut first_error = None;
+    let mut statuses = Vec::with_capacity(reqs.len());
+    for req in reqs.iter_mut() {
+        match req.wait_in_place() {
+            Ok(status) => statuses.push(status),
+            Err(e) => {
+                statuses.push(EMPTY_STATUS);
+                first_error.get_or_insert(e);
+            }
+        }
+    }
+    match first_error {
+        None => Ok(statuses),
+        Some(e) => Err(e),
+    }
+}
+
+/// Waits until one request completes and returns its index and status (MPI_Waitany); `None` if
+/// no request is active.
+pub fn waitany(reqs: &mut [Request<'_>]) -> Result<Option<(usize, Status)>> {
+    let Some(comm) = any_comm(reqs) else { return Ok(None) };
+    let mut done = None;
+    comm.dev.wait_until(&mut || {
+        done = reqs.iter_mut().position(|r| r.poll());
+        Ok(done.is_some())
+    })?;
+    let index = done.expect("waitany completed");
+    reqs[index].take().map(|status| Some((index, status)))
+}
+
+/// Completes one finished request if there is one (MPI_Testany). `Ok(None)` if none finished yet.
+pub fn testany(reqs: &mut [Request<'_>]) -> Result<Option<(usize, Status)>> {
+    match reqs.iter_mut().position(|r| r.poll()) {
+        Some(index) => reqs[index].take().map(|status| Some((index, status))),
+        None => Ok(None),
+    }
+}
+
+/// Completes all requests if all have finished (MPI_Testall); otherwise completes none of them
+/// from the caller's point of view and returns `Ok(None)`.
+pub fn testall(reqs: &mut [Request<'_>]) -> Result<Option<Vec<Status>>> {
+    let mut all = true;
+    for req in reqs.iter_mut() {
+        all &= req.poll() || !req.is_active();
+    }
+    if !all {
+        return Ok(None);
+    }
+    waitall(reqs).map(Some)
+}
