@@ -115,6 +115,28 @@ impl<'scope> Scope<'scope, '_> {
         let id = unsafe { self.comm.dev.irecv(bytes.as_mut_ptr(), bytes.len(), spec)? };
         Ok(Request { comm: self.comm, state: ReqState::Active(id), elem_size: size_of::<T>() })
     }
+
+    /// Starts a receive into raw memory, for callers that need what safe borrows forbid — chiefly
+    /// OSU-style benchmarks that post a whole window of receives into one buffer.
+    ///
+    /// # Safety
+    /// `buf` must be valid for writes of `len` elements until this scope ends, and must not be
+    /// read or written by anything else meanwhile. Several receives into overlapping memory race
+    /// with each other exactly as they would in C (the final contents are unspecified).
+    pub unsafe fn irecv_raw<T: Pod>(
+        &'scope self,
+        buf: *mut T,
+        len: usize,
+        source: impl Into<Source>,
+        tag: i32,
+    ) -> Result<Request<'scope>> {
+        let source = source.into();
+        self.comm.check_source(source, tag)?;
+        let spec = MatchSpec { context: self.comm.context, source, tag };
+        // SAFETY: forwarded caller contract; the scope releases the request before it ends.
+        let id = unsafe { self.comm.dev.irecv(buf.cast::<u8>(), len * size_of::<T>(), spec)? };
+        Ok(Request { comm: self.comm, state: ReqState::Active(id), elem_size: size_of::<T>() })
+    }
 }
 
 impl Request<'_> {

@@ -1,0 +1,176 @@
+//! Point-to-point benchmarks following OSU 7.4: latency, bw, bibw, mbw_mr.
+
+use std::time::Instant;
+
+use fastmp::{Comm, Result};
+
+use crate::report::Reporter;
+use crate::support::{AlignedBuf, Sizes, barrier, gather_f64};
+
+const WINDOW: usize = 64;
+const LARGE_MESSAGE_SIZE: usize = 8192;
+const TAG_DATA: i32 = 100;
+const TAG_ACK: i32 = 101;
+
+fn latency_iters(size: usize) -> (usize, usize) {
+    if size <= LARGE_MESSAGE_SIZE { (10_000, 100) } else { (1_000, 10) }
+}
+
+fn bw_iters(size: usize) -> (usize, usize) {
+    if size <= LARGE_MESSAGE_SIZE { (100, 10) } else { (20, 2) }
+}
+
+/// Ping-pong with blocking send/recv; one-way latency = round trip / 2.
+pub fn latency(world: &Comm, sizes: &Sizes, out: &Reporter) -> Result<()> {
+    out.header("Latency Test", &[], &["Latency (us)"]);
+    let mut sbuf = AlignedBuf::new(sizes.max, b'a');
+    let mut rbuf = AlignedBuf::new(sizes.max, b'b');
+    let me = world.rank();
+    for size in sizes.iter() {
+        let (iters, skip) = latency_iters(size);
+        barrier(world)?;
+        let mut start = Instant::now();
+        for i in 0..iters + skip {
+            if i == skip {
+                start = Instant::now();
+            }
+            if me == 0 {
+                world.send(&sbuf.as_slice()[..size], 1, 1)?;
+                world.recv(&mut rbuf.as_mut_slice()[..size], 1, 1)?;
+            } else if me == 1 {
+                world.recv(&mut rbuf.as_mut_slice()[..size], 0, 1)?;
+                world.send(&sbuf.as_slice()[..size], 0, 1)?;
+            }
+        }
+        let elapsed = start.elapsed().as_secs_f64();
+        if me == 0 {
+            out.row(size, &[("avg_us", elapsed * 1e6 / (2.0 * iters as f64))]);
+        }
+        sbuf.as_mut_slice()[0] ^= 1;
+    }
+    Ok(())
+}
+
+/// One window: `WINDOW` nonblocking sends of `size` bytes to `peer`.
+fn send_window(world: &Comm, buf: &[u8], peer: usize) -> Result<()> {
+    world.scope(|s| {
+        let mut reqs = Vec::with_capacity(WINDOW);
+        for _ in 0..WINDOW {
+            reqs.push(s.isend(buf, peer, TAG_DATA)?);
+        }
+        fastmp::waitall(&mut reqs).map(drop)
+    })
+}
+
+/// One window of receives, all into the same buffer as OSU does (see `Scope::irecv_raw`).
+fn recv_window(world: &Comm, buf: &mut [u8], peer: usize) -> Result<()> {
+    let (ptr, len) = (buf.as_mut_ptr(), buf.len());
+    world.scope(|s| {
+        let mut reqs = Vec::with_capacity(WINDOW);
+        for _ in 0..WINDOW {
+            // SAFETY: `buf` outlives the scope and is not touched by us until it ends; the window's
+            // receives overlap in it exactly as OSU's do (contents unspecified, never read).
+            reqs.push(unsafe { s.irecv_raw(ptr, len, peer, TAG_DATA)? });
+        }
+        fastmp::waitall(&mut reqs).map(drop)
+    })
+}
+
+/// Windowed unidirectional bandwidth between `sender` and `receiver`; returns the sender's
+/// elapsed seconds for `iters` timed iterations.
+fn bw_pair(world: &Comm, size: usize, sender: usize, receiver: usize, sbuf: &[u8], rbuf: &mut [u8]) -> Result<f64> {
+    let (iters, skip) = bw_iters(size);
+    let me = world.rank();
+    let mut start = Instant::now();
+    let mut ack = [0u8; 4];
+    for i in 0..iters + skip {
+        if i == skip {
+            start = Instant::now();
+        }
+        if me == sender {
+            send_window(world, &sbuf[..size], receiver)?;
+            world.recv(&mut ack, receiver, TAG_ACK)?;
+        } else if me == receiver {
+            recv_window(world, &mut rbuf[..size], sender)?;
+            world.send(&ack, sender, TAG_ACK)?;
+        }
+    }
+    Ok(start.elapsed().as_secs_f64())
+}
+
+pub fn bw(world: &Comm, sizes: &Sizes, out: &Reporter) -> Result<()> {
+    out.header("Bandwidth Test", &[], &["Bandwidth (MB/s)"]);
+    let sbuf = AlignedBuf::new(sizes.max, b'a');
+    let mut rbuf = AlignedBuf::new(sizes.max, b'b');
+    for size in sizes.iter() {
+        barrier(world)?;
+        let t = bw_pair(world, size, 0, 1, sbuf.as_slice(), rbuf.as_mut_slice())?;
+        if world.rank() == 0 {
+            let (iters, _) = bw_iters(size);
+            out.row(size, &[("mb_s", size as f64 / 1e6 * (WINDOW * iters) as f64 / t)]);
+        }
+    }
+    Ok(())
+}
+
+pub fn bibw(world: &Comm, sizes: &Sizes, out: &Reporter) -> Result<()> {
+    out.header("Bi-Directional Bandwidth Test", &[], &["Bandwidth (MB/s)"]);
+    let sbuf = AlignedBuf::new(sizes.max, b'a');
+    let mut rbuf = AlignedBuf::new(sizes.max, b'b');
+    let peer = 1 - world.rank();
+    for size in sizes.iter() {
+        let (iters, skip) = bw_iters(size);
+        barrier(world)?;
+        let mut start = Instant::now();
+        let (rptr, sbytes) = (rbuf.as_mut_slice().as_mut_ptr(), &sbuf.as_slice()[..size]);
+        for i in 0..iters + skip {
+            if i == skip {
+                start = Instant::now();
+            }
+            world.scope(|s| {
+                let mut reqs = Vec::with_capacity(2 * WINDOW);
+                for _ in 0..WINDOW {
+                    // SAFETY: as in `recv_window`: the buffer outlives the scope, receives overlap
+                    // as in OSU and the contents are never read.
+                    reqs.push(unsafe { s.irecv_raw(rptr, size, peer, TAG_DATA)? });
+                }
+                for _ in 0..WINDOW {
+                    reqs.push(s.isend(sbytes, peer, TAG_DATA)?);
+                }
+                fastmp::waitall(&mut reqs).map(drop)
+            })?;
+        }
+        let t = start.elapsed().as_secs_f64();
+        if world.rank() == 0 {
+            out.row(size, &[("mb_s", size as f64 / 1e6 * (2 * WINDOW * iters) as f64 / t)]);
+        }
+    }
+    Ok(())
+}
+
+/// np/2 pairs (rank i sends to i + np/2) stream concurrently; aggregate MB/s and messages/s.
+pub fn mbw_mr(world: &Comm, sizes: &Sizes, out: &Reporter) -> Result<()> {
+    let pairs = world.size() / 2;
+    out.header(
+        "Multiple Bandwidth / Message Rate Test",
+        &[format!("# [ pairs: {pairs} ] [ window size: {WINDOW} ]")],
+        &["MB/s", "Messages/s"],
+    );
+    let sbuf = AlignedBuf::new(sizes.max, b'a');
+    let mut rbuf = AlignedBuf::new(sizes.max, b'b');
+    let me = world.rank();
+    let (sender, receiver) = if me < pairs { (me, me + pairs) } else { (me - pairs, me) };
+    for size in sizes.iter() {
+        barrier(world)?;
+        let t = bw_pair(world, size, sender, receiver, sbuf.as_slice(), rbuf.as_mut_slice())?;
+        // OSU: the senders' times are averaged at rank 0.
+        let times = gather_f64(world, if me < pairs { t } else { 0.0 })?;
+        if me == 0 {
+            let avg_t = times[..pairs].iter().sum::<f64>() / pairs as f64;
+            let (iters, _) = bw_iters(size);
+            let mb_s = pairs as f64 * size as f64 / 1e6 * (WINDOW * iters) as f64 / avg_t;
+            out.row(size, &[("mb_s", mb_s), ("msg_s", mb_s * 1e6 / size as f64)]);
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,59 @@
+//! Output in the OSU Micro-Benchmarks table format, or one JSON object per line.
+
+use serde_json::json;
+
+/// OSU version whose methodology and columns we follow.
+pub const OSU_VERSION: &str = "7.4";
+
+pub struct Reporter {
+    pub bench: &'static str,
+    pub device: &'static str,
+    pub np: usize,
+    pub json: bool,
+    /// Only rank 0 prints.
+    pub printer: bool,
+}
+
+impl Reporter {
+    /// Prints the OSU header lines (nothing in JSON mode).
+    pub fn header(&self, title: &str, extra: &[String], columns: &[&str]) {
+        if self.json || !self.printer {
+            return;
+        }
+        println!("# fastmp {title} v{OSU_VERSION} (OSU methodology, device {}, np {})", self.device, self.np);
+        for line in extra {
+            println!("{line}");
+        }
+        let mut head = format!("{:<10}", "# Size");
+        for c in columns {
+            head.push_str(&format!("{c:>20}"));
+        }
+        println!("{head}");
+    }
+
+    /// One row: `values` are (json key, value) pairs in column order.
+    pub fn row(&self, size: usize, values: &[(&str, f64)]) {
+        if !self.printer {
+            return;
+        }
+        if self.json {
+            let mut obj = serde_json::Map::new();
+            obj.insert("bench".into(), json!(self.bench));
+            obj.insert("device".into(), json!(self.device));
+            obj.insert("np".into(), json!(self.np));
+            obj.insert("size".into(), json!(size));
+            for (key, v) in values {
+                let digits = if key.ends_with("_us") { 3 } else { 2 };
+                let scale = 10f64.powi(digits);
+                obj.insert((*key).into(), json!((v * scale).round() / scale));
+            }
+            println!("{}", serde_json::Value::Object(obj));
+        } else {
+            let mut line = format!("{size:<10}");
+            for (_, v) in values {
+                line.push_str(&format!("{v:>20.2}"));
+            }
+            println!("{line}");
+        }
+    }
+}
