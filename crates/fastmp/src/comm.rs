@@ -2,7 +2,7 @@
 
 use std::rc::Rc;
 
-use crate::device::{ANY_TAG, ContextId, Device, RawStatus, ReqId, Source, TAG_UB};
+use crate::device::{ANY_TAG, ContextId, Device, RawStatus, Source, Started, TAG_UB};
 use crate::error::{Error, Result};
 
 /// Context of the world communicator's point-to-point traffic.
@@ -117,9 +117,13 @@ impl Comm {
         Ok(())
     }
 
-    /// Blocks until `id` completes; on any failure the request is released first, so the caller's
-    /// buffer is free again when this returns.
-    pub(crate) fn complete(&self, id: ReqId) -> Result<RawStatus> {
+    /// Blocks until a started operation completes; on any failure the request is released first,
+    /// so the caller's buffer is free again when this returns.
+    pub(crate) fn complete(&self, started: Started) -> Result<RawStatus> {
+        let id = match started {
+            Started::Complete(result) => return result,
+            Started::Pending(id) => id,
+        };
         let mut done = None;
         let waited = self.dev.wait_until(&mut || {
             done = self.dev.test(id)?;

@@ -11,7 +11,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 use bytemuck::Pod;
 
 use crate::comm::{Comm, Status};
-use crate::device::{ANY_TAG, MatchSpec, ReqId, SendMode, Source};
+use crate::device::{ANY_TAG, MatchSpec, ReqId, SendMode, Source, Started};
 use crate::error::{Error, Result};
 
 /// Nonblocking operations whose buffers must live until the scope ends. See [`Comm::scope`].
@@ -94,8 +94,8 @@ impl<'scope> Scope<'scope, '_> {
         let bytes: &[u8] = bytemuck::cast_slice(buf);
         // SAFETY: `buf` is borrowed for 'scope, and `Comm::scope` releases this request before
         // 'scope ends, even if the handle is leaked.
-        let id = unsafe { self.comm.dev.isend(bytes.as_ptr(), bytes.len(), dest, tag, self.comm.context, mode)? };
-        Ok(Request { comm: self.comm, state: ReqState::Active(id), elem_size: size_of::<T>() })
+        let started = unsafe { self.comm.dev.isend(bytes.as_ptr(), bytes.len(), dest, tag, self.comm.context, mode)? };
+        Ok(Request::new(self.comm, started, size_of::<T>()))
     }
 
     /// Starts a receive (MPI_Irecv) from `source` (rank or [`crate::ANY_SOURCE`]) with `tag` (or
@@ -112,8 +112,8 @@ impl<'scope> Scope<'scope, '_> {
         let spec = MatchSpec { context: self.comm.context, source, tag };
         // SAFETY: `buf` is exclusively borrowed for 'scope, and `Comm::scope` releases this
         // request before 'scope ends, even if the handle is leaked.
-        let id = unsafe { self.comm.dev.irecv(bytes.as_mut_ptr(), bytes.len(), spec)? };
-        Ok(Request { comm: self.comm, state: ReqState::Active(id), elem_size: size_of::<T>() })
+        let started = unsafe { self.comm.dev.irecv(bytes.as_mut_ptr(), bytes.len(), spec)? };
+        Ok(Request::new(self.comm, started, size_of::<T>()))
     }
 
     /// Starts a receive into raw memory, for callers that need what safe borrows forbid — chiefly
@@ -134,12 +134,20 @@ impl<'scope> Scope<'scope, '_> {
         self.comm.check_source(source, tag)?;
         let spec = MatchSpec { context: self.comm.context, source, tag };
         // SAFETY: forwarded caller contract; the scope releases the request before it ends.
-        let id = unsafe { self.comm.dev.irecv(buf.cast::<u8>(), len * size_of::<T>(), spec)? };
-        Ok(Request { comm: self.comm, state: ReqState::Active(id), elem_size: size_of::<T>() })
+        let started = unsafe { self.comm.dev.irecv(buf.cast::<u8>(), len * size_of::<T>(), spec)? };
+        Ok(Request::new(self.comm, started, size_of::<T>()))
     }
 }
 
-impl Request<'_> {
+impl<'scope> Request<'scope> {
+    fn new(comm: &'scope Comm, started: Started, elem_size: usize) -> Self {
+        let state = match started {
+            Started::Complete(result) => ReqState::Complete(result.and_then(|raw| Status::from_raw(raw, elem_size))),
+            Started::Pending(id) => ReqState::Active(id),
+        };
+        Request { comm, state, elem_size }
+    }
+
     /// Whether the request still has a result to deliver.
     pub fn is_active(&self) -> bool {
         !matches!(self.state, ReqState::Inactive)

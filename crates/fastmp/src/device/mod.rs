@@ -89,6 +89,16 @@ pub struct ReqId {
     pub(crate) generation: u32,
 }
 
+/// How a started operation stands: most small sends and many receives finish inside
+/// `isend`/`irecv`, and then no request needs to be tracked at all.
+#[derive(Debug)]
+pub enum Started {
+    /// Finished already (a receive may carry its truncation error here).
+    Complete(Result<RawStatus>),
+    /// In flight; complete it with [`Device::test`] or release it with [`Device::release`].
+    Pending(ReqId),
+}
+
 /// A message transport for one rank (one endpoint per rank).
 ///
 /// Requests are completed by [`Device::test`] (which also drives progress) and by
@@ -116,14 +126,14 @@ pub trait Device {
         tag: i32,
         context: ContextId,
         mode: SendMode,
-    ) -> Result<ReqId>;
+    ) -> Result<Started>;
 
     /// Starts receiving into `capacity` bytes at `buf`.
     ///
     /// # Safety
     /// `buf..buf+capacity` must be writable and not otherwise accessed until the request
     /// completes or is released.
-    unsafe fn irecv(&self, buf: *mut u8, capacity: usize, spec: MatchSpec) -> Result<ReqId>;
+    unsafe fn irecv(&self, buf: *mut u8, capacity: usize, spec: MatchSpec) -> Result<Started>;
 
     /// Reports the first message matching `spec`, without receiving it.
     fn iprobe(&self, spec: MatchSpec) -> Result<Option<RawStatus>>;

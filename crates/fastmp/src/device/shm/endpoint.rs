@@ -10,19 +10,25 @@ use super::ring::{Header, INLINE_BYTES, Kind, SlotView};
 use super::{Liveness, ShmWorld};
 use crate::device::slab::Slab;
 use crate::device::wait::{Backoff, Pause};
-use crate::device::{ContextId, Device, MatchSpec, RawStatus, ReqId, SendMode, Source, TAG_UB};
+use crate::device::{ContextId, Device, MatchSpec, RawStatus, ReqId, SendMode, Source, Started, TAG_UB};
 use crate::error::{Error, Result};
 
 /// Records kept for reuse; beyond this, finished records are freed.
 const RECORD_POOL: usize = 256;
 
-struct SendReq {
+/// What to send, as given to `isend`.
+#[derive(Clone, Copy)]
+struct OutMsg {
     dest: usize,
     tag: i32,
     context: ContextId,
     buf: *const u8,
     len: usize,
     mode: SendMode,
+}
+
+struct SendReq {
+    msg: OutMsg,
     phase: SendPhase,
 }
 
@@ -353,10 +359,9 @@ impl ShmEndpoint {
         }
     }
 
-    /// Tries to hand a send to the transport; `false` if the destination ring is full.
-    fn start_send(&self, st: &mut State, id: ReqId) -> bool {
-        let Ok(Req::Send(s)) = st.reqs.get_mut(id) else { return true };
-        let (dest, tag, context, buf, len, mode) = (s.dest, s.tag, s.context, s.buf, s.len, s.mode);
+    /// Hands a send to the transport: its phase afterwards, or `None` if the ring is full.
+    fn start_send(&self, st: &mut State, m: &OutMsg) -> Option<SendPhase> {
+        let OutMsg { dest, tag, context, buf, len, mode } = *m;
         let ring = self.world.ring(dest, self.rank);
         let peer = &self.world.ranks[dest];
         let phase;
@@ -369,10 +374,7 @@ impl ShmEndpoint {
                     self.copy_to_claim(&claim, buf, len);
                     peer.board.complete(&claim, Completion { source: self.rank, tag, bytes: len });
                     peer.parker.notify();
-                    if let Ok(Req::Send(s)) = st.reqs.get_mut(id) {
-                        s.phase = SendPhase::Done;
-                    }
-                    return true;
+                    return Some(SendPhase::Done);
                 }
             }
             let rec = self.get_record(st, buf);
@@ -389,7 +391,7 @@ impl ShmEndpoint {
                 // SAFETY: the reference was never published; take it back once.
                 drop(unsafe { SendRecord::from_message(header.record) });
                 self.recycle(st, rec);
-                return false;
+                return None;
             }
             phase = SendPhase::Remote(rec);
         } else {
@@ -411,15 +413,12 @@ impl ShmEndpoint {
                     drop(unsafe { SendRecord::from_message(header.record) });
                     self.recycle(st, rec);
                 }
-                return false;
+                return None;
             }
             phase = rec.map_or(SendPhase::Done, SendPhase::Remote);
         }
         peer.parker.notify();
-        if let Ok(Req::Send(s)) = st.reqs.get_mut(id) {
-            s.phase = phase;
-        }
-        true
+        Some(phase)
     }
 
     fn copy_to_claim(&self, claim: &Claim, buf: *const u8, len: usize) {
@@ -433,8 +432,11 @@ impl ShmEndpoint {
     fn flush_pending(&self, st: &mut State) {
         for dest in 0..self.world.np {
             while let Some(&id) = st.pending[dest].front() {
-                if !self.start_send(st, id) {
-                    break;
+                let Ok(Req::Send(s)) = st.reqs.get_mut(id) else { unreachable!("queued send is live") };
+                let msg = s.msg;
+                let Some(phase) = self.start_send(st, &msg) else { break };
+                if let Ok(Req::Send(s)) = st.reqs.get_mut(id) {
+                    s.phase = phase;
                 }
                 st.pending[dest].pop_front();
                 st.pending_count -= 1;
@@ -449,7 +451,7 @@ impl ShmEndpoint {
         let rank = self.rank;
         let done = match st.reqs.get_mut(id)? {
             Req::Send(s) => {
-                let status = |cancelled| RawStatus { source: rank, tag: s.tag, bytes: s.len, cancelled };
+                let status = |cancelled| RawStatus { source: rank, tag: s.msg.tag, bytes: s.msg.len, cancelled };
                 match &s.phase {
                     SendPhase::Queued => None,
                     SendPhase::Done => Some(Ok(status(false))),
@@ -490,7 +492,7 @@ impl ShmEndpoint {
     fn dead_peer(&self, st: &mut State, id: ReqId) -> Option<Error> {
         let peer_gone = |r: usize| r != self.rank && self.world.liveness(r) != Liveness::Running;
         match st.reqs.get_mut(id).ok()? {
-            Req::Send(s) => peer_gone(s.dest).then_some(Error::PeerExited { rank: s.dest }),
+            Req::Send(s) => peer_gone(s.msg.dest).then_some(Error::PeerExited { rank: s.msg.dest }),
             Req::Recv(r) => match r.spec.source {
                 Source::Rank(src) => peer_gone(src).then_some(Error::PeerExited { rank: src }),
                 Source::Any => {
@@ -508,7 +510,7 @@ impl ShmEndpoint {
         match req {
             Req::Send(s) => match s.phase {
                 SendPhase::Queued => {
-                    let q = &mut st.pending[s.dest];
+                    let q = &mut st.pending[s.msg.dest];
                     if let Some(pos) = q.iter().position(|&x| x == id) {
                         q.remove(pos);
                         st.pending_count -= 1;
@@ -517,7 +519,7 @@ impl ShmEndpoint {
                 SendPhase::Done | SendPhase::Cancelled => {}
                 SendPhase::Remote(rec) => {
                     // SAFETY: the request was live, so its buffer is still valid for `len` bytes.
-                    let need_wait = s.len > self.world.eager_limit && !unsafe { rec.detach(s.len) };
+                    let need_wait = s.msg.len > self.world.eager_limit && !unsafe { rec.detach(s.msg.len) };
                     if need_wait {
                         // Claimed by the receiver, which is copying right now: bounded wait.
                         while rec.state() == record::CLAIMED {
@@ -571,7 +573,7 @@ impl Device for ShmEndpoint {
         tag: i32,
         context: ContextId,
         mode: SendMode,
-    ) -> Result<ReqId> {
+    ) -> Result<Started> {
         self.check_live()?;
         if dest >= self.world.np {
             return Err(Error::RankOutOfRange { rank: dest, size: self.world.np });
@@ -580,15 +582,25 @@ impl Device for ShmEndpoint {
             return Err(Error::TagOutOfRange { tag, max: TAG_UB });
         }
         let st = &mut *self.st.borrow_mut();
-        let id = st.reqs.insert(Req::Send(SendReq { dest, tag, context, buf, len, mode, phase: SendPhase::Queued }));
-        if !st.pending[dest].is_empty() || !self.start_send(st, id) {
+        let msg = OutMsg { dest, tag, context, buf, len, mode };
+        let phase = if st.pending[dest].is_empty() { self.start_send(st, &msg) } else { None };
+        let phase = match phase {
+            Some(SendPhase::Done) => {
+                return Ok(Started::Complete(Ok(RawStatus { source: self.rank, tag, bytes: len, cancelled: false })));
+            }
+            Some(phase) => phase,
+            None => SendPhase::Queued,
+        };
+        let queued = matches!(phase, SendPhase::Queued);
+        let id = st.reqs.insert(Req::Send(SendReq { msg, phase }));
+        if queued {
             st.pending[dest].push_back(id);
             st.pending_count += 1;
         }
-        Ok(id)
+        Ok(Started::Pending(id))
     }
 
-    unsafe fn irecv(&self, buf: *mut u8, capacity: usize, spec: MatchSpec) -> Result<ReqId> {
+    unsafe fn irecv(&self, buf: *mut u8, capacity: usize, spec: MatchSpec) -> Result<Started> {
         self.check_live()?;
         if let Source::Rank(r) = spec.source {
             if r >= self.world.np {
@@ -606,19 +618,19 @@ impl Device for ShmEndpoint {
                 Source::Any => (0..self.world.np).find_map(|src| self.drain_ring(st, src, candidate)),
             }
         });
-        let phase = match done {
-            Some(result) => RecvPhase::Done(result),
-            None => match self.world.ranks[self.rank].board.post(spec, buf, capacity) {
-                Some((index, generation)) => RecvPhase::Board { index, generation },
-                None => RecvPhase::Private,
-            },
+        if let Some(result) = done {
+            return Ok(Started::Complete(result));
+        }
+        let phase = match self.world.ranks[self.rank].board.post(spec, buf, capacity) {
+            Some((index, generation)) => RecvPhase::Board { index, generation },
+            None => RecvPhase::Private,
         };
         let private = matches!(phase, RecvPhase::Private);
         let id = st.reqs.insert(Req::Recv(RecvReq { spec, buf, capacity, phase }));
         if private {
             st.private_posted.push_back(id);
         }
-        Ok(id)
+        Ok(Started::Pending(id))
     }
 
     fn iprobe(&self, spec: MatchSpec) -> Result<Option<RawStatus>> {
@@ -665,7 +677,7 @@ impl Device for ShmEndpoint {
         match st.reqs.get_mut(id)? {
             Req::Send(s) => match &s.phase {
                 SendPhase::Queued => {
-                    let q = &mut st.pending[s.dest];
+                    let q = &mut st.pending[s.msg.dest];
                     if let Some(pos) = q.iter().position(|&x| x == id) {
                         q.remove(pos);
                         st.pending_count -= 1;

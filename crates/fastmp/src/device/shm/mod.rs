@@ -61,6 +61,7 @@ pub(crate) struct ShmWorld {
 
 impl ShmWorld {
     pub fn new(np: usize, eager_limit: usize) -> Arc<Self> {
+        super::wait::init_barriers();
         Arc::new(ShmWorld {
             np,
             eager_limit,
