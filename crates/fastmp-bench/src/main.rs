@@ -64,7 +64,9 @@ impl Bench {
 
     fn check_np(self, np: usize) -> Result<(), String> {
         match self {
-            Bench::MbwMr if np < 2 || np % 2 != 0 => Err(format!("mbw_mr needs an even number of ranks, got {np}")),
+            Bench::MbwMr if np < 2 || !np.is_multiple_of(2) => {
+                Err(format!("mbw_mr needs an even number of ranks, got {np}"))
+            }
             Bench::Latency | Bench::Bw | Bench::Bibw if np != 2 => {
                 Err(format!("{} needs exactly 2 ranks, got {np}", self.name()))
             }
@@ -105,7 +107,13 @@ fn run(args: &Args) -> Result<(), String> {
     let json = args.json;
     config
         .run(|world: Comm| {
-            let out = Reporter { bench: bench.name(), device: world.device_name(), np: world.size(), json, printer: world.rank() == 0 };
+            let out = Reporter {
+                bench: bench.name(),
+                device: world.device_name(),
+                np: world.size(),
+                json,
+                printer: world.rank() == 0,
+            };
             match bench {
                 Bench::Latency => pt2pt::latency(&world, &sizes, &out),
                 Bench::Bw => pt2pt::bw(&world, &sizes, &out),

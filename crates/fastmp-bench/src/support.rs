@@ -40,7 +40,8 @@ pub struct Sizes {
 impl Sizes {
     pub fn iter(&self) -> impl Iterator<Item = usize> + '_ {
         let first = self.min;
-        std::iter::successors(Some(first), |&s| Some(if s == 0 { 1 } else { s * 2 })).take_while(move |&s| s <= self.max)
+        std::iter::successors(Some(first), |&s| Some(if s == 0 { 1 } else { s * 2 }))
+            .take_while(move |&s| s <= self.max)
     }
 }
 

@@ -48,7 +48,7 @@ impl Status {
     pub(crate) fn from_raw(raw: RawStatus, elem_size: usize) -> Result<Self> {
         let count = match elem_size {
             0 => 0,
-            size if raw.bytes % size == 0 => raw.bytes / size,
+            size if raw.bytes.is_multiple_of(size) => raw.bytes / size,
             size => return Err(Error::ElementSize { bytes: raw.bytes, elem_size: size }),
         };
         Ok(Status { source: raw.source, tag: raw.tag, count, bytes: raw.bytes, cancelled: raw.cancelled })
@@ -57,7 +57,7 @@ impl Status {
     /// Element count for another element type, if the byte count divides evenly (MPI_Get_count).
     pub fn count_of<T>(&self) -> Option<usize> {
         let size = std::mem::size_of::<T>();
-        (size != 0 && self.bytes % size == 0).then(|| self.bytes / size)
+        (size != 0 && self.bytes.is_multiple_of(size)).then(|| self.bytes / size)
     }
 }
 
@@ -106,10 +106,10 @@ impl Comm {
 
     pub(crate) fn check_source(&self, source: Source, tag: i32) -> Result<()> {
         self.check_live()?;
-        if let Source::Rank(rank) = source {
-            if rank >= self.size() {
-                return Err(Error::RankOutOfRange { rank, size: self.size() });
-            }
+        if let Source::Rank(rank) = source
+            && rank >= self.size()
+        {
+            return Err(Error::RankOutOfRange { rank, size: self.size() });
         }
         if tag != ANY_TAG && !(0..=TAG_UB).contains(&tag) {
             return Err(Error::TagOutOfRange { tag, max: TAG_UB });

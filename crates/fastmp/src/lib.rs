@@ -31,8 +31,8 @@
 //! [`Comm`] (typed point-to-point, [`Comm::scope`] for nonblocking requests) sits on the narrow
 //! [`device::Device`] trait; the `shm` device implements it.
 
-pub mod device;
 mod comm;
+pub mod device;
 mod error;
 mod launch;
 mod p2p;

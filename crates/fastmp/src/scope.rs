@@ -89,7 +89,13 @@ impl<'scope> Scope<'scope, '_> {
         self.start_send(buf, dest, tag, SendMode::Synchronous)
     }
 
-    fn start_send<T: Pod>(&'scope self, buf: &'scope [T], dest: usize, tag: i32, mode: SendMode) -> Result<Request<'scope>> {
+    fn start_send<T: Pod>(
+        &'scope self,
+        buf: &'scope [T],
+        dest: usize,
+        tag: i32,
+        mode: SendMode,
+    ) -> Result<Request<'scope>> {
         self.comm.check_dest(dest, tag)?;
         let bytes: &[u8] = bytemuck::cast_slice(buf);
         // SAFETY: `buf` is borrowed for 'scope, and `Comm::scope` releases this request before

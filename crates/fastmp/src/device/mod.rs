@@ -4,8 +4,8 @@
 //! `dyn Device` only, so a new transport is one more implementation of [`Device`] plus a branch in
 //! the launcher; nothing above changes.
 
-pub(crate) mod slab;
 pub(crate) mod shm;
+pub(crate) mod slab;
 pub(crate) mod wait;
 
 use crate::error::Result;

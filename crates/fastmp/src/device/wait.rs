@@ -5,8 +5,8 @@
 //! a core, though; oversubscribed runs shorten the spin phase and move on to yielding, which hands
 //! the core to the rank we are waiting for.
 
-use std::sync::atomic::{AtomicBool, Ordering, compiler_fence, fence};
 use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, Ordering, compiler_fence, fence};
 use std::thread::Thread;
 use std::time::Duration;
 
@@ -28,11 +28,7 @@ impl WaitPolicy {
     /// spin a little, then give the core away.
     pub fn for_ranks(np: usize) -> Self {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        if np <= cores {
-            WaitPolicy { spins: 20_000, yields: 200 }
-        } else {
-            WaitPolicy { spins: 64, yields: 64 }
-        }
+        if np <= cores { WaitPolicy { spins: 20_000, yields: 200 } } else { WaitPolicy { spins: 64, yields: 64 } }
     }
 }
 
@@ -56,10 +52,10 @@ impl Parker {
         // Pairs with `heavy_barrier` in `park`: either the waiter sees our event in its final
         // check, or we see its `parked` flag (asymmetric Dekker).
         light_barrier();
-        if self.parked.load(Ordering::Relaxed) {
-            if let Some(t) = self.thread.get() {
-                t.unpark();
-            }
+        if self.parked.load(Ordering::Relaxed)
+            && let Some(t) = self.thread.get()
+        {
+            t.unpark();
         }
     }
 

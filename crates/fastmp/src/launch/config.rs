@@ -43,7 +43,9 @@ impl FromStr for Pin {
             "none" => Ok(Pin::None),
             "compact" => Ok(Pin::Compact),
             "scatter" => Ok(Pin::Scatter),
-            other => Err(Error::InvalidArgument(format!("unknown pinning '{other}' (expected compact, scatter or none)"))),
+            other => {
+                Err(Error::InvalidArgument(format!("unknown pinning '{other}' (expected compact, scatter or none)")))
+            }
         }
     }
 }
@@ -76,11 +78,7 @@ where
     T::Err: std::fmt::Display,
 {
     match std::env::var(name) {
-        Ok(v) => v
-            .trim()
-            .parse()
-            .map(Some)
-            .map_err(|e| Error::InvalidArgument(format!("{name}={v}: {e}"))),
+        Ok(v) => v.trim().parse().map(Some).map_err(|e| Error::InvalidArgument(format!("{name}={v}: {e}"))),
         Err(std::env::VarError::NotPresent) => Ok(None),
         Err(e) => Err(Error::InvalidArgument(format!("{name}: {e}"))),
     }
@@ -100,7 +98,7 @@ impl Config {
         if let Some(np) = env_parse::<usize>("FASTMP_NP")? {
             c = c.np(np);
         }
-        if let Some(device) = std::env::var("FASTMP_DEVICE").ok() {
+        if let Ok(device) = std::env::var("FASTMP_DEVICE") {
             c.device = device.parse()?;
         }
         if let Some(limit) = env_parse::<usize>("FASTMP_EAGER_LIMIT")? {
@@ -155,7 +153,10 @@ impl Config {
             return Err(Error::InvalidArgument("np must be at least 1".into()));
         }
         if self.np > 4096 {
-            return Err(Error::InvalidArgument(format!("np = {} exceeds the shm device's limit of 4096 ranks", self.np)));
+            return Err(Error::InvalidArgument(format!(
+                "np = {} exceeds the shm device's limit of 4096 ranks",
+                self.np
+            )));
         }
         if self.eager_limit > (1 << 30) {
             return Err(Error::InvalidArgument(format!("eager limit {} bytes is larger than 1 GiB", self.eager_limit)));

@@ -45,12 +45,10 @@ pub fn init() -> Result<Config> {
 /// environment, and on failure prints the error and exits with status 1.
 ///
 /// ```no_run
-/// fn main() {
-///     fastmp::main(|world| {
-///         println!("rank {} of {}", world.rank(), world.size());
-///         Ok(())
-///     });
-/// }
+/// fastmp::main(|world| {
+///     println!("rank {} of {}", world.rank(), world.size());
+///     Ok(())
+/// });
 /// ```
 pub fn main<F>(f: F)
 where

@@ -157,9 +157,7 @@ impl Board {
 
     /// Re-opens an entry the owner claimed but could not fill (the message was cancelled).
     pub fn unclaim(&self, claim: &Claim) {
-        self.entries[claim.index]
-            .state
-            .store(claim.generation << PHASE_BITS | POSTED, Ordering::Release);
+        self.entries[claim.index].state.store(claim.generation << PHASE_BITS | POSTED, Ordering::Release);
     }
 
     // ---- claimer side (any rank, including the owner) ----

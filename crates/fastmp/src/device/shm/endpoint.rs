@@ -51,7 +51,10 @@ struct RecvReq {
 
 enum RecvPhase {
     /// Published on this rank's board.
-    Board { index: usize, generation: u64 },
+    Board {
+        index: usize,
+        generation: u64,
+    },
     /// In `private_posted` (board overflow).
     Private,
     Done(Result<RawStatus>),
@@ -215,13 +218,13 @@ impl ShmEndpoint {
             }
             return (true, None);
         }
-        if let Some((spec, buf, capacity)) = candidate {
-            if spec.matches(msg.context, msg.source, msg.tag) {
-                return match self.fill(msg, buf, capacity) {
-                    Filled::Delivered(len) => (true, Some(receive_result(msg.source, msg.tag, len, capacity))),
-                    Filled::Vanished => (true, None),
-                };
-            }
+        if let Some((spec, buf, capacity)) = candidate
+            && spec.matches(msg.context, msg.source, msg.tag)
+        {
+            return match self.fill(msg, buf, capacity) {
+                Filled::Delivered(len) => (true, Some(receive_result(msg.source, msg.tag, len, capacity))),
+                Filled::Vanished => (true, None),
+            };
         }
         (false, None)
     }
@@ -242,10 +245,8 @@ impl ShmEndpoint {
         } else {
             None
         };
-        if let Some(rec) = &record {
-            if rec.state() == record::CANCELLED {
-                return None;
-            }
+        if record.as_ref().is_some_and(|rec| rec.state() == record::CANCELLED) {
+            return None;
         }
         let msg = Incoming {
             source,
@@ -284,7 +285,6 @@ impl ShmEndpoint {
         // per rank, !Sync), and the view is dropped before `pop`.
         while let Some(view) = unsafe { ring.peek() } {
             let got = self.take_from_ring(st, source, &view, candidate);
-            drop(view);
             // SAFETY: as above.
             unsafe { ring.pop() };
             if got.is_some() {
@@ -308,7 +308,13 @@ impl ShmEndpoint {
     }
 
     /// Completes a new receive from the unexpected queue if a match is there.
-    fn match_unexpected(&self, st: &mut State, spec: MatchSpec, buf: *mut u8, capacity: usize) -> Option<Result<RawStatus>> {
+    fn match_unexpected(
+        &self,
+        st: &mut State,
+        spec: MatchSpec,
+        buf: *mut u8,
+        capacity: usize,
+    ) -> Option<Result<RawStatus>> {
         let mut pos = 0;
         while pos < st.unexpected.len() {
             let u = &st.unexpected[pos];
@@ -364,18 +370,17 @@ impl ShmEndpoint {
         let OutMsg { dest, tag, context, buf, len, mode } = *m;
         let ring = self.world.ring(dest, self.rank);
         let peer = &self.world.ranks[dest];
-        let phase;
-        if len > self.world.eager_limit {
+        let phase = if len > self.world.eager_limit {
             // Receiver-first: only when nothing of ours is still unmatched in the ring, so an
             // earlier message cannot be overtaken.
             // SAFETY: this endpoint is the only producer of rings from its rank.
-            if unsafe { ring.producer_idle() } {
-                if let Some(claim) = peer.board.claim_remote(context, self.rank, tag) {
-                    self.copy_to_claim(&claim, buf, len);
-                    peer.board.complete(&claim, Completion { source: self.rank, tag, bytes: len });
-                    peer.parker.notify();
-                    return Some(SendPhase::Done);
-                }
+            if unsafe { ring.producer_idle() }
+                && let Some(claim) = peer.board.claim_remote(context, self.rank, tag)
+            {
+                self.copy_to_claim(&claim, buf, len);
+                peer.board.complete(&claim, Completion { source: self.rank, tag, bytes: len });
+                peer.parker.notify();
+                return Some(SendPhase::Done);
             }
             let rec = self.get_record(st, buf);
             let header = Header {
@@ -393,7 +398,7 @@ impl ShmEndpoint {
                 self.recycle(st, rec);
                 return None;
             }
-            phase = SendPhase::Remote(rec);
+            SendPhase::Remote(rec)
         } else {
             // SAFETY: the send contract makes `buf` readable for `len` bytes.
             let payload: &[u8] = if len == 0 { &[] } else { unsafe { std::slice::from_raw_parts(buf, len) } };
@@ -415,8 +420,8 @@ impl ShmEndpoint {
                 }
                 return None;
             }
-            phase = rec.map_or(SendPhase::Done, SendPhase::Remote);
-        }
+            rec.map_or(SendPhase::Done, SendPhase::Remote)
+        };
         peer.parker.notify();
         Some(phase)
     }
@@ -602,10 +607,10 @@ impl Device for ShmEndpoint {
 
     unsafe fn irecv(&self, buf: *mut u8, capacity: usize, spec: MatchSpec) -> Result<Started> {
         self.check_live()?;
-        if let Source::Rank(r) = spec.source {
-            if r >= self.world.np {
-                return Err(Error::RankOutOfRange { rank: r, size: self.world.np });
-            }
+        if let Source::Rank(r) = spec.source
+            && r >= self.world.np
+        {
+            return Err(Error::RankOutOfRange { rank: r, size: self.world.np });
         }
         if spec.tag < crate::device::ANY_TAG {
             return Err(Error::TagOutOfRange { tag: spec.tag, max: TAG_UB });
@@ -639,11 +644,12 @@ impl Device for ShmEndpoint {
         self.progress(st);
         // Drop messages their senders cancelled, then report the first match.
         st.unexpected.retain(|u| u.record.as_ref().is_none_or(|r| r.state() != record::CANCELLED));
-        Ok(st
-            .unexpected
-            .iter()
-            .find(|u| spec.matches(u.context, u.source, u.tag))
-            .map(|u| RawStatus { source: u.source, tag: u.tag, bytes: u.len, cancelled: false }))
+        Ok(st.unexpected.iter().find(|u| spec.matches(u.context, u.source, u.tag)).map(|u| RawStatus {
+            source: u.source,
+            tag: u.tag,
+            bytes: u.len,
+            cancelled: false,
+        }))
     }
 
     fn test(&self, id: ReqId) -> Result<Option<RawStatus>> {

@@ -50,10 +50,13 @@ struct Slot {
     inline: UnsafeCell<[u8; INLINE_BYTES]>,
 }
 
+/// A slot's pooled buffer for payloads that do not fit inline.
+type SpillCell = UnsafeCell<Option<Box<[u8]>>>;
+
 /// The ring of one (sender → receiver) pair.
 pub(crate) struct Ring {
     slots: Box<[Slot]>,
-    spills: Box<[UnsafeCell<Option<Box<[u8]>>>]>,
+    spills: Box<[SpillCell]>,
     /// Consumer's position (messages consumed); written by the consumer only.
     head: CachePadded<AtomicU64>,
     /// Producer's position and its cached copy of `head`; touched by the producer only.
@@ -183,9 +186,8 @@ impl Ring {
 impl Drop for Ring {
     fn drop(&mut self) {
         // Messages never consumed still own their `Arc<SendRecord>`; release it.
-        loop {
-            // SAFETY: `&mut self`: no other thread can use the ring now.
-            let Some(view) = (unsafe { self.peek() }) else { break };
+        // SAFETY: `&mut self`: no other thread can use the ring now.
+        while let Some(view) = unsafe { self.peek() } {
             let record = view.header.record;
             if record != 0 {
                 // SAFETY: `record` came from `Arc::into_raw` in the producer and was never consumed.
