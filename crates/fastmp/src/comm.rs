@@ -124,18 +124,8 @@ impl Comm {
             Started::Complete(result) => return result,
             Started::Pending(id) => id,
         };
-        let mut done = None;
-        let waited = self.dev.wait_until(&mut || {
-            done = self.dev.test(id)?;
-            Ok(done.is_some())
-        });
-        match (waited, done) {
-            (Ok(()), Some(status)) => Ok(status),
-            (Err(e), _) => {
-                self.dev.release(id);
-                Err(e)
-            }
-            (Ok(()), None) => unreachable!("wait_until returned before completion"),
-        }
+        // A failed wait leaves the request outstanding; release it (a no-op if `test` already
+        // retired it) so the buffer is free when we return.
+        self.dev.wait(id).inspect_err(|_| self.dev.release(id))
     }
 }

@@ -162,6 +162,44 @@ pub trait Device {
     /// Fails with [`crate::Error::PeerFailed`] if the job was aborted by a failing rank.
     fn wait_until(&self, poll: &mut dyn FnMut() -> Result<bool>) -> Result<()>;
 
+    /// Blocks until `req` completes (retiring it).
+    fn wait(&self, req: ReqId) -> Result<RawStatus> {
+        let mut done = None;
+        self.wait_until(&mut || {
+            done = self.test(req)?;
+            Ok(done.is_some())
+        })?;
+        Ok(done.expect("wait_until returns after completion"))
+    }
+
+    /// Blocks until one of `reqs` completes; returns its index and result. The other requests
+    /// stay outstanding. `reqs` must not be empty.
+    fn wait_any(&self, reqs: &[ReqId]) -> Result<(usize, Result<RawStatus>)> {
+        if reqs.is_empty() {
+            return Err(crate::Error::InvalidArgument("wait_any on an empty request list".into()));
+        }
+        let mut done = None;
+        self.wait_until(&mut || {
+            for (i, &req) in reqs.iter().enumerate() {
+                match self.test(req) {
+                    Ok(None) => {}
+                    Ok(Some(status)) => done = Some((i, Ok(status))),
+                    Err(e) => done = Some((i, Err(e))),
+                }
+                if done.is_some() {
+                    return Ok(true);
+                }
+            }
+            Ok(false)
+        })?;
+        Ok(done.expect("wait_until returns after completion"))
+    }
+
+    /// Blocks until all of `reqs` complete; results in order.
+    fn wait_all(&self, reqs: &[ReqId]) -> Vec<Result<RawStatus>> {
+        reqs.iter().map(|&req| self.wait(req)).collect()
+    }
+
     /// Marks this endpoint finalized: every later call fails with [`crate::Error::Finalized`].
     fn finalize(&self);
 

@@ -24,6 +24,10 @@ impl<T> Default for Slab<T> {
 }
 
 impl<T> Slab<T> {
+    pub fn with_capacity(n: usize) -> Self {
+        Slab { entries: Vec::with_capacity(n), free: Vec::with_capacity(n), next_serial: 0 }
+    }
+
     pub fn insert(&mut self, value: T) -> ReqId {
         let serial = self.next_serial;
         self.next_serial += 1;

@@ -15,6 +15,9 @@ use crate::error::{Error, Result};
 
 /// Records kept for reuse; beyond this, finished records are freed.
 const RECORD_POOL: usize = 256;
+/// Spill buffers pre-allocated per rank (only for eager limits up to the max below).
+const SPARE_PREFILL: usize = 8;
+const SPARE_PREFILL_MAX_LIMIT: usize = 64 * 1024;
 
 /// What to send, as given to `isend`.
 #[derive(Clone, Copy)]
@@ -146,7 +149,23 @@ fn receive_result(source: usize, tag: i32, len: usize, capacity: usize) -> Resul
 
 impl ShmEndpoint {
     pub(super) fn new(world: Arc<ShmWorld>, rank: usize) -> Self {
-        let st = State { pending: (0..world.np).map(|_| VecDeque::new()).collect(), ..State::default() };
+        // Pre-sized so typical traffic never grows them on the hot path.
+        let st = State {
+            reqs: Slab::with_capacity(128),
+            unexpected: VecDeque::with_capacity(128),
+            private_posted: VecDeque::with_capacity(16),
+            pending: (0..world.np).map(|_| VecDeque::new()).collect(),
+            // Spares replace spill buffers taken by unexpected messages; a few up front keep the
+            // sender from re-allocating while the pool warms up.
+            spare_spills: if world.eager_limit <= SPARE_PREFILL_MAX_LIMIT {
+                (0..SPARE_PREFILL).map(|_| vec![0u8; world.eager_limit].into_boxed_slice()).collect()
+            } else {
+                Vec::new()
+            },
+            records: Vec::with_capacity(RECORD_POOL),
+            detached: Vec::new(),
+            pending_count: 0,
+        };
         ShmEndpoint { world, rank, finalized: Cell::new(false), st: RefCell::new(st) }
     }
 
@@ -168,7 +187,7 @@ impl ShmEndpoint {
                 self.world.ranks[msg.source].parker.notify();
             }
             (None, Some(rec)) => {
-                let Ok(src) = rec.try_claim() else { return Filled::Vanished };
+                let Some(src) = rec.claim() else { return Filled::Vanished };
                 // SAFETY: a PENDING→CLAIMED record points at `len` readable bytes (the sender's
                 // buffer, kept alive until DONE by the send contract, or the record's own copy).
                 let bytes = unsafe { std::slice::from_raw_parts(src, msg.len) };

@@ -54,11 +54,17 @@ impl SendRecord {
         self.state.load(Ordering::Acquire)
     }
 
-    /// Receiver: takes exclusive use of the data pointer. `Err(state)` if not PENDING.
-    pub fn try_claim(&self) -> Result<*const u8, u32> {
-        match self.state.compare_exchange(PENDING, CLAIMED, Ordering::Acquire, Ordering::Acquire) {
-            Ok(_) => Ok(self.data.load(Ordering::Relaxed)),
-            Err(s) => Err(s),
+    /// Receiver: takes exclusive use of the data pointer; `None` if the sender cancelled.
+    ///
+    /// CLAIMED here can only mean the sender is detaching (copying its data into the record),
+    /// which is short and ends in PENDING again, so we wait it out.
+    pub fn claim(&self) -> Option<*const u8> {
+        loop {
+            match self.state.compare_exchange(PENDING, CLAIMED, Ordering::Acquire, Ordering::Acquire) {
+                Ok(_) => return Some(self.data.load(Ordering::Relaxed)),
+                Err(CLAIMED) => std::thread::yield_now(),
+                Err(_) => return None,
+            }
         }
     }
 
