@@ -17,6 +17,7 @@ enum Bench {
     Latency,
     Bw,
     Bibw,
+    #[value(name = "mbw_mr")]
     MbwMr,
 }
 

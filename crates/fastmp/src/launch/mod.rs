@@ -19,9 +19,9 @@ use config::{Config, DeviceKind, Pin};
 /// in fail with [`Error::PeerFailed`], and `run` returns [`Error::RankFailed`] naming the first
 /// rank that failed and why.
 ///
-/// Statics (and `thread_local!`s are not) shared between ranks: a `static` is one variable for all
-/// ranks of a shm job, whereas under a process launcher each rank has its own. Keep rank-local
-/// state in the closure.
+/// Thread ranks share the process: a `static` is one variable for all ranks of a shm job (under a
+/// process launcher each rank would have its own), while a `thread_local!` is per rank. Keep
+/// rank-local state in the closure.
 ///
 /// ```
 /// let squares = fastmp::run(4, |world| Ok(world.rank() * world.rank()))?;
