@@ -49,3 +49,8 @@ pub use scope::{Request, Scope, testall, testany, waitall, waitany};
 pub mod affinity {
     pub use crate::launch::affinity::{allowed_cpus, cpu_for, pin_current_thread};
 }
+
+/// Compiles and runs the README's example as a doctest.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+pub struct ReadmeDoctests;
