@@ -82,7 +82,8 @@ impl Comm {
     }
 
     /// Ends this rank's use of fastmp: every later call on any communicator of this rank fails
-    /// with [`Error::Finalized`]. Called implicitly when the rank's closure returns.
+    /// with [`Error::Finalized`]. Unlike `MPI_Finalize` it is local (no synchronization); a
+    /// rank's resources are released when its closure returns in any case.
     pub fn finalize(&self) -> Result<()> {
         self.check_live()?;
         self.dev.finalize();

@@ -217,3 +217,252 @@ impl Board {
         e.state.store(claim.generation << PHASE_BITS | DONE, Ordering::Release);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! The board's lock-free protocol on the real code (also run under Miri, see
+    //! `scripts/miri.sh`): posting order, claim/complete/poll/free, cancel and unclaim, the
+    //! generation (ABA) check, overflow, and two-thread claim-vs-cancel races.
+
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+    use super::*;
+    use crate::device::{ANY_TAG, ContextId};
+
+    const CTX: ContextId = 5;
+
+    fn spec(source: Source, tag: i32) -> MatchSpec {
+        MatchSpec { context: CTX, source, tag }
+    }
+
+    #[test]
+    fn post_claim_complete_poll_free() {
+        let board = Board::default();
+        let mut buf = [0u8; 16];
+        let (index, generation) = board.post(spec(Source::Rank(2), 9), buf.as_mut_ptr(), buf.len()).expect("posted");
+        assert_eq!((index, generation), (0, 1));
+        assert!(board.poll(index, generation).is_none(), "not completed yet");
+        // Mismatches in context, source or tag do not claim.
+        assert!(board.claim_remote(CTX + 1, 2, 9).is_none());
+        assert!(board.claim_remote(CTX, 3, 9).is_none());
+        assert!(board.claim_remote(CTX, 2, 8).is_none());
+        let claim = board.claim_remote(CTX, 2, 9).expect("matching claim");
+        assert_eq!((claim.index, claim.generation, claim.capacity), (0, 1, 16));
+        assert_eq!(claim.buf, buf.as_mut_ptr());
+        // A claimed entry can be neither claimed again nor cancelled.
+        assert!(board.claim_remote(CTX, 2, 9).is_none());
+        assert!(!board.cancel(index, generation));
+        board.complete(&claim, Completion { source: 2, tag: 9, bytes: 11 });
+        let done = board.poll(index, generation).expect("completed");
+        assert_eq!((done.source, done.tag, done.bytes), (2, 9, 11));
+        board.free(index, generation);
+        assert!(board.poll(index, generation).is_none(), "freed entries report nothing");
+        assert!(board.claim_remote(CTX, 2, 9).is_none(), "freed entries cannot be claimed");
+        // Round robin: the next post takes the next entry.
+        let (i2, g2) = board.post(spec(Source::Any, ANY_TAG), buf.as_mut_ptr(), 4).expect("posted");
+        assert_eq!((i2, g2), (1, 1));
+        let c = board.claim_own(CTX, 7, 123).expect("wildcards match anything in the context");
+        assert_eq!((c.index, c.capacity), (1, 4));
+        assert!(board.claim_own(CTX + 1, 7, 123).is_none());
+    }
+
+    #[test]
+    fn claims_follow_posting_order_across_wraparound() {
+        let board = Board::default();
+        let mut buf = [0u8; 8];
+        let p = buf.as_mut_ptr();
+        // Fill all entries: tags 0..ENTRIES.
+        let posted: Vec<(usize, u64)> =
+            (0..ENTRIES).map(|t| board.post(spec(Source::Rank(1), t as i32), p, 8).expect("posted")).collect();
+        for (t, &(i, g)) in posted.iter().enumerate() {
+            assert_eq!((i, g), (t, 1));
+        }
+        // Full: the round-robin entry is busy, so the next post stays private and sets overflow.
+        assert!(board.post(spec(Source::Rank(1), 0), p, 8).is_none());
+        assert!(board.claim_remote(CTX, 1, 10).is_none(), "senders stay away during overflow");
+        let own = board.claim_own(CTX, 1, 10).expect("the owner still matches board entries");
+        assert_eq!(own.index, 10);
+        board.unclaim(&own);
+        assert!(board.post(spec(Source::Rank(1), 0), p, 8).is_none(), "still overflowing");
+        board.end_overflow();
+        // Withdraw the four oldest, then post two wildcard receives: they land in entries 0 and 1
+        // (generation 2) and are the *newest* in circular order.
+        for &(i, g) in &posted[..4] {
+            assert!(board.cancel(i, g));
+            assert!(!board.cancel(i, g), "cancel twice");
+        }
+        assert_eq!(board.post(spec(Source::Any, ANY_TAG), p, 8), Some((0, 2)));
+        assert_eq!(board.post(spec(Source::Rank(1), ANY_TAG), p, 8), Some((1, 2)));
+        // Tag 5 (entry 5) is older than the wildcards in entries 0 and 1.
+        let c = board.claim_remote(CTX, 1, 5).expect("tag 5");
+        assert_eq!((c.index, c.generation), (5, 1));
+        // Tag 2 was cancelled: the oldest match is now the wildcard in entry 0, then entry 1.
+        let c0 = board.claim_remote(CTX, 1, 2).expect("wildcard");
+        assert_eq!((c0.index, c0.generation), (0, 2));
+        let c1 = board.claim_remote(CTX, 1, 2).expect("second wildcard");
+        assert_eq!((c1.index, c1.generation), (1, 2));
+        assert!(board.claim_remote(CTX, 1, 2).is_none());
+        // Source 3 matches only the ANY_SOURCE entry, which is taken.
+        assert!(board.claim_remote(CTX, 3, 63).is_none());
+        // The old generation of entry 0 is gone for good.
+        assert!(board.poll(0, 1).is_none());
+        assert!(!board.cancel(0, 1));
+        board.complete(&c0, Completion { source: 1, tag: 2, bytes: 0 });
+        assert!(board.poll(0, 1).is_none(), "stale generation never sees the new completion");
+        assert!(board.poll(0, 2).is_some());
+    }
+
+    /// A claimer that read an entry's state before the owner cancelled and re-posted it must not
+    /// be able to claim the new posting with the old state (ABA): emulated here by running the
+    /// claimer's CAS with a stale state word.
+    #[test]
+    fn generation_defeats_aba() {
+        let board = Board::default();
+        let mut buf = [0u8; 8];
+        let p = buf.as_mut_ptr();
+        let (i, g) = board.post(spec(Source::Rank(1), 1), p, 8).expect("posted");
+        let stale = board.entries[i].state.load(Ordering::Acquire);
+        assert!(board.cancel(i, g));
+        // Cycle the round robin back to entry `i` and re-post it with different fields.
+        for _ in 1..ENTRIES {
+            let (j, h) = board.post(spec(Source::Rank(1), 99), p, 8).expect("posted");
+            assert!(board.cancel(j, h));
+        }
+        let (i2, g2) = board.post(spec(Source::Rank(2), 2), p, 8).expect("re-posted");
+        assert_eq!((i2, g2), (i, g + 1));
+        let stale_claim = (stale & !PHASE_MASK) | CLAIMED;
+        assert!(
+            board.entries[i].state.compare_exchange(stale, stale_claim, Ordering::AcqRel, Ordering::Acquire).is_err(),
+            "a stale state word must not claim the new posting"
+        );
+        // The new posting is claimable only with its own fields.
+        assert!(board.claim_remote(CTX, 1, 1).is_none());
+        let c = board.claim_remote(CTX, 2, 2).expect("new posting");
+        assert_eq!((c.index, c.generation), (i, g + 1));
+        // Unclaim re-opens exactly that generation.
+        board.unclaim(&c);
+        let c = board.claim_own(CTX, 2, 2).expect("re-opened");
+        assert_eq!((c.index, c.generation), (i, g + 1));
+        board.complete(&c, Completion { source: 2, tag: 2, bytes: 8 });
+        assert!(board.poll(i, g).is_none());
+        assert_eq!(board.poll(i, g + 1).map(|d| d.bytes), Some(8));
+        board.free(i, g + 1);
+    }
+
+    /// Owner posts a receive and races a cancel against a sender thread that claims and fills it.
+    /// Exactly one side wins each round; a cancelled receive's buffer is never written, a claimed
+    /// one is completed with the sender's data.
+    #[test]
+    fn two_threads_claim_races_cancel() {
+        let rounds: usize = if cfg!(miri) { 24 } else { 20_000 };
+        let board = Board::default();
+        let stop = AtomicBool::new(false);
+        let claims = AtomicUsize::new(0);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                while !stop.load(Ordering::Acquire) {
+                    // Only tag 1 is claimed; the owner also posts tag 2 receives that must never
+                    // be handed to this claimer, whatever the interleaving (ABA / stale fields).
+                    if let Some(c) = board.claim_remote(CTX, 1, 1) {
+                        // SAFETY: a claim grants exclusive write access to `capacity` bytes.
+                        let dst = unsafe { std::slice::from_raw_parts_mut(c.buf, c.capacity) };
+                        assert_eq!(dst[0], 1, "claimed a receive posted with another tag");
+                        dst.fill(0xC1);
+                        board.complete(&c, Completion { source: 1, tag: 1, bytes: c.capacity });
+                        claims.fetch_add(1, Ordering::Relaxed);
+                    } else {
+                        std::thread::yield_now();
+                    }
+                }
+            });
+            s.spawn(|| {
+                let mut won = [0usize; 2];
+                for round in 0..rounds {
+                    let tag = if round % 3 == 2 { 2 } else { 1 };
+                    let mut buf = vec![0u8; 16];
+                    buf[0] = tag as u8;
+                    let Some((i, g)) = board.post(spec(Source::Rank(1), tag), buf.as_mut_ptr(), buf.len()) else {
+                        panic!("round {round}: the board cannot be full, every entry is freed");
+                    };
+                    for _ in 0..(round % 4) {
+                        std::thread::yield_now();
+                    }
+                    if board.cancel(i, g) {
+                        won[0] += 1;
+                        assert!(buf[1..].iter().all(|&b| b == 0), "cancelled receive was written");
+                    } else {
+                        assert_eq!(tag, 1, "a tag-2 receive was claimed");
+                        let done = loop {
+                            if let Some(d) = board.poll(i, g) {
+                                break d;
+                            }
+                            std::thread::yield_now();
+                        };
+                        assert_eq!((done.source, done.tag, done.bytes), (1, 1, 16));
+                        assert!(buf.iter().all(|&b| b == 0xC1), "claimed receive not filled");
+                        board.free(i, g);
+                        won[1] += 1;
+                    }
+                }
+                stop.store(true, Ordering::Release);
+                assert_eq!(won[0] + won[1], rounds);
+                won
+            });
+        });
+        assert!(claims.load(Ordering::Relaxed) <= rounds);
+    }
+
+    /// Several posted receives at once; a sender claims them in posting order while the owner
+    /// keeps posting and reaping (the round robin wraps several times).
+    #[test]
+    fn two_threads_claims_in_posting_order() {
+        let total: usize = if cfg!(miri) { 80 } else { 20_000 };
+        const WINDOW: usize = 5;
+        let board = Board::default();
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                let mut seen = 0usize;
+                while seen < total {
+                    let Some(c) = board.claim_remote(CTX, 0, 4) else {
+                        std::thread::yield_now();
+                        continue;
+                    };
+                    // SAFETY: exclusive access to the claimed buffer.
+                    let dst = unsafe { std::slice::from_raw_parts_mut(c.buf, c.capacity) };
+                    let seq = u64::from_le_bytes(dst[..8].try_into().unwrap()) as usize;
+                    assert_eq!(seq, seen, "claimed out of posting order");
+                    dst[8..].copy_from_slice(&(!seq as u64).to_le_bytes());
+                    board.complete(&c, Completion { source: 0, tag: 4, bytes: 16 });
+                    seen += 1;
+                }
+            });
+            s.spawn(|| {
+                let mut bufs: Vec<Box<[u8; 16]>> = Vec::new();
+                let mut live: std::collections::VecDeque<(usize, usize, u64)> = Default::default();
+                let mut next = 0usize;
+                let mut reaped = 0usize;
+                while reaped < total {
+                    while next < total && live.len() < WINDOW {
+                        let mut b = Box::new([0u8; 16]);
+                        b[..8].copy_from_slice(&(next as u64).to_le_bytes());
+                        let ptr = b.as_mut_ptr();
+                        bufs.push(b);
+                        let (i, g) = board.post(spec(Source::Any, ANY_TAG), ptr, 16).expect("posted");
+                        live.push_back((next, i, g));
+                        next += 1;
+                    }
+                    let &(seq, i, g) = live.front().expect("live");
+                    if board.poll(i, g).is_some() {
+                        board.free(i, g);
+                        live.pop_front();
+                        let b = &bufs[seq];
+                        assert_eq!(u64::from_le_bytes(b[8..].try_into().unwrap()), !(seq as u64));
+                        reaped += 1;
+                    } else {
+                        std::thread::yield_now();
+                    }
+                }
+            });
+        });
+    }
+}

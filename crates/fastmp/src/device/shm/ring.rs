@@ -226,3 +226,277 @@ impl SlotView<'_> {
         unsafe { std::mem::replace(&mut *self.ring.spills[self.index].get(), replacement) }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! Two-thread tests of the SPSC protocol on the real ring (also run under Miri, see
+    //! `scripts/miri.sh`): content and order of varied payloads (0 B, inline, spilled), the
+    //! full-ring case, spill hand-over, and release of unconsumed records on drop.
+
+    use std::sync::Arc;
+
+    use super::super::record::SendRecord;
+    use super::*;
+
+    /// Payload sizes cycled through: empty, inline (≤ 24 B), exactly inline, spilled.
+    const SIZES: [usize; 9] = [0, 1, 7, 23, 24, 25, 40, 100, 3];
+    const SPILL_CAPACITY: usize = 64;
+
+    fn byte(i: usize, j: usize) -> u8 {
+        (i.wrapping_mul(31) ^ j.wrapping_mul(7)) as u8
+    }
+
+    fn payload(i: usize) -> Vec<u8> {
+        (0..SIZES[i % SIZES.len()]).map(|j| byte(i, j)).collect()
+    }
+
+    fn eager(i: usize, len: usize) -> Header {
+        Header { len: len as u64, tag: i as i32, context: (i * 3) as u32, kind: Kind::Eager, sync: i % 2 == 0, record: 0 }
+    }
+
+    fn rts(i: usize, len: usize, record: usize) -> Header {
+        Header { len: len as u64, tag: i as i32, context: 7, kind: Kind::Rts, sync: false, record }
+    }
+
+    fn check(view: &SlotView<'_>, i: usize) {
+        let want = payload(i);
+        assert_eq!(view.header.len, want.len() as u64, "message {i}: length");
+        assert_eq!(view.header.tag, i as i32, "message {i}: tag");
+        assert_eq!(view.header.context, (i * 3) as u32, "message {i}: context");
+        assert_eq!(view.header.kind, Kind::Eager);
+        assert_eq!(view.header.sync, i % 2 == 0);
+        assert_eq!(view.payload(), &want[..], "message {i}: payload");
+    }
+
+    #[test]
+    fn single_thread_full_ring_and_wraparound() {
+        let ring = Ring::new();
+        // SAFETY (whole test): this thread is both the only producer and the only consumer.
+        unsafe {
+            assert!(ring.peek().is_none());
+            assert!(ring.producer_idle());
+            for i in 0..SLOTS {
+                let p = payload(i);
+                assert!(ring.push(eager(i, p.len()), &p, SPILL_CAPACITY), "slot {i} should be free");
+            }
+            assert!(!ring.producer_idle());
+            // Full: the next push must fail (twice, to exercise the refreshed head cache) and leave
+            // the ring unchanged.
+            let p = payload(SLOTS);
+            assert!(!ring.push(eager(SLOTS, p.len()), &p, SPILL_CAPACITY));
+            assert!(!ring.push(eager(SLOTS, p.len()), &p, SPILL_CAPACITY));
+            // Consume one, then exactly one more fits.
+            check(&ring.peek().expect("published"), 0);
+            ring.pop();
+            assert!(ring.push(eager(SLOTS, p.len()), &p, SPILL_CAPACITY));
+            let q = payload(SLOTS + 1);
+            assert!(!ring.push(eager(SLOTS + 1, q.len()), &q, SPILL_CAPACITY));
+            // Drain in order across the wrap-around.
+            for i in 1..=SLOTS {
+                let view = ring.peek().expect("published");
+                check(&view, i);
+                // Peeking again without popping shows the same message.
+                drop(view);
+                check(&ring.peek().expect("still published"), i);
+                ring.pop();
+            }
+            assert!(ring.peek().is_none());
+            assert!(ring.producer_idle());
+        }
+    }
+
+    #[test]
+    fn take_spill_hands_the_buffer_over() {
+        let ring = Ring::new();
+        // SAFETY (whole test): single thread acting as the only producer and consumer.
+        unsafe {
+            // A spilled payload: the consumer takes the buffer without a replacement.
+            let big: Vec<u8> = (0..100).map(|j| byte(1, j)).collect();
+            assert!(ring.push(eager(0, big.len()), &big, 128));
+            let view = ring.peek().expect("published");
+            assert_eq!(view.payload(), &big[..]);
+            let spill = view.take_spill(None).expect("spill buffer");
+            assert_eq!(spill.len(), 128, "allocated with the requested spill capacity");
+            assert_eq!(&spill[..100], &big[..]);
+            drop(view);
+            ring.pop();
+
+            // Cycle back to slot 0 with empty messages, then spill again: the producer must
+            // allocate a fresh buffer (the old one was taken).
+            for i in 1..SLOTS {
+                assert!(ring.push(eager(i, 0), &[], 0));
+                ring.peek().expect("published");
+                ring.pop();
+            }
+            let big2: Vec<u8> = (0..200).map(|j| byte(2, j)).collect();
+            assert!(ring.push(eager(SLOTS, big2.len()), &big2, 64));
+            let view = ring.peek().expect("published");
+            assert_eq!(view.payload(), &big2[..]);
+            // Replace it with a buffer too small for the next payload...
+            let spill2 = view.take_spill(Some(vec![0xAA; 8].into_boxed_slice())).expect("spill buffer");
+            assert_eq!(spill2.len(), 200, "payload larger than the spill capacity sizes the buffer");
+            assert_eq!(&spill2[..], &big2[..]);
+            drop(view);
+            ring.pop();
+            // ...which the producer must then replace, not overflow.
+            for i in 1..SLOTS {
+                assert!(ring.push(eager(SLOTS + i, 0), &[], 0));
+                ring.peek().expect("published");
+                ring.pop();
+            }
+            let big3: Vec<u8> = (0..30).map(|j| byte(3, j)).collect();
+            assert!(ring.push(eager(2 * SLOTS, big3.len()), &big3, 32));
+            let view = ring.peek().expect("published");
+            assert_eq!(view.payload(), &big3[..]);
+            // A large-enough replacement is reused as is.
+            let spill3 = view.take_spill(Some(vec![0; 512].into_boxed_slice())).expect("spill buffer");
+            assert_eq!(&spill3[..30], &big3[..]);
+            drop(view);
+            ring.pop();
+            for i in 1..SLOTS {
+                assert!(ring.push(eager(i, 0), &[], 0));
+                ring.pop();
+            }
+            let big4: Vec<u8> = (0..300).map(|j| byte(4, j)).collect();
+            assert!(ring.push(eager(0, big4.len()), &big4, 32));
+            assert_eq!(ring.peek().expect("published").payload(), &big4[..]);
+            ring.pop();
+        }
+    }
+
+    #[test]
+    fn rts_carries_no_payload_and_drop_releases_unconsumed_records() {
+        let rec = SendRecord::new();
+        {
+            let ring = Ring::new();
+            // SAFETY (block): single thread acting as the only producer and consumer.
+            unsafe {
+                for i in 0..5 {
+                    let raw = SendRecord::into_message(Arc::clone(&rec));
+                    assert!(ring.push(rts(i, 1 << 20, raw), &[], 0));
+                }
+                assert_eq!(Arc::strong_count(&rec), 6);
+                // Consume two the way the endpoint does: take the reference back exactly once.
+                for i in 0..2 {
+                    let view = ring.peek().expect("published");
+                    assert_eq!(view.header.kind, Kind::Rts);
+                    assert_eq!(view.header.tag, i as i32);
+                    assert_eq!(view.header.len, 1 << 20);
+                    drop(SendRecord::from_message(view.header.record));
+                    ring.pop();
+                }
+                // One eager message without a record in the middle of the unconsumed ones.
+                assert!(ring.push(eager(9, 3), &[1, 2, 3], 0));
+            }
+            assert_eq!(Arc::strong_count(&rec), 4);
+        }
+        // Dropping the ring released the three references still in flight.
+        assert_eq!(Arc::strong_count(&rec), 1);
+    }
+
+    /// Producer and consumer on two threads: every message arrives once, in order, intact, also
+    /// while the ring keeps filling up (the consumer is slowed down periodically).
+    #[test]
+    fn two_threads_fifo_with_full_ring() {
+        let n: usize = if cfg!(miri) { 3 * SLOTS + 7 } else { 50_000 };
+        let ring = Ring::new();
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                for i in 0..n {
+                    let p = payload(i);
+                    // SAFETY: this thread is the ring's only producer.
+                    while !unsafe { ring.push(eager(i, p.len()), &p, SPILL_CAPACITY) } {
+                        std::thread::yield_now();
+                    }
+                }
+                // `producer_idle` turns true once the consumer has popped everything.
+                // SAFETY: producer thread.
+                while !unsafe { ring.producer_idle() } {
+                    std::thread::yield_now();
+                }
+            });
+            s.spawn(|| {
+                let mut spare: Option<Box<[u8]>> = None;
+                for i in 0..n {
+                    let view = loop {
+                        // SAFETY: this thread is the ring's only consumer; the view is dropped
+                        // before `pop`.
+                        if let Some(v) = unsafe { ring.peek() } {
+                            break v;
+                        }
+                        std::thread::yield_now();
+                    };
+                    check(&view, i);
+                    let len = view.header.len as usize;
+                    if len > INLINE_BYTES && i % 3 == 0 {
+                        // Take the spill (as for an unexpected message) and give back the one
+                        // taken last time, like the endpoint's spare pool.
+                        let taken = view.take_spill(spare.take()).expect("spilled payload");
+                        assert_eq!(&taken[..len], &payload(i)[..]);
+                        spare = Some(taken);
+                    }
+                    drop(view);
+                    // SAFETY: consumer thread, after a successful peek.
+                    unsafe { ring.pop() };
+                    if i % 97 == 0 {
+                        // Let the producer fill the ring.
+                        for _ in 0..8 {
+                            std::thread::yield_now();
+                        }
+                    }
+                }
+                // SAFETY: consumer thread.
+                assert!(unsafe { ring.peek() }.is_none());
+            });
+        });
+    }
+
+    /// Records travel through the ring as raw `Arc` pointers; the consumer takes each back once
+    /// and acknowledges it, and the producer sees every acknowledgement.
+    #[test]
+    fn two_threads_records_in_flight() {
+        let n: usize = if cfg!(miri) { 40 } else { 5_000 };
+        let ring = Ring::new();
+        let records: Vec<Arc<SendRecord>> = (0..n).map(|_| SendRecord::new()).collect();
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                for (i, rec) in records.iter().enumerate() {
+                    let raw = SendRecord::into_message(Arc::clone(rec));
+                    let p = payload(i);
+                    let mut h = eager(i, p.len());
+                    h.record = raw;
+                    // SAFETY: only producer.
+                    while !unsafe { ring.push(h, &p, SPILL_CAPACITY) } {
+                        std::thread::yield_now();
+                    }
+                }
+                for rec in &records {
+                    while rec.state() != super::super::record::DONE {
+                        std::thread::yield_now();
+                    }
+                }
+            });
+            s.spawn(|| {
+                for i in 0..n {
+                    // SAFETY: only consumer; view dropped before pop.
+                    let view = loop {
+                        if let Some(v) = unsafe { ring.peek() } {
+                            break v;
+                        }
+                        std::thread::yield_now();
+                    };
+                    assert_eq!(view.payload(), &payload(i)[..]);
+                    // SAFETY: the message owns one reference; taken back once.
+                    let rec = unsafe { SendRecord::from_message(view.header.record) };
+                    drop(view);
+                    // SAFETY: consumer, after peek.
+                    unsafe { ring.pop() };
+                    assert!(rec.acknowledge());
+                }
+            });
+        });
+        for rec in &records {
+            assert_eq!(Arc::strong_count(rec), 1);
+        }
+    }
+}
