@@ -41,6 +41,11 @@ pub enum Error {
     #[error("rank {rank} has exited, so this operation can never complete")]
     PeerExited { rank: usize },
 
+    /// The rank is blocked on an operation only it could complete (e.g. a receive from itself
+    /// with no matching send started), so waiting would never end.
+    #[error("rank {rank} would wait forever: {reason}")]
+    Deadlock { rank: usize, reason: &'static str },
+
     /// Invalid argument or configuration (message says which).
     #[error("invalid argument: {0}")]
     InvalidArgument(String),

@@ -17,6 +17,8 @@ use crate::error::{Error, Result};
 /// Nonblocking operations whose buffers must live until the scope ends. See [`Comm::scope`].
 pub struct Scope<'scope, 'env: 'scope> {
     comm: &'env Comm,
+    /// Device token owning the requests started through this scope.
+    token: u64,
     scope: PhantomData<&'scope mut &'scope ()>,
     env: PhantomData<&'env mut &'env ()>,
 }
@@ -62,10 +64,10 @@ impl Comm {
     where
         F: for<'scope> FnOnce(&'scope Scope<'scope, 'env>) -> T,
     {
-        let mark = self.dev.request_mark();
-        let scope = Scope { comm: self, scope: PhantomData, env: PhantomData };
+        let token = self.dev.new_scope();
+        let scope = Scope { comm: self, token, scope: PhantomData, env: PhantomData };
         let result = catch_unwind(AssertUnwindSafe(|| f(&scope)));
-        self.dev.release_since(mark);
+        self.dev.release_scope(token);
         match result {
             Ok(value) => value,
             Err(payload) => resume_unwind(payload),
@@ -77,6 +79,14 @@ impl<'scope> Scope<'scope, '_> {
     /// The communicator this scope posts on.
     pub fn comm(&self) -> &Comm {
         self.comm
+    }
+
+    /// Wraps a started operation, registering it with this scope if it is still in flight.
+    fn request(&'scope self, started: Started, elem_size: usize) -> Request<'scope> {
+        if let Started::Pending(id) = started {
+            self.comm.dev.adopt(id, self.token);
+        }
+        Request::new(self.comm, started, elem_size)
     }
 
     /// Starts a standard-mode send (MPI_Isend).
@@ -101,7 +111,7 @@ impl<'scope> Scope<'scope, '_> {
         // SAFETY: `buf` is borrowed for 'scope, and `Comm::scope` releases this request before
         // 'scope ends, even if the handle is leaked.
         let started = unsafe { self.comm.dev.isend(bytes.as_ptr(), bytes.len(), dest, tag, self.comm.context, mode)? };
-        Ok(Request::new(self.comm, started, size_of::<T>()))
+        Ok(self.request(started, size_of::<T>()))
     }
 
     /// Starts a receive (MPI_Irecv) from `source` (rank or [`crate::ANY_SOURCE`]) with `tag` (or
@@ -119,7 +129,7 @@ impl<'scope> Scope<'scope, '_> {
         // SAFETY: `buf` is exclusively borrowed for 'scope, and `Comm::scope` releases this
         // request before 'scope ends, even if the handle is leaked.
         let started = unsafe { self.comm.dev.irecv(bytes.as_mut_ptr(), bytes.len(), spec)? };
-        Ok(Request::new(self.comm, started, size_of::<T>()))
+        Ok(self.request(started, size_of::<T>()))
     }
 
     /// Starts a receive into raw memory, for callers that need what safe borrows forbid — chiefly
@@ -141,7 +151,7 @@ impl<'scope> Scope<'scope, '_> {
         let spec = MatchSpec { context: self.comm.context, source, tag };
         // SAFETY: forwarded caller contract; the scope releases the request before it ends.
         let started = unsafe { self.comm.dev.irecv(buf.cast::<u8>(), len * size_of::<T>(), spec)? };
-        Ok(Request::new(self.comm, started, size_of::<T>()))
+        Ok(self.request(started, size_of::<T>()))
     }
 }
 

@@ -152,11 +152,14 @@ pub trait Device {
     /// ignored.
     fn release(&self, req: ReqId);
 
-    /// A marker for [`Device::release_since`]: requests started from now on are "after" it.
-    fn request_mark(&self) -> u64;
+    /// A new scope token (never 0) for [`Device::adopt`] / [`Device::release_scope`].
+    fn new_scope(&self) -> u64;
 
-    /// Releases (as [`Device::release`]) every outstanding request started after `mark`.
-    fn release_since(&self, mark: u64);
+    /// Makes `scope` the owner of the outstanding request `req`.
+    fn adopt(&self, req: ReqId, scope: u64);
+
+    /// Releases (as [`Device::release`]) every outstanding request owned by `scope`.
+    fn release_scope(&self, scope: u64);
 
     /// Blocks until `poll` returns `Ok(true)` (or an error), progressing communication in between.
     /// Fails with [`crate::Error::PeerFailed`] if the job was aborted by a failing rank.

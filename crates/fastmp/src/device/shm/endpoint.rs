@@ -4,10 +4,10 @@ use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::sync::Arc;
 
+use super::ShmWorld;
 use super::board::{Claim, Completion};
 use super::record::{self, SendRecord};
 use super::ring::{Header, INLINE_BYTES, Kind, SlotView};
-use super::{Liveness, ShmWorld};
 use crate::device::slab::Slab;
 use crate::device::wait::{Backoff, Pause};
 use crate::device::{ContextId, Device, MatchSpec, RawStatus, ReqId, SendMode, Source, Started, TAG_UB};
@@ -125,6 +125,11 @@ pub(crate) struct ShmEndpoint {
     world: Arc<ShmWorld>,
     rank: usize,
     finalized: Cell<bool>,
+    /// Last scope token handed out.
+    next_scope: Cell<u64>,
+    /// Set while the rank is inside `wait_until`: it cannot start new sends meanwhile, which
+    /// makes some waits provably hopeless (see `doomed`).
+    blocked: Cell<bool>,
     st: RefCell<State>,
 }
 
@@ -166,7 +171,23 @@ impl ShmEndpoint {
             detached: Vec::new(),
             pending_count: 0,
         };
-        ShmEndpoint { world, rank, finalized: Cell::new(false), st: RefCell::new(st) }
+        ShmEndpoint {
+            world,
+            rank,
+            finalized: Cell::new(false),
+            next_scope: Cell::new(0),
+            blocked: Cell::new(false),
+            st: RefCell::new(st),
+        }
+    }
+
+    /// Releases the requests of one scope, or all of them.
+    fn release_owned(&self, owner: Option<u64>) {
+        let st = &mut *self.st.borrow_mut();
+        let mut cursor = 0;
+        while let Some(id) = st.reqs.next_owned(&mut cursor, owner) {
+            self.release_in(st, id);
+        }
     }
 
     fn check_live(&self) -> Result<()> {
@@ -365,6 +386,17 @@ impl ShmEndpoint {
         None
     }
 
+    /// The first queued message matching `spec`, dropping ones their senders cancelled.
+    fn first_unexpected(st: &mut State, spec: MatchSpec) -> Option<RawStatus> {
+        st.unexpected.retain(|u| u.record.as_ref().is_none_or(|r| r.state() != record::CANCELLED));
+        st.unexpected.iter().find(|u| spec.matches(u.context, u.source, u.tag)).map(|u| RawStatus {
+            source: u.source,
+            tag: u.tag,
+            bytes: u.len,
+            cancelled: false,
+        })
+    }
+
     // ---------------------------------------------------------------- sending side
 
     fn get_record(&self, st: &mut State, data: *const u8) -> Arc<SendRecord> {
@@ -512,19 +544,41 @@ impl ShmEndpoint {
         }
     }
 
-    /// The peer whose exit would make `id` impossible to complete, if it has exited.
-    fn dead_peer(&self, st: &mut State, id: ReqId) -> Option<Error> {
-        let peer_gone = |r: usize| r != self.rank && self.world.liveness(r) != Liveness::Running;
-        match st.reqs.get_mut(id).ok()? {
-            Req::Send(s) => peer_gone(s.msg.dest).then_some(Error::PeerExited { rank: s.msg.dest }),
-            Req::Recv(r) => match r.spec.source {
-                Source::Rank(src) => peer_gone(src).then_some(Error::PeerExited { rank: src }),
-                Source::Any => {
-                    let others: Vec<usize> = (0..self.world.np).filter(|&p| p != self.rank).collect();
-                    (!others.is_empty() && others.iter().all(|&p| peer_gone(p)))
-                        .then(|| Error::PeerExited { rank: others[0] })
+    /// Why `id` can never complete, if that is already certain: the job was aborted, the only
+    /// rank that could complete it is gone, or (while this rank is blocked and so cannot start
+    /// new sends) it depends on this rank itself.
+    fn doomed(&self, st: &State, id: ReqId) -> Option<Error> {
+        if let Some(e) = self.world.abort_error() {
+            return Some(e);
+        }
+        let me = self.rank;
+        match st.reqs.get(id)? {
+            Req::Send(s) if s.msg.dest == me => (self.blocked.get() && !matches!(s.phase, SendPhase::Queued))
+                .then_some(Error::Deadlock { rank: me, reason: "a send to itself that no posted receive matches" }),
+            Req::Send(s) => self.world.gone(s.msg.dest),
+            Req::Recv(r) => self.unreachable_source(st, r.spec),
+        }
+    }
+
+    /// Why no message matching `spec` can arrive any more (receives and probes), if certain.
+    fn unreachable_source(&self, st: &State, spec: MatchSpec) -> Option<Error> {
+        let me = self.rank;
+        // Blocked with no queued self-sends left: nothing from this rank can still arrive.
+        let self_silent = self.blocked.get() && st.pending[me].is_empty();
+        let deadlock = |reason| Error::Deadlock { rank: me, reason };
+        match spec.source {
+            Source::Rank(src) if src == me => {
+                self_silent.then(|| deadlock("a receive from itself with no matching send started"))
+            }
+            Source::Rank(src) => self.world.gone(src),
+            Source::Any if self_silent => {
+                let mut first = None;
+                for peer in (0..self.world.np).filter(|&p| p != me) {
+                    first.get_or_insert(self.world.gone(peer)?);
                 }
-            },
+                Some(first.unwrap_or_else(|| deadlock("an ANY_SOURCE receive no rank can still match")))
+            }
+            Source::Any => None,
         }
     }
 
@@ -661,14 +715,19 @@ impl Device for ShmEndpoint {
         self.check_live()?;
         let st = &mut *self.st.borrow_mut();
         self.progress(st);
-        // Drop messages their senders cancelled, then report the first match.
-        st.unexpected.retain(|u| u.record.as_ref().is_none_or(|r| r.state() != record::CANCELLED));
-        Ok(st.unexpected.iter().find(|u| spec.matches(u.context, u.source, u.tag)).map(|u| RawStatus {
-            source: u.source,
-            tag: u.tag,
-            bytes: u.len,
-            cancelled: false,
-        }))
+        let found = Self::first_unexpected(st, spec);
+        if found.is_some() {
+            return Ok(found);
+        }
+        // A non-blocking probe answers "no message" even if none can come any more; a blocked
+        // one (`probe`) fails instead of waiting forever.
+        let hopeless = || self.blocked.get().then(|| self.unreachable_source(st, spec)).flatten();
+        if let Some(err) = self.world.abort_error().or_else(hopeless) {
+            // Messages sent before the peer exited are visible after one more round.
+            self.progress(st);
+            return Self::first_unexpected(st, spec).map(Some).ok_or(err);
+        }
+        Ok(None)
     }
 
     fn test(&self, id: ReqId) -> Result<Option<RawStatus>> {
@@ -681,12 +740,16 @@ impl Device for ShmEndpoint {
         if let Some(status) = self.try_complete(st, id)? {
             return Ok(Some(status));
         }
-        if let Some(err) = self.dead_peer(st, id) {
+        if let Some(err) = self.doomed(st, id) {
             // The peer's messages sent before it exited are visible now (Acquire on its state):
-            // one last round, then give up on the request.
+            // one last round, then give up on the request, withdrawing a send rather than
+            // detaching it.
             self.progress(st);
             if let Some(status) = self.try_complete(st, id)? {
                 return Ok(Some(status));
+            }
+            if let Ok(Req::Send(SendReq { phase: SendPhase::Remote(rec), .. })) = st.reqs.get_mut(id) {
+                rec.cancel();
             }
             self.release_in(st, id);
             return Err(err);
@@ -742,19 +805,28 @@ impl Device for ShmEndpoint {
         self.release_in(st, id);
     }
 
-    fn request_mark(&self) -> u64 {
-        self.st.borrow().reqs.mark()
+    fn new_scope(&self) -> u64 {
+        let token = self.next_scope.get() + 1;
+        self.next_scope.set(token);
+        token
     }
 
-    fn release_since(&self, mark: u64) {
-        let st = &mut *self.st.borrow_mut();
-        let mut cursor = 0;
-        while let Some(id) = st.reqs.next_live_since(&mut cursor, mark) {
-            self.release_in(st, id);
-        }
+    fn adopt(&self, id: ReqId, scope: u64) {
+        self.st.borrow_mut().reqs.set_owner(id, scope);
+    }
+
+    fn release_scope(&self, scope: u64) {
+        self.release_owned(Some(scope));
     }
 
     fn wait_until(&self, poll: &mut dyn FnMut() -> Result<bool>) -> Result<()> {
+        struct Unblock<'a>(&'a Cell<bool>, bool);
+        impl Drop for Unblock<'_> {
+            fn drop(&mut self) {
+                self.0.set(self.1);
+            }
+        }
+        let _unblock = Unblock(&self.blocked, self.blocked.replace(true));
         let mut backoff = Backoff::new(self.world.policy);
         loop {
             if poll()? {
@@ -804,6 +876,6 @@ impl Drop for ShmEndpoint {
     fn drop(&mut self) {
         // Anything still outstanding (leaked handles) is released so no peer is left pointing at
         // this rank's memory.
-        self.release_since(0);
+        self.release_owned(None);
     }
 }

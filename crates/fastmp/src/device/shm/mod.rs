@@ -57,6 +57,8 @@ pub(crate) struct ShmWorld {
     ranks: Box<[RankShared]>,
     aborted: CachePadded<AtomicBool>,
     first_failure: OnceLock<(usize, String)>,
+    /// Why each failed rank failed.
+    causes: Box<[OnceLock<String>]>,
 }
 
 impl ShmWorld {
@@ -70,6 +72,7 @@ impl ShmWorld {
             ranks: (0..np).map(|_| RankShared::default()).collect(),
             aborted: CachePadded::new(AtomicBool::new(false)),
             first_failure: OnceLock::new(),
+            causes: (0..np).map(|_| OnceLock::new()).collect(),
         })
     }
 
@@ -91,6 +94,7 @@ impl ShmWorld {
 
     /// Records that `rank` failed: the job is aborted and every blocked rank is woken to notice.
     pub fn mark_failed(&self, rank: usize, cause: String) {
+        let _ = self.causes[rank].set(cause.clone());
         let _ = self.first_failure.set((rank, cause));
         self.ranks[rank].state.store(FAILED, Ordering::Release);
         self.aborted.store(true, Ordering::Release);
@@ -114,6 +118,18 @@ impl ShmWorld {
         }
         let (rank, cause) = self.first_failure.get().cloned().unwrap_or((usize::MAX, "unknown".into()));
         Some(Error::PeerFailed { rank, cause })
+    }
+
+    /// The error a rank waiting on `rank` gets, if `rank` is no longer running.
+    fn gone(&self, rank: usize) -> Option<Error> {
+        match self.liveness(rank) {
+            Liveness::Running => None,
+            Liveness::Exited => Some(Error::PeerExited { rank }),
+            Liveness::Failed => Some(Error::PeerFailed {
+                rank,
+                cause: self.causes[rank].get().cloned().unwrap_or_else(|| "unknown".into()),
+            }),
+        }
     }
 
     fn liveness(&self, rank: usize) -> Liveness {

@@ -118,3 +118,199 @@ impl SendRecord {
         unsafe { Arc::from_raw(raw as *const SendRecord) }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! The send record's state machine on the real code (also run under Miri, see
+    //! `scripts/miri.sh`): single-thread transitions, and two-thread races of claim / complete /
+    //! cancel / detach / acknowledge as the sender and receiver ranks run them.
+
+    use std::sync::atomic::AtomicBool;
+    use std::sync::mpsc;
+
+    use super::*;
+
+    /// Set when its thread ends, also by panicking: the peer then stops waiting for it.
+    struct Gone<'a>(&'a AtomicBool);
+
+    impl Drop for Gone<'_> {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::Release);
+        }
+    }
+
+    /// Yields until `ready()`; panics if the peer thread ended first.
+    fn wait_until(peer_gone: &AtomicBool, mut ready: impl FnMut() -> bool) {
+        loop {
+            let gone = peer_gone.load(Ordering::Acquire);
+            if ready() {
+                return;
+            }
+            assert!(!gone, "peer thread ended (panicked?) while this one waits");
+            std::thread::yield_now();
+        }
+    }
+
+    fn pattern(round: usize, len: usize) -> Vec<u8> {
+        (0..len).map(|j| (round * 13 + j * 7) as u8).collect()
+    }
+
+    #[test]
+    fn transitions() {
+        let data = [1u8, 2, 3, 4];
+        let mut rec = SendRecord::new();
+        assert!(SendRecord::reset(&mut rec, data.as_ptr()));
+        assert_eq!(rec.state(), PENDING);
+        // Receiver claims and copies, then completes.
+        let src = rec.claim().expect("pending record can be claimed");
+        assert_eq!(src, data.as_ptr());
+        assert_eq!(rec.state(), CLAIMED);
+        // SAFETY: `data` is alive and 4 bytes long.
+        assert!(!unsafe { rec.detach(4) }, "the sender cannot detach a claimed record");
+        rec.complete();
+        assert_eq!(rec.state(), DONE);
+        assert!(!rec.cancel());
+        assert!(!rec.acknowledge());
+        assert!(rec.claim().is_none());
+        // SAFETY: as above.
+        assert!(!unsafe { rec.detach(4) });
+
+        // Cancel wins over later claims and acknowledgements.
+        assert!(SendRecord::reset(&mut rec, data.as_ptr()));
+        assert!(rec.cancel());
+        assert_eq!(rec.state(), CANCELLED);
+        assert!(!rec.cancel());
+        assert!(rec.claim().is_none());
+        assert!(!rec.acknowledge());
+
+        // Synchronous eager acknowledgement.
+        assert!(SendRecord::reset(&mut rec, std::ptr::null()));
+        assert!(rec.acknowledge());
+        assert_eq!(rec.state(), DONE);
+        assert!(!rec.cancel());
+
+        // Detach: the data moves into the record; the receiver then reads the copy.
+        let mut user = pattern(1, 40);
+        assert!(SendRecord::reset(&mut rec, user.as_ptr()));
+        // SAFETY: `user` is alive for 40 bytes.
+        assert!(unsafe { rec.detach(40) });
+        assert_eq!(rec.state(), PENDING);
+        user.fill(0xEE); // the user's buffer is free again
+        let src = rec.claim().expect("claim after detach");
+        assert_ne!(src, user.as_ptr());
+        // SAFETY: a claimed record points at `len` readable bytes.
+        assert_eq!(unsafe { std::slice::from_raw_parts(src, 40) }, &pattern(1, 40)[..]);
+        rec.complete();
+        // Reset drops the detached copy and re-arms the record.
+        assert!(SendRecord::reset(&mut rec, data.as_ptr()));
+        assert_eq!(rec.state(), PENDING);
+    }
+
+    #[test]
+    fn reset_needs_the_only_reference_and_messages_carry_one() {
+        let mut rec = SendRecord::new();
+        let raw = SendRecord::into_message(Arc::clone(&rec));
+        assert_eq!(Arc::strong_count(&rec), 2);
+        assert!(!SendRecord::reset(&mut rec, std::ptr::null()), "the message still holds a reference");
+        // SAFETY: `raw` came from `into_message` and is taken back once.
+        let back = unsafe { SendRecord::from_message(raw) };
+        assert!(Arc::ptr_eq(&back, &rec));
+        drop(back);
+        assert!(SendRecord::reset(&mut rec, std::ptr::null()));
+    }
+
+    /// Rendezvous with a sender that gives its buffer back (release) while the receiver claims:
+    /// either the detach wins (the receiver copies from the record's own copy) or the claim wins
+    /// (the sender waits until the receiver is done). Either way the receiver sees the original
+    /// data and the sender's overwrite never races with the receiver's copy. The record is
+    /// recycled across rounds as the endpoint's pool does.
+    #[test]
+    fn two_threads_claim_races_detach() {
+        let rounds: usize = if cfg!(miri) { 12 } else { 5_000 };
+        const LEN: usize = 48;
+        let (to_receiver, messages) = mpsc::channel::<(usize, usize)>();
+        let receiver_gone = AtomicBool::new(false);
+        std::thread::scope(|s| {
+            let receiver_gone = &receiver_gone;
+            s.spawn(move || {
+                let _gone = Gone(receiver_gone);
+                for (round, raw) in messages {
+                    // SAFETY: the message's reference, taken back once.
+                    let rec = unsafe { SendRecord::from_message(raw) };
+                    let src = rec.claim().expect("never cancelled in this test");
+                    // SAFETY: a claimed record points at LEN readable bytes until `complete`.
+                    let got = unsafe { std::slice::from_raw_parts(src, LEN) }.to_vec();
+                    rec.complete();
+                    drop(rec);
+                    assert_eq!(got, pattern(round, LEN), "round {round}: receiver read wrong data");
+                }
+            });
+            let mut rec = SendRecord::new();
+            for round in 0..rounds {
+                let mut user = pattern(round, LEN);
+                // Recycle the record once the receiver has dropped its reference.
+                wait_until(receiver_gone, || SendRecord::reset(&mut rec, user.as_ptr()));
+                to_receiver.send((round, SendRecord::into_message(Arc::clone(&rec)))).unwrap();
+                for _ in 0..(round % 5) {
+                    std::thread::yield_now();
+                }
+                // The endpoint's release path for a pending rendezvous send.
+                // SAFETY: `user` is alive for LEN bytes.
+                if !unsafe { rec.detach(LEN) } {
+                    wait_until(receiver_gone, || rec.state() != CLAIMED);
+                }
+                // The buffer is the user's again.
+                user.fill(0xEE);
+                drop(user);
+                // Every transfer completes.
+                wait_until(receiver_gone, || rec.state() == DONE);
+            }
+            drop(to_receiver);
+        });
+    }
+
+    /// Sender cancel against receiver claim (rendezvous) or acknowledgement (synchronous eager):
+    /// exactly one side wins, and the final state says which.
+    #[test]
+    fn two_threads_cancel_races_claim_and_acknowledge() {
+        let rounds: usize = if cfg!(miri) { 16 } else { 10_000 };
+        let data = pattern(0, 8);
+        let (to_receiver, messages) = mpsc::channel::<(usize, usize)>();
+        let (to_sender, verdicts) = mpsc::channel::<bool>();
+        std::thread::scope(|s| {
+            s.spawn(move || {
+                for (round, raw) in messages {
+                    // SAFETY: the message's reference, taken back once.
+                    let rec = unsafe { SendRecord::from_message(raw) };
+                    let won = if round % 2 == 0 {
+                        match rec.claim() {
+                            Some(src) => {
+                                // SAFETY: claimed: 8 readable bytes.
+                                assert_eq!(unsafe { std::slice::from_raw_parts(src, 8) }, &pattern(0, 8)[..]);
+                                rec.complete();
+                                true
+                            }
+                            None => false,
+                        }
+                    } else {
+                        rec.acknowledge()
+                    };
+                    to_sender.send(won).unwrap();
+                }
+            });
+            for round in 0..rounds {
+                let mut rec = SendRecord::new();
+                assert!(SendRecord::reset(&mut rec, if round % 2 == 0 { data.as_ptr() } else { std::ptr::null() }));
+                to_receiver.send((round, SendRecord::into_message(Arc::clone(&rec)))).unwrap();
+                for _ in 0..(round % 3) {
+                    std::thread::yield_now();
+                }
+                let cancelled = rec.cancel();
+                let receiver_won = verdicts.recv().unwrap();
+                assert_ne!(cancelled, receiver_won, "round {round}: exactly one side must win");
+                assert_eq!(rec.state(), if cancelled { CANCELLED } else { DONE });
+            }
+            drop(to_receiver);
+        });
+    }
+}

@@ -234,9 +234,31 @@ mod tests {
     //! full-ring case, spill hand-over, and release of unconsumed records on drop.
 
     use std::sync::Arc;
+    use std::sync::atomic::AtomicBool;
 
     use super::super::record::SendRecord;
     use super::*;
+
+    /// Set when its thread ends, also by panicking: the peer then stops waiting for it.
+    struct Gone<'a>(&'a AtomicBool);
+
+    impl Drop for Gone<'_> {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::Release);
+        }
+    }
+
+    /// Waits (yielding) until `ready`; panics if the peer thread ended while we still wait.
+    fn wait_for<T>(peer_gone: &AtomicBool, mut ready: impl FnMut() -> Option<T>) -> T {
+        loop {
+            let gone = peer_gone.load(Ordering::Acquire);
+            if let Some(v) = ready() {
+                return v;
+            }
+            assert!(!gone, "peer thread ended (panicked?) while this one waits");
+            std::thread::yield_now();
+        }
+    }
 
     /// Payload sizes cycled through: empty, inline (≤ 24 B), exactly inline, spilled.
     const SIZES: [usize; 9] = [0, 1, 7, 23, 24, 25, 40, 100, 3];
@@ -251,7 +273,14 @@ mod tests {
     }
 
     fn eager(i: usize, len: usize) -> Header {
-        Header { len: len as u64, tag: i as i32, context: (i * 3) as u32, kind: Kind::Eager, sync: i % 2 == 0, record: 0 }
+        Header {
+            len: len as u64,
+            tag: i as i32,
+            context: (i * 3) as u32,
+            kind: Kind::Eager,
+            sync: i % 2 == 0,
+            record: 0,
+        }
     }
 
     fn rts(i: usize, len: usize, record: usize) -> Header {
@@ -400,32 +429,28 @@ mod tests {
     fn two_threads_fifo_with_full_ring() {
         let n: usize = if cfg!(miri) { 3 * SLOTS + 7 } else { 50_000 };
         let ring = Ring::new();
+        let (producer_gone, consumer_gone) = (AtomicBool::new(false), AtomicBool::new(false));
         std::thread::scope(|s| {
             s.spawn(|| {
+                let _gone = Gone(&producer_gone);
                 for i in 0..n {
                     let p = payload(i);
                     // SAFETY: this thread is the ring's only producer.
-                    while !unsafe { ring.push(eager(i, p.len()), &p, SPILL_CAPACITY) } {
-                        std::thread::yield_now();
-                    }
+                    wait_for(&consumer_gone, || {
+                        unsafe { ring.push(eager(i, p.len()), &p, SPILL_CAPACITY) }.then_some(())
+                    });
                 }
                 // `producer_idle` turns true once the consumer has popped everything.
                 // SAFETY: producer thread.
-                while !unsafe { ring.producer_idle() } {
-                    std::thread::yield_now();
-                }
+                wait_for(&consumer_gone, || unsafe { ring.producer_idle() }.then_some(()));
             });
             s.spawn(|| {
+                let _gone = Gone(&consumer_gone);
                 let mut spare: Option<Box<[u8]>> = None;
                 for i in 0..n {
-                    let view = loop {
-                        // SAFETY: this thread is the ring's only consumer; the view is dropped
-                        // before `pop`.
-                        if let Some(v) = unsafe { ring.peek() } {
-                            break v;
-                        }
-                        std::thread::yield_now();
-                    };
+                    // SAFETY: this thread is the ring's only consumer; the view is dropped before
+                    // `pop`.
+                    let view = wait_for(&producer_gone, || unsafe { ring.peek() });
                     check(&view, i);
                     let len = view.header.len as usize;
                     if len > INLINE_BYTES && i % 3 == 0 {
@@ -458,33 +483,27 @@ mod tests {
         let n: usize = if cfg!(miri) { 40 } else { 5_000 };
         let ring = Ring::new();
         let records: Vec<Arc<SendRecord>> = (0..n).map(|_| SendRecord::new()).collect();
+        let (producer_gone, consumer_gone) = (AtomicBool::new(false), AtomicBool::new(false));
         std::thread::scope(|s| {
             s.spawn(|| {
+                let _gone = Gone(&producer_gone);
                 for (i, rec) in records.iter().enumerate() {
                     let raw = SendRecord::into_message(Arc::clone(rec));
                     let p = payload(i);
                     let mut h = eager(i, p.len());
                     h.record = raw;
                     // SAFETY: only producer.
-                    while !unsafe { ring.push(h, &p, SPILL_CAPACITY) } {
-                        std::thread::yield_now();
-                    }
+                    wait_for(&consumer_gone, || unsafe { ring.push(h, &p, SPILL_CAPACITY) }.then_some(()));
                 }
                 for rec in &records {
-                    while rec.state() != super::super::record::DONE {
-                        std::thread::yield_now();
-                    }
+                    wait_for(&consumer_gone, || (rec.state() == super::super::record::DONE).then_some(()));
                 }
             });
             s.spawn(|| {
+                let _gone = Gone(&consumer_gone);
                 for i in 0..n {
                     // SAFETY: only consumer; view dropped before pop.
-                    let view = loop {
-                        if let Some(v) = unsafe { ring.peek() } {
-                            break v;
-                        }
-                        std::thread::yield_now();
-                    };
+                    let view = wait_for(&producer_gone, || unsafe { ring.peek() });
                     assert_eq!(view.payload(), &payload(i)[..]);
                     // SAFETY: the message owns one reference; taken back once.
                     let rec = unsafe { SendRecord::from_message(view.header.record) };
