@@ -278,7 +278,7 @@ mod tests {
             tag: i as i32,
             context: (i * 3) as u32,
             kind: Kind::Eager,
-            sync: i % 2 == 0,
+            sync: i.is_multiple_of(2),
             record: 0,
         }
     }
@@ -293,7 +293,7 @@ mod tests {
         assert_eq!(view.header.tag, i as i32, "message {i}: tag");
         assert_eq!(view.header.context, (i * 3) as u32, "message {i}: context");
         assert_eq!(view.header.kind, Kind::Eager);
-        assert_eq!(view.header.sync, i % 2 == 0);
+        assert_eq!(view.header.sync, i.is_multiple_of(2));
         assert_eq!(view.payload(), &want[..], "message {i}: payload");
     }
 
@@ -325,7 +325,6 @@ mod tests {
                 let view = ring.peek().expect("published");
                 check(&view, i);
                 // Peeking again without popping shows the same message.
-                drop(view);
                 check(&ring.peek().expect("still published"), i);
                 ring.pop();
             }
@@ -347,7 +346,6 @@ mod tests {
             let spill = view.take_spill(None).expect("spill buffer");
             assert_eq!(spill.len(), 128, "allocated with the requested spill capacity");
             assert_eq!(&spill[..100], &big[..]);
-            drop(view);
             ring.pop();
 
             // Cycle back to slot 0 with empty messages, then spill again: the producer must
@@ -365,7 +363,6 @@ mod tests {
             let spill2 = view.take_spill(Some(vec![0xAA; 8].into_boxed_slice())).expect("spill buffer");
             assert_eq!(spill2.len(), 200, "payload larger than the spill capacity sizes the buffer");
             assert_eq!(&spill2[..], &big2[..]);
-            drop(view);
             ring.pop();
             // ...which the producer must then replace, not overflow.
             for i in 1..SLOTS {
@@ -380,7 +377,6 @@ mod tests {
             // A large-enough replacement is reused as is.
             let spill3 = view.take_spill(Some(vec![0; 512].into_boxed_slice())).expect("spill buffer");
             assert_eq!(&spill3[..30], &big3[..]);
-            drop(view);
             ring.pop();
             for i in 1..SLOTS {
                 assert!(ring.push(eager(i, 0), &[], 0));
@@ -409,7 +405,7 @@ mod tests {
                 for i in 0..2 {
                     let view = ring.peek().expect("published");
                     assert_eq!(view.header.kind, Kind::Rts);
-                    assert_eq!(view.header.tag, i as i32);
+                    assert_eq!(view.header.tag, i);
                     assert_eq!(view.header.len, 1 << 20);
                     drop(SendRecord::from_message(view.header.record));
                     ring.pop();
@@ -460,7 +456,6 @@ mod tests {
                         assert_eq!(&taken[..len], &payload(i)[..]);
                         spare = Some(taken);
                     }
-                    drop(view);
                     // SAFETY: consumer thread, after a successful peek.
                     unsafe { ring.pop() };
                     if i % 97 == 0 {
@@ -507,7 +502,6 @@ mod tests {
                     assert_eq!(view.payload(), &payload(i)[..]);
                     // SAFETY: the message owns one reference; taken back once.
                     let rec = unsafe { SendRecord::from_message(view.header.record) };
-                    drop(view);
                     // SAFETY: consumer, after peek.
                     unsafe { ring.pop() };
                     assert!(rec.acknowledge());

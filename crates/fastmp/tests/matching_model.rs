@@ -1,0 +1,653 @@
+//! Property test of the matching engine against a model of MPI matching, through the public API.
+//!
+//! A job of 2 or 3 ranks runs a random sequence of phases. In each phase the senders (ranks ≥ 1)
+//! send rank 0 a few messages (random tag in 0..4, random size across the inline / spilled-eager /
+//! rendezvous boundaries, standard or synchronous mode), each carrying a unique id. Rank 0 first
+//! pre-posts some nonblocking receives (before any of the phase's messages exists), then releases
+//! the senders, waits until every sender has *started* all its sends (a shared counter: the ranks
+//! are threads, and a handshake message could be stolen by an `ANY_TAG` receive), and then runs a
+//! random sequence of `irecv`, blocking `recv` (only when an `iprobe` of the same pattern says a
+//! message is there, so it cannot block forever) and `iprobe`. At the end of the phase one
+//! `iprobe` forces every message to arrive; receives still incomplete are cancelled, and messages
+//! nobody took are drained with `recv(ANY_SOURCE, ANY_TAG)`.
+//!
+//! The model: a message *arrives* at some point after the phase starts, per source in sending
+//! order; on arrival it goes to the earliest-posted pending receive that matches it, else to the
+//! end of the unexpected queue; a newly posted receive takes the first matching message of the
+//! unexpected queue, else becomes pending; `iprobe` reports the first matching unexpected message,
+//! and every message has arrived by the time of any `iprobe` after the senders started.
+//!
+//! - With a single active sender the result is fully determined (arrival timing does not change
+//!   MPI matching for one source): the observed assignment of messages to receives and every
+//!   probe result must equal the model's prediction exactly.
+//! - With two senders the arrival interleaving is nondeterministic (MPI allows any): the observed
+//!   run must be explained by *some* interleaving that respects each source's order — checked by
+//!   a search over interleavings, pruned by the observations.
+//!
+//! Every received message is also checked for its payload, length, source and tag.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use fastmp::{ANY_SOURCE, ANY_TAG, Config, Error, Request, Source, Status};
+use proptest::prelude::*;
+
+/// Eager limit of the jobs: messages above it use rendezvous or receiver-first direct copy.
+const EAGER_LIMIT: usize = 64;
+/// Message sizes: inline (≤ 24), spilled eager (25..=64), rendezvous (> 64).
+const SIZES: [usize; 7] = [8, 20, 24, 40, 64, 65, 150];
+/// Receive buffer capacity (≥ every size, so nothing truncates).
+const CAP: usize = 160;
+const TAGS: i32 = 4;
+/// Rank 0 → senders only ("start phase p" / "job over"); never seen by rank 0's receives.
+const GO_TAG: i32 = 1000;
+/// Message ids are `phase * ID_STRIDE + index in phase`.
+const ID_STRIDE: u64 = 64;
+
+// ---------------------------------------------------------------------------------------- plan
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct Spec {
+    /// `None`: ANY_SOURCE.
+    source: Option<usize>,
+    /// `None`: ANY_TAG.
+    tag: Option<i32>,
+}
+
+impl Spec {
+    fn any() -> Self {
+        Spec { source: None, tag: None }
+    }
+
+    fn src(&self) -> Source {
+        self.source.map_or(ANY_SOURCE, Source::Rank)
+    }
+
+    fn tag(&self) -> i32 {
+        self.tag.unwrap_or(ANY_TAG)
+    }
+
+    fn matches(&self, m: &Msg) -> bool {
+        self.source.is_none_or(|s| s == m.source) && self.tag.is_none_or(|t| t == m.tag)
+    }
+}
+
+#[derive(Clone, Debug)]
+struct MsgPlan {
+    sender: usize,
+    tag: i32,
+    len: usize,
+    sync: bool,
+}
+
+#[derive(Clone, Debug)]
+enum Op {
+    Irecv(Spec),
+    /// Blocking receive if an `iprobe` with the same pattern finds a message, else an `irecv`.
+    Recv(Spec),
+    Iprobe(Spec),
+}
+
+#[derive(Clone, Debug)]
+struct PhasePlan {
+    msgs: Vec<MsgPlan>,
+    /// Receives posted before the phase's messages are sent.
+    pre: Vec<Spec>,
+    ops: Vec<Op>,
+    /// Run `ops` while the senders are still sending (only with `FASTMP_MODEL_CONCURRENT=1`).
+    concurrent: bool,
+}
+
+#[derive(Clone, Debug)]
+struct Plan {
+    np: usize,
+    phases: Vec<PhasePlan>,
+}
+
+fn spec_strategy(np: usize) -> impl Strategy<Value = Spec> {
+    let source = prop_oneof![Just(None), (1..np).prop_map(Some)];
+    let tag = prop_oneof![1 => Just(None), 2 => (0..TAGS).prop_map(Some)];
+    (source, tag).prop_map(|(source, tag)| Spec { source, tag })
+}
+
+fn phase_strategy(np: usize) -> impl Strategy<Value = PhasePlan> {
+    let msg = (1..np, 0..TAGS, proptest::sample::select(&SIZES[..]), proptest::bool::weighted(0.25))
+        .prop_map(|(sender, tag, len, sync)| MsgPlan { sender, tag, len, sync });
+    let op = prop_oneof![
+        2 => spec_strategy(np).prop_map(Op::Irecv),
+        2 => spec_strategy(np).prop_map(Op::Recv),
+        1 => spec_strategy(np).prop_map(Op::Iprobe),
+    ];
+    let concurrent = if std::env::var_os("FASTMP_MODEL_CONCURRENT").is_some_and(|v| v == "1") {
+        proptest::bool::ANY.boxed()
+    } else {
+        Just(false).boxed()
+    };
+    (
+        proptest::collection::vec(msg, 0..=6),
+        proptest::collection::vec(spec_strategy(np), 0..=4),
+        proptest::collection::vec(op, 0..=6),
+        concurrent,
+    )
+        .prop_map(|(msgs, pre, ops, concurrent)| PhasePlan { msgs, pre, ops, concurrent })
+}
+
+fn plan_strategy() -> impl Strategy<Value = Plan> {
+    (2usize..=3).prop_flat_map(|np| {
+        proptest::collection::vec(phase_strategy(np), 1..=4).prop_map(move |phases| Plan { np, phases })
+    })
+}
+
+fn msg_id(phase: usize, index: usize) -> u64 {
+    phase as u64 * ID_STRIDE + index as u64
+}
+
+fn payload(id: u64, len: usize) -> Vec<u8> {
+    let mut p: Vec<u8> = (0..len).map(|i| (id as u8).wrapping_mul(37).wrapping_add(i as u8)).collect();
+    p[..8].copy_from_slice(&id.to_le_bytes());
+    p
+}
+
+// ---------------------------------------------------------------------------------------- trace
+
+/// What rank 0 did and saw, in program order.
+#[derive(Clone, Debug)]
+enum Ev {
+    /// Receive number `r` was posted (irecv or blocking recv).
+    Post { r: usize, spec: Spec },
+    /// An `iprobe` and its (source, tag, bytes).
+    Probe { spec: Spec, got: Option<(usize, i32, usize)> },
+    /// Receive `r` was still incomplete at the end of the phase and was cancelled.
+    Cancel { r: usize, status: Status },
+    /// Every sender has started all its sends: any later `iprobe` sees every message arrived.
+    Synced,
+}
+
+#[derive(Clone, Debug, Default)]
+struct PhaseTrace {
+    /// Posts before the senders were released.
+    pre: Vec<Ev>,
+    /// Everything after the senders started.
+    post: Vec<Ev>,
+    /// Completed receives: status and the bytes delivered.
+    got: HashMap<usize, (Status, Vec<u8>)>,
+}
+
+// ---------------------------------------------------------------------------------------- job
+
+fn run_plan(plan: &Plan) -> Result<Vec<PhaseTrace>, Error> {
+    let np = plan.np;
+    let started = AtomicUsize::new(0);
+    let mut results = Config::new().np(np).eager_limit(EAGER_LIMIT).run(|world| {
+        if world.rank() == 0 {
+            receiver(&world, plan, &started)
+        } else {
+            sender(&world, plan, &started).map(|()| Vec::new())
+        }
+    })?;
+    Ok(results.swap_remove(0))
+}
+
+fn sender(world: &fastmp::Comm, plan: &Plan, started: &AtomicUsize) -> fastmp::Result<()> {
+    let me = world.rank();
+    for (p, phase) in plan.phases.iter().enumerate() {
+        let mine: Vec<(u64, &MsgPlan)> =
+            phase.msgs.iter().enumerate().filter(|(_, m)| m.sender == me).map(|(k, m)| (msg_id(p, k), m)).collect();
+        let payloads: Vec<Vec<u8>> = mine.iter().map(|&(id, m)| payload(id, m.len)).collect();
+        world.recv(&mut [0u8; 1], 0, GO_TAG)?;
+        world.scope(|s| {
+            let mut reqs = Vec::new();
+            for (&(_, m), buf) in mine.iter().zip(&payloads) {
+                reqs.push(if m.sync { s.issend(buf, 0, m.tag)? } else { s.isend(buf, 0, m.tag)? });
+            }
+            started.fetch_add(1, Ordering::Release);
+            for st in fastmp::waitall(&mut reqs)? {
+                assert!(!st.cancelled);
+            }
+            Ok::<_, Error>(())
+        })?;
+    }
+    // Stay alive until rank 0 is done: its pending receives from us must not fail with
+    // PeerExited before it cancels them.
+    world.recv(&mut [0u8; 1], 0, GO_TAG)?;
+    Ok(())
+}
+
+fn receiver(world: &fastmp::Comm, plan: &Plan, started: &AtomicUsize) -> fastmp::Result<Vec<PhaseTrace>> {
+    let np = plan.np;
+    let mut traces = Vec::new();
+    for (p, phase) in plan.phases.iter().enumerate() {
+        let mut trace = PhaseTrace::default();
+        let mut bufs = vec![[0u8; CAP]; phase.pre.len() + phase.ops.len()];
+        let mut slots = bufs.iter_mut().enumerate();
+        let completed: Vec<(usize, usize, Status)> = world.scope(|s| {
+            let mut reqs: Vec<(usize, usize, Request<'_>)> = Vec::new();
+            let mut next_r = 0;
+            for spec in &phase.pre {
+                let (slot, buf) = slots.next().expect("enough buffers");
+                reqs.push((next_r, slot, s.irecv(&mut buf[..], spec.src(), spec.tag())?));
+                trace.pre.push(Ev::Post { r: next_r, spec: *spec });
+                next_r += 1;
+            }
+            for dest in 1..np {
+                world.send(&[p as u8], dest, GO_TAG)?;
+            }
+            let wait_for_senders = |trace: &mut PhaseTrace| {
+                let deadline = Instant::now() + Duration::from_secs(60);
+                while started.load(Ordering::Acquire) < (np - 1) * (p + 1) {
+                    if Instant::now() > deadline {
+                        return Err(Error::other("senders did not start their sends within 60 s"));
+                    }
+                    std::thread::yield_now();
+                }
+                trace.post.push(Ev::Synced);
+                Ok(())
+            };
+            if !phase.concurrent {
+                wait_for_senders(&mut trace)?;
+            }
+            for op in &phase.ops {
+                let (spec, blocking) = match op {
+                    Op::Iprobe(spec) => {
+                        let got = world.iprobe(spec.src(), spec.tag())?;
+                        trace.post.push(Ev::Probe { spec: *spec, got: got.map(|st| (st.source, st.tag, st.bytes)) });
+                        continue;
+                    }
+                    Op::Irecv(spec) => (spec, false),
+                    Op::Recv(spec) => {
+                        let got = world.iprobe(spec.src(), spec.tag())?;
+                        trace.post.push(Ev::Probe { spec: *spec, got: got.map(|st| (st.source, st.tag, st.bytes)) });
+                        (spec, got.is_some())
+                    }
+                };
+                trace.post.push(Ev::Post { r: next_r, spec: *spec });
+                if blocking {
+                    let mut buf = [0u8; CAP];
+                    let st = world.recv(&mut buf, spec.src(), spec.tag())?;
+                    trace.got.insert(next_r, (st, buf[..st.bytes.min(CAP)].to_vec()));
+                } else {
+                    let (slot, buf) = slots.next().expect("enough buffers");
+                    reqs.push((next_r, slot, s.irecv(&mut buf[..], spec.src(), spec.tag())?));
+                }
+                next_r += 1;
+            }
+            if phase.concurrent {
+                wait_for_senders(&mut trace)?;
+            }
+            // Every message has arrived once this returns.
+            let got = world.iprobe(ANY_SOURCE, ANY_TAG)?;
+            trace.post.push(Ev::Probe { spec: Spec::any(), got: got.map(|st| (st.source, st.tag, st.bytes)) });
+            let mut completed = Vec::new();
+            for (r, slot, mut req) in reqs {
+                match req.test()? {
+                    Some(st) => completed.push((r, slot, st)),
+                    None => {
+                        req.cancel()?;
+                        let status = req.wait()?;
+                        trace.post.push(Ev::Cancel { r, status });
+                    }
+                }
+            }
+            // Messages nobody took.
+            loop {
+                let got = world.iprobe(ANY_SOURCE, ANY_TAG)?;
+                trace.post.push(Ev::Probe { spec: Spec::any(), got: got.map(|st| (st.source, st.tag, st.bytes)) });
+                if got.is_none() {
+                    break;
+                }
+                trace.post.push(Ev::Post { r: next_r, spec: Spec::any() });
+                let mut buf = [0u8; CAP];
+                let st = world.recv(&mut buf, ANY_SOURCE, ANY_TAG)?;
+                trace.got.insert(next_r, (st, buf[..st.bytes.min(CAP)].to_vec()));
+                next_r += 1;
+            }
+            Ok::<_, Error>(completed)
+        })?;
+        for (r, slot, st) in completed {
+            trace.got.insert(r, (st, bufs[slot][..st.bytes.min(CAP)].to_vec()));
+        }
+        traces.push(trace);
+    }
+    for dest in 1..np {
+        world.send(&[0u8], dest, GO_TAG)?;
+    }
+    Ok(traces)
+}
+
+// ---------------------------------------------------------------------------------------- model
+
+#[derive(Clone, Debug)]
+struct Msg {
+    id: u64,
+    source: usize,
+    tag: i32,
+    len: usize,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct ModelState {
+    /// Next event of `post` to run.
+    ev: usize,
+    /// Messages arrived, per source.
+    arrived: Vec<usize>,
+    /// Pending receives, in posting order.
+    pending: Vec<usize>,
+    /// Unexpected messages (indices into `msgs`), in arrival order.
+    unexpected: Vec<usize>,
+}
+
+struct Checker<'a> {
+    msgs: Vec<Msg>,
+    by_source: Vec<Vec<usize>>,
+    trace: &'a PhaseTrace,
+    spec_of: HashMap<usize, Spec>,
+    /// Observed: receive → message index.
+    recv_of: HashMap<usize, usize>,
+    /// Index of `Ev::Synced` in the trace.
+    synced: usize,
+}
+
+type Outcome = (Vec<(usize, Option<u64>)>, Vec<Option<(usize, i32, usize)>>);
+
+impl<'a> Checker<'a> {
+    /// Validates every delivered message and builds the observed assignment.
+    fn new(np: usize, p: usize, plan: &PhasePlan, trace: &'a PhaseTrace) -> Result<Self, String> {
+        let msgs: Vec<Msg> = plan
+            .msgs
+            .iter()
+            .enumerate()
+            .map(|(k, m)| Msg { id: msg_id(p, k), source: m.sender, tag: m.tag, len: m.len })
+            .collect();
+        let mut by_source = vec![Vec::new(); np];
+        for (i, m) in msgs.iter().enumerate() {
+            by_source[m.source].push(i);
+        }
+        let mut spec_of = HashMap::new();
+        for ev in trace.pre.iter().chain(&trace.post) {
+            if let Ev::Post { r, spec } = ev {
+                spec_of.insert(*r, *spec);
+            }
+        }
+        let mut recv_of = HashMap::new();
+        let mut receiver_of = HashMap::new();
+        for (&r, (st, data)) in &trace.got {
+            if data.len() < 8 {
+                return Err(format!("receive {r}: {} bytes, too short for a message id ({st:?})", data.len()));
+            }
+            let id = u64::from_le_bytes(data[..8].try_into().unwrap());
+            let Some(i) = msgs.iter().position(|m| m.id == id) else {
+                return Err(format!("receive {r} got unknown message id {id} ({st:?})"));
+            };
+            let m = &msgs[i];
+            if (st.source, st.tag, st.bytes, st.cancelled) != (m.source, m.tag, m.len, false) {
+                return Err(format!("receive {r} got message {id} {m:?} but reports status {st:?}"));
+            }
+            if *data != payload(id, m.len) {
+                return Err(format!("receive {r}: payload of message {id} corrupted"));
+            }
+            if let Some(other) = receiver_of.insert(i, r) {
+                return Err(format!("message {id} received twice (receives {other} and {r})"));
+            }
+            recv_of.insert(r, i);
+        }
+        for (i, m) in msgs.iter().enumerate() {
+            if !receiver_of.contains_key(&i) {
+                return Err(format!("message {} {m:?} was never received", m.id));
+            }
+        }
+        for ev in &trace.post {
+            if let Ev::Cancel { r, status } = ev
+                && !status.cancelled
+            {
+                return Err(format!(
+                    "receive {r} was incomplete after all messages arrived, then completed: {status:?}"
+                ));
+            }
+        }
+        let synced = trace.post.iter().position(|e| matches!(e, Ev::Synced)).ok_or("no sync point in the trace")?;
+        Ok(Checker { msgs, by_source, trace, spec_of, recv_of, synced })
+    }
+
+    fn all_arrived(&self, st: &ModelState) -> bool {
+        st.arrived.iter().zip(&self.by_source).all(|(&a, list)| a == list.len())
+    }
+
+    fn probe(&self, st: &ModelState, spec: &Spec) -> Option<(usize, i32, usize)> {
+        st.unexpected.iter().map(|&i| &self.msgs[i]).find(|m| spec.matches(m)).map(|m| (m.source, m.tag, m.len))
+    }
+
+    /// Message `by_source[s][arrived[s]]` arrives. With `check`, it must go where it was seen to go.
+    fn arrive(&self, st: &ModelState, s: usize, check: bool) -> Option<(ModelState, Option<(usize, usize)>)> {
+        let i = self.by_source[s][st.arrived[s]];
+        let mut n = st.clone();
+        n.arrived[s] += 1;
+        if let Some(pos) = n.pending.iter().position(|r| self.spec_of[r].matches(&self.msgs[i])) {
+            let r = n.pending.remove(pos);
+            if check && self.recv_of.get(&r) != Some(&i) {
+                return None;
+            }
+            Some((n, Some((r, i))))
+        } else {
+            n.unexpected.push(i);
+            Some((n, None))
+        }
+    }
+
+    /// Runs event `ev` of `events`. With `check`, its outcome must match the observation.
+    fn step(&self, events: &[Ev], st: &ModelState, check: bool) -> Option<(ModelState, Option<(usize, usize)>)> {
+        let mut n = st.clone();
+        n.ev += 1;
+        let mut matched = None;
+        match &events[st.ev] {
+            Ev::Post { r, spec } => {
+                if let Some(pos) = n.unexpected.iter().position(|&i| spec.matches(&self.msgs[i])) {
+                    let i = n.unexpected.remove(pos);
+                    if check && self.recv_of.get(r) != Some(&i) {
+                        return None;
+                    }
+                    matched = Some((*r, i));
+                } else {
+                    n.pending.push(*r);
+                }
+            }
+            Ev::Probe { spec, got } => {
+                // An iprobe after the senders started drains everything: all messages arrived.
+                if check && ((st.ev > self.synced && !self.all_arrived(st)) || self.probe(st, spec) != *got) {
+                    return None;
+                }
+            }
+            Ev::Synced => {}
+            Ev::Cancel { r, .. } => {
+                let pos = n.pending.iter().position(|x| x == r);
+                match pos {
+                    Some(pos) => {
+                        n.pending.remove(pos);
+                    }
+                    None if check => return None,
+                    None => {}
+                }
+            }
+        }
+        Some((n, matched))
+    }
+
+    fn start(&self) -> Result<ModelState, String> {
+        let np = self.by_source.len();
+        let mut st = ModelState { ev: 0, arrived: vec![0; np], pending: Vec::new(), unexpected: Vec::new() };
+        // Pre-posts: no message exists yet, each becomes pending.
+        for ev in &self.trace.pre {
+            let Ev::Post { r, .. } = ev else { return Err("pre-posts are posts".into()) };
+            st.pending.push(*r);
+        }
+        Ok(st)
+    }
+
+    /// Is there an arrival interleaving (per-source order) that explains the whole trace?
+    fn explained(&self) -> Result<bool, String> {
+        let start = self.start()?;
+        let mut visited = HashSet::new();
+        Ok(self.search(start, &mut visited))
+    }
+
+    fn search(&self, st: ModelState, visited: &mut HashSet<ModelState>) -> bool {
+        if !visited.insert(st.clone()) {
+            return false;
+        }
+        let events = &self.trace.post;
+        if st.ev == events.len() {
+            return self.all_arrived(&st) && st.pending.is_empty() && st.unexpected.is_empty();
+        }
+        if let Some((n, _)) = self.step(events, &st, true)
+            && self.search(n, visited)
+        {
+            return true;
+        }
+        for s in 0..self.by_source.len() {
+            if st.arrived[s] < self.by_source[s].len()
+                && let Some((n, _)) = self.arrive(&st, s, true)
+                && self.search(n, visited)
+            {
+                return true;
+            }
+        }
+        false
+    }
+
+    /// The model's own prediction when all messages come from one sender and the receives after
+    /// the pre-posts wait for the senders: every message arrives as soon as the phase starts;
+    /// returns (receive → message id or None, probe results).
+    fn predict(&self) -> Result<Outcome, String> {
+        let mut st = self.start()?;
+        let mut assignment: HashMap<usize, Option<u64>> = self.spec_of.keys().map(|&r| (r, None)).collect();
+        for s in 0..self.by_source.len() {
+            while st.arrived[s] < self.by_source[s].len() {
+                let (n, matched) = self.arrive(&st, s, false).expect("unchecked arrival");
+                if let Some((r, i)) = matched {
+                    assignment.insert(r, Some(self.msgs[i].id));
+                }
+                st = n;
+            }
+        }
+        let mut probes = Vec::new();
+        let events = &self.trace.post;
+        while st.ev < events.len() {
+            if let Ev::Probe { spec, .. } = &events[st.ev] {
+                probes.push(self.probe(&st, spec));
+            }
+            let (n, matched) = self.step(events, &st, false).expect("unchecked step");
+            if let Some((r, i)) = matched {
+                assignment.insert(r, Some(self.msgs[i].id));
+            }
+            st = n;
+        }
+        let mut assignment: Vec<_> = assignment.into_iter().collect();
+        assignment.sort_unstable();
+        Ok((assignment, probes))
+    }
+
+    fn observed(&self) -> Outcome {
+        let mut assignment: Vec<(usize, Option<u64>)> =
+            self.spec_of.keys().map(|r| (*r, self.recv_of.get(r).map(|&i| self.msgs[i].id))).collect();
+        assignment.sort_unstable();
+        let probes = self
+            .trace
+            .post
+            .iter()
+            .filter_map(|ev| match ev {
+                Ev::Probe { got, .. } => Some(*got),
+                _ => None,
+            })
+            .collect();
+        (assignment, probes)
+    }
+}
+
+/// The trace without payload bytes, for failure messages.
+fn summary(trace: &PhaseTrace) -> String {
+    let ev = |e: &Ev| match e {
+        Ev::Post { r, spec } => format!("post r{r} {spec:?}"),
+        Ev::Probe { spec, got } => format!("iprobe {spec:?} -> {got:?}"),
+        Ev::Cancel { r, status } => format!("cancel r{r} (cancelled: {})", status.cancelled),
+        Ev::Synced => "senders started".to_string(),
+    };
+    let mut got: Vec<_> = trace
+        .got
+        .iter()
+        .map(|(r, (st, data))| {
+            let id = data.get(..8).map(|b| u64::from_le_bytes(b.try_into().unwrap()));
+            format!("r{r} <- id {id:?} (source {}, tag {}, {} B)", st.source, st.tag, st.bytes)
+        })
+        .collect();
+    got.sort();
+    format!(
+        "pre-posted: [{}]\n  then: [{}]\n  received: [{}]",
+        trace.pre.iter().map(ev).collect::<Vec<_>>().join("; "),
+        trace.post.iter().map(ev).collect::<Vec<_>>().join("; "),
+        got.join("; ")
+    )
+}
+
+fn check(plan: &Plan, traces: &[PhaseTrace]) -> Result<(), TestCaseError> {
+    prop_assert_eq!(traces.len(), plan.phases.len());
+    for (p, (phase, trace)) in plan.phases.iter().zip(traces).enumerate() {
+        let checker =
+            Checker::new(plan.np, p, phase, trace).map_err(|e| TestCaseError::fail(format!("phase {p}: {e}")))?;
+        let senders: HashSet<usize> = phase.msgs.iter().map(|m| m.sender).collect();
+        if senders.len() <= 1 && !phase.concurrent {
+            let predicted = checker.predict().map_err(TestCaseError::fail)?;
+            prop_assert_eq!(
+                &checker.observed(),
+                &predicted,
+                "phase {}: observed (left) != model (right); trace {:#?}",
+                p,
+                trace
+            );
+        }
+        let explained = checker.explained().map_err(TestCaseError::fail)?;
+        prop_assert!(explained, "phase {}: no per-source arrival order explains the run\n  {}", p, summary(trace));
+    }
+    Ok(())
+}
+
+proptest! {
+    // 256 cases take well under a second; PROPTEST_CASES overrides (e.g. 20000 for a soak).
+    #![proptest_config(ProptestConfig {
+        cases: std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(256),
+        ..ProptestConfig::default()
+    })]
+
+    #[test]
+    fn matching_follows_the_mpi_model(plan in plan_strategy()) {
+        let traces = run_plan(&plan).map_err(|e| TestCaseError::fail(format!("job failed: {e}")))?;
+        check(&plan, &traces)?;
+    }
+}
+
+/// A fixed multi-phase case covering every path once, so a regression shows up even without the
+/// random cases: pre-posted wildcard receives, receiver-first rendezvous, unexpected eager and
+/// rendezvous messages, a synchronous send, probes, and a cancelled receive.
+#[test]
+fn fixed_scenario() {
+    let s = |source: Option<usize>, tag: Option<i32>| Spec { source, tag };
+    let m = |tag, len, sync| MsgPlan { sender: 1, tag, len, sync };
+    let plan = Plan {
+        np: 2,
+        phases: vec![
+            PhasePlan {
+                msgs: vec![m(1, 150, false), m(2, 8, true), m(1, 40, false), m(3, 65, false)],
+                pre: vec![s(Some(1), Some(1)), s(None, None), s(Some(1), Some(0))],
+                ops: vec![Op::Iprobe(s(None, Some(3))), Op::Recv(s(Some(1), None)), Op::Irecv(s(None, Some(2)))],
+                concurrent: false,
+            },
+            PhasePlan {
+                msgs: vec![m(0, 20, false), m(0, 150, true), m(1, 24, false)],
+                pre: vec![],
+                ops: vec![Op::Recv(s(None, Some(1))), Op::Recv(s(Some(1), Some(0))), Op::Irecv(s(None, None))],
+                concurrent: false,
+            },
+        ],
+    };
+    let traces = run_plan(&plan).expect("job");
+    check(&plan, &traces).expect("model");
+}
