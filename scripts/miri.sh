@@ -11,11 +11,9 @@
 # Env:   MIRI_SEEDS   seed range for step 2 (default 0..8)
 #        MIRIFLAGS    extra flags, appended to the ones below
 #
-# Flags: -Zmiri-permissive-provenance silences the integer-to-pointer cast warning for the
-# `Arc<SendRecord>` that ring messages carry as a `usize` (`SendRecord::from_message`). Miri checks
-# such pointers with "exposed provenance", which may miss a provenance bug there; everything else
-# is checked strictly. Isolation stays on: the library needs no host clock or files under Miri
-# (park timeouts use Miri's virtual clock; membarrier / sched_setaffinity are cfg(not(miri))).
+# Flags: strict provenance checking stays on (ring messages carry their `Arc<SendRecord>` as a
+# raw pointer, not an integer). Isolation stays on: the library needs no host clock or files under
+# Miri (park timeouts use Miri's virtual clock; membarrier / sched_setaffinity are cfg(not(miri))).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -27,7 +25,7 @@ rustup component add --toolchain nightly miri rust-src >/dev/null 2>&1 \
 cargo +nightly miri setup >/dev/null
 
 MODULES=(device::shm::ring device::shm::board device::shm::record device::slab)
-BASE_FLAGS="-Zmiri-permissive-provenance ${MIRIFLAGS:-}"
+BASE_FLAGS="${MIRIFLAGS:-}"
 
 step() { printf '\n==== %s\n' "$*"; }
 

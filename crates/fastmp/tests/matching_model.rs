@@ -95,7 +95,7 @@ struct PhasePlan {
     /// Receives posted before the phase's messages are sent.
     pre: Vec<Spec>,
     ops: Vec<Op>,
-    /// Run `ops` while the senders are still sending (only with `FASTMP_MODEL_CONCURRENT=1`).
+    /// Run `ops` while the senders are still sending (off with `FASTMP_MODEL_CONCURRENT=0`).
     concurrent: bool,
 }
 
@@ -119,10 +119,10 @@ fn phase_strategy(np: usize) -> impl Strategy<Value = PhasePlan> {
         2 => spec_strategy(np).prop_map(Op::Recv),
         1 => spec_strategy(np).prop_map(Op::Iprobe),
     ];
-    let concurrent = if std::env::var_os("FASTMP_MODEL_CONCURRENT").is_some_and(|v| v == "1") {
-        proptest::bool::ANY.boxed()
-    } else {
+    let concurrent = if std::env::var_os("FASTMP_MODEL_CONCURRENT").is_some_and(|v| v == "0") {
         Just(false).boxed()
+    } else {
+        proptest::bool::ANY.boxed()
     };
     (
         proptest::collection::vec(msg, 0..=6),

@@ -8,7 +8,7 @@
 mod common;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Barrier, Mutex};
 use std::time::Duration;
 
@@ -1831,4 +1831,45 @@ fn probe_of_an_exited_rank() {
     })
     .unwrap();
     assert!(matches!(out[0], Some(Error::PeerExited { rank: 1 })), "{:?}", out[0]);
+}
+
+/// Non-overtaking across the receiver-first path while receives are being posted: two receives
+/// posted in order, two large messages sent in order; the first message lands in the first
+/// receive (regression: a sender could claim the just-posted second receive first).
+#[test]
+fn receiver_first_respects_posting_order_under_concurrent_posts() {
+    const ITERS: usize = 20_000;
+    const WORDS: usize = 32; // 256 bytes > the eager limit below
+    let go = AtomicUsize::new(0);
+    let bad = cfg(2, 64)
+        .run(|world| {
+            let mut bad = 0usize;
+            if world.rank() == 0 {
+                let (mut a, mut b) = ([0u64; WORDS], [0u64; WORDS]);
+                for it in 0..ITERS {
+                    go.store(it + 1, Ordering::Release);
+                    world.scope(|s| {
+                        let ra = s.irecv(&mut a, 1, 0)?;
+                        let rb = s.irecv(&mut b, 1, 0)?;
+                        ra.wait()?;
+                        rb.wait().map(drop)
+                    })?;
+                    bad += usize::from(a[0] != 2 * it as u64 || b[0] != 2 * it as u64 + 1);
+                }
+            } else {
+                let (mut m1, mut m2) = ([0u64; WORDS], [0u64; WORDS]);
+                for it in 0..ITERS {
+                    while go.load(Ordering::Acquire) <= it {
+                        std::thread::yield_now();
+                    }
+                    m1[0] = 2 * it as u64;
+                    m2[0] = 2 * it as u64 + 1;
+                    world.send(&m1, 0, 0)?;
+                    world.send(&m2, 0, 0)?;
+                }
+            }
+            Ok(bad)
+        })
+        .unwrap();
+    assert_eq!(bad[0], 0, "{} of {ITERS} iterations delivered out of order", bad[0]);
 }

@@ -1,10 +1,13 @@
 //! Posted-receive board: the receives a rank has posted, published so that a sender of a large
 //! message can claim one and copy straight into the receive buffer (receiver-first direct copy).
 //!
-//! Entries are allocated round-robin, so circular order from `next` is posting order and a sender
-//! that claims the first matching entry in that order respects MPI's matching order. When the
-//! round-robin position is still busy the receiver switches to private (unpublished) receives
-//! until they drain — `overflow` tells senders to stay away meanwhile.
+//! Every posting gets a sequence number (`next`, the post count), and a claimer takes the matching
+//! entry with the lowest one, which is MPI's matching order. A remote claimer only considers
+//! entries posted before it started looking (sequence below the `next` it read first): an entry
+//! it skips that way was posted concurrently with its send, so the sender falls back to the ring,
+//! where the owner matches in order. Entries are allocated round-robin; when the round-robin
+//! position is still busy the owner switches to private (unpublished) receives until they drain,
+//! and `overflow` tells senders to stay away meanwhile.
 //!
 //! Each entry's state word carries a generation, so a sender that read a stale posting cannot
 //! claim a newer one (ABA).
@@ -30,6 +33,8 @@ const ANY: usize = usize::MAX;
 struct Entry {
     /// `generation << PHASE_BITS | phase`.
     state: AtomicU64,
+    /// Posting sequence number of the current posting.
+    seq: AtomicU64,
     source: AtomicUsize,
     tag: AtomicI32,
     context: AtomicU32,
@@ -45,7 +50,8 @@ struct Entry {
 struct Control {
     /// Bit i set: entry i may be POSTED (maintained by the owner; may be stale-set).
     mask: AtomicU64,
-    /// Next entry to allocate (mod ENTRIES): the oldest in circular order.
+    /// Number of postings so far: the next posting's sequence number; `next % ENTRIES` is the
+    /// entry it will use.
     next: AtomicU64,
     overflow: AtomicBool,
 }
@@ -105,6 +111,7 @@ impl Board {
         e.context.store(spec.context, Ordering::Relaxed);
         e.buf.store(buf, Ordering::Relaxed);
         e.capacity.store(capacity, Ordering::Relaxed);
+        e.seq.store(next, Ordering::Relaxed);
         let generation = (state >> PHASE_BITS) + 1;
         e.state.store(generation << PHASE_BITS | POSTED, Ordering::Release);
         self.ctl.mask.fetch_or(1 << index, Ordering::Release);
@@ -171,41 +178,48 @@ impl Board {
         self.claim_own(context, source, tag)
     }
 
-    /// Owner: claims the oldest posted receive matching an incoming envelope (board entries are
-    /// always older than private receives).
+    /// Claims the oldest posted receive matching an incoming envelope among those posted before
+    /// this call (board entries are always older than the owner's private receives).
     pub fn claim_own(&self, context: u32, source: usize, tag: i32) -> Option<Claim> {
-        let mask = self.ctl.mask.load(Ordering::Acquire);
-        if mask == 0 {
-            return None;
-        }
-        let start = (self.ctl.next.load(Ordering::Acquire) as usize) % ENTRIES;
-        let mut rotated = mask.rotate_right(start as u32);
-        while rotated != 0 {
-            let offset = rotated.trailing_zeros() as usize;
-            rotated &= rotated - 1;
-            let index = (start + offset) % ENTRIES;
+        // Read the posting count first: every posting below it has its state and mask bit
+        // published (Release store of `next` comes last in `post`).
+        let bound = self.ctl.next.load(Ordering::Acquire);
+        loop {
+            let mask = self.ctl.mask.load(Ordering::Acquire);
+            let mut best: Option<(u64, usize, u64)> = None; // (seq, index, state)
+            let mut bits = mask;
+            while bits != 0 {
+                let index = bits.trailing_zeros() as usize;
+                bits &= bits - 1;
+                let e = &self.entries[index];
+                let state = e.state.load(Ordering::Acquire);
+                if state & PHASE_MASK != POSTED {
+                    continue;
+                }
+                let seq = e.seq.load(Ordering::Relaxed);
+                if seq >= bound || best.is_some_and(|(b, _, _)| b < seq) {
+                    continue;
+                }
+                let want_source = e.source.load(Ordering::Relaxed);
+                let want_tag = e.tag.load(Ordering::Relaxed);
+                let matches = e.context.load(Ordering::Relaxed) == context
+                    && (want_source == ANY || want_source == source)
+                    && (want_tag == crate::device::ANY_TAG || want_tag == tag);
+                if matches {
+                    best = Some((seq, index, state));
+                }
+            }
+            let (_, index, state) = best?;
             let e = &self.entries[index];
-            let state = e.state.load(Ordering::Acquire);
-            if state & PHASE_MASK != POSTED {
-                continue;
-            }
-            let want_source = e.source.load(Ordering::Relaxed);
-            let want_tag = e.tag.load(Ordering::Relaxed);
-            let matches = e.context.load(Ordering::Relaxed) == context
-                && (want_source == ANY || want_source == source)
-                && (want_tag == crate::device::ANY_TAG || want_tag == tag);
-            if !matches {
-                continue;
-            }
             let buf = e.buf.load(Ordering::Relaxed);
             let capacity = e.capacity.load(Ordering::Relaxed);
+            // The CAS on the full (generation, phase) word validates the fields read above. If it
+            // fails the entry was cancelled or claimed by someone else: look again.
             let claimed = (state & !PHASE_MASK) | CLAIMED;
-            // The CAS on the full (generation, phase) word validates the fields read above.
             if e.state.compare_exchange(state, claimed, Ordering::AcqRel, Ordering::Acquire).is_ok() {
                 return Some(Claim { index, generation: state >> PHASE_BITS, buf, capacity });
             }
         }
-        None
     }
 
     /// Publishes the result of a claim; the owner sees it through `poll`.
@@ -514,13 +528,10 @@ mod tests {
         windowed_claims(if cfg!(miri) { 80 } else { 20_000 });
     }
 
-    /// MPI order: a sender must claim the *oldest* matching posted receive.
-    ///
-    /// Fails: `post` sets the entry's mask bit before advancing `next`, so a concurrent
-    /// `claim_remote` can read the new bit together with the old `next`, take the entry just
-    /// posted as the start of the circular order, and claim it ahead of older matching receives.
+    /// MPI order: a sender must claim the *oldest* matching posted receive, also while the owner
+    /// keeps posting (regression: a claimer once read a new mask bit with an old `next` and took
+    /// the newest receive first).
     #[test]
-    #[ignore = "known bug: claim_remote can claim a just-posted receive ahead of older ones"]
     fn two_threads_claims_in_posting_order() {
         let bad = windowed_claims(if cfg!(miri) { 200 } else { 200_000 });
         assert!(

@@ -274,17 +274,14 @@ impl ShmEndpoint {
         &self,
         st: &mut State,
         source: usize,
-        view: &SlotView<'_>,
+        view: &mut SlotView<'_>,
         candidate: Option<(MatchSpec, *mut u8, usize)>,
     ) -> Option<Result<RawStatus>> {
         let h = view.header;
-        let record = if h.record != 0 {
-            // SAFETY: the message owns one `Arc` reference from `SendRecord::into_message`; we take
-            // it back exactly once, here, before the slot is popped.
-            Some(unsafe { SendRecord::from_message(h.record) })
-        } else {
-            None
-        };
+        let len = h.len as usize;
+        // SAFETY: the message owns one `Arc` reference from `SendRecord::into_message`; we take
+        // it back exactly once, here, before the slot is popped.
+        let record = h.record.map(|r| unsafe { SendRecord::from_message(r) });
         if record.as_ref().is_some_and(|rec| rec.state() == record::CANCELLED) {
             return None;
         }
@@ -292,7 +289,7 @@ impl ShmEndpoint {
             source,
             tag: h.tag,
             context: h.context,
-            len: h.len as usize,
+            len,
             bytes: (h.kind == Kind::Eager).then(|| view.payload()),
             record: record.as_ref(),
         };
@@ -302,14 +299,14 @@ impl ShmEndpoint {
         }
         let body = match h.kind {
             Kind::Rts => Body::Rts,
-            Kind::Eager if msg.len <= INLINE_BYTES => {
+            Kind::Eager if len <= INLINE_BYTES => {
                 let mut inline = [0; INLINE_BYTES];
-                inline[..msg.len].copy_from_slice(view.payload());
+                inline[..len].copy_from_slice(view.payload());
                 Body::Inline(inline)
             }
             Kind::Eager => Body::Spilled(view.take_spill(st.spare_spills.pop()).expect("spilled payload")),
         };
-        st.unexpected.push_back(Unexpected { source, tag: h.tag, context: h.context, len: msg.len, body, record });
+        st.unexpected.push_back(Unexpected { source, tag: h.tag, context: h.context, len, body, record });
         None
     }
 
@@ -323,8 +320,8 @@ impl ShmEndpoint {
         let ring = self.world.ring(self.rank, source);
         // SAFETY: this endpoint is the only consumer of rings addressed to its rank (one endpoint
         // per rank, !Sync), and the view is dropped before `pop`.
-        while let Some(view) = unsafe { ring.peek() } {
-            let got = self.take_from_ring(st, source, &view, candidate);
+        while let Some(mut view) = unsafe { ring.peek() } {
+            let got = self.take_from_ring(st, source, &mut view, candidate);
             // SAFETY: as above.
             unsafe { ring.pop() };
             if got.is_some() {
@@ -440,12 +437,12 @@ impl ShmEndpoint {
                 context,
                 kind: Kind::Rts,
                 sync: false,
-                record: SendRecord::into_message(Arc::clone(&rec)),
+                record: Some(SendRecord::into_message(Arc::clone(&rec))),
             };
             // SAFETY: only producer of this ring (see above).
             if !unsafe { ring.push(header, &[], 0) } {
                 // SAFETY: the reference was never published; take it back once.
-                drop(unsafe { SendRecord::from_message(header.record) });
+                drop(header.record.map(|r| unsafe { SendRecord::from_message(r) }));
                 self.recycle(st, rec);
                 return None;
             }
@@ -460,13 +457,13 @@ impl ShmEndpoint {
                 context,
                 kind: Kind::Eager,
                 sync: rec.is_some(),
-                record: rec.as_ref().map_or(0, |r| SendRecord::into_message(Arc::clone(r))),
+                record: rec.as_ref().map(|r| SendRecord::into_message(Arc::clone(r))),
             };
             // SAFETY: only producer of this ring.
             if !unsafe { ring.push(header, payload, self.world.eager_limit) } {
                 if let Some(rec) = rec {
                     // SAFETY: never published; take it back once.
-                    drop(unsafe { SendRecord::from_message(header.record) });
+                    drop(header.record.map(|r| unsafe { SendRecord::from_message(r) }));
                     self.recycle(st, rec);
                 }
                 return None;

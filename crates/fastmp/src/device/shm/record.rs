@@ -104,20 +104,30 @@ impl SendRecord {
         true
     }
 
-    /// Turns a clone into the `usize` carried by a ring message.
-    pub fn into_message(this: Arc<Self>) -> usize {
-        Arc::into_raw(this) as usize
+    /// Turns a clone into the reference carried by a ring message.
+    pub fn into_message(this: Arc<Self>) -> RecordRef {
+        RecordRef(Arc::into_raw(this))
     }
 
     /// Takes back the reference carried by a ring message.
     ///
     /// # Safety
     /// `raw` must come from `into_message` and be taken back exactly once.
-    pub unsafe fn from_message(raw: usize) -> Arc<Self> {
-        // SAFETY: per the contract.
-        unsafe { Arc::from_raw(raw as *const SendRecord) }
+    pub unsafe fn from_message(raw: RecordRef) -> Arc<Self> {
+        // SAFETY: per the contract, `raw` is an `Arc::into_raw` pointer not yet taken back.
+        unsafe { Arc::from_raw(raw.0) }
     }
 }
+
+/// An `Arc<SendRecord>` reference in transit through a ring slot: a raw pointer (not an integer),
+/// so its provenance survives the trip.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct RecordRef(*const SendRecord);
+
+// SAFETY: it stands for an owned `Arc<SendRecord>` reference, and `SendRecord` is Send + Sync.
+unsafe impl Send for RecordRef {}
+
+impl SendRecord {}
 
 #[cfg(test)]
 mod tests {
@@ -228,7 +238,7 @@ mod tests {
     fn two_threads_claim_races_detach() {
         let rounds: usize = if cfg!(miri) { 12 } else { 5_000 };
         const LEN: usize = 48;
-        let (to_receiver, messages) = mpsc::channel::<(usize, usize)>();
+        let (to_receiver, messages) = mpsc::channel::<(usize, super::RecordRef)>();
         let receiver_gone = AtomicBool::new(false);
         std::thread::scope(|s| {
             let receiver_gone = &receiver_gone;
@@ -275,7 +285,7 @@ mod tests {
     fn two_threads_cancel_races_claim_and_acknowledge() {
         let rounds: usize = if cfg!(miri) { 16 } else { 10_000 };
         let data = pattern(0, 8);
-        let (to_receiver, messages) = mpsc::channel::<(usize, usize)>();
+        let (to_receiver, messages) = mpsc::channel::<(usize, super::RecordRef)>();
         let (to_sender, verdicts) = mpsc::channel::<bool>();
         std::thread::scope(|s| {
             s.spawn(move || {

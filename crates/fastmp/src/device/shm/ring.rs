@@ -13,6 +13,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use crossbeam_utils::CachePadded;
 
+use super::record::{RecordRef, SendRecord};
+
 /// Slots per ring (power of two).
 pub(crate) const SLOTS: usize = 64;
 /// Payload bytes carried inside the slot's cache line.
@@ -38,8 +40,8 @@ pub(crate) struct Header {
     pub kind: Kind,
     /// Synchronous eager send: the receiver must complete `record` when it matches.
     pub sync: bool,
-    /// `Arc<SendRecord>` raw pointer (or 0), owned by the message.
-    pub record: usize,
+    /// The `Arc<SendRecord>` reference this message owns, if any.
+    pub record: Option<RecordRef>,
 }
 
 #[repr(C, align(64))]
@@ -92,7 +94,7 @@ impl Ring {
                     context: 0,
                     kind: Kind::Eager,
                     sync: false,
-                    record: 0,
+                    record: None,
                 }),
                 inline: UnsafeCell::new([0; INLINE_BYTES]),
             })
@@ -188,10 +190,9 @@ impl Drop for Ring {
         // Messages never consumed still own their `Arc<SendRecord>`; release it.
         // SAFETY: `&mut self`: no other thread can use the ring now.
         while let Some(view) = unsafe { self.peek() } {
-            let record = view.header.record;
-            if record != 0 {
-                // SAFETY: `record` came from `Arc::into_raw` in the producer and was never consumed.
-                drop(unsafe { super::record::SendRecord::from_message(record) });
+            if let Some(record) = view.header.record {
+                // SAFETY: `record` came from `into_message` in the producer and was never consumed.
+                drop(unsafe { SendRecord::from_message(record) });
             }
             // SAFETY: as above.
             unsafe { self.pop() };
@@ -220,8 +221,9 @@ impl SlotView<'_> {
     }
 
     /// Takes the spill buffer (payload > inline) leaving `replacement` in the slot, so an
-    /// unexpected message can be queued without copying it.
-    pub fn take_spill(&self, replacement: Option<Box<[u8]>>) -> Option<Box<[u8]>> {
+    /// unexpected message can be queued without copying it. `&mut self`: no `payload()` slice
+    /// can outlive the buffer it points into.
+    pub fn take_spill(&mut self, replacement: Option<Box<[u8]>>) -> Option<Box<[u8]>> {
         // SAFETY: the consumer owns the published slot until `pop` (see `peek`).
         unsafe { std::mem::replace(&mut *self.ring.spills[self.index].get(), replacement) }
     }
@@ -279,12 +281,12 @@ mod tests {
             context: (i * 3) as u32,
             kind: Kind::Eager,
             sync: i.is_multiple_of(2),
-            record: 0,
+            record: None,
         }
     }
 
-    fn rts(i: usize, len: usize, record: usize) -> Header {
-        Header { len: len as u64, tag: i as i32, context: 7, kind: Kind::Rts, sync: false, record }
+    fn rts(i: usize, len: usize, record: RecordRef) -> Header {
+        Header { len: len as u64, tag: i as i32, context: 7, kind: Kind::Rts, sync: false, record: Some(record) }
     }
 
     fn check(view: &SlotView<'_>, i: usize) {
@@ -341,7 +343,7 @@ mod tests {
             // A spilled payload: the consumer takes the buffer without a replacement.
             let big: Vec<u8> = (0..100).map(|j| byte(1, j)).collect();
             assert!(ring.push(eager(0, big.len()), &big, 128));
-            let view = ring.peek().expect("published");
+            let mut view = ring.peek().expect("published");
             assert_eq!(view.payload(), &big[..]);
             let spill = view.take_spill(None).expect("spill buffer");
             assert_eq!(spill.len(), 128, "allocated with the requested spill capacity");
@@ -357,7 +359,7 @@ mod tests {
             }
             let big2: Vec<u8> = (0..200).map(|j| byte(2, j)).collect();
             assert!(ring.push(eager(SLOTS, big2.len()), &big2, 64));
-            let view = ring.peek().expect("published");
+            let mut view = ring.peek().expect("published");
             assert_eq!(view.payload(), &big2[..]);
             // Replace it with a buffer too small for the next payload...
             let spill2 = view.take_spill(Some(vec![0xAA; 8].into_boxed_slice())).expect("spill buffer");
@@ -372,7 +374,7 @@ mod tests {
             }
             let big3: Vec<u8> = (0..30).map(|j| byte(3, j)).collect();
             assert!(ring.push(eager(2 * SLOTS, big3.len()), &big3, 32));
-            let view = ring.peek().expect("published");
+            let mut view = ring.peek().expect("published");
             assert_eq!(view.payload(), &big3[..]);
             // A large-enough replacement is reused as is.
             let spill3 = view.take_spill(Some(vec![0; 512].into_boxed_slice())).expect("spill buffer");
@@ -407,7 +409,7 @@ mod tests {
                     assert_eq!(view.header.kind, Kind::Rts);
                     assert_eq!(view.header.tag, i);
                     assert_eq!(view.header.len, 1 << 20);
-                    drop(SendRecord::from_message(view.header.record));
+                    drop(SendRecord::from_message(view.header.record.expect("rts record")));
                     ring.pop();
                 }
                 // One eager message without a record in the middle of the unconsumed ones.
@@ -446,7 +448,7 @@ mod tests {
                 for i in 0..n {
                     // SAFETY: this thread is the ring's only consumer; the view is dropped before
                     // `pop`.
-                    let view = wait_for(&producer_gone, || unsafe { ring.peek() });
+                    let mut view = wait_for(&producer_gone, || unsafe { ring.peek() });
                     check(&view, i);
                     let len = view.header.len as usize;
                     if len > INLINE_BYTES && i % 3 == 0 {
@@ -486,7 +488,7 @@ mod tests {
                     let raw = SendRecord::into_message(Arc::clone(rec));
                     let p = payload(i);
                     let mut h = eager(i, p.len());
-                    h.record = raw;
+                    h.record = Some(raw);
                     // SAFETY: only producer.
                     wait_for(&consumer_gone, || unsafe { ring.push(h, &p, SPILL_CAPACITY) }.then_some(()));
                 }
@@ -501,7 +503,7 @@ mod tests {
                     let view = wait_for(&producer_gone, || unsafe { ring.peek() });
                     assert_eq!(view.payload(), &payload(i)[..]);
                     // SAFETY: the message owns one reference; taken back once.
-                    let rec = unsafe { SendRecord::from_message(view.header.record) };
+                    let rec = unsafe { SendRecord::from_message(view.header.record.expect("record")) };
                     // SAFETY: consumer, after peek.
                     unsafe { ring.pop() };
                     assert!(rec.acknowledge());
