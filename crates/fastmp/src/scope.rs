@@ -205,11 +205,11 @@ impl<'scope> Request<'scope> {
     }
 
     fn wait_in_place(&mut self) -> Result<Status> {
-        if matches!(self.state, ReqState::Inactive) {
-            return Ok(EMPTY_STATUS);
+        // Completed at start (eager sends, receives matched on posting) or inactive: no waiting.
+        if matches!(self.state, ReqState::Active(_)) && !self.poll() {
+            let comm = self.comm;
+            comm.dev.wait_until(&mut || Ok(self.poll()))?;
         }
-        let comm = self.comm;
-        comm.dev.wait_until(&mut || Ok(self.poll()))?;
         self.take()
     }
 
