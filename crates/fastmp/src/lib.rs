@@ -37,6 +37,7 @@ mod error;
 mod launch;
 mod p2p;
 mod scope;
+mod sync;
 
 pub use comm::{Comm, Status};
 pub use device::{ANY_SOURCE, ANY_TAG, Source, TAG_UB};

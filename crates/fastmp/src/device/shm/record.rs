@@ -4,9 +4,12 @@
 //! The record is shared through an `Arc`: the message in flight holds one reference, so the
 //! record outlives whichever side finishes first, including a sender rank that has exited.
 
-use std::cell::UnsafeCell;
+// `std`'s `Arc`, also under loom: the endpoint keeps records as `std::sync::Arc<SendRecord>`, and
+// the reference count is no part of the protocol checked here (the loom tests share a record
+// through loom's `Arc` instead).
 use std::sync::Arc;
-use std::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
+
+use crate::sync::{AtomicPtr, AtomicU32, Ordering, UnsafeCell, yield_now};
 
 /// The receiver may claim the data.
 pub(crate) const PENDING: u32 = 0;
@@ -44,9 +47,12 @@ impl SendRecord {
     /// Re-arms a record nobody else references for a new send of `data`.
     pub fn reset(this: &mut Arc<Self>, data: *const u8) -> bool {
         let Some(rec) = Arc::get_mut(this) else { return false };
-        *rec.state.get_mut() = PENDING;
-        *rec.data.get_mut() = data as *mut u8;
-        *rec.detached.get_mut() = None;
+        // Plain stores (loom's atomics have no `get_mut`): `Arc::get_mut` proved exclusive access,
+        // and synchronized with the other owners' drops.
+        rec.state.store(PENDING, Ordering::Relaxed);
+        rec.data.store(data as *mut u8, Ordering::Relaxed);
+        // SAFETY: exclusive access, as above.
+        rec.detached.with_mut(|detached| unsafe { *detached = None });
         true
     }
 
@@ -62,7 +68,7 @@ impl SendRecord {
         loop {
             match self.state.compare_exchange(PENDING, CLAIMED, Ordering::Acquire, Ordering::Acquire) {
                 Ok(_) => return Some(self.data.load(Ordering::Relaxed)),
-                Err(CLAIMED) => std::thread::yield_now(),
+                Err(CLAIMED) => yield_now(),
                 Err(_) => return None,
             }
         }
@@ -97,8 +103,8 @@ impl SendRecord {
         // SAFETY: caller guarantees `src` is valid for `len` bytes; CLAIMED gives us exclusive use
         // of `detached` (the receiver only reads through `data` while it holds CLAIMED).
         let copy: Box<[u8]> = unsafe { std::slice::from_raw_parts(src, len) }.into();
-        let slot = unsafe { &mut *self.detached.get() };
-        let ptr = slot.insert(copy).as_ptr();
+        // SAFETY: as above.
+        let ptr = self.detached.with_mut(|slot| unsafe { (*slot).insert(copy).as_ptr() });
         self.data.store(ptr as *mut u8, Ordering::Relaxed);
         self.state.store(PENDING, Ordering::Release);
         true
@@ -129,7 +135,7 @@ unsafe impl Send for RecordRef {}
 
 impl SendRecord {}
 
-#[cfg(test)]
+#[cfg(all(test, not(loom)))]
 mod tests {
     //! The send record's state machine on the real code (also run under Miri, see
     //! `scripts/miri.sh`): single-thread transitions, and two-thread races of claim / complete /
@@ -321,6 +327,131 @@ mod tests {
                 assert_eq!(rec.state(), if cancelled { CANCELLED } else { DONE });
             }
             drop(to_receiver);
+        });
+    }
+}
+
+#[cfg(all(test, loom))]
+mod loom_tests {
+    //! Loom models of the real send record: the receiver's `claim` / `acknowledge` against the
+    //! sender's `detach` / `cancel`, under every interleaving. The user's buffer and the detached
+    //! copy are read through loom cells, so loom also checks that the sender never overwrites
+    //! data the receiver may still be reading. Run with `scripts/loom.sh`.
+
+    use loom::sync::Arc as LoomArc;
+
+    use super::*;
+
+    const LEN: usize = 4;
+    const DATA: [u8; LEN] = [1, 2, 3, 4];
+
+    /// A record armed for a send of `data`, shared through loom's `Arc` (the record's own API
+    /// hands out `std`'s, whose reference count loom cannot see).
+    fn armed(data: *const u8) -> LoomArc<SendRecord> {
+        let mut rec = SendRecord::new();
+        assert!(SendRecord::reset(&mut rec, data));
+        LoomArc::new(Arc::try_unwrap(rec).ok().expect("only reference"))
+    }
+
+    /// Receiver of a rendezvous send: claims, copies `LEN` bytes, completes. The copy goes through
+    /// the loom cell the pointer belongs to (the user's buffer or the record's detached copy).
+    /// (`user_ptr`: the buffer's address, taken before the race: reading it through the cell would
+    /// itself be an access to the buffer.)
+    fn receive(rec: &SendRecord, user: &UnsafeCell<[u8; LEN]>, user_ptr: usize) -> Option<[u8; LEN]> {
+        let src = rec.claim()?;
+        let got = if src as usize == user_ptr {
+            // SAFETY: claimed: the sender does not touch its buffer until we complete.
+            user.with(|p| unsafe { *p })
+        } else {
+            rec.detached.with(|d| {
+                // SAFETY: claimed after a detach: the sender is done writing `detached`.
+                let copy = unsafe { (*d).as_deref() }.expect("data points at the detached copy");
+                assert_eq!(copy.as_ptr(), src);
+                copy[..LEN].try_into().unwrap()
+            })
+        };
+        rec.complete();
+        Some(got)
+    }
+
+    /// Sender releases its buffer (detach, or wait out a receiver's copy), overwrites it, then
+    /// tries to cancel; the receiver claims concurrently. Exactly one of claim and cancel wins, a
+    /// claiming receiver reads the original data, and the overwrite never races with its copy.
+    #[test]
+    fn claim_races_detach_and_cancel() {
+        loom::model(|| {
+            let user = LoomArc::new(UnsafeCell::new(DATA));
+            let user_ptr = user.with(|p| p.cast::<u8>());
+            let rec = armed(user_ptr);
+            let receiver = {
+                let (rec, user) = (LoomArc::clone(&rec), LoomArc::clone(&user));
+                loom::thread::spawn(move || receive(&rec, &user, user_ptr as usize))
+            };
+            // SAFETY: sender thread; `user` holds LEN bytes and is only overwritten below.
+            if !unsafe { rec.detach(LEN) } {
+                // Claimed: the endpoint waits until the receiver has copied.
+                while rec.state() == CLAIMED {
+                    loom::thread::yield_now();
+                }
+            }
+            // The buffer is the user's again.
+            // SAFETY: detached, or the receiver completed (Acquire in `state`).
+            user.with_mut(|p| unsafe { *p = [0xEE; LEN] });
+            let cancelled = rec.cancel();
+            let received = receiver.join().unwrap();
+            assert_eq!(cancelled, received.is_none(), "exactly one of cancel and claim wins");
+            if let Some(got) = received {
+                assert_eq!(got, DATA, "the receiver read the data of the send");
+            }
+            assert_eq!(rec.state(), if cancelled { CANCELLED } else { DONE });
+        });
+    }
+
+    /// Receiver claim against sender cancel of a record the sender keeps pointing at its buffer.
+    #[test]
+    fn claim_races_cancel() {
+        loom::model(|| {
+            let user = LoomArc::new(UnsafeCell::new(DATA));
+            let user_ptr = user.with(|p| p.cast::<u8>());
+            let rec = armed(user_ptr);
+            let receiver = {
+                let (rec, user) = (LoomArc::clone(&rec), LoomArc::clone(&user));
+                loom::thread::spawn(move || receive(&rec, &user, user_ptr as usize))
+            };
+            let cancelled = rec.cancel();
+            if !cancelled {
+                // Matched: the send completes when the receiver is done.
+                while rec.state() != DONE {
+                    loom::thread::yield_now();
+                }
+            }
+            // SAFETY: cancelled (never claimed), or the receiver completed (Acquire in `state`).
+            user.with_mut(|p| unsafe { *p = [0xEE; LEN] });
+            let received = receiver.join().unwrap();
+            assert_eq!(cancelled, received.is_none(), "exactly one of cancel and claim wins");
+            assert_eq!(received.unwrap_or(DATA), DATA);
+            assert_eq!(rec.state(), if cancelled { CANCELLED } else { DONE });
+        });
+    }
+
+    /// Synchronous eager send: receiver acknowledge against sender cancel; exactly one wins, and
+    /// the final state says which, to both sides.
+    #[test]
+    fn acknowledge_races_cancel() {
+        loom::model(|| {
+            let rec = armed(std::ptr::null());
+            let receiver = {
+                let rec = LoomArc::clone(&rec);
+                loom::thread::spawn(move || {
+                    let acked = rec.acknowledge();
+                    assert_eq!(rec.state(), if acked { DONE } else { CANCELLED });
+                    acked
+                })
+            };
+            let cancelled = rec.cancel();
+            assert_eq!(rec.state(), if cancelled { CANCELLED } else { DONE });
+            let acked = receiver.join().unwrap();
+            assert_ne!(cancelled, acked, "exactly one of cancel and acknowledge wins");
         });
     }
 }
