@@ -29,9 +29,13 @@ const _: () = assert!(ENTRIES <= 64 && 64 % ENTRIES == 0);
 
 const FREE: u64 = 0;
 const POSTED: u64 = 1;
+/// Claimed by a sender (remote or the owner's own send), which will fill and complete it.
 const CLAIMED: u64 = 2;
 const DONE: u64 = 3;
-const PHASE_BITS: u64 = 2;
+/// Claimed by the owner while it matches a message from its ring; may go back to POSTED if that
+/// message turns out to be cancelled, so senders must not skip past it (see `claim`).
+const OWNER_CLAIMED: u64 = 4;
+const PHASE_BITS: u64 = 3;
 const PHASE_MASK: u64 = (1 << PHASE_BITS) - 1;
 const ANY: usize = usize::MAX;
 
@@ -121,9 +125,16 @@ impl Board {
         e.seq.store(next, Ordering::Relaxed);
         let generation = (state >> PHASE_BITS) + 1;
         e.state.store(generation << PHASE_BITS | POSTED, Ordering::Release);
-        self.ctl.mask.fetch_or(1 << index, Ordering::Release);
+        self.set_mask_bit(index, true);
         self.ctl.next.store(next + 1, Ordering::Release);
         Some((index, generation))
+    }
+
+    /// Only the owner writes the mask, so a plain load/store pair (no locked RMW) suffices.
+    fn set_mask_bit(&self, index: usize, set: bool) {
+        let mask = self.ctl.mask.load(Ordering::Relaxed);
+        let mask = if set { mask | 1 << index } else { mask & !(1 << index) };
+        self.ctl.mask.store(mask, Ordering::Release);
     }
 
     /// Leaves overflow mode once no private receive is outstanding.
@@ -146,7 +157,7 @@ impl Board {
 
     /// Returns a completed or cancelled entry to the free pool.
     pub fn free(&self, index: usize, generation: u64) {
-        self.ctl.mask.fetch_and(!(1 << index), Ordering::Relaxed);
+        self.set_mask_bit(index, false);
         self.entries[index].state.store(generation << PHASE_BITS | FREE, Ordering::Release);
     }
 
@@ -162,14 +173,15 @@ impl Board {
             )
             .is_ok()
         {
-            self.ctl.mask.fetch_and(!(1 << index), Ordering::Relaxed);
+            self.set_mask_bit(index, false);
             true
         } else {
             false
         }
     }
 
-    /// Re-opens an entry the owner claimed but could not fill (the message was cancelled).
+    /// Re-opens an entry the owner claimed (`claim_own`) but could not fill (the message was
+    /// cancelled).
     pub fn unclaim(&self, claim: &Claim) {
         self.entries[claim.index].state.store(claim.generation << PHASE_BITS | POSTED, Ordering::Release);
     }
@@ -182,16 +194,26 @@ impl Board {
         if self.ctl.overflow.load(Ordering::Acquire) {
             return None;
         }
-        self.claim_own(context, source, tag)
+        self.claim(context, source, tag, CLAIMED)
+    }
+
+    /// Owner: claims the oldest posted receive matching a message it took from its ring.
+    /// Board entries are always older than the owner's private receives.
+    pub fn claim_own(&self, context: u32, source: usize, tag: i32) -> Option<Claim> {
+        self.claim(context, source, tag, OWNER_CLAIMED)
     }
 
     /// Claims the oldest posted receive matching an incoming envelope among those posted before
-    /// this call (board entries are always older than the owner's private receives).
+    /// this call, leaving it in phase `as_phase`.
     ///
     /// Live postings have sequence numbers in `[bound - ENTRIES, bound)`: posting `n` uses entry
     /// `n % ENTRIES`, and it only happens if that entry is free. So circular order from entry
     /// `bound % ENTRIES` is posting order, and the first match in that order is the oldest.
-    pub fn claim_own(&self, context: u32, source: usize, tag: i32) -> Option<Claim> {
+    ///
+    /// A sender that meets a matching entry the owner holds gives up (`None`: it falls back to the
+    /// ring, where the owner matches in order): the owner may hand the entry back, and taking a
+    /// newer receive meanwhile would break posting order.
+    fn claim(&self, context: u32, source: usize, tag: i32, as_phase: u64) -> Option<Claim> {
         // Read the posting count first: every posting below it has its state and mask bit
         // published (the Release store of `next` comes last in `post`). Postings at or above it
         // are concurrent with this claim and skipped.
@@ -205,7 +227,8 @@ impl Board {
             let index = ((start + offset) as usize) % ENTRIES;
             let e = &self.entries[index];
             let state = e.state.load(Ordering::Acquire);
-            if state & PHASE_MASK != POSTED || e.seq.load(Ordering::Relaxed) >= bound {
+            let phase = state & PHASE_MASK;
+            if (phase != POSTED && phase != OWNER_CLAIMED) || e.seq.load(Ordering::Relaxed) >= bound {
                 continue;
             }
             let want_source = e.source.load(Ordering::Relaxed);
@@ -216,13 +239,19 @@ impl Board {
             if !matches {
                 continue;
             }
+            if phase == OWNER_CLAIMED {
+                return None;
+            }
             let buf = e.buf.load(Ordering::Relaxed);
             let capacity = e.capacity.load(Ordering::Relaxed);
-            // The CAS on the full (generation, phase) word validates the fields read above. If it
-            // fails the entry was cancelled or claimed by someone else; later entries are newer.
-            let claimed = (state & !PHASE_MASK) | CLAIMED;
-            if e.state.compare_exchange(state, claimed, Ordering::AcqRel, Ordering::Acquire).is_ok() {
-                return Some(Claim { index, generation: state >> PHASE_BITS, buf, capacity });
+            // The CAS on the full (generation, phase) word validates the fields read above.
+            let claimed = (state & !PHASE_MASK) | as_phase;
+            match e.state.compare_exchange(state, claimed, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => return Some(Claim { index, generation: state >> PHASE_BITS, buf, capacity }),
+                // The owner took it meanwhile and may hand it back: same rule as above.
+                Err(now) if now == (state & !PHASE_MASK) | OWNER_CLAIMED => return None,
+                // Cancelled or claimed by another sender: later entries are newer.
+                Err(_) => {}
             }
         }
         None
@@ -858,15 +887,11 @@ mod loom_tests {
         });
     }
 
-    /// KNOWN BUG (ignored so that `scripts/loom.sh` passes; run it with
-    /// `scripts/loom.sh owner_unclaim -- --ignored`): the owner claims its oldest receive A for a
-    /// ring message whose sender then turns out to have cancelled it, and `unclaim`s A. A sender
-    /// claiming meanwhile sees A CLAIMED, skips it and takes the newer B, so B gets that
-    /// sender's message while A, posted first and never cancelled, stays posted for a later one:
-    /// MPI's non-overtaking rule for receives is broken (endpoint `deliver_posted` →
-    /// `Filled::Vanished` → `unclaim`).
+    /// The owner claims its oldest receive A for a ring message whose sender then turns out to
+    /// have cancelled it, and `unclaim`s A. A sender claiming meanwhile must not take the newer B
+    /// (regression: it skipped A while the owner held it): it gets A, or backs off to the ring
+    /// (`None`), where the owner matches in posting order.
     #[test]
-    #[ignore = "known bug: a remote claim skips an entry the owner claims and then unclaims"]
     fn owner_unclaim_keeps_posting_order() {
         const A: usize = 0;
         const B: usize = 1;
@@ -891,7 +916,7 @@ mod loom_tests {
                 board.unclaim(&own);
             }
             let got = claimer.join().unwrap();
-            assert_eq!(got, Some(A), "the sender must get the oldest posted receive A (A=0, B=1)");
+            assert_ne!(got, Some(B), "the sender must never take the newer receive B while A is posted");
         });
     }
 }
