@@ -13,6 +13,7 @@
 #
 # environment:
 #   REPEAT            runs per side, alternating fastmp and MPI (default 3);
+#   SETTLE_SECONDS    pause before each run (default 1), so runs never overlap;
 #                     the table shows the median per size
 #   FASTMP_BENCH_BIN  use this fastmp-bench binary and skip `cargo build`
 #   FASTMPRUN_BIN     fastmprun launcher for --tcp (default target/release/fastmprun)
@@ -211,13 +212,19 @@ run_one() {
     fi
 }
 
+# Pause between runs so one side's teardown (mpirun's daemons take a moment to exit) never
+# overlaps the other side's first measurements on a small machine.
+settle() { sleep "${SETTLE_SECONDS:-1}"; }
+
 for bench in "${benches[@]}"; do
     for ((rep = 1; rep <= repeat; rep++)); do
         if [[ $fastmp_mode != none ]]; then
             fastmp_command "$bench"
+            settle
             run_one fastmp "$bench" "$rep" "${fastmp_cmd[@]}"
         fi
         if ((have_mpi)); then
+            settle
             run_one mpi "$bench" "$rep" mpirun "${mpirun_args[@]}" "$mpi_bin" "$bench" "${size_args[@]}" --json
         fi
     done
