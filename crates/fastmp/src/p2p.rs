@@ -54,10 +54,9 @@ impl Comm {
     pub(crate) fn recv_bytes(&self, bytes: &mut [u8], source: Source, tag: i32) -> Result<crate::device::RawStatus> {
         self.check_source(source, tag)?;
         let spec = MatchSpec { context: self.context, source, tag };
-        // SAFETY: `bytes` is exclusively borrowed until `complete` returns, which releases the
-        // request on every error path.
-        let id = unsafe { self.dev.irecv(bytes.as_mut_ptr(), bytes.len(), spec)? };
-        self.complete(id)
+        // SAFETY: `bytes` is exclusively borrowed until the blocking receive returns, which
+        // releases its request on every error path.
+        unsafe { self.dev.recv(bytes.as_mut_ptr(), bytes.len(), spec) }
     }
 
     /// Sends `sendbuf` to `dest` and receives into `recvbuf` from `source` at the same time

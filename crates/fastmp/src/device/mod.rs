@@ -135,6 +135,18 @@ pub trait Device {
     /// completes or is released.
     unsafe fn irecv(&self, buf: *mut u8, capacity: usize, spec: MatchSpec) -> Result<Started>;
 
+    /// Blocking receive. The default posts `irecv` and waits; devices may do better.
+    ///
+    /// # Safety
+    /// `buf..buf+capacity` must be writable and not otherwise accessed until this returns.
+    unsafe fn recv(&self, buf: *mut u8, capacity: usize, spec: MatchSpec) -> Result<RawStatus> {
+        // SAFETY: forwarded caller contract.
+        match unsafe { self.irecv(buf, capacity, spec)? } {
+            Started::Complete(result) => result,
+            Started::Pending(id) => self.wait(id).inspect_err(|_| self.release(id)),
+        }
+    }
+
     /// Reports the first message matching `spec`, without receiving it.
     fn iprobe(&self, spec: MatchSpec) -> Result<Option<RawStatus>>;
 

@@ -18,6 +18,8 @@ const RECORD_POOL: usize = 256;
 /// Spill buffers pre-allocated per rank (only for eager limits up to the max below).
 const SPARE_PREFILL: usize = 8;
 const SPARE_PREFILL_MAX_LIMIT: usize = 64 * 1024;
+/// Polls a blocking receive makes before posting itself (about a microsecond).
+const UNPOSTED_POLLS: u32 = 64;
 
 /// What to send, as given to `isend`.
 #[derive(Clone, Copy)]
@@ -383,6 +385,30 @@ impl ShmEndpoint {
         None
     }
 
+    fn check_spec(&self, spec: MatchSpec) -> Result<()> {
+        self.check_live()?;
+        if let Source::Rank(r) = spec.source
+            && r >= self.world.np
+        {
+            return Err(Error::RankOutOfRange { rank: r, size: self.world.np });
+        }
+        if spec.tag < crate::device::ANY_TAG {
+            return Err(Error::TagOutOfRange { tag: spec.tag, max: TAG_UB });
+        }
+        Ok(())
+    }
+
+    /// Completes a receive at once if its message is already here (queued or in a ring).
+    fn receive_now(&self, st: &mut State, spec: MatchSpec, buf: *mut u8, capacity: usize) -> Option<Result<RawStatus>> {
+        self.match_unexpected(st, spec, buf, capacity).or_else(|| {
+            let candidate = Some((spec, buf, capacity));
+            match spec.source {
+                Source::Rank(src) => self.drain_ring(st, src, candidate),
+                Source::Any => (0..self.world.np).find_map(|src| self.drain_ring(st, src, candidate)),
+            }
+        })
+    }
+
     /// The first queued message matching `spec`, dropping ones their senders cancelled.
     fn first_unexpected(st: &mut State, spec: MatchSpec) -> Option<RawStatus> {
         st.unexpected.retain(|u| u.record.as_ref().is_none_or(|r| r.state() != record::CANCELLED));
@@ -676,24 +702,9 @@ impl Device for ShmEndpoint {
     }
 
     unsafe fn irecv(&self, buf: *mut u8, capacity: usize, spec: MatchSpec) -> Result<Started> {
-        self.check_live()?;
-        if let Source::Rank(r) = spec.source
-            && r >= self.world.np
-        {
-            return Err(Error::RankOutOfRange { rank: r, size: self.world.np });
-        }
-        if spec.tag < crate::device::ANY_TAG {
-            return Err(Error::TagOutOfRange { tag: spec.tag, max: TAG_UB });
-        }
+        self.check_spec(spec)?;
         let st = &mut *self.st.borrow_mut();
-        let done = self.match_unexpected(st, spec, buf, capacity).or_else(|| {
-            let candidate = Some((spec, buf, capacity));
-            match spec.source {
-                Source::Rank(src) => self.drain_ring(st, src, candidate),
-                Source::Any => (0..self.world.np).find_map(|src| self.drain_ring(st, src, candidate)),
-            }
-        });
-        if let Some(result) = done {
+        if let Some(result) = self.receive_now(st, spec, buf, capacity) {
             return Ok(Started::Complete(result));
         }
         let phase = match self.world.ranks[self.rank].board.post(spec, buf, capacity) {
@@ -706,6 +717,24 @@ impl Device for ShmEndpoint {
             st.private_posted.push_back(id);
         }
         Ok(Started::Pending(id))
+    }
+
+    unsafe fn recv(&self, buf: *mut u8, capacity: usize, spec: MatchSpec) -> Result<RawStatus> {
+        self.check_spec(spec)?;
+        // A blocking receive polls briefly before publishing itself: a message arriving within
+        // that window skips the request entry and the board handshake (the ping-pong case).
+        // Not being posted yet is the same as posting a moment later.
+        for _ in 0..UNPOSTED_POLLS {
+            if let Some(result) = self.receive_now(&mut self.st.borrow_mut(), spec, buf, capacity) {
+                return result;
+            }
+            std::hint::spin_loop();
+        }
+        // SAFETY: forwarded caller contract (buffer valid and exclusive until we return).
+        match unsafe { self.irecv(buf, capacity, spec)? } {
+            Started::Complete(result) => result,
+            Started::Pending(id) => self.wait(id).inspect_err(|_| self.release(id)),
+        }
     }
 
     fn iprobe(&self, spec: MatchSpec) -> Result<Option<RawStatus>> {
