@@ -14,6 +14,8 @@ mod board;
 mod endpoint;
 pub(crate) mod record;
 pub(crate) mod ring;
+#[cfg(all(test, not(loom)))]
+mod test_support;
 
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock};

@@ -133,8 +133,6 @@ pub(crate) struct RecordRef(*const SendRecord);
 // SAFETY: it stands for an owned `Arc<SendRecord>` reference, and `SendRecord` is Send + Sync.
 unsafe impl Send for RecordRef {}
 
-impl SendRecord {}
-
 #[cfg(all(test, not(loom)))]
 mod tests {
     //! The send record's state machine on the real code (also run under Miri, see
@@ -144,27 +142,12 @@ mod tests {
     use std::sync::atomic::AtomicBool;
     use std::sync::mpsc;
 
+    use super::super::test_support::{Gone, wait_for};
     use super::*;
-
-    /// Set when its thread ends, also by panicking: the peer then stops waiting for it.
-    struct Gone<'a>(&'a AtomicBool);
-
-    impl Drop for Gone<'_> {
-        fn drop(&mut self) {
-            self.0.store(true, Ordering::Release);
-        }
-    }
 
     /// Yields until `ready()`; panics if the peer thread ended first.
     fn wait_until(peer_gone: &AtomicBool, mut ready: impl FnMut() -> bool) {
-        loop {
-            let gone = peer_gone.load(Ordering::Acquire);
-            if ready() {
-                return;
-            }
-            assert!(!gone, "peer thread ended (panicked?) while this one waits");
-            std::thread::yield_now();
-        }
+        wait_for(peer_gone, || ready().then_some(()))
     }
 
     fn pattern(round: usize, len: usize) -> Vec<u8> {

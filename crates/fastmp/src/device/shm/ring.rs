@@ -244,28 +244,8 @@ mod tests {
     use std::sync::atomic::AtomicBool;
 
     use super::super::record::SendRecord;
+    use super::super::test_support::{Gone, wait_for};
     use super::*;
-
-    /// Set when its thread ends, also by panicking: the peer then stops waiting for it.
-    struct Gone<'a>(&'a AtomicBool);
-
-    impl Drop for Gone<'_> {
-        fn drop(&mut self) {
-            self.0.store(true, Ordering::Release);
-        }
-    }
-
-    /// Waits (yielding) until `ready`; panics if the peer thread ended while we still wait.
-    fn wait_for<T>(peer_gone: &AtomicBool, mut ready: impl FnMut() -> Option<T>) -> T {
-        loop {
-            let gone = peer_gone.load(Ordering::Acquire);
-            if let Some(v) = ready() {
-                return v;
-            }
-            assert!(!gone, "peer thread ended (panicked?) while this one waits");
-            std::thread::yield_now();
-        }
-    }
 
     /// Payload sizes cycled through: empty, inline (≤ 24 B), exactly inline, spilled.
     const SIZES: [usize; 9] = [0, 1, 7, 23, 24, 25, 40, 100, 3];
