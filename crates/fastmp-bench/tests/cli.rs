@@ -3,7 +3,12 @@
 
 use std::process::Command;
 
+/// One benchmark process at a time: their spinning ranks would starve each other on a small
+/// machine if the test harness ran them in parallel.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn bench(args: &[&str]) -> std::process::Output {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     Command::new(env!("CARGO_BIN_EXE_fastmp-bench"))
         .args(args)
         .env_remove("FASTMP_NP")

@@ -2,7 +2,7 @@
 
 use std::rc::Rc;
 
-use crate::device::{ANY_TAG, ContextId, Device, RawStatus, Source, Started, TAG_UB};
+use crate::device::{ANY_TAG, ContextId, Device, RawStatus, Source, TAG_UB};
 use crate::error::{Error, Result};
 
 /// Context of the world communicator's point-to-point traffic.
@@ -116,17 +116,5 @@ impl Comm {
             return Err(Error::TagOutOfRange { tag, max: TAG_UB });
         }
         Ok(())
-    }
-
-    /// Blocks until a started operation completes; on any failure the request is released first,
-    /// so the caller's buffer is free again when this returns.
-    pub(crate) fn complete(&self, started: Started) -> Result<RawStatus> {
-        let id = match started {
-            Started::Complete(result) => return result,
-            Started::Pending(id) => id,
-        };
-        // A failed wait leaves the request outstanding; release it (a no-op if `test` already
-        // retired it) so the buffer is free when we return.
-        self.dev.wait(id).inspect_err(|_| self.dev.release(id))
     }
 }

@@ -38,8 +38,8 @@ impl Comm {
         self.check_dest(dest, tag)?;
         // SAFETY: `bytes` stays borrowed until `complete` returns, and `complete` releases the
         // request on every error path, so the device is done with the buffer when we return.
-        let id = unsafe { self.dev.isend(bytes.as_ptr(), bytes.len(), dest, tag, self.context, mode)? };
-        self.complete(id).map(|_| ())
+        let started = unsafe { self.dev.isend(bytes.as_ptr(), bytes.len(), dest, tag, self.context, mode)? };
+        self.dev.complete(started).map(drop)
     }
 
     /// Receives into `buf` from `source` (a rank or [`crate::ANY_SOURCE`]) with `tag` (or

@@ -141,7 +141,14 @@ pub trait Device {
     /// `buf..buf+capacity` must be writable and not otherwise accessed until this returns.
     unsafe fn recv(&self, buf: *mut u8, capacity: usize, spec: MatchSpec) -> Result<RawStatus> {
         // SAFETY: forwarded caller contract.
-        match unsafe { self.irecv(buf, capacity, spec)? } {
+        let started = unsafe { self.irecv(buf, capacity, spec)? };
+        self.complete(started)
+    }
+
+    /// Blocks until a started operation finishes. A failed wait leaves the request outstanding,
+    /// so it is released (a no-op if `test` already retired it): the buffer is free on return.
+    fn complete(&self, started: Started) -> Result<RawStatus> {
+        match started {
             Started::Complete(result) => result,
             Started::Pending(id) => self.wait(id).inspect_err(|_| self.release(id)),
         }

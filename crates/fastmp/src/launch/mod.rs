@@ -140,7 +140,7 @@ impl Config {
                 .collect()
         });
         if let Some((rank, cause)) = world.first_failure() {
-            return Err(Error::RankFailed { rank: *rank, cause: cause.clone() });
+            return Err(Error::RankFailed { rank, cause });
         }
         results.into_iter().collect()
     }

@@ -731,10 +731,8 @@ impl Device for ShmEndpoint {
             std::hint::spin_loop();
         }
         // SAFETY: forwarded caller contract (buffer valid and exclusive until we return).
-        match unsafe { self.irecv(buf, capacity, spec)? } {
-            Started::Complete(result) => result,
-            Started::Pending(id) => self.wait(id).inspect_err(|_| self.release(id)),
-        }
+        let started = unsafe { self.irecv(buf, capacity, spec)? };
+        self.complete(started)
     }
 
     fn iprobe(&self, spec: MatchSpec) -> Result<Option<RawStatus>> {

@@ -57,8 +57,8 @@ pub(crate) struct ShmWorld {
     /// `rings[dest * np + source]`: a receiver's incoming rings are contiguous.
     rings: Box<[Ring]>,
     ranks: Box<[RankShared]>,
-    aborted: CachePadded<AtomicBool>,
-    first_failure: OnceLock<(usize, String)>,
+    /// The rank whose failure aborted the job (set once; its cause is in `causes`).
+    first_failure: OnceLock<usize>,
     /// Why each failed rank failed.
     causes: Box<[OnceLock<String>]>,
 }
@@ -72,7 +72,6 @@ impl ShmWorld {
             policy: WaitPolicy::for_ranks(np),
             rings: (0..np * np).map(|_| Ring::new()).collect(),
             ranks: (0..np).map(|_| RankShared::default()).collect(),
-            aborted: CachePadded::new(AtomicBool::new(false)),
             first_failure: OnceLock::new(),
             causes: (0..np).map(|_| OnceLock::new()).collect(),
         })
@@ -96,16 +95,20 @@ impl ShmWorld {
 
     /// Records that `rank` failed: the job is aborted and every blocked rank is woken to notice.
     pub fn mark_failed(&self, rank: usize, cause: String) {
-        let _ = self.causes[rank].set(cause.clone());
-        let _ = self.first_failure.set((rank, cause));
+        // The cause is published before the rank that names it.
+        let _ = self.causes[rank].set(cause);
         self.ranks[rank].state.store(FAILED, Ordering::Release);
-        self.aborted.store(true, Ordering::Release);
+        let _ = self.first_failure.set(rank);
         self.wake_all();
     }
 
     /// The rank that failed first and why.
-    pub fn first_failure(&self) -> Option<&(usize, String)> {
-        self.first_failure.get()
+    pub fn first_failure(&self) -> Option<(usize, String)> {
+        self.first_failure.get().map(|&rank| (rank, self.cause(rank)))
+    }
+
+    fn cause(&self, rank: usize) -> String {
+        self.causes[rank].get().cloned().unwrap_or_else(|| "unknown".into())
     }
 
     fn wake_all(&self) {
@@ -115,10 +118,7 @@ impl ShmWorld {
     }
 
     fn abort_error(&self) -> Option<Error> {
-        if !self.aborted.load(Ordering::Acquire) {
-            return None;
-        }
-        let (rank, cause) = self.first_failure.get().cloned().unwrap_or((usize::MAX, "unknown".into()));
+        let (rank, cause) = self.first_failure()?;
         Some(Error::PeerFailed { rank, cause })
     }
 
@@ -127,10 +127,7 @@ impl ShmWorld {
         match self.liveness(rank) {
             Liveness::Running => None,
             Liveness::Exited => Some(Error::PeerExited { rank }),
-            Liveness::Failed => Some(Error::PeerFailed {
-                rank,
-                cause: self.causes[rank].get().cloned().unwrap_or_else(|| "unknown".into()),
-            }),
+            Liveness::Failed => Some(Error::PeerFailed { rank, cause: self.cause(rank) }),
         }
     }
 
