@@ -1,11 +1,17 @@
 //! Communicators: a device endpoint plus a context that keeps their traffic apart.
 
+use std::cell::Cell;
 use std::rc::Rc;
+use std::sync::Arc;
 
-use crate::device::{ANY_TAG, ContextId, Device, RawStatus, Source, TAG_UB};
+use crate::coll::select::Tuning;
+use crate::device::shm::native::NativeArea;
+use crate::device::{ANY_TAG, ContextId, Device, MatchSpec, RawStatus, Source, TAG_UB};
 use crate::error::{Error, Result};
+use crate::group::Group;
 
-/// Context of the world communicator's point-to-point traffic.
+/// Context of the world communicator's point-to-point traffic. Every communicator owns two
+/// consecutive contexts: an even one for point-to-point and the next for collective traffic.
 pub(crate) const WORLD_CONTEXT: ContextId = 0;
 
 /// A communicator: the ranks of a job plus a private matching context (MPI's `MPI_Comm`).
@@ -26,7 +32,30 @@ pub(crate) const WORLD_CONTEXT: ContextId = 0;
 #[derive(Clone)]
 pub struct Comm {
     pub(crate) dev: Rc<dyn Device>,
+    /// Point-to-point context; collective traffic uses `context + 1`.
     pub(crate) context: ContextId,
+    pub(crate) group: Group,
+    /// This process's rank in `group`.
+    pub(crate) rank: usize,
+    /// Algorithm selection for this communicator's collectives.
+    pub(crate) tuning: Arc<Tuning>,
+    pub(crate) process: Rc<ProcessState>,
+    /// Shared-memory area for device-native collectives (shm device only).
+    pub(crate) native: Option<Rc<NativeHandle>>,
+}
+
+/// State of one process (rank thread) shared by all its communicators.
+pub(crate) struct ProcessState {
+    /// Lowest context id this process has not used yet; new communicators agree on the maximum
+    /// over their members, so two communicators sharing a process never share a context.
+    pub(crate) next_context: Cell<ContextId>,
+}
+
+/// A communicator's native-collective area plus this rank's count of native operations on it.
+pub(crate) struct NativeHandle {
+    pub(crate) area: Arc<NativeArea>,
+    /// Number of native collectives this rank has started on the area (the next epoch is this + 1).
+    pub(crate) epoch: Cell<u64>,
 }
 
 /// What a completed receive or probe reports (MPI's `MPI_Status`).
@@ -45,15 +74,6 @@ pub struct Status {
 }
 
 impl Status {
-    pub(crate) fn from_raw(raw: RawStatus, elem_size: usize) -> Result<Self> {
-        let count = match elem_size {
-            0 => 0,
-            size if raw.bytes.is_multiple_of(size) => raw.bytes / size,
-            size => return Err(Error::ElementSize { bytes: raw.bytes, elem_size: size }),
-        };
-        Ok(Status { source: raw.source, tag: raw.tag, count, bytes: raw.bytes, cancelled: raw.cancelled })
-    }
-
     /// Element count for another element type, if the byte count divides evenly (MPI_Get_count).
     pub fn count_of<T>(&self) -> Option<usize> {
         let size = std::mem::size_of::<T>();
@@ -62,18 +82,57 @@ impl Status {
 }
 
 impl Comm {
-    pub(crate) fn world(dev: Rc<dyn Device>) -> Self {
-        Comm { dev, context: WORLD_CONTEXT }
+    pub(crate) fn world(dev: Rc<dyn Device>, tuning: Arc<Tuning>) -> Self {
+        let group = Group::world(dev.size(), dev.rank());
+        let process = Rc::new(ProcessState { next_context: Cell::new(WORLD_CONTEXT + 2) });
+        Comm::with_context(dev, WORLD_CONTEXT, group, tuning, process)
+    }
+
+    /// A communicator on `context` over `group`, which must contain this process.
+    pub(crate) fn with_context(
+        dev: Rc<dyn Device>,
+        context: ContextId,
+        group: Group,
+        tuning: Arc<Tuning>,
+        process: Rc<ProcessState>,
+    ) -> Self {
+        let rank = group.rank().expect("a communicator's group contains its process");
+        let native = dev
+            .native_area(context, group.members())
+            .and_then(|area| area.downcast::<NativeArea>().ok())
+            .map(|area| Rc::new(NativeHandle { area, epoch: Cell::new(0) }));
+        Comm { dev, context, group, rank, tuning, process, native }
     }
 
     /// This rank's number, `0..size()`.
     pub fn rank(&self) -> usize {
-        self.dev.rank()
+        self.rank
     }
 
     /// Number of ranks in the communicator.
     pub fn size(&self) -> usize {
-        self.dev.size()
+        self.group.size()
+    }
+
+    /// The ranks of this communicator (MPI_Comm_group).
+    pub fn group(&self) -> Group {
+        self.group.clone()
+    }
+
+    /// Context of this communicator's collective traffic, kept apart from its point-to-point.
+    pub(crate) fn coll_context(&self) -> ContextId {
+        self.context + 1
+    }
+
+    /// Converts a device status (world source rank) into this communicator's terms.
+    pub(crate) fn status(&self, raw: RawStatus, elem_size: usize) -> Result<Status> {
+        let count = match elem_size {
+            0 => 0,
+            size if raw.bytes.is_multiple_of(size) => raw.bytes / size,
+            size => return Err(Error::ElementSize { bytes: raw.bytes, elem_size: size }),
+        };
+        let source = self.group.group_rank_of(raw.source).unwrap_or(raw.source);
+        Ok(Status { source, tag: raw.tag, count, bytes: raw.bytes, cancelled: raw.cancelled })
     }
 
     /// Name of the device carrying this communicator ("shm", ...).
@@ -94,7 +153,8 @@ impl Comm {
         if self.dev.is_finalized() { Err(Error::Finalized("communicator")) } else { Ok(()) }
     }
 
-    pub(crate) fn check_dest(&self, dest: usize, tag: i32) -> Result<()> {
+    /// Validates a destination and tag; returns the destination's world rank.
+    pub(crate) fn check_dest(&self, dest: usize, tag: i32) -> Result<usize> {
         self.check_live()?;
         if dest >= self.size() {
             return Err(Error::RankOutOfRange { rank: dest, size: self.size() });
@@ -102,19 +162,22 @@ impl Comm {
         if !(0..=TAG_UB).contains(&tag) {
             return Err(Error::TagOutOfRange { tag, max: TAG_UB });
         }
-        Ok(())
+        Ok(self.group.world_rank(dest))
     }
 
-    pub(crate) fn check_source(&self, source: Source, tag: i32) -> Result<()> {
+    /// Validates a source and tag; returns the device match spec on the point-to-point context.
+    pub(crate) fn recv_spec(&self, source: Source, tag: i32) -> Result<MatchSpec> {
         self.check_live()?;
-        if let Source::Rank(rank) = source
-            && rank >= self.size()
-        {
-            return Err(Error::RankOutOfRange { rank, size: self.size() });
-        }
+        let source = match source {
+            Source::Rank(rank) if rank >= self.size() => {
+                return Err(Error::RankOutOfRange { rank, size: self.size() });
+            }
+            Source::Rank(rank) => Source::Rank(self.group.world_rank(rank)),
+            Source::Any => Source::Any,
+        };
         if tag != ANY_TAG && !(0..=TAG_UB).contains(&tag) {
             return Err(Error::TagOutOfRange { tag, max: TAG_UB });
         }
-        Ok(())
+        Ok(MatchSpec { context: self.context, source, tag })
     }
 }

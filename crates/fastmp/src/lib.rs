@@ -31,20 +31,32 @@
 //! [`Comm`] (typed point-to-point, [`Comm::scope`] for nonblocking requests) sits on the narrow
 //! [`device::Device`] trait; the `shm` device implements it.
 
+pub mod coll;
 mod comm;
+mod communicators;
 pub mod device;
 mod error;
+mod group;
 mod launch;
 mod p2p;
 mod scope;
 mod sync;
+mod topology;
 
 pub use comm::{Comm, Status};
 pub use device::{ANY_SOURCE, ANY_TAG, Source, TAG_UB};
 pub use error::{Error, Result};
+pub use group::{Group, GroupOrdering};
 pub use launch::config::{Config, DEFAULT_EAGER_LIMIT, DeviceKind, Pin};
 pub use launch::{init, main, run};
 pub use scope::{Request, Scope, testall, testany, waitall, waitany};
+pub use topology::{CartComm, dims_create};
+
+/// Reduction operations for `reduce`, `allreduce`, `scan`, ...: MPI's predefined ops as unit
+/// structs, plus [`op::UserOp`] for closures.
+pub mod op {
+    pub use crate::coll::op::{Band, Bor, Bxor, Land, Loc, Lor, Lxor, Max, MaxLoc, Min, MinLoc, Op, Prod, Sum, UserOp};
+}
 
 /// Pinning helpers used by the launcher and benchmarks.
 pub mod affinity {

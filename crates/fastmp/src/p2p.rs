@@ -35,7 +35,7 @@ impl Comm {
     }
 
     pub(crate) fn send_bytes(&self, bytes: &[u8], dest: usize, tag: i32, mode: SendMode) -> Result<()> {
-        self.check_dest(dest, tag)?;
+        let dest = self.check_dest(dest, tag)?;
         // SAFETY: `bytes` stays borrowed until `complete` returns, and `complete` releases the
         // request on every error path, so the device is done with the buffer when we return.
         let started = unsafe { self.dev.isend(bytes.as_ptr(), bytes.len(), dest, tag, self.context, mode)? };
@@ -47,13 +47,11 @@ impl Comm {
     /// writing past `buf`.
     pub fn recv<T: Pod>(&self, buf: &mut [T], source: impl Into<Source>, tag: i32) -> Result<Status> {
         let elem_size = size_of::<T>();
-        self.recv_bytes(bytemuck::cast_slice_mut(buf), source.into(), tag)
-            .and_then(|raw| Status::from_raw(raw, elem_size))
+        self.recv_bytes(bytemuck::cast_slice_mut(buf), source.into(), tag).and_then(|raw| self.status(raw, elem_size))
     }
 
     pub(crate) fn recv_bytes(&self, bytes: &mut [u8], source: Source, tag: i32) -> Result<crate::device::RawStatus> {
-        self.check_source(source, tag)?;
-        let spec = MatchSpec { context: self.context, source, tag };
+        let spec = self.recv_spec(source, tag)?;
         // SAFETY: `bytes` is exclusively borrowed until the blocking receive returns, which
         // releases its request on every error path.
         unsafe { self.dev.recv(bytes.as_mut_ptr(), bytes.len(), spec) }
@@ -73,7 +71,7 @@ impl Comm {
     ) -> Result<Status> {
         let source = source.into();
         self.check_dest(dest, sendtag)?;
-        self.check_source(source, recvtag)?;
+        self.recv_spec(source, recvtag)?;
         self.scope(|s| {
             let recv = s.irecv(recvbuf, source, recvtag)?;
             let send = s.isend(sendbuf, dest, sendtag)?;
@@ -106,18 +104,17 @@ impl Comm {
             found = self.dev.iprobe(spec)?;
             Ok(found.is_some())
         })?;
-        Status::from_raw(found.expect("probe completed"), 1)
+        self.status(found.expect("probe completed"), 1)
     }
 
     /// Non-blocking probe (MPI_Iprobe): `None` if no matching message has arrived.
     pub fn iprobe(&self, source: impl Into<Source>, tag: i32) -> Result<Option<Status>> {
         let spec = self.probe_spec(source.into(), tag)?;
-        self.dev.iprobe(spec)?.map(|raw| Status::from_raw(raw, 1)).transpose()
+        self.dev.iprobe(spec)?.map(|raw| self.status(raw, 1)).transpose()
     }
 
     fn probe_spec(&self, source: Source, tag: i32) -> Result<MatchSpec> {
-        self.check_source(source, tag)?;
-        Ok(MatchSpec { context: self.context, source, tag })
+        self.recv_spec(source, tag)
     }
 
     /// Sends any serde value; it is serialized (postcard) on this side and deserialized by
@@ -150,6 +147,6 @@ impl Comm {
         // Same source and tag as the probed message: non-overtaking makes it the one we receive.
         let raw = self.recv_bytes(&mut bytes, Source::Rank(probed.source), probed.tag)?;
         let value = postcard::from_bytes(&bytes).map_err(|e| Error::Serialization(e.to_string()))?;
-        Ok((value, Status::from_raw(raw, 1)?))
+        Ok((value, self.status(raw, 1)?))
     }
 }

@@ -11,7 +11,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 use bytemuck::Pod;
 
 use crate::comm::{Comm, Status};
-use crate::device::{ANY_TAG, MatchSpec, ReqId, SendMode, Source, Started};
+use crate::device::{ANY_TAG, ReqId, SendMode, Source, Started};
 use crate::error::{Error, Result};
 
 /// Nonblocking operations whose buffers must live until the scope ends. See [`Comm::scope`].
@@ -106,7 +106,7 @@ impl<'scope> Scope<'scope, '_> {
         tag: i32,
         mode: SendMode,
     ) -> Result<Request<'scope>> {
-        self.comm.check_dest(dest, tag)?;
+        let dest = self.comm.check_dest(dest, tag)?;
         let bytes: &[u8] = bytemuck::cast_slice(buf);
         // SAFETY: `buf` is borrowed for 'scope, and `Comm::scope` releases this request before
         // 'scope ends, even if the handle is leaked.
@@ -123,9 +123,8 @@ impl<'scope> Scope<'scope, '_> {
         tag: i32,
     ) -> Result<Request<'scope>> {
         let source = source.into();
-        self.comm.check_source(source, tag)?;
+        let spec = self.comm.recv_spec(source, tag)?;
         let bytes: &mut [u8] = bytemuck::cast_slice_mut(buf);
-        let spec = MatchSpec { context: self.comm.context, source, tag };
         // SAFETY: `buf` is exclusively borrowed for 'scope, and `Comm::scope` releases this
         // request before 'scope ends, even if the handle is leaked.
         let started = unsafe { self.comm.dev.irecv(bytes.as_mut_ptr(), bytes.len(), spec)? };
@@ -147,8 +146,7 @@ impl<'scope> Scope<'scope, '_> {
         tag: i32,
     ) -> Result<Request<'scope>> {
         let source = source.into();
-        self.comm.check_source(source, tag)?;
-        let spec = MatchSpec { context: self.comm.context, source, tag };
+        let spec = self.comm.recv_spec(source, tag)?;
         // SAFETY: forwarded caller contract; the scope releases the request before it ends.
         let started = unsafe { self.comm.dev.irecv(buf.cast::<u8>(), len * size_of::<T>(), spec)? };
         Ok(self.request(started, size_of::<T>()))
@@ -158,7 +156,7 @@ impl<'scope> Scope<'scope, '_> {
 impl<'scope> Request<'scope> {
     fn new(comm: &'scope Comm, started: Started, elem_size: usize) -> Self {
         let state = match started {
-            Started::Complete(result) => ReqState::Complete(result.and_then(|raw| Status::from_raw(raw, elem_size))),
+            Started::Complete(result) => ReqState::Complete(result.and_then(|raw| comm.status(raw, elem_size))),
             Started::Pending(id) => ReqState::Active(id),
         };
         Request { comm, state, elem_size }
@@ -175,7 +173,7 @@ impl<'scope> Request<'scope> {
             ReqState::Active(id) => match self.comm.dev.test(id) {
                 Ok(None) => false,
                 Ok(Some(raw)) => {
-                    self.state = ReqState::Complete(Status::from_raw(raw, self.elem_size));
+                    self.state = ReqState::Complete(self.comm.status(raw, self.elem_size));
                     true
                 }
                 Err(e) => {

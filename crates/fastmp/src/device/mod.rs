@@ -8,6 +8,9 @@ pub(crate) mod shm;
 pub(crate) mod slab;
 pub(crate) mod wait;
 
+use std::any::Any;
+use std::sync::Arc;
+
 use crate::error::Result;
 
 /// Identifies a communicator's traffic; messages only match receives of the same context.
@@ -230,4 +233,13 @@ pub trait Device {
 
     /// Short name of the device, as reported by benchmarks ("shm", "tcp", ...).
     fn name(&self) -> &'static str;
+
+    /// The shared area for device-native collectives of the communicator with `context` over
+    /// `members` (world ranks, in communicator order), if the device has one. All members get
+    /// the same area; it lives while any member's communicator does. Type-erased so the trait
+    /// stays device-neutral; the collectives layer downcasts it once, at communicator creation.
+    fn native_area(&self, context: ContextId, members: &[usize]) -> Option<Arc<dyn Any + Send + Sync>> {
+        let _ = (context, members);
+        None
+    }
 }

@@ -2,6 +2,8 @@
 
 use std::str::FromStr;
 
+use crate::coll::Tuning;
+
 use crate::error::{Error, Result};
 
 /// Default eager/rendezvous switch point in bytes.
@@ -65,6 +67,8 @@ pub struct Config {
     pub(crate) eager_limit: usize,
     pub(crate) pin: Pin,
     pub(crate) stack_size: Option<usize>,
+    /// Collective algorithm selection; `None` reads it from the environment at run time.
+    pub(crate) tuning: Option<Tuning>,
 }
 
 impl Default for Config {
@@ -87,12 +91,21 @@ where
 impl Config {
     /// One rank on the shm device, default eager limit, no pinning.
     pub fn new() -> Self {
-        Config { device: DeviceKind::Shm, np: 1, eager_limit: DEFAULT_EAGER_LIMIT, pin: Pin::None, stack_size: None }
+        Config {
+            device: DeviceKind::Shm,
+            np: 1,
+            eager_limit: DEFAULT_EAGER_LIMIT,
+            pin: Pin::None,
+            stack_size: None,
+            tuning: None,
+        }
     }
 
     /// Reads the launch environment: `FASTMP_NP`, `FASTMP_DEVICE` (`shm`), `FASTMP_EAGER_LIMIT`
     /// (bytes), `FASTMP_PIN` (`compact`/`scatter`/`none`), `FASTMP_STACK_SIZE` (bytes per rank
-    /// thread). Unset variables keep the defaults of [`Config::new`].
+    /// thread). Unset variables keep the defaults of [`Config::new`]. Collective algorithm
+    /// overrides (`FASTMP_TUNING_FILE`, `FASTMP_<COLLECTIVE>_ALGORITHM`) are read by
+    /// [`Tuning::from_env`] when the job starts, unless [`Config::tuning`] set a table.
     pub fn from_env() -> Result<Self> {
         let mut c = Config::new();
         if let Some(np) = env_parse::<usize>("FASTMP_NP")? {
@@ -138,6 +151,20 @@ impl Config {
     pub fn stack_size(mut self, bytes: usize) -> Self {
         self.stack_size = Some(bytes);
         self
+    }
+
+    /// Collective algorithm selection for the job, instead of [`Tuning::from_env`].
+    pub fn tuning(mut self, tuning: Tuning) -> Self {
+        self.tuning = Some(tuning);
+        self
+    }
+
+    /// The selection table a job started from this configuration uses.
+    pub(crate) fn resolved_tuning(&self) -> Result<Tuning> {
+        match &self.tuning {
+            Some(tuning) => Ok(tuning.clone()),
+            None => Tuning::from_env(),
+        }
     }
 
     pub fn get_np(&self) -> usize {

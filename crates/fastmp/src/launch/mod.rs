@@ -6,6 +6,7 @@ pub(crate) mod config;
 use std::any::Any;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::rc::Rc;
+use std::sync::Arc;
 
 use crate::comm::Comm;
 use crate::device::shm::ShmWorld;
@@ -88,6 +89,7 @@ impl Config {
         F: Fn(Comm) -> Result<R> + Sync,
         R: Send,
     {
+        let tuning = Arc::new(self.resolved_tuning()?);
         let world = ShmWorld::new(self.np, self.eager_limit);
         let cpus = if self.pin == Pin::None { Vec::new() } else { affinity::allowed_cpus() };
         let rank_main = |rank: usize| -> Result<R> {
@@ -95,7 +97,7 @@ impl Config {
                 if let Some(cpu) = affinity::cpu_for(self.pin, rank, self.np, &cpus) {
                     affinity::pin_current_thread(cpu)?;
                 }
-                let comm = Comm::world(Rc::new(world.endpoint(rank)?));
+                let comm = Comm::world(Rc::new(world.endpoint(rank)?), tuning.clone());
                 f(comm)
             }));
             match outcome {

@@ -891,6 +891,14 @@ impl Device for ShmEndpoint {
         self.finalized.get()
     }
 
+    fn native_area(
+        &self,
+        context: crate::device::ContextId,
+        members: &[usize],
+    ) -> Option<Arc<dyn std::any::Any + Send + Sync>> {
+        Some(self.world.native_area(context, members))
+    }
+
     fn name(&self) -> &'static str {
         "shm"
     }

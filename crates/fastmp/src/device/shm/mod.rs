@@ -12,6 +12,7 @@
 
 mod board;
 mod endpoint;
+pub(crate) mod native;
 pub(crate) mod record;
 pub(crate) mod ring;
 #[cfg(all(test, not(loom)))]
@@ -61,6 +62,9 @@ pub(crate) struct ShmWorld {
     first_failure: OnceLock<usize>,
     /// Why each failed rank failed.
     causes: Box<[OnceLock<String>]>,
+    /// Native-collective areas by communicator (context, lowest world rank); communicators that
+    /// share a context have disjoint members, so the key is unique.
+    native_areas: native::Registry,
 }
 
 impl ShmWorld {
@@ -74,6 +78,7 @@ impl ShmWorld {
             ranks: (0..np).map(|_| RankShared::default()).collect(),
             first_failure: OnceLock::new(),
             causes: (0..np).map(|_| OnceLock::new()).collect(),
+            native_areas: native::Registry::default(),
         })
     }
 

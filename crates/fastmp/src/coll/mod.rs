@@ -1,0 +1,376 @@
+//! Collective operations on [`Comm`]: argument checks, algorithm selection, dispatch.
+//!
+//! Every collective checks what a rank can check locally (root in range, buffer lengths
+//! consistent with the communicator size and counts) and returns `Err` before communicating.
+//! Disagreements only visible across ranks (different lengths on different ranks) surface as
+//! `Err` from the receive that sees the wrong length. The algorithm is chosen by the
+//! communicator's [`Tuning`]; every rank of a call must make the same choice, so selection only
+//! uses sizes every rank knows.
+
+mod allgather;
+mod allreduce;
+mod alltoall;
+mod barrier;
+mod bcast;
+mod native;
+mod objects;
+pub(crate) mod op;
+mod reduce;
+mod reduce_scatter;
+mod scan;
+mod scatter_gather;
+pub(crate) mod select;
+mod transport;
+mod vector;
+
+use std::sync::Arc;
+
+use bytemuck::Pod;
+
+pub use select::{Algorithm, Collective, Rule, TUNING_FILE_VAR, Tuning};
+
+use crate::comm::Comm;
+use crate::error::{Error, Result};
+use op::Op;
+pub(crate) use vector::Layout;
+
+impl Comm {
+    /// A communicator with the same ranks and context whose collectives select algorithms from
+    /// `tuning` (for example to force one algorithm). All ranks must use the same tuning.
+    pub fn with_tuning(&self, tuning: Tuning) -> Comm {
+        Comm { tuning: Arc::new(tuning), ..self.clone() }
+    }
+
+    /// The algorithm-selection table of this communicator.
+    pub fn tuning(&self) -> &Tuning {
+        &self.tuning
+    }
+
+    /// The algorithm `coll` will use for `bytes` per rank on this communicator, after fallbacks
+    /// (no native support on this device, or a commutative-only algorithm with a
+    /// non-commutative operation).
+    pub fn algorithm_for(&self, coll: Collective, bytes: usize, commutative: bool) -> Algorithm {
+        let algorithm = self.tuning.select(coll, self.size(), bytes);
+        if (algorithm == Algorithm::Native && self.native.is_none())
+            || (!commutative && coll.needs_commutative(algorithm))
+        {
+            coll.fallback()
+        } else {
+            algorithm
+        }
+    }
+
+    fn check_root(&self, root: usize) -> Result<()> {
+        self.check_live()?;
+        if root >= self.size() {
+            return Err(Error::InvalidArgument(format!(
+                "root {root} out of range for a communicator of size {}",
+                self.size()
+            )));
+        }
+        Ok(())
+    }
+
+    fn check_len(&self, what: &str, actual: usize, expected: usize) -> Result<()> {
+        if actual == expected {
+            Ok(())
+        } else {
+            Err(Error::InvalidArgument(format!("{what} has {actual} elements, expected {expected}")))
+        }
+    }
+
+    /// Blocks until every rank has called it (MPI_Barrier).
+    ///
+    /// ```
+    /// fastmp::run(4, |world| world.barrier())?;
+    /// # Ok::<(), fastmp::Error>(())
+    /// ```
+    pub fn barrier(&self) -> Result<()> {
+        self.check_live()?;
+        match self.algorithm_for(Collective::Barrier, 0, true) {
+            Algorithm::Native => native::barrier(self),
+            algorithm => barrier::barrier(self, algorithm),
+        }
+    }
+
+    /// Copies `root`'s `buf` into `buf` on every rank (MPI_Bcast).
+    ///
+    /// ```
+    /// fastmp::run(3, |world| {
+    ///     let mut data = if world.rank() == 0 { [1.0f64, 2.0] } else { [0.0; 2] };
+    ///     world.bcast(&mut data, 0)?;
+    ///     assert_eq!(data, [1.0, 2.0]);
+    ///     Ok(())
+    /// })?;
+    /// # Ok::<(), fastmp::Error>(())
+    /// ```
+    pub fn bcast<T: Pod>(&self, buf: &mut [T], root: usize) -> Result<()> {
+        self.check_root(root)?;
+        let bytes: &mut [u8] = bytemuck::cast_slice_mut(buf);
+        match self.algorithm_for(Collective::Bcast, bytes.len(), true) {
+            Algorithm::Native => native::bcast(self, bytes, root),
+            algorithm => bcast::bcast(self, bytes, root, algorithm),
+        }
+    }
+
+    /// Sends block `i` of `root`'s `send` (`size()` blocks of `recv.len()` elements) to rank `i`
+    /// (MPI_Scatter). `send` is only read at the root; other ranks may pass `&[]`.
+    pub fn scatter<T: Pod>(&self, send: &[T], recv: &mut [T], root: usize) -> Result<()> {
+        self.check_root(root)?;
+        if self.rank() == root {
+            self.check_len("scatter send buffer", send.len(), recv.len() * self.size())?;
+        }
+        let (send, recv): (&[u8], &mut [u8]) = (bytemuck::cast_slice(send), bytemuck::cast_slice_mut(recv));
+        match self.algorithm_for(Collective::Scatter, recv.len(), true) {
+            Algorithm::Native => native::scatter(self, send, recv, root),
+            algorithm => scatter_gather::scatter(self, send, recv, root, algorithm),
+        }
+    }
+
+    /// Like [`Comm::scatter`] with per-rank `counts` and `displs` (element offsets into `send`),
+    /// which are only read at the root (MPI_Scatterv). Rank `i` receives `counts[i]` elements
+    /// into `recv`, which must have exactly that length.
+    pub fn scatterv<T: Pod>(
+        &self,
+        send: &[T],
+        counts: &[usize],
+        displs: &[usize],
+        recv: &mut [T],
+        root: usize,
+    ) -> Result<()> {
+        self.check_root(root)?;
+        let layout = if self.rank() == root {
+            let layout = Layout::new::<T>(self, "scatterv", counts, displs, send.len())?;
+            self.check_len("scatterv receive buffer", recv.len(), counts[root])?;
+            Some(layout)
+        } else {
+            None
+        };
+        let (send, recv): (&[u8], &mut [u8]) = (bytemuck::cast_slice(send), bytemuck::cast_slice_mut(recv));
+        match self.algorithm_for(Collective::Scatterv, 0, true) {
+            Algorithm::Native => native::scatterv(self, send, layout.as_ref(), recv, root),
+            algorithm => scatter_gather::scatterv(self, send, layout.as_ref(), recv, root, algorithm),
+        }
+    }
+
+    /// Collects every rank's `send` at `root`, in rank order, into `recv` (`size()` blocks of
+    /// `send.len()` elements) (MPI_Gather). `recv` is only written at the root; other ranks may
+    /// pass `&mut []`.
+    ///
+    /// ```
+    /// let gathered = fastmp::run(3, |world| {
+    ///     let mut all = vec![0u32; if world.rank() == 2 { 3 } else { 0 }];
+    ///     world.gather(&[world.rank() as u32 * 10], &mut all, 2)?;
+    ///     Ok(all)
+    /// })?;
+    /// assert_eq!(gathered[2], [0, 10, 20]);
+    /// # Ok::<(), fastmp::Error>(())
+    /// ```
+    pub fn gather<T: Pod>(&self, send: &[T], recv: &mut [T], root: usize) -> Result<()> {
+        self.check_root(root)?;
+        if self.rank() == root {
+            self.check_len("gather receive buffer", recv.len(), send.len() * self.size())?;
+        }
+        let (send, recv): (&[u8], &mut [u8]) = (bytemuck::cast_slice(send), bytemuck::cast_slice_mut(recv));
+        match self.algorithm_for(Collective::Gather, send.len(), true) {
+            Algorithm::Native => native::gather(self, send, recv, root),
+            algorithm => scatter_gather::gather(self, send, recv, root, algorithm),
+        }
+    }
+
+    /// Like [`Comm::gather`] with per-rank `counts` and `displs` (element offsets into `recv`),
+    /// only read at the root (MPI_Gatherv). Rank `i` sends `counts[i]` elements.
+    pub fn gatherv<T: Pod>(
+        &self,
+        send: &[T],
+        recv: &mut [T],
+        counts: &[usize],
+        displs: &[usize],
+        root: usize,
+    ) -> Result<()> {
+        self.check_root(root)?;
+        let layout = if self.rank() == root {
+            let layout = Layout::new::<T>(self, "gatherv", counts, displs, recv.len())?;
+            self.check_len("gatherv send buffer", send.len(), counts[root])?;
+            Some(layout)
+        } else {
+            None
+        };
+        let (send, recv): (&[u8], &mut [u8]) = (bytemuck::cast_slice(send), bytemuck::cast_slice_mut(recv));
+        match self.algorithm_for(Collective::Gatherv, 0, true) {
+            Algorithm::Native => native::gatherv(self, send, recv, layout.as_ref(), root),
+            algorithm => scatter_gather::gatherv(self, send, recv, layout.as_ref(), root, algorithm),
+        }
+    }
+
+    /// Gathers every rank's `send` into `recv` on every rank (MPI_Allgather).
+    pub fn allgather<T: Pod>(&self, send: &[T], recv: &mut [T]) -> Result<()> {
+        self.check_live()?;
+        self.check_len("allgather receive buffer", recv.len(), send.len() * self.size())?;
+        let (send, recv): (&[u8], &mut [u8]) = (bytemuck::cast_slice(send), bytemuck::cast_slice_mut(recv));
+        match self.algorithm_for(Collective::Allgather, send.len(), true) {
+            Algorithm::Native => native::allgather(self, send, recv),
+            algorithm => allgather::allgather(self, send, recv, algorithm),
+        }
+    }
+
+    /// Like [`Comm::allgather`] with per-rank `counts` and `displs` into `recv`, which every
+    /// rank passes (MPI_Allgatherv).
+    pub fn allgatherv<T: Pod>(&self, send: &[T], recv: &mut [T], counts: &[usize], displs: &[usize]) -> Result<()> {
+        self.check_live()?;
+        let layout = Layout::new::<T>(self, "allgatherv", counts, displs, recv.len())?;
+        self.check_len("allgatherv send buffer", send.len(), counts[self.rank()])?;
+        let (send, recv): (&[u8], &mut [u8]) = (bytemuck::cast_slice(send), bytemuck::cast_slice_mut(recv));
+        match self.algorithm_for(Collective::Allgatherv, layout.total_bytes() / self.size(), true) {
+            Algorithm::Native => native::allgatherv(self, send, recv, &layout),
+            algorithm => allgather::allgatherv(self, send, recv, &layout, algorithm),
+        }
+    }
+
+    /// Block `j` of `send` goes to rank `j`, which stores it as block `i` (this rank) of its
+    /// `recv` (MPI_Alltoall). Both buffers hold `size()` equal blocks.
+    pub fn alltoall<T: Pod>(&self, send: &[T], recv: &mut [T]) -> Result<()> {
+        self.check_live()?;
+        self.check_len("alltoall receive buffer", recv.len(), send.len())?;
+        if !send.len().is_multiple_of(self.size()) {
+            return Err(Error::InvalidArgument(format!(
+                "alltoall buffers of {} elements do not split into {} equal blocks",
+                send.len(),
+                self.size()
+            )));
+        }
+        let (send, recv): (&[u8], &mut [u8]) = (bytemuck::cast_slice(send), bytemuck::cast_slice_mut(recv));
+        match self.algorithm_for(Collective::Alltoall, send.len() / self.size(), true) {
+            Algorithm::Native => native::alltoall(self, send, recv),
+            algorithm => alltoall::alltoall(self, send, recv, algorithm),
+        }
+    }
+
+    /// Like [`Comm::alltoall`] with per-peer counts and displacements on both sides
+    /// (MPI_Alltoallv). `send_counts[j]` must equal rank `j`'s `recv_counts[i]`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn alltoallv<T: Pod>(
+        &self,
+        send: &[T],
+        send_counts: &[usize],
+        send_displs: &[usize],
+        recv: &mut [T],
+        recv_counts: &[usize],
+        recv_displs: &[usize],
+    ) -> Result<()> {
+        self.check_live()?;
+        let send_layout = Layout::new::<T>(self, "alltoallv send", send_counts, send_displs, send.len())?;
+        let recv_layout = Layout::new::<T>(self, "alltoallv receive", recv_counts, recv_displs, recv.len())?;
+        let (send, recv): (&[u8], &mut [u8]) = (bytemuck::cast_slice(send), bytemuck::cast_slice_mut(recv));
+        match self.algorithm_for(Collective::Alltoallv, 0, true) {
+            Algorithm::Native => native::alltoallv(self, send, &send_layout, recv, &recv_layout),
+            algorithm => alltoall::alltoallv(self, send, &send_layout, recv, &recv_layout, algorithm),
+        }
+    }
+
+    /// Combines every rank's `send` element-wise with `op` into `recv` at `root` (MPI_Reduce).
+    /// `recv` is only written at the root; other ranks may pass `&mut []`.
+    ///
+    /// ```
+    /// use fastmp::op::Sum;
+    /// let totals = fastmp::run(4, |world| {
+    ///     let mut total = [0u64; 2];
+    ///     world.reduce(&[1, world.rank() as u64], &mut total, Sum, 0)?;
+    ///     Ok(total)
+    /// })?;
+    /// assert_eq!(totals[0], [4, 6]);
+    /// # Ok::<(), fastmp::Error>(())
+    /// ```
+    pub fn reduce<T: Pod, O: Op<T>>(&self, send: &[T], recv: &mut [T], op: O, root: usize) -> Result<()> {
+        self.check_root(root)?;
+        if self.rank() == root {
+            self.check_len("reduce receive buffer", recv.len(), send.len())?;
+        }
+        let op: &dyn Op<T> = &op;
+        match self.algorithm_for(Collective::Reduce, size_of_val(send), op.is_commutative()) {
+            Algorithm::Native => native::reduce(self, send, recv, op, root),
+            algorithm => reduce::reduce(self, send, recv, op, root, algorithm),
+        }
+    }
+
+    /// Combines every rank's `send` element-wise with `op` into `recv` on every rank
+    /// (MPI_Allreduce).
+    ///
+    /// ```
+    /// use fastmp::op::Max;
+    /// fastmp::run(3, |world| {
+    ///     let mut top = [0i32];
+    ///     world.allreduce(&[world.rank() as i32 * 7], &mut top, Max)?;
+    ///     assert_eq!(top, [14]);
+    ///     Ok(())
+    /// })?;
+    /// # Ok::<(), fastmp::Error>(())
+    /// ```
+    pub fn allreduce<T: Pod, O: Op<T>>(&self, send: &[T], recv: &mut [T], op: O) -> Result<()> {
+        self.check_live()?;
+        self.check_len("allreduce receive buffer", recv.len(), send.len())?;
+        let op: &dyn Op<T> = &op;
+        match self.algorithm_for(Collective::Allreduce, size_of_val(send), op.is_commutative()) {
+            Algorithm::Native => native::allreduce(self, send, recv, op),
+            algorithm => allreduce::allreduce(self, send, recv, op, algorithm),
+        }
+    }
+
+    /// Reduces `send` element-wise over all ranks and scatters the result: rank `i` receives
+    /// `counts[i]` elements into `recv` (MPI_Reduce_scatter). `send` holds `sum(counts)`.
+    pub fn reduce_scatter<T: Pod, O: Op<T>>(&self, send: &[T], recv: &mut [T], counts: &[usize], op: O) -> Result<()> {
+        self.check_live()?;
+        self.check_len("reduce_scatter counts", counts.len(), self.size())?;
+        self.check_len("reduce_scatter send buffer", send.len(), counts.iter().sum())?;
+        self.check_len("reduce_scatter receive buffer", recv.len(), counts[self.rank()])?;
+        let op: &dyn Op<T> = &op;
+        match self.algorithm_for(Collective::ReduceScatter, size_of_val(send), op.is_commutative()) {
+            Algorithm::Native => native::reduce_scatter(self, send, recv, counts, op),
+            algorithm => reduce_scatter::reduce_scatter(self, send, recv, counts, op, algorithm),
+        }
+    }
+
+    /// [`Comm::reduce_scatter`] with `recv.len()` elements for every rank
+    /// (MPI_Reduce_scatter_block).
+    pub fn reduce_scatter_block<T: Pod, O: Op<T>>(&self, send: &[T], recv: &mut [T], op: O) -> Result<()> {
+        self.check_live()?;
+        self.check_len("reduce_scatter_block send buffer", send.len(), recv.len() * self.size())?;
+        let counts = vec![recv.len(); self.size()];
+        self.reduce_scatter(send, recv, &counts, op)
+    }
+
+    /// Inclusive prefix reduction: rank `i` gets `send(0) ∘ … ∘ send(i)` (MPI_Scan).
+    ///
+    /// ```
+    /// use fastmp::op::Sum;
+    /// let prefixes = fastmp::run(4, |world| {
+    ///     let mut prefix = [0u32];
+    ///     world.scan(&[world.rank() as u32 + 1], &mut prefix, Sum)?;
+    ///     Ok(prefix[0])
+    /// })?;
+    /// assert_eq!(prefixes, [1, 3, 6, 10]);
+    /// # Ok::<(), fastmp::Error>(())
+    /// ```
+    pub fn scan<T: Pod, O: Op<T>>(&self, send: &[T], recv: &mut [T], op: O) -> Result<()> {
+        self.scan_impl(send, recv, &op, false)
+    }
+
+    /// Exclusive prefix reduction: rank `i > 0` gets `send(0) ∘ … ∘ send(i-1)`; rank 0's `recv`
+    /// is left unchanged (MPI_Exscan).
+    pub fn exscan<T: Pod, O: Op<T>>(&self, send: &[T], recv: &mut [T], op: O) -> Result<()> {
+        self.scan_impl(send, recv, &op, true)
+    }
+
+    fn scan_impl<T: Pod>(&self, send: &[T], recv: &mut [T], op: &dyn Op<T>, exclusive: bool) -> Result<()> {
+        self.check_live()?;
+        self.check_len(
+            if exclusive { "exscan receive buffer" } else { "scan receive buffer" },
+            recv.len(),
+            send.len(),
+        )?;
+        match self.algorithm_for(Collective::Scan, size_of_val(send), op.is_commutative()) {
+            Algorithm::Native => native::scan(self, send, recv, op, exclusive),
+            algorithm => scan::scan(self, send, recv, op, exclusive, algorithm),
+        }
+    }
+}

@@ -1,0 +1,426 @@
+//! Run-time algorithm selection: per collective, rules on (process count, message size) pick an
+//! algorithm. Defaults come from `default_tuning.json` (measured with `fastmp-bench tune`); a
+//! tuning file and `FASTMP_<COLLECTIVE>_ALGORITHM` variables override them at init.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+
+/// The collective operations that have selectable algorithms. `ReduceScatter` also covers
+/// `reduce_scatter_block`, and `Scan` covers `exscan`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Collective {
+    Barrier,
+    Bcast,
+    Scatter,
+    Scatterv,
+    Gather,
+    Gatherv,
+    Allgather,
+    Allgatherv,
+    Alltoall,
+    Alltoallv,
+    Reduce,
+    Allreduce,
+    ReduceScatter,
+    Scan,
+}
+
+/// A collective algorithm, named as in the FastMPJ thesis (Table 4.1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Algorithm {
+    /// Flat tree over blocking point-to-point.
+    Bft,
+    /// Flat tree over nonblocking point-to-point.
+    Nbft,
+    /// Alltoall: nonblocking receives, blocking sends.
+    Nb1ft,
+    /// Alltoall: nonblocking sends, blocking receives.
+    Nb2ft,
+    /// Four-ary tree (FaT).
+    Fat,
+    /// Minimum spanning tree (recursive interval halving).
+    Mst,
+    /// Binomial tree.
+    Bt,
+    /// Recursive doubling (BDE); handles any process count.
+    Bde,
+    /// Ring / bucket (BKT).
+    Bkt,
+    /// Bcast as scatter + allgather.
+    ScatterAllgather,
+    /// Gather to the root, then bcast.
+    GatherBcast,
+    /// Reduce to the root, then bcast.
+    ReduceBcast,
+    /// Allreduce as reduce_scatter + allgather (Rabenseifner).
+    Rabenseifner,
+    /// Reduce-scatter as reduce + scatterv.
+    ReduceScatter,
+    /// Scan along the ranks one after another.
+    Linear,
+    /// Device-native shared-memory algorithm (shm device only).
+    Native,
+}
+
+impl Collective {
+    /// Every collective, in declaration order.
+    pub const ALL: [Collective; 14] = [
+        Collective::Barrier,
+        Collective::Bcast,
+        Collective::Scatter,
+        Collective::Scatterv,
+        Collective::Gather,
+        Collective::Gatherv,
+        Collective::Allgather,
+        Collective::Allgatherv,
+        Collective::Alltoall,
+        Collective::Alltoallv,
+        Collective::Reduce,
+        Collective::Allreduce,
+        Collective::ReduceScatter,
+        Collective::Scan,
+    ];
+
+    /// Lower-case name, as in environment variables (upper-cased) and tuning files.
+    pub fn name(self) -> &'static str {
+        match self {
+            Collective::Barrier => "barrier",
+            Collective::Bcast => "bcast",
+            Collective::Scatter => "scatter",
+            Collective::Scatterv => "scatterv",
+            Collective::Gather => "gather",
+            Collective::Gatherv => "gatherv",
+            Collective::Allgather => "allgather",
+            Collective::Allgatherv => "allgatherv",
+            Collective::Alltoall => "alltoall",
+            Collective::Alltoallv => "alltoallv",
+            Collective::Reduce => "reduce",
+            Collective::Allreduce => "allreduce",
+            Collective::ReduceScatter => "reduce_scatter",
+            Collective::Scan => "scan",
+        }
+    }
+
+    /// Parses [`Collective::name`].
+    pub fn from_name(name: &str) -> Result<Collective> {
+        Collective::ALL
+            .into_iter()
+            .find(|c| c.name() == name)
+            .ok_or_else(|| Error::InvalidArgument(format!("unknown collective {name:?}")))
+    }
+
+    /// The algorithms implemented for this collective.
+    pub fn algorithms(self) -> &'static [Algorithm] {
+        use Algorithm::*;
+        match self {
+            Collective::Barrier => &[GatherBcast, Bt, Bde, Native],
+            Collective::Bcast => &[Bft, Nbft, Fat, Mst, Bt, ScatterAllgather, Native],
+            Collective::Scatter | Collective::Gather => &[Bft, Nbft, Mst, Native],
+            Collective::Scatterv | Collective::Gatherv => &[Bft, Nbft, Native],
+            Collective::Allgather => &[Nbft, Bt, Bde, Bkt, GatherBcast, Native],
+            Collective::Allgatherv => &[Nbft, Bkt, GatherBcast, Native],
+            Collective::Alltoall | Collective::Alltoallv => &[Bft, Nbft, Nb1ft, Nb2ft, Native],
+            Collective::Reduce => &[Bft, Nbft, Mst, Native],
+            Collective::Allreduce => &[Nbft, Bt, Bde, Bkt, ReduceBcast, Rabenseifner, Native],
+            Collective::ReduceScatter => &[Bde, Bkt, ReduceScatter, Native],
+            Collective::Scan => &[Nbft, Linear, Bde, Native],
+        }
+    }
+
+    /// Algorithm used when the selected one cannot run: the device has no native support, or
+    /// the operation is not commutative and the selected algorithm needs it to be.
+    pub(crate) fn fallback(self) -> Algorithm {
+        match self {
+            Collective::Barrier => Algorithm::Bde,
+            Collective::Bcast | Collective::Scatter | Collective::Gather | Collective::Reduce => Algorithm::Mst,
+            Collective::Scatterv | Collective::Gatherv | Collective::Alltoall | Collective::Alltoallv => {
+                Algorithm::Nbft
+            }
+            Collective::Allgather | Collective::Allgatherv => Algorithm::Bkt,
+            Collective::Allreduce | Collective::Scan => Algorithm::Bde,
+            Collective::ReduceScatter => Algorithm::ReduceScatter,
+        }
+    }
+
+    /// Whether `algorithm` combines partial results out of rank order, so it may only be used
+    /// with commutative operations.
+    pub(crate) fn needs_commutative(self, algorithm: Algorithm) -> bool {
+        matches!(
+            (self, algorithm),
+            (Collective::Allreduce, Algorithm::Bkt | Algorithm::Rabenseifner)
+                | (Collective::ReduceScatter, Algorithm::Bde | Algorithm::Bkt)
+        )
+    }
+}
+
+impl fmt::Display for Collective {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl Algorithm {
+    /// Lower-case name, as accepted by [`Algorithm::from_name`].
+    pub fn name(self) -> &'static str {
+        match self {
+            Algorithm::Bft => "bft",
+            Algorithm::Nbft => "nbft",
+            Algorithm::Nb1ft => "nb1ft",
+            Algorithm::Nb2ft => "nb2ft",
+            Algorithm::Fat => "fat",
+            Algorithm::Mst => "mst",
+            Algorithm::Bt => "bt",
+            Algorithm::Bde => "bde",
+            Algorithm::Bkt => "bkt",
+            Algorithm::ScatterAllgather => "scatter_allgather",
+            Algorithm::GatherBcast => "gather_bcast",
+            Algorithm::ReduceBcast => "reduce_bcast",
+            Algorithm::Rabenseifner => "rabenseifner",
+            Algorithm::ReduceScatter => "reduce_scatter",
+            Algorithm::Linear => "linear",
+            Algorithm::Native => "native",
+        }
+    }
+
+    /// Parses a name (case-insensitive); the thesis' long names are accepted too.
+    pub fn from_name(name: &str) -> Result<Algorithm> {
+        const ALL: [Algorithm; 16] = [
+            Algorithm::Bft,
+            Algorithm::Nbft,
+            Algorithm::Nb1ft,
+            Algorithm::Nb2ft,
+            Algorithm::Fat,
+            Algorithm::Mst,
+            Algorithm::Bt,
+            Algorithm::Bde,
+            Algorithm::Bkt,
+            Algorithm::ScatterAllgather,
+            Algorithm::GatherBcast,
+            Algorithm::ReduceBcast,
+            Algorithm::Rabenseifner,
+            Algorithm::ReduceScatter,
+            Algorithm::Linear,
+            Algorithm::Native,
+        ];
+        let lower = name.trim().to_ascii_lowercase().replace(['-', '+'], "_");
+        let canonical = match lower.as_str() {
+            "kary" | "four_ary" | "4ary" => "fat",
+            "binomial" => "bt",
+            "recursive_doubling" => "bde",
+            "ring" | "bucket" => "bkt",
+            "flat" => "bft",
+            other => other,
+        };
+        ALL.into_iter()
+            .find(|a| a.name() == canonical)
+            .ok_or_else(|| Error::InvalidArgument(format!("unknown collective algorithm {name:?}")))
+    }
+}
+
+impl fmt::Display for Algorithm {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// One selection rule: used when the process count is at most `max_np` and the message size
+/// (bytes per rank, see the collective's docs) at most `max_bytes`. `None` means unbounded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Rule {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_np: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_bytes: Option<usize>,
+    pub algorithm: Algorithm,
+}
+
+impl Rule {
+    /// A rule that always applies.
+    pub fn always(algorithm: Algorithm) -> Rule {
+        Rule { max_np: None, max_bytes: None, algorithm }
+    }
+
+    fn applies(&self, np: usize, bytes: usize) -> bool {
+        self.max_np.is_none_or(|m| np <= m) && self.max_bytes.is_none_or(|m| bytes <= m)
+    }
+}
+
+/// The algorithm-selection table of a communicator: for each collective, rules tried in order
+/// (the first that applies wins; the last should be unbounded).
+///
+/// Tuning files are JSON maps from collective name to rules, for example
+/// `{"bcast": [{"max_bytes": 8192, "algorithm": "bt"}, {"algorithm": "native"}]}`; collectives
+/// not named keep their defaults.
+///
+/// ```
+/// use fastmp::coll::{Algorithm, Collective, Tuning};
+/// let tuning = Tuning::defaults().force(Collective::Bcast, Algorithm::Mst)?;
+/// assert_eq!(tuning.select(Collective::Bcast, 8, 1 << 20), Algorithm::Mst);
+/// fastmp::run(3, |world| {
+///     let world = world.with_tuning(tuning.clone());
+///     let mut data = [world.rank() as u8; 5];
+///     world.bcast(&mut data, 1)?;
+///     assert_eq!(data, [1; 5]);
+///     Ok(())
+/// })?;
+/// # Ok::<(), fastmp::Error>(())
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Tuning {
+    rules: [Vec<Rule>; Collective::ALL.len()],
+}
+
+/// Measured defaults, produced by `fastmp-bench tune` on the development machine.
+const DEFAULT_TUNING: &str = include_str!("default_tuning.json");
+
+/// Environment variable naming a tuning file to load at init.
+pub const TUNING_FILE_VAR: &str = "FASTMP_TUNING_FILE";
+
+impl Tuning {
+    /// The built-in, measured selection rules.
+    pub fn defaults() -> Tuning {
+        let mut tuning = Tuning { rules: Collective::ALL.map(|c| vec![Rule::always(c.fallback())]) };
+        tuning.merge_json(DEFAULT_TUNING).expect("built-in default_tuning.json is valid");
+        tuning
+    }
+
+    /// Defaults, overlaid with the file named by `FASTMP_TUNING_FILE` and then with any
+    /// `FASTMP_<COLLECTIVE>_ALGORITHM=<name>` variables (for example `FASTMP_BCAST_ALGORITHM=mst`).
+    pub fn from_env() -> Result<Tuning> {
+        let mut tuning = Tuning::defaults();
+        if let Some(path) = std::env::var_os(TUNING_FILE_VAR) {
+            let text = std::fs::read_to_string(&path)
+                .map_err(|e| Error::InvalidArgument(format!("{TUNING_FILE_VAR}={}: {e}", path.to_string_lossy())))?;
+            tuning
+                .merge_json(&text)
+                .map_err(|e| Error::InvalidArgument(format!("{TUNING_FILE_VAR}={}: {e}", path.to_string_lossy())))?;
+        }
+        for coll in Collective::ALL {
+            let var = format!("FASTMP_{}_ALGORITHM", coll.name().to_ascii_uppercase());
+            if let Ok(name) = std::env::var(&var) {
+                let algorithm =
+                    Algorithm::from_name(&name).map_err(|e| Error::InvalidArgument(format!("{var}: {e}")))?;
+                tuning = tuning.force(coll, algorithm).map_err(|e| Error::InvalidArgument(format!("{var}: {e}")))?;
+            }
+        }
+        Ok(tuning)
+    }
+
+    /// Defaults overlaid with a JSON tuning file's contents.
+    pub fn from_json(text: &str) -> Result<Tuning> {
+        let mut tuning = Tuning::defaults();
+        tuning.merge_json(text)?;
+        Ok(tuning)
+    }
+
+    fn merge_json(&mut self, text: &str) -> Result<()> {
+        let parsed: BTreeMap<String, Vec<Rule>> =
+            serde_json::from_str(text).map_err(|e| Error::InvalidArgument(format!("tuning file: {e}")))?;
+        for (name, rules) in parsed {
+            self.set_rules(Collective::from_name(&name)?, rules)?;
+        }
+        Ok(())
+    }
+
+    /// The table as a JSON tuning file.
+    pub fn to_json(&self) -> String {
+        let map: BTreeMap<&str, &Vec<Rule>> = Collective::ALL.iter().map(|c| (c.name(), self.rules(*c))).collect();
+        serde_json::to_string_pretty(&map).expect("rules serialize")
+    }
+
+    /// Uses `algorithm` for every call of `coll`.
+    pub fn force(self, coll: Collective, algorithm: Algorithm) -> Result<Tuning> {
+        let mut tuning = self;
+        tuning.set_rules(coll, vec![Rule::always(algorithm)])?;
+        Ok(tuning)
+    }
+
+    /// Replaces the rules of `coll`. Every algorithm must be implemented for `coll`, and the last
+    /// rule must be unbounded so that every call has an algorithm.
+    pub fn set_rules(&mut self, coll: Collective, rules: Vec<Rule>) -> Result<()> {
+        if let Some(bad) = rules.iter().find(|r| !coll.algorithms().contains(&r.algorithm)) {
+            return Err(Error::InvalidArgument(format!(
+                "{} has no algorithm {:?} (it has {})",
+                coll,
+                bad.algorithm.name(),
+                coll.algorithms().iter().map(|a| a.name()).collect::<Vec<_>>().join(", ")
+            )));
+        }
+        match rules.last() {
+            Some(last) if last.max_np.is_none() && last.max_bytes.is_none() => {}
+            _ => return Err(Error::InvalidArgument(format!("the last {coll} rule must have no limits"))),
+        }
+        self.rules[coll as usize] = rules;
+        Ok(())
+    }
+
+    /// The rules of `coll`, in the order they are tried.
+    pub fn rules(&self, coll: Collective) -> &Vec<Rule> {
+        &self.rules[coll as usize]
+    }
+
+    /// The algorithm the rules give for `np` processes and `bytes` per rank. Allocation-free.
+    pub fn select(&self, coll: Collective, np: usize, bytes: usize) -> Algorithm {
+        let rules = self.rules(coll);
+        rules.iter().find(|r| r.applies(np, bytes)).unwrap_or(&rules[rules.len() - 1]).algorithm
+    }
+}
+
+impl Default for Tuning {
+    fn default() -> Self {
+        Tuning::defaults()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_cover_every_collective_with_valid_algorithms() {
+        let t = Tuning::defaults();
+        for coll in Collective::ALL {
+            for np in [1, 2, 3, 8, 64] {
+                for bytes in [0, 1, 4096, 1 << 20, usize::MAX] {
+                    assert!(coll.algorithms().contains(&t.select(coll, np, bytes)));
+                }
+            }
+            assert!(coll.algorithms().contains(&coll.fallback()));
+            assert!(!coll.needs_commutative(coll.fallback()));
+        }
+    }
+
+    #[test]
+    fn rules_apply_in_order_and_round_trip_through_json() {
+        let mut t = Tuning::defaults();
+        t.set_rules(
+            Collective::Bcast,
+            vec![
+                Rule { max_np: Some(4), max_bytes: Some(1024), algorithm: Algorithm::Bt },
+                Rule { max_np: None, max_bytes: Some(1 << 16), algorithm: Algorithm::Fat },
+                Rule::always(Algorithm::ScatterAllgather),
+            ],
+        )
+        .unwrap();
+        assert_eq!(t.select(Collective::Bcast, 4, 1024), Algorithm::Bt);
+        assert_eq!(t.select(Collective::Bcast, 5, 1024), Algorithm::Fat);
+        assert_eq!(t.select(Collective::Bcast, 2, 1 << 20), Algorithm::ScatterAllgather);
+        assert_eq!(Tuning::from_json(&t.to_json()).unwrap(), t);
+    }
+
+    #[test]
+    fn bad_tuning_is_a_clear_error() {
+        let err = Tuning::defaults().force(Collective::Barrier, Algorithm::Bkt).unwrap_err();
+        assert!(err.to_string().contains("barrier has no algorithm \"bkt\""), "{err}");
+        assert!(Tuning::from_json(r#"{"bcast": [{"max_np": 2, "algorithm": "mst"}]}"#).is_err());
+        assert!(Tuning::from_json(r#"{"bcats": [{"algorithm": "mst"}]}"#).is_err());
+        assert!(Tuning::from_json("not json").is_err());
+        assert_eq!(Algorithm::from_name("Recursive-Doubling").unwrap(), Algorithm::Bde);
+        assert!(Algorithm::from_name("magic").is_err());
+    }
+}

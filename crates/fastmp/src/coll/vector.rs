@@ -1,0 +1,68 @@
+//! Validated per-rank blocks of the `v` collectives (counts plus displacements, in elements),
+//! converted to byte ranges once so the algorithms work on bytes.
+
+use std::ops::Range;
+
+use crate::comm::Comm;
+use crate::error::{Error, Result};
+
+/// Byte range of each rank's block in a buffer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Layout {
+    blocks: Vec<Range<usize>>,
+}
+
+impl Layout {
+    /// Checks `counts`/`displs` (one per rank, in elements of `T`) against a buffer of
+    /// `buf_len` elements; blocks must lie inside it and must not overlap (MPI requires that of
+    /// receive buffers, and send buffers are checked the same way to catch swapped arguments).
+    pub(crate) fn new<T>(
+        comm: &Comm,
+        what: &str,
+        counts: &[usize],
+        displs: &[usize],
+        buf_len: usize,
+    ) -> Result<Layout> {
+        let np = comm.size();
+        if counts.len() != np || displs.len() != np {
+            return Err(Error::InvalidArgument(format!(
+                "{what}: {} counts and {} displacements for a communicator of size {np}",
+                counts.len(),
+                displs.len()
+            )));
+        }
+        let elem = size_of::<T>();
+        let mut blocks = Vec::with_capacity(np);
+        for (rank, (&count, &displ)) in counts.iter().zip(displs).enumerate() {
+            match displ.checked_add(count) {
+                Some(end) if end <= buf_len => blocks.push(displ * elem..end * elem),
+                _ => {
+                    return Err(Error::InvalidArgument(format!(
+                        "{what}: block of rank {rank} (displacement {displ}, count {count}) exceeds the buffer of {buf_len} elements"
+                    )));
+                }
+            }
+        }
+        let mut order: Vec<usize> = (0..np).filter(|&r| !blocks[r].is_empty()).collect();
+        order.sort_by_key(|&r| blocks[r].start);
+        if let Some(pair) = order.windows(2).find(|w| blocks[w[0]].end > blocks[w[1]].start) {
+            return Err(Error::InvalidArgument(format!("{what}: blocks of ranks {} and {} overlap", pair[0], pair[1])));
+        }
+        Ok(Layout { blocks })
+    }
+
+    /// `np` consecutive blocks of `block_bytes` each.
+    pub(crate) fn uniform(np: usize, block_bytes: usize) -> Layout {
+        Layout { blocks: (0..np).map(|r| r * block_bytes..(r + 1) * block_bytes).collect() }
+    }
+
+    /// Byte range of `rank`'s block.
+    pub(crate) fn block(&self, rank: usize) -> Range<usize> {
+        self.blocks[rank].clone()
+    }
+
+    /// Sum of the block lengths in bytes.
+    pub(crate) fn total_bytes(&self) -> usize {
+        self.blocks.iter().map(|b| b.len()).sum()
+    }
+}

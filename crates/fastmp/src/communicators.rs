@@ -1,0 +1,91 @@
+//! Creating communicators: dup, split, create from a group. Each new communicator gets a fresh
+//! pair of contexts agreed on by its parent's ranks, so its traffic never matches another's.
+
+use crate::coll::op::Max;
+use crate::comm::Comm;
+use crate::device::ContextId;
+use crate::error::{Error, Result};
+use crate::group::Group;
+
+impl Comm {
+    /// A context pair unused by every rank of this communicator: the maximum of the ranks' next
+    /// free context. Two communicators that share a process therefore never share a context;
+    /// disjoint ones may, which is harmless because their messages cannot meet.
+    fn agree_context(&self) -> Result<ContextId> {
+        let mut agreed = [0 as ContextId];
+        self.allreduce(&[self.process.next_context.get()], &mut agreed, Max)?;
+        let next =
+            agreed[0].checked_add(2).ok_or_else(|| Error::InvalidArgument("communicator contexts exhausted".into()))?;
+        self.process.next_context.set(next);
+        Ok(agreed[0])
+    }
+
+    fn derived(&self, context: ContextId, group: Group) -> Comm {
+        Comm::with_context(self.dev.clone(), context, group, self.tuning.clone(), self.process.clone())
+    }
+
+    /// A communicator with the same ranks but its own contexts (MPI_Comm_dup). Collective.
+    ///
+    /// ```
+    /// fastmp::run(2, |world| {
+    ///     let library = world.dup()?;
+    ///     // Same ranks, separate traffic: this message cannot be received on `world`.
+    ///     if world.rank() == 0 {
+    ///         library.send(&[1u8], 1, 0)?;
+    ///     } else {
+    ///         let mut b = [0u8];
+    ///         library.recv(&mut b, 0, 0)?;
+    ///     }
+    ///     Ok(())
+    /// })?;
+    /// # Ok::<(), fastmp::Error>(())
+    /// ```
+    pub fn dup(&self) -> Result<Comm> {
+        self.check_live()?;
+        let context = self.agree_context()?;
+        Ok(self.derived(context, self.group.clone()))
+    }
+
+    /// Splits into one communicator per `color`, ordering ranks by `key` and then by rank
+    /// (MPI_Comm_split). Ranks passing `None` (MPI_UNDEFINED) get `None`. Collective.
+    ///
+    /// ```
+    /// fastmp::run(4, |world| {
+    ///     let half = world.split(Some((world.rank() % 2) as u32), 0)?.unwrap();
+    ///     assert_eq!((half.size(), half.rank()), (2, world.rank() / 2));
+    ///     Ok(())
+    /// })?;
+    /// # Ok::<(), fastmp::Error>(())
+    /// ```
+    pub fn split(&self, color: Option<u32>, key: i32) -> Result<Option<Comm>> {
+        self.check_live()?;
+        let mine = [color.map_or(-1, i64::from), i64::from(key)];
+        let mut all = vec![0i64; 2 * self.size()];
+        self.allgather(&mine, &mut all)?;
+        let context = self.agree_context()?;
+        let Some(color) = color else { return Ok(None) };
+        let mut chosen: Vec<(i64, usize)> =
+            (0..self.size()).filter(|&r| all[2 * r] == i64::from(color)).map(|r| (all[2 * r + 1], r)).collect();
+        chosen.sort_unstable();
+        let members = chosen.iter().map(|&(_, r)| self.group.world_rank(r)).collect();
+        let group = Group::from_members(members, self.dev.size(), self.dev.rank())?;
+        Ok(Some(self.derived(context, group)))
+    }
+
+    /// A communicator over `group`, which must be a subset of this communicator's group and the
+    /// same on every rank (MPI_Comm_create). Ranks outside `group` get `None`. Collective.
+    pub fn create(&self, group: &Group) -> Result<Option<Comm>> {
+        self.check_live()?;
+        if let Some(&outsider) = group.members().iter().find(|&&w| self.group.group_rank_of(w).is_none()) {
+            return Err(Error::InvalidArgument(format!(
+                "create: process {outsider} of the group is not in the communicator"
+            )));
+        }
+        let context = self.agree_context()?;
+        Ok(group.rank().map(|_| self.derived(context, group.clone())))
+    }
+
+    /// Releases this handle to the communicator (MPI_Comm_free). Pending operations started on
+    /// it are unaffected; its contexts are never reused.
+    pub fn free(self) {}
+}
