@@ -53,16 +53,31 @@ fn reduce_then_bcast<T: Pod>(comm: &Comm, send: &[T], recv: &mut [T], op: &dyn O
     }
 }
 
-/// Recursive doubling over the fold's virtual ranks: after the step with distance `mask` a
-/// rank holds the reduction of an aligned run of `2·mask` virtual ranks, which are contiguous
-/// real ranks, so combining lower ∘ higher keeps rank order.
-fn recursive_doubling<T: Pod>(comm: &Comm, send: &[T], recv: &mut [T], op: &dyn Op<T>) -> Result<()> {
+/// Runs `body(fold, v, acc, spare)` on the fold's virtual ranks with `acc` (which is `recv`)
+/// holding the folded vector, then hands the result to the ranks that sat out.
+fn folded<T: Pod>(
+    comm: &Comm,
+    send: &[T],
+    recv: &mut [T],
+    op: &dyn Op<T>,
+    body: impl FnOnce(&Fold, usize, &mut [T], &mut [T]) -> Result<()>,
+) -> Result<()> {
     let fold = Fold::new(comm.size());
     recv.copy_from_slice(send);
     let mut spare = zeroed::<T>(send.len());
     fold.fold_in(comm, recv, &mut spare, op, COLL)?;
     if let Some(v) = fold.virtual_rank(comm.rank()) {
-        let mut partial = Partial::new(&mut *recv, &mut spare);
+        body(&fold, v, recv, &mut spare)?;
+    }
+    fold.unfold(comm, recv, COLL)
+}
+
+/// Recursive doubling over the fold's virtual ranks: after the step with distance `mask` a
+/// rank holds the reduction of an aligned run of `2·mask` virtual ranks, which are contiguous
+/// real ranks, so combining lower ∘ higher keeps rank order.
+fn recursive_doubling<T: Pod>(comm: &Comm, send: &[T], recv: &mut [T], op: &dyn Op<T>) -> Result<()> {
+    folded(comm, send, recv, op, |fold, v, acc, spare| {
+        let mut partial = Partial::new(acc, spare);
         let mut mask = 1;
         while mask < fold.pof2 {
             let partner = v ^ mask;
@@ -73,8 +88,8 @@ fn recursive_doubling<T: Pod>(comm: &Comm, send: &[T], recv: &mut [T], op: &dyn 
             mask <<= 1;
         }
         partial.settle();
-    }
-    fold.unfold(comm, recv, COLL)
+        Ok(())
+    })
 }
 
 /// Ring reduce-scatter then ring allgather over `np` near-equal blocks (commutative).
@@ -96,26 +111,22 @@ fn ring<T: Pod>(comm: &Comm, send: &[T], recv: &mut [T], op: &dyn Op<T>) -> Resu
 /// Rabenseifner: fold, recursive-halving reduce-scatter over `pof2` near-equal blocks,
 /// recursive-doubling allgather of the blocks, unfold (commutative).
 fn rabenseifner<T: Pod>(comm: &Comm, send: &[T], recv: &mut [T], op: &dyn Op<T>) -> Result<()> {
-    let fold = Fold::new(comm.size());
-    recv.copy_from_slice(send);
-    let mut spare = zeroed::<T>(send.len());
-    fold.fold_in(comm, recv, &mut spare, op, COLL)?;
-    if let Some(v) = fold.virtual_rank(comm.rank()) {
+    folded(comm, send, recv, op, |fold, v, acc, spare| {
         let bounds = even_offsets(send.len(), fold.pof2);
-        recursive_halving(comm, &fold, v, recv, &mut spare, &bounds, op, COLL)?;
+        recursive_halving(comm, fold, v, acc, spare, &bounds, op, COLL)?;
         let (mut lo, mut hi) = (v, v + 1);
         let mut mask = 1;
         while mask < fold.pof2 {
             let partner = v ^ mask;
             let (their_lo, their_hi) = if partner > v { (lo + mask, hi + mask) } else { (lo - mask, hi - mask) };
-            let (outgoing, incoming) = disjoint(recv, bounds[lo]..bounds[hi], bounds[their_lo]..bounds[their_hi]);
+            let (outgoing, incoming) = disjoint(acc, bounds[lo]..bounds[hi], bounds[their_lo]..bounds[their_hi]);
             let peer = fold.real_rank(partner);
             comm.coll_sendrecv(bytemuck::cast_slice(outgoing), peer, bytemuck::cast_slice_mut(incoming), peer, COLL)?;
             (lo, hi) = (lo.min(their_lo), hi.max(their_hi));
             mask <<= 1;
         }
-    }
-    fold.unfold(comm, recv, COLL)
+        Ok(())
+    })
 }
 
 /// Two non-overlapping ranges of `buf`, one to read and one to write.
