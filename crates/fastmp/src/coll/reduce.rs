@@ -104,7 +104,7 @@ fn flat_blocking<T: Pod>(comm: &Comm, send: &[T], recv: &mut [T], op: &dyn Op<T>
     } else {
         comm.coll_recv(bytemuck::cast_slice_mut(recv), last, COLL)?;
     }
-    let mut incoming = zeroed::<T>(send.len());
+    let mut incoming = zeroed::<T>(if np > 1 { send.len() } else { 0 });
     for rank in (0..last).rev() {
         if rank == root {
             op.combine(send, recv);
