@@ -22,6 +22,7 @@ pub(super) fn allreduce<T: Pod>(
 ) -> Result<()> {
     match algorithm {
         Algorithm::Nbft => flat(comm, send, recv, op),
+        // The MST rooted at rank 0 is the binomial tree (exactly so for powers of two).
         Algorithm::Bt => reduce_then_bcast(comm, send, recv, op, Algorithm::Bt),
         Algorithm::ReduceBcast => {
             let bcast = comm.algorithm_for(Collective::Bcast, size_of_val(recv), true);
