@@ -36,14 +36,14 @@ fn next_epoch(comm: &Comm) -> Result<(&NativeHandle, u64)> {
 /// buffers any more), so the borrowed buffers outlive every peer's access.
 fn collective(
     comm: &Comm,
-    coll: Collective,
+    kind: usize,
     buffers: Buffers,
     sources: Range<usize>,
     accessors: Range<usize>,
     work: impl FnOnce(&Session) -> Result<()>,
 ) -> Result<()> {
     let (handle, epoch) = next_epoch(comm)?;
-    let mut session = handle.area.enter(comm.rank(), epoch, coll as usize, buffers, sources, accessors);
+    let mut session = handle.area.enter(comm.rank(), epoch, kind, buffers, sources, accessors);
     let outcome = catch_unwind(AssertUnwindSafe(|| {
         session.await_sources()?;
         work(&session)
@@ -53,6 +53,13 @@ fn collective(
         Ok(result) => result.and(left),
         Err(panic) => resume_unwind(panic),
     }
+}
+
+/// What peers must agree on before touching each other's buffers: the operation and, for
+/// reductions, the element size (chunk boundaries are computed in elements, so ranks with
+/// different element types would write overlapping bytes).
+fn kind(coll: Collective, elem_size: usize) -> usize {
+    coll as usize | elem_size << 8
 }
 
 /// Sources and accessors of a rooted operation where only the root's buffers are shared.
@@ -128,9 +135,9 @@ pub(super) fn bcast(comm: &Comm, buf: &mut [u8], root: usize) -> Result<()> {
         // The root's closure must not capture `buf`: a new `&mut` reborrow after publishing
         // would invalidate the published pointer (Stacked Borrows).
         let buffers = Buffers { send: buf.as_ptr(), send_len: buf.len(), ..Buffers::default() };
-        return collective(comm, Collective::Bcast, buffers, sources, accessors, |_| Ok(()));
+        return collective(comm, kind(Collective::Bcast, 1), buffers, sources, accessors, |_| Ok(()));
     }
-    collective(comm, Collective::Bcast, Buffers::default(), sources, accessors, |s| {
+    collective(comm, kind(Collective::Bcast, 1), Buffers::default(), sources, accessors, |s| {
         let src = s.peer(root)?;
         check_len(root, "buffer", src.send_len, buf.len())?;
         // SAFETY: the root's buffer is published for this bcast, which only reads it.
@@ -158,7 +165,7 @@ pub(super) fn scatterv(comm: &Comm, send: &[u8], layout: Option<&Layout>, recv: 
         _ => Buffers::default(),
     };
     let (sources, accessors) = rooted(comm, root);
-    collective(comm, Collective::Scatterv, buffers, sources, accessors, |s| {
+    collective(comm, kind(Collective::Scatterv, 1), buffers, sources, accessors, |s| {
         let (src, layout) = if me == root {
             (buffers, layout.ok_or_else(|| Error::InvalidArgument("scatterv: no layout".into()))?)
         } else {
@@ -194,7 +201,7 @@ pub(super) fn gatherv(comm: &Comm, send: &[u8], recv: &mut [u8], layout: Option<
         _ => Buffers::default(),
     };
     let (sources, accessors) = rooted(comm, root);
-    collective(comm, Collective::Gatherv, buffers, sources, accessors, |s| {
+    collective(comm, kind(Collective::Gatherv, 1), buffers, sources, accessors, |s| {
         let (dst, layout) = if me == root {
             (buffers, layout.ok_or_else(|| Error::InvalidArgument("gatherv: no layout".into()))?)
         } else {
@@ -222,7 +229,7 @@ pub(super) fn allgatherv(comm: &Comm, send: &[u8], recv: &mut [u8], layout: &Lay
     let me = comm.rank();
     let buffers = Buffers { send: send.as_ptr(), send_len: send.len(), ..Buffers::default() };
     let everyone = 0..comm.size();
-    collective(comm, Collective::Allgatherv, buffers, everyone.clone(), everyone, |s| {
+    collective(comm, kind(Collective::Allgatherv, 1), buffers, everyone.clone(), everyone, |s| {
         recv[layout.block(me)].copy_from_slice(send);
         for p in others(comm) {
             let src = s.peer(p)?;
@@ -256,7 +263,7 @@ pub(super) fn alltoallv(
         ..Buffers::default()
     };
     let everyone = 0..comm.size();
-    collective(comm, Collective::Alltoallv, buffers, everyone.clone(), everyone, |s| {
+    collective(comm, kind(Collective::Alltoallv, 1), buffers, everyone.clone(), everyone, |s| {
         let own = send_layout.block(me);
         check_len(me, "block for itself", own.len(), recv_layout.block(me).len())?;
         recv[recv_layout.block(me)].copy_from_slice(&send[own]);
@@ -347,7 +354,7 @@ pub(super) fn reduce<T: Pod>(comm: &Comm, send: &[T], recv: &mut [T], op: &dyn O
         (buffers.recv, buffers.recv_len) = (recv.as_mut_ptr().cast(), size_of_val(recv));
     }
     let everyone = 0..np;
-    collective(comm, Collective::Reduce, buffers, everyone.clone(), everyone.clone(), |s| {
+    collective(comm, kind(Collective::Reduce, size_of::<T>()), buffers, everyone.clone(), everyone.clone(), |s| {
         check_sends(comm, s, bytes)?;
         let dst = if me == root { buffers } else { s.peer(root)? };
         check_len(root, "receive buffer", dst.recv_len, bytes)?;
@@ -375,7 +382,7 @@ pub(super) fn allreduce<T: Pod>(comm: &Comm, send: &[T], recv: &mut [T], op: &dy
         extra: std::ptr::null(),
     };
     let everyone = 0..np;
-    collective(comm, Collective::Allreduce, buffers, everyone.clone(), everyone.clone(), |s| {
+    collective(comm, kind(Collective::Allreduce, size_of::<T>()), buffers, everyone.clone(), everyone.clone(), |s| {
         check_sends(comm, s, bytes)?;
         let bytes_of = |elems: Range<usize>| elems.start * size..elems.end * size;
         let mine = chunk(len, np, me);
@@ -413,11 +420,18 @@ pub(super) fn reduce_scatter<T: Pod>(
     let bytes = size_of_val(send);
     let buffers = Buffers { send: send.as_ptr().cast(), send_len: bytes, ..Buffers::default() };
     let everyone = 0..np;
-    collective(comm, Collective::ReduceScatter, buffers, everyone.clone(), everyone.clone(), |s| {
-        check_sends(comm, s, bytes)?;
-        let dest = if mine.is_empty() { &mut recv[..0] } else { &mut *recv };
-        fold_into(op, dest, everyone, |j| send_of(s, send, j, mine.clone()))
-    })
+    collective(
+        comm,
+        kind(Collective::ReduceScatter, size_of::<T>()),
+        buffers,
+        everyone.clone(),
+        everyone.clone(),
+        |s| {
+            check_sends(comm, s, bytes)?;
+            let dest = if mine.is_empty() { &mut recv[..0] } else { &mut *recv };
+            fold_into(op, dest, everyone, |j| send_of(s, send, j, mine.clone()))
+        },
+    )
 }
 
 /// Rank i combines the send buffers of ranks 0..=i (0..i for exscan) in place.
@@ -427,7 +441,7 @@ pub(super) fn scan<T: Pod>(comm: &Comm, send: &[T], recv: &mut [T], op: &dyn Op<
     let bytes = size_of_val(send);
     let buffers = Buffers { send: send.as_ptr().cast(), send_len: bytes, ..Buffers::default() };
     let inputs = if exclusive { 0..me } else { 0..me + 1 };
-    collective(comm, Collective::Scan, buffers, inputs.clone(), me + 1..np, |s| {
+    collective(comm, kind(Collective::Scan, size_of::<T>()), buffers, inputs.clone(), me + 1..np, |s| {
         for p in inputs.clone().filter(|&p| p != me) {
             check_len(p, "send buffer", s.peer(p)?.send_len, bytes)?;
         }
@@ -684,6 +698,14 @@ mod tests {
             assert!(world.bcast(&mut b, 0).is_err(), "bcast lengths");
             let mut v = vec![0u64; 2 + world.rank()];
             assert!(world.allreduce(&vec![1; 2 + world.rank()], &mut v, Sum).is_err(), "allreduce lengths");
+            // Same byte length, different element types: refused, never overlapping writes.
+            let mut total = [0u8; 8];
+            let outcome = if world.rank() == 0 {
+                world.reduce(&[1u8; 8], &mut total, Sum, 0)
+            } else {
+                world.reduce(&[1u64], &mut [], Sum, 0)
+            };
+            assert!(outcome.is_err(), "element types");
             // Still in step afterwards.
             let mut v = [0u64];
             world.allreduce(&[1], &mut v, Sum)?;

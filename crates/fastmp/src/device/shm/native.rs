@@ -71,7 +71,7 @@ impl Default for Buffers {
 struct Slot {
     /// `2e - 1` while publishing epoch `e`, `2e` once published (a seqlock over the fields below).
     entered: AtomicU64,
-    /// Operation kind of the published epoch.
+    /// Operation kind of the published epoch (also implies the type behind `extra`).
     kind: AtomicUsize,
     /// Communicator ranks that may touch this rank's buffers in the published epoch.
     accessors_start: AtomicUsize,
@@ -247,7 +247,7 @@ fn abandoned(rank: usize) -> Error {
 
 fn mismatch(rank: usize) -> Error {
     Error::InvalidArgument(format!(
-        "native collective: rank {rank} is in a different operation (ranks disagree on the sequence of collectives, their root or their algorithm)"
+        "native collective: rank {rank} is in a different operation (ranks disagree on the sequence of collectives, their root, element type or algorithm)"
     ))
 }
 
