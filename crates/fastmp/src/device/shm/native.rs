@@ -332,7 +332,9 @@ impl Session<'_> {
     /// Step 3 of the protocol: records the outcome, then waits until no accessor can touch this
     /// rank's buffers any more. Never fails early: the wait ends when every accessor has left or
     /// is excused (each accessor's part is bounded, so this terminates). Returns an error if an
-    /// accessor abandoned the operation or never took part.
+    /// accessor abandoned the operation or never took part. `failed` keeps only an accessor's
+    /// latest failed epoch, and an accessor that left may already be further on, so a failure
+    /// of its in a *later* operation is reported here too: conservative, never a missed one.
     pub(crate) fn leave(self, succeeded: bool) -> Result<()> {
         let area = self.area;
         let (me, epoch) = (self.me, self.epoch);
