@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use bytemuck::Pod;
-use coll_common::{Context, NPS, check_each, forced, job, roots, run_ok, seed_of, val};
+use coll_common::{Context, NPS, algorithms, check_each, forced, job, roots, run_ok, seed_of, val};
 use fastmp::coll::{Algorithm, Collective, Tuning};
 use fastmp::op::{Band, Bor, Bxor, Land, Loc, Lor, Max, MaxLoc, Min, MinLoc, Op, Prod, Sum, UserOp};
 use fastmp::{ANY_SOURCE, ANY_TAG, Comm, Config, Error, Result};
@@ -325,7 +325,7 @@ fn check_collective_on(coll: Collective, np: usize) {
     let barriers = Arc::new(AtomicUsize::new(0));
     run_ok(np, &format!("{coll} suite"), move |world| {
         let mut barriers_done = 0;
-        for &alg in coll.algorithms() {
+        for alg in algorithms(coll) {
             let comm = forced(&world, coll, alg)?;
             assert_eq!(comm.algorithm_for(coll, 0, true), alg, "{coll}: forcing {alg} did not select it");
             for n in sizes(coll, np) {
@@ -423,7 +423,7 @@ where
         let block = n.div_ceil(np);
         let block_total = fold_ranks(op, input, np, block * np);
         for coll in [Collective::Reduce, Collective::Allreduce, Collective::ReduceScatter, Collective::Scan] {
-            for &alg in coll.algorithms() {
+            for alg in algorithms(coll) {
                 let comm = forced(world, coll, alg)?;
                 let what = |detail: &str| {
                     let detail = detail.to_string();
@@ -581,7 +581,7 @@ fn object_collectives() {
             let rounds =
                 [Collective::Bcast, Collective::Gather, Collective::Gatherv, Collective::Scatter, Collective::Scatterv]
                     .iter()
-                    .map(|c| c.algorithms().len())
+                    .map(|&c| algorithms(c).len())
                     .max()
                     .unwrap_or(1);
             for round in 0..rounds {
@@ -593,7 +593,7 @@ fn object_collectives() {
                     Collective::Scatter,
                     Collective::Scatterv,
                 ] {
-                    let algs = coll.algorithms();
+                    let algs = algorithms(coll);
                     tuning = tuning.force(coll, algs[round % algs.len()])?;
                 }
                 let comm = world.with_tuning(tuning);
@@ -634,7 +634,7 @@ fn object_collectives() {
 
 /// Rotates through `coll`'s algorithms by iteration.
 fn rotating(comm: &Comm, coll: Collective, iteration: usize) -> Result<Comm> {
-    let algs = coll.algorithms();
+    let algs = algorithms(coll);
     forced(comm, coll, algs[iteration % algs.len()])
 }
 
@@ -740,7 +740,7 @@ fn collective_traffic_never_matches_user_receives() {
             // Every collective with every algorithm, as a quick sweep.
             let mut sweep = |comm: &Comm| -> Result<()> {
                 for coll in Collective::ALL {
-                    for &alg in coll.algorithms() {
+                    for alg in algorithms(coll) {
                         let c = forced(comm, coll, alg)?;
                         let root = if is_rooted(coll) { Some(np - 1) } else { None };
                         check_case(&c, Case { coll, alg, np, n: 3, root }, &barriers, &mut barriers_done)?;
@@ -973,7 +973,7 @@ type Call = fn(&Comm, bool) -> Result<()>;
 /// `want` and returns it; the other ranks (passing consistent arguments) must not hang, and the
 /// job must fail naming that rank.
 fn one_rank_errs(coll: Collective, np: usize, bad_rank: usize, want: &'static str, call: Call) {
-    for &alg in coll.algorithms() {
+    for alg in algorithms(coll) {
         let what = format!("{coll} with algorithm {alg}: rank {bad_rank} passes bad arguments");
         let result = job(Config::new().np(np), &what, move |world| {
             let comm = forced(&world, coll, alg)?;
@@ -1056,7 +1056,7 @@ fn a_rank_with_bad_arguments_fails_the_job_without_hanging() {
 /// the arguments in a way no single rank can see, so the job must end in `Err` (never a hang,
 /// and never `Ok`).
 fn mismatch_fails(coll: Collective, np: usize, label: &str, call: Call) {
-    for &alg in coll.algorithms() {
+    for alg in algorithms(coll) {
         let what = format!("{coll} with algorithm {alg}, np={np}: {label}");
         let result = job(Config::new().np(np), &what, move |world| {
             let comm = forced(&world, coll, alg)?;

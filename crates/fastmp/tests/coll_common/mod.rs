@@ -62,6 +62,14 @@ impl<T> Context<T> for Result<T> {
     }
 }
 
+/// The algorithms of `coll` to check: all of them, minus those named in the comma-separated
+/// `FASTMP_TEST_SKIP` (a development aid for checking some algorithms before others exist).
+pub fn algorithms(coll: Collective) -> Vec<Algorithm> {
+    let skip = std::env::var("FASTMP_TEST_SKIP").unwrap_or_default();
+    let skip: Vec<&str> = skip.split(',').map(str::trim).collect();
+    coll.algorithms().iter().copied().filter(|a| !skip.contains(&a.name())).collect()
+}
+
 /// `world` with `alg` forced for `coll`.
 pub fn forced(world: &Comm, coll: Collective, alg: Algorithm) -> Result<Comm> {
     Ok(world.with_tuning(Tuning::defaults().force(coll, alg)?))
