@@ -12,7 +12,7 @@ use std::path::PathBuf;
 
 use clap::builder::PossibleValue;
 use clap::{Parser, ValueEnum};
-use fastmp::coll::{Algorithm, Collective, Tuning};
+use fastmp::coll::{Algorithm, Collective};
 use fastmp::{Comm, Config, Pin};
 
 use coll::Iterations;
@@ -187,9 +187,9 @@ fn parse_algorithm(coll: Collective, name: &str) -> Result<Algorithm, String> {
     let valid = || coll.algorithms().iter().map(|a| a.name()).collect::<Vec<_>>().join(", ");
     let algorithm =
         Algorithm::from_name(name).map_err(|_| format!("unknown algorithm {name:?} for {coll}; valid: {}", valid()))?;
-    Tuning::defaults()
-        .force(coll, algorithm)
-        .map_err(|_| format!("{coll} has no algorithm {:?}; valid: {}", algorithm.name(), valid()))?;
+    if !coll.algorithms().contains(&algorithm) {
+        return Err(format!("{coll} has no algorithm {:?}; valid: {}", algorithm.name(), valid()));
+    }
     Ok(algorithm)
 }
 
