@@ -7,7 +7,7 @@ use std::path::Path;
 use std::time::Instant;
 
 use fastmp::coll::{Algorithm, Collective, Rule, Tuning};
-use fastmp::{Comm, Config, Error};
+use fastmp::{Comm, Config, Error, Pin};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::coll::{Iterations, Workload, forcing, measure, selects_by_size, sizes_for};
@@ -47,11 +47,17 @@ pub fn run(config: &Config, plan: &Plan, output: &Path) -> Result<(), String> {
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
     let started = Instant::now();
+    let cpus = fastmp::affinity::allowed_cpus().len();
     let mut measured = Vec::new();
     for &np in &np_list {
+        let mut config = config.clone().np(np);
+        if np > cpus {
+            // Oversubscribed: pinning would stack spinning ranks on a few cores (compare.sh and
+            // Open MPI's --oversubscribe runs are unpinned too).
+            bar.suspend(|| eprintln!("tune: np={np} > {cpus} CPUs: ranks run unpinned"));
+            config = config.pin(Pin::None);
+        }
         let mut ranks = config
-            .clone()
-            .np(np)
             .run(|world: Comm| measure_all(&world, &collectives, plan, &bar))
             .map_err(|e| format!("tune at np={np}: {e}"))?;
         measured.push((np, ranks.swap_remove(0)));
@@ -113,9 +119,13 @@ fn measure_all(world: &Comm, collectives: &[Collective], plan: &Plan, bar: &Prog
     Ok(points)
 }
 
-/// The fastest algorithm of `coll` per size, ascending. Collectives whose selection ignores the
-/// size get one entry: the algorithm with the smallest sum over sizes of its time relative to
-/// the best time at that size.
+/// Timings within this factor of the best count as a tie, which the previous size's winner
+/// keeps, so that measurement noise does not fragment the rules.
+const TIE: f64 = 1.05;
+
+/// The fastest algorithm of `coll` per size, ascending (ties as [`TIE`] says). Collectives whose
+/// selection ignores the size get one entry: the algorithm with the smallest sum over sizes of
+/// its time relative to the best time at that size.
 fn fastest(coll: Collective, points: &[Point]) -> Vec<(usize, Algorithm)> {
     let mine: Vec<&Point> = points.iter().filter(|p| p.coll == coll).collect();
     let mut sizes: Vec<usize> = mine.iter().map(|p| p.size).collect();
@@ -124,7 +134,15 @@ fn fastest(coll: Collective, points: &[Point]) -> Vec<(usize, Algorithm)> {
     let best_at =
         |size: usize| mine.iter().filter(|p| p.size == size).min_by(|a, b| a.avg_us.total_cmp(&b.avg_us)).copied();
     if selects_by_size(coll) {
-        return sizes.iter().filter_map(|&s| best_at(s).map(|p| (s, p.algorithm))).collect();
+        let mut winners: Vec<(usize, Algorithm)> = Vec::new();
+        for size in sizes {
+            let Some(best) = best_at(size) else { continue };
+            let near_best =
+                |a: Algorithm| mine.iter().any(|p| p.size == size && p.algorithm == a && p.avg_us <= best.avg_us * TIE);
+            let previous = winners.last().map(|&(_, a)| a).filter(|&a| near_best(a));
+            winners.push((size, previous.unwrap_or(best.algorithm)));
+        }
+        return winners;
     }
     let relative = |algorithm: Algorithm| -> f64 {
         mine.iter()
@@ -221,5 +239,19 @@ mod tests {
         ];
         assert_eq!(fastest(Collective::Alltoallv, &points), [(0, Algorithm::Nbft)]);
         assert_eq!(compress(&[(2, fastest(Collective::Alltoallv, &points))]), [Rule::always(Algorithm::Nbft)]);
+    }
+
+    #[test]
+    fn near_ties_keep_the_previous_winner() {
+        let point = |algorithm, size, avg_us| Point { coll: Collective::Bcast, algorithm, size, avg_us };
+        let points = [
+            point(Algorithm::Bt, 1, 1.0),
+            point(Algorithm::Mst, 1, 1.5),
+            point(Algorithm::Bt, 2, 1.02),
+            point(Algorithm::Mst, 2, 1.0),
+            point(Algorithm::Bt, 4, 2.0),
+            point(Algorithm::Mst, 4, 1.0),
+        ];
+        assert_eq!(fastest(Collective::Bcast, &points), [(1, Algorithm::Bt), (2, Algorithm::Bt), (4, Algorithm::Mst)]);
     }
 }
