@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use fastmp::coll::{Algorithm, Collective};
 use fastmp::op::Sum;
-use fastmp::{Comm, Result};
+use fastmp::{Comm, Error, Result};
 
 use crate::report::{Cell, Reporter};
 use crate::support::{AlignedBuf, Sizes, gather_f64};
@@ -113,8 +113,11 @@ pub struct Workload {
 }
 
 impl Workload {
-    pub fn new(coll: Collective, np: usize, rank: usize, max_size: usize) -> Workload {
-        let all = np * max_size;
+    pub fn new(coll: Collective, np: usize, rank: usize, max_size: usize) -> Result<Workload> {
+        let all = np
+            .checked_mul(max_size)
+            .filter(|&all| all <= isize::MAX as usize / 2)
+            .ok_or_else(|| Error::other(format!("{np} ranks x --max-size {max_size} do not fit in memory")))?;
         let (send_len, recv_len) = match coll {
             Collective::Barrier => (0, 0),
             Collective::Bcast => (0, max_size),
@@ -132,7 +135,7 @@ impl Workload {
             bytemuck::cast_slice_mut::<u8, Elem>(send.as_mut_slice()).fill(1.0);
         }
         let recv = AlignedBuf::new(recv_len.next_multiple_of(ELEM), b'b');
-        Workload { coll, np, rank, size: 0, send, recv, counts: vec![0; np], displs: vec![0; np] }
+        Ok(Workload { coll, np, rank, size: 0, send, recv, counts: vec![0; np], displs: vec![0; np] })
     }
 
     /// Sets the message size of the following calls; the counts of reduce_scatter follow
@@ -256,6 +259,7 @@ pub fn bench(
         None => world.clone(),
     };
     let np = world.size();
+    let mut work = Workload::new(coll, np, world.rank(), sizes.max)?;
     let factor = bandwidth_power(coll).map(|p| (p, (np as f64).powi(p)));
     let datatype = if is_reduction(coll) { "f32 (MPI_FLOAT), op Sum" } else { "u8 (MPI_CHAR)" };
     let mut extra = vec![format!("# Datatype: {datatype}; root {ROOT}")];
@@ -271,8 +275,6 @@ pub fn bench(
     }
     columns.push("Algorithm");
     out.header(title(coll), &extra, &columns);
-
-    let mut work = Workload::new(coll, np, world.rank(), sizes.max);
     for size in sizes_for(coll, sizes) {
         let Some(stats) = measure(world, &comm, &mut work, size, iterations)? else { continue };
         let algorithm = comm.algorithm_for(coll, if selects_by_size(coll) { size } else { 0 }, true);
@@ -282,7 +284,8 @@ pub fn bench(
             ("max_us", Cell::Num(stats.max_us)),
         ];
         if let Some((_, f)) = factor {
-            cells.push(("mb_s", Cell::Num(f * size as f64 / stats.avg_us)));
+            let mb_s = if stats.avg_us > 0.0 { f * size as f64 / stats.avg_us } else { 0.0 };
+            cells.push(("mb_s", Cell::Num(mb_s)));
         }
         cells.push(("algorithm", Cell::Text(algorithm.name())));
         out.row_cells(size, &cells);

@@ -100,7 +100,7 @@ fn measure_all(world: &Comm, collectives: &[Collective], plan: &Plan, bar: &Prog
     let mut points = Vec::new();
     for &coll in collectives {
         let sizes = sizes_for(coll, &plan.sizes);
-        let mut work = Workload::new(coll, np, world.rank(), plan.sizes.max);
+        let mut work = Workload::new(coll, np, world.rank(), plan.sizes.max)?;
         for &algorithm in coll.algorithms() {
             let comm = forcing(world, coll, algorithm)?;
             for &size in &sizes {
