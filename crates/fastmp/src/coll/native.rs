@@ -146,94 +146,161 @@ pub(super) fn bcast(comm: &Comm, buf: &mut [u8], root: usize) -> Result<()> {
     })
 }
 
-pub(super) fn scatter(comm: &Comm, send: &[u8], recv: &mut [u8], root: usize) -> Result<()> {
-    let layout = Layout::uniform(comm.size(), recv.len());
-    scatterv(comm, send, Some(&layout), recv, root)
+/// How a buffer splits into per-rank blocks: equal blocks (implied by arguments every rank has,
+/// so nothing is published or allocated), a validated `v` layout, or (non-roots of `scatterv`
+/// and `gatherv`) the layout the root publishes.
+#[derive(Clone, Copy)]
+enum Blocks<'a> {
+    Equal(usize),
+    Layout(&'a Layout),
+    RootsLayout,
 }
 
-/// The root publishes its send buffer and layout; every rank copies its own block.
+impl<'a> Blocks<'a> {
+    fn of(self, rank: usize) -> Range<usize> {
+        match self {
+            Blocks::Equal(size) => rank * size..(rank + 1) * size,
+            Blocks::Layout(layout) => layout.block(rank),
+            // Only roots look up their own blocks, and they always have a layout.
+            Blocks::RootsLayout => 0..0,
+        }
+    }
+
+    /// The layout to publish for peers (none for equal blocks, which peers know themselves).
+    fn published(self) -> *const () {
+        match self {
+            Blocks::Equal(_) | Blocks::RootsLayout => std::ptr::null(),
+            Blocks::Layout(layout) => std::ptr::from_ref(layout).cast(),
+        }
+    }
+
+    /// The blocks of source `p`'s buffer (`src`, of `src_len` bytes) in this operation: equal
+    /// blocks like ours, once `src_len` is checked to be `count` of them, or (`v` variants) the
+    /// layout `p` published.
+    fn of_source(self, s: &'a Session, p: usize, src: &Buffers, src_len: usize, count: usize) -> Result<Blocks<'a>> {
+        match self {
+            Blocks::Equal(size) => {
+                check_len(p, "buffer", src_len, size * count)?;
+                Ok(Blocks::Equal(size))
+            }
+            // SAFETY: our kind is a `v` variant (see `kind_of`) and the snapshot's kind equals
+            // ours, so `p` published its `&Layout` as `extra`.
+            Blocks::Layout(_) | Blocks::RootsLayout => Ok(Blocks::Layout(unsafe { source_layout(s, src) })),
+        }
+    }
+}
+
+/// The operation kind: `equal`, or its `v` variant `v` (which publishes its layout).
+fn kind_of(blocks: Blocks, equal: Collective, v: Collective) -> usize {
+    kind(if matches!(blocks, Blocks::Equal(_)) { equal } else { v }, 1)
+}
+
+/// The layout source `src` published.
+///
+/// # Safety
+/// `src` comes from `session`'s [`Session::peer`] and the session's kind is a `v` variant.
+unsafe fn source_layout<'s>(_session: &'s Session, src: &Buffers) -> &'s Layout {
+    // SAFETY: per the contract `extra` is the source's `&Layout`, alive until the session leaves
+    // (protocol step 3) and never written meanwhile.
+    unsafe { &*src.extra.cast::<Layout>() }
+}
+
+pub(super) fn scatter(comm: &Comm, send: &[u8], recv: &mut [u8], root: usize) -> Result<()> {
+    scatter_blocks(comm, send, Blocks::Equal(recv.len()), recv, root)
+}
+
 pub(super) fn scatterv(comm: &Comm, send: &[u8], layout: Option<&Layout>, recv: &mut [u8], root: usize) -> Result<()> {
-    let me = comm.rank();
-    let buffers = match layout {
-        Some(layout) if me == root => Buffers {
-            send: send.as_ptr(),
-            send_len: send.len(),
-            extra: std::ptr::from_ref(layout).cast(),
-            ..Buffers::default()
-        },
-        None if me == root => return Err(Error::InvalidArgument("scatterv: the root has no layout".into())),
-        _ => Buffers::default(),
+    scatter_blocks(comm, send, root_layout(comm, layout, root)?, recv, root)
+}
+
+/// The blocks of a rooted `v` collective: only the root has (and must have) a layout.
+fn root_layout<'a>(comm: &Comm, layout: Option<&'a Layout>, root: usize) -> Result<Blocks<'a>> {
+    match layout {
+        Some(layout) => Ok(Blocks::Layout(layout)),
+        None if comm.rank() == root => Err(Error::InvalidArgument("v collective: the root has no layout".into())),
+        None => Ok(Blocks::RootsLayout),
+    }
+}
+
+/// The root publishes its send buffer (and layout); every rank copies its own block.
+fn scatter_blocks(comm: &Comm, send: &[u8], blocks: Blocks, recv: &mut [u8], root: usize) -> Result<()> {
+    let (me, is_root) = (comm.rank(), comm.rank() == root);
+    let buffers = if is_root {
+        Buffers { send: send.as_ptr(), send_len: send.len(), extra: blocks.published(), ..Buffers::default() }
+    } else {
+        Buffers::default()
     };
     let (sources, accessors) = rooted(comm, root);
-    collective(comm, kind(Collective::Scatterv, 1), buffers, sources, accessors, |s| {
-        let (src, layout) = if me == root {
-            (buffers, layout.ok_or_else(|| Error::InvalidArgument("scatterv: no layout".into()))?)
+    let kind = kind_of(blocks, Collective::Scatter, Collective::Scatterv);
+    collective(comm, kind, buffers, sources, accessors, |s| {
+        let (src, src_blocks) = if is_root {
+            (buffers, blocks)
         } else {
             let src = s.peer(root)?;
-            // SAFETY: the root published `extra` as its `&Layout` for this scatterv (the snapshot
-            // was checked to be of this kind) and keeps it alive until we leave; nobody writes it.
-            (src, unsafe { &*src.extra.cast::<Layout>() })
+            (src, blocks.of_source(s, root, &src, src.send_len, comm.size())?)
         };
-        let mine = layout.block(me);
+        let mine = src_blocks.of(me);
         check_len(root, "block for this rank", mine.len(), recv.len())?;
-        // SAFETY: the root's send buffer is published for this scatterv, which only reads it.
+        // SAFETY: the root's send buffer is published for this scatter, which only reads it.
         recv.copy_from_slice(unsafe { shared(s, src.send, src.send_len, mine) }?);
         Ok(())
     })
 }
 
 pub(super) fn gather(comm: &Comm, send: &[u8], recv: &mut [u8], root: usize) -> Result<()> {
-    let layout = Layout::uniform(comm.size(), send.len());
-    gatherv(comm, send, recv, Some(&layout), root)
+    gather_blocks(comm, send, recv, Blocks::Equal(send.len()), root)
 }
 
-/// The root publishes its receive buffer and layout; every rank writes its own block into it.
 pub(super) fn gatherv(comm: &Comm, send: &[u8], recv: &mut [u8], layout: Option<&Layout>, root: usize) -> Result<()> {
-    let me = comm.rank();
-    let buffers = match layout {
-        Some(layout) if me == root => Buffers {
-            recv: recv.as_mut_ptr(),
-            recv_len: recv.len(),
-            extra: std::ptr::from_ref(layout).cast(),
-            ..Buffers::default()
-        },
-        None if me == root => return Err(Error::InvalidArgument("gatherv: the root has no layout".into())),
-        _ => Buffers::default(),
+    gather_blocks(comm, send, recv, root_layout(comm, layout, root)?, root)
+}
+
+/// The root publishes its receive buffer (and layout); every rank writes its own block into it.
+fn gather_blocks(comm: &Comm, send: &[u8], recv: &mut [u8], blocks: Blocks, root: usize) -> Result<()> {
+    let (me, is_root) = (comm.rank(), comm.rank() == root);
+    let buffers = if is_root {
+        Buffers { recv: recv.as_mut_ptr(), recv_len: recv.len(), extra: blocks.published(), ..Buffers::default() }
+    } else {
+        Buffers::default()
     };
     let (sources, accessors) = rooted(comm, root);
-    collective(comm, kind(Collective::Gatherv, 1), buffers, sources, accessors, |s| {
-        let (dst, layout) = if me == root {
-            (buffers, layout.ok_or_else(|| Error::InvalidArgument("gatherv: no layout".into()))?)
+    let kind = kind_of(blocks, Collective::Gather, Collective::Gatherv);
+    collective(comm, kind, buffers, sources, accessors, |s| {
+        let (dst, dst_blocks) = if is_root {
+            (buffers, blocks)
         } else {
             let dst = s.peer(root)?;
-            // SAFETY: as in `scatterv`: the root's `&Layout`, alive and unwritten until we leave.
-            (dst, unsafe { &*dst.extra.cast::<Layout>() })
+            (dst, blocks.of_source(s, root, &dst, dst.recv_len, comm.size())?)
         };
-        let mine = layout.block(me);
+        let mine = dst_blocks.of(me);
         check_len(root, "block for this rank", mine.len(), send.len())?;
-        // SAFETY: the root's receive buffer is published for this gatherv; every rank writes
-        // only its own block (the root's layout has no overlapping blocks) and the root reads
-        // nothing before all have left.
+        // SAFETY: the root's receive buffer is published for this gather; every rank writes
+        // only its own block (equal blocks, or the root's layout, validated free of overlaps)
+        // and the root reads nothing before all have left.
         unsafe { exclusive(s, dst.recv, dst.recv_len, mine) }?.copy_from_slice(send);
         Ok(())
     })
 }
 
 pub(super) fn allgather(comm: &Comm, send: &[u8], recv: &mut [u8]) -> Result<()> {
-    let layout = Layout::uniform(comm.size(), send.len());
-    allgatherv(comm, send, recv, &layout)
+    allgather_blocks(comm, send, recv, Blocks::Equal(send.len()))
+}
+
+pub(super) fn allgatherv(comm: &Comm, send: &[u8], recv: &mut [u8], layout: &Layout) -> Result<()> {
+    allgather_blocks(comm, send, recv, Blocks::Layout(layout))
 }
 
 /// Every rank publishes its send buffer and copies every block into its own receive buffer.
-pub(super) fn allgatherv(comm: &Comm, send: &[u8], recv: &mut [u8], layout: &Layout) -> Result<()> {
+fn allgather_blocks(comm: &Comm, send: &[u8], recv: &mut [u8], blocks: Blocks) -> Result<()> {
     let me = comm.rank();
     let buffers = Buffers { send: send.as_ptr(), send_len: send.len(), ..Buffers::default() };
     let everyone = 0..comm.size();
-    collective(comm, kind(Collective::Allgatherv, 1), buffers, everyone.clone(), everyone, |s| {
-        recv[layout.block(me)].copy_from_slice(send);
+    let kind = kind_of(blocks, Collective::Allgather, Collective::Allgatherv);
+    collective(comm, kind, buffers, everyone.clone(), everyone, |s| {
+        recv[blocks.of(me)].copy_from_slice(send);
         for p in others(comm) {
             let src = s.peer(p)?;
-            let dest = layout.block(p);
+            let dest = blocks.of(p);
             check_len(p, "send buffer", src.send_len, dest.len())?;
             // SAFETY: `p`'s send buffer is published for this allgather, which only reads it.
             recv[dest.clone()].copy_from_slice(unsafe { shared(s, src.send, src.send_len, 0..dest.len()) }?);
@@ -243,11 +310,10 @@ pub(super) fn allgatherv(comm: &Comm, send: &[u8], recv: &mut [u8], layout: &Lay
 }
 
 pub(super) fn alltoall(comm: &Comm, send: &[u8], recv: &mut [u8]) -> Result<()> {
-    let layout = Layout::uniform(comm.size(), send.len() / comm.size());
-    alltoallv(comm, send, &layout, recv, &layout)
+    let blocks = Blocks::Equal(send.len() / comm.size());
+    alltoall_blocks(comm, send, blocks, recv, blocks)
 }
 
-/// Every rank publishes its send buffer and layout and reads its block from every peer's.
 pub(super) fn alltoallv(
     comm: &Comm,
     send: &[u8],
@@ -255,23 +321,24 @@ pub(super) fn alltoallv(
     recv: &mut [u8],
     recv_layout: &Layout,
 ) -> Result<()> {
-    let me = comm.rank();
-    let buffers = Buffers {
-        send: send.as_ptr(),
-        send_len: send.len(),
-        extra: std::ptr::from_ref(send_layout).cast(),
-        ..Buffers::default()
-    };
-    let everyone = 0..comm.size();
-    collective(comm, kind(Collective::Alltoallv, 1), buffers, everyone.clone(), everyone, |s| {
-        let own = send_layout.block(me);
-        check_len(me, "block for itself", own.len(), recv_layout.block(me).len())?;
-        recv[recv_layout.block(me)].copy_from_slice(&send[own]);
+    alltoall_blocks(comm, send, Blocks::Layout(send_layout), recv, Blocks::Layout(recv_layout))
+}
+
+/// Every rank publishes its send buffer (and layout) and reads its block from every peer's.
+fn alltoall_blocks(comm: &Comm, send: &[u8], send_blocks: Blocks, recv: &mut [u8], recv_blocks: Blocks) -> Result<()> {
+    let (me, np) = (comm.rank(), comm.size());
+    let buffers =
+        Buffers { send: send.as_ptr(), send_len: send.len(), extra: send_blocks.published(), ..Buffers::default() };
+    let everyone = 0..np;
+    let kind = kind_of(send_blocks, Collective::Alltoall, Collective::Alltoallv);
+    collective(comm, kind, buffers, everyone.clone(), everyone, |s| {
+        let own = send_blocks.of(me);
+        check_len(me, "block for itself", own.len(), recv_blocks.of(me).len())?;
+        recv[recv_blocks.of(me)].copy_from_slice(&send[own]);
         for p in others(comm) {
             let src = s.peer(p)?;
-            // SAFETY: as in `scatterv`: `p`'s `&Layout`, alive and unwritten until we leave.
-            let from = unsafe { &*src.extra.cast::<Layout>() }.block(me);
-            let dest = recv_layout.block(p);
+            let from = send_blocks.of_source(s, p, &src, src.send_len, np)?.of(me);
+            let dest = recv_blocks.of(p);
             check_len(p, "block for this rank", from.len(), dest.len())?;
             // SAFETY: `p`'s send buffer is published for this alltoall, which only reads it.
             recv[dest].copy_from_slice(unsafe { shared(s, src.send, src.send_len, from) }?);
