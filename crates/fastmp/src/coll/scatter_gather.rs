@@ -82,6 +82,7 @@ fn uniform_blocks(block: usize) -> impl Fn(usize) -> Range<usize> {
     move |rank| rank * block..(rank + 1) * block
 }
 
+/// The root's layout, which the public API always passes (`None` only on other ranks).
 fn root_layout(layout: Option<&Layout>, coll: Collective) -> Result<&Layout> {
     layout.ok_or_else(|| Error::other(format!("{coll}: the root has no block layout")))
 }
@@ -90,7 +91,7 @@ fn root_layout(layout: Option<&Layout>, coll: Collective) -> Result<&Layout> {
 fn copy_own_block(dst: &mut [u8], src: &[u8], coll: Collective) -> Result<()> {
     if dst.len() != src.len() {
         return Err(Error::InvalidArgument(format!(
-            "{coll}: the root's own block has {} bytes but its buffer {}",
+            "{coll}: this rank's own block has {} bytes but its place {}",
             src.len(),
             dst.len()
         )));
