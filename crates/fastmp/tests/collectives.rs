@@ -1,0 +1,1094 @@
+//! Collective operations against sequential references.
+//!
+//! One parameterized suite: for every [`Collective`] and every algorithm it implements (forced
+//! through the communicator's tuning), every process count of [`NPS`], sizes of 0, 1 and 3
+//! elements plus one of at least 1 MiB whose length is not a multiple of the process count,
+//! and several roots. Data is derived from (case, rank, index), so each rank computes the
+//! reference on its own; sums use closed forms so references stay O(n) at np = 16.
+//! All cases of one collective and process count run inside one job; failures name the
+//! collective, algorithm, np, size and root.
+//!
+//! Further sections: predefined ops and types, a non-commutative user op, serde objects,
+//! collectives running concurrently on split / overlapping communicators next to user
+//! point-to-point traffic, and argument errors (local and across ranks) that must end in `Err`,
+//! never in a hang or a panic.
+
+mod coll_common;
+
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use bytemuck::Pod;
+use coll_common::{Context, NPS, algorithms, check_each, forced, job, roots, run_ok, seed_of, val};
+use fastmp::coll::{Algorithm, Collective, Tuning};
+use fastmp::op::{Band, Bor, Bxor, Land, Loc, Lor, Max, MaxLoc, Min, MinLoc, Op, Prod, Sum, UserOp};
+use fastmp::{ANY_SOURCE, ANY_TAG, Comm, Config, Error, Result};
+use serde::{Deserialize, Serialize};
+
+/// Elements (u32) of the large vector case: just over 1 MiB and not a multiple of any np > 1
+/// in [`NPS`].
+const LARGE: usize = 262_147;
+/// Fill of receive space that must not be written (gaps, rank 0's exscan output, ...).
+const SENTINEL: u32 = 0xDEAD_BEEF;
+
+/// Per-rank block (elements) of the large case of the block collectives: odd, and the blocks of
+/// all ranks together hold at least [`LARGE`] elements.
+fn large_block(np: usize) -> usize {
+    LARGE.div_ceil(np) | 1
+}
+
+/// One checked call, for failure messages.
+#[derive(Clone, Copy, Debug)]
+struct Case {
+    coll: Collective,
+    alg: Algorithm,
+    np: usize,
+    /// Elements: of the whole vector, or of one rank's block for block collectives.
+    n: usize,
+    root: Option<usize>,
+}
+
+impl fmt::Display for Case {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} with algorithm {}, np={}, n={}", self.coll, self.alg, self.np, self.n)?;
+        match self.root {
+            Some(root) => write!(f, ", root={root}"),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Case {
+    fn seed(&self) -> u32 {
+        seed_of(&[self.coll as usize, self.alg as usize, self.np, self.n, self.root.unwrap_or(99)])
+    }
+
+    fn what(&self, detail: &str) -> impl Fn() -> String + '_ {
+        let detail = detail.to_string();
+        move || format!("{self}: {detail}")
+    }
+}
+
+// ---------------------------------------------------------------- counts and displacements
+
+/// Uneven counts of the `v` collectives for size parameter `s`: zero for every rank when `s` is
+/// 0, otherwise zero for ranks 1, 4, 7, ... and `s`, `s + 1` or `s + 2` for the others.
+fn v_counts(np: usize, s: usize) -> Vec<usize> {
+    (0..np).map(|r| if s == 0 || r % 3 == 1 { 0 } else { s + (r * 5) % 3 }).collect()
+}
+
+/// Displacements that place the blocks in reverse rank order with a one-element gap before
+/// each, and the buffer length (one more gap at the end).
+fn v_displs(counts: &[usize]) -> (Vec<usize>, usize) {
+    let mut displs = vec![0; counts.len()];
+    let mut at = 0;
+    for r in (0..counts.len()).rev() {
+        at += 1;
+        displs[r] = at;
+        at += counts[r];
+    }
+    (displs, at + 1)
+}
+
+/// Checks the blocks of a `v` buffer (`block(r, i)` is element `i` of rank `r`'s block) and that
+/// the gaps between them still hold [`SENTINEL`].
+fn check_v_buffer(
+    buf: &[u32],
+    counts: &[usize],
+    displs: &[usize],
+    block: impl Fn(usize, usize) -> u32,
+    what: &dyn Fn() -> String,
+) {
+    let mut owner = vec![None; buf.len()];
+    for (r, (&c, &d)) in counts.iter().zip(displs).enumerate() {
+        for (i, slot) in owner[d..d + c].iter_mut().enumerate() {
+            *slot = Some((r, i));
+        }
+    }
+    check_each(buf, |k| owner[k].map_or(SENTINEL, |(r, i)| block(r, i)), what);
+}
+
+/// Count that rank `from` sends to rank `to` in alltoallv: uneven, zero for some pairs.
+fn pair_count(s: usize, from: usize, to: usize) -> usize {
+    if s == 0 || (from + 2 * to) % 3 == 1 { 0 } else { s + (from + to) % 3 }
+}
+
+// ---------------------------------------------------------------- the u32 sum reference
+
+/// Rank `r`'s element `i` in the reduction cases: `a(i) * (r + 1) + r`, so sums over ranks have
+/// a closed form.
+fn reduce_input(seed: u32, r: usize, i: usize) -> u32 {
+    val(seed, 0, i).wrapping_mul(r as u32 + 1).wrapping_add(r as u32)
+}
+
+/// Sum of [`reduce_input`] over ranks `0..k` for element `i`.
+fn reduce_sum(seed: u32, k: usize, i: usize) -> u32 {
+    let k = k as u64;
+    let ranks_plus_one = (k * (k + 1) / 2) as u32;
+    let ranks = (k * k.saturating_sub(1) / 2) as u32;
+    val(seed, 0, i).wrapping_mul(ranks_plus_one).wrapping_add(ranks)
+}
+
+fn reduce_inputs(seed: u32, rank: usize, n: usize) -> Vec<u32> {
+    (0..n).map(|i| reduce_input(seed, rank, i)).collect()
+}
+
+// ---------------------------------------------------------------- one case per collective
+
+/// Sizes of a case: 0, 1, 3 elements and the large one.
+fn sizes(coll: Collective, np: usize) -> [usize; 4] {
+    let large = match coll {
+        Collective::Scatter | Collective::Gather | Collective::Allgather | Collective::Alltoall => large_block(np),
+        Collective::Scatterv | Collective::Gatherv | Collective::Allgatherv | Collective::Alltoallv => large_block(np),
+        _ => LARGE,
+    };
+    [0, 1, 3, large]
+}
+
+fn is_rooted(coll: Collective) -> bool {
+    matches!(
+        coll,
+        Collective::Bcast
+            | Collective::Scatter
+            | Collective::Scatterv
+            | Collective::Gather
+            | Collective::Gatherv
+            | Collective::Reduce
+    )
+}
+
+/// Runs and checks one case on `comm` (the algorithm already forced). `barriers` counts barrier
+/// arrivals of the whole job; `barriers_done` is this rank's number of finished barriers.
+fn check_case(comm: &Comm, case: Case, barriers: &AtomicUsize, barriers_done: &mut usize) -> Result<()> {
+    let (me, np, n, seed) = (comm.rank(), comm.size(), case.n, case.seed());
+    let root = case.root.unwrap_or(0);
+    let is_root = me == root;
+    match case.coll {
+        Collective::Barrier => {
+            for _ in 0..3 {
+                barriers.fetch_add(1, Ordering::SeqCst);
+                comm.barrier().ctx(case.what("barrier"))?;
+                *barriers_done += 1;
+                let arrived = barriers.load(Ordering::SeqCst);
+                assert!(
+                    arrived >= np * *barriers_done,
+                    "{case}: left barrier {} after only {arrived} arrivals (np={np})",
+                    *barriers_done
+                );
+            }
+        }
+        Collective::Bcast => {
+            let mut buf: Vec<u32> =
+                if is_root { (0..n).map(|i| val(seed, root, i)).collect() } else { vec![SENTINEL; n] };
+            comm.bcast(&mut buf, root).ctx(case.what("bcast"))?;
+            check_each(&buf, |i| val(seed, root, i), &case.what(&format!("bcast result on rank {me}")));
+        }
+        Collective::Scatter => {
+            let send: Vec<u32> =
+                if is_root { (0..np * n).map(|k| val(seed, k / n.max(1), k % n.max(1))).collect() } else { Vec::new() };
+            let mut recv = vec![SENTINEL; n];
+            comm.scatter(&send, &mut recv, root).ctx(case.what("scatter"))?;
+            check_each(&recv, |i| val(seed, me, i), &case.what(&format!("scatter block on rank {me}")));
+        }
+        Collective::Gather => {
+            let send: Vec<u32> = (0..n).map(|i| val(seed, me, i)).collect();
+            let mut recv = vec![SENTINEL; if is_root { np * n } else { 0 }];
+            comm.gather(&send, &mut recv, root).ctx(case.what("gather"))?;
+            check_each(&recv, |k| val(seed, k / n, k % n), &case.what("gather result at the root"));
+        }
+        Collective::Allgather => {
+            let send: Vec<u32> = (0..n).map(|i| val(seed, me, i)).collect();
+            let mut recv = vec![SENTINEL; np * n];
+            comm.allgather(&send, &mut recv).ctx(case.what("allgather"))?;
+            check_each(&recv, |k| val(seed, k / n, k % n), &case.what(&format!("allgather result on rank {me}")));
+        }
+        Collective::Alltoall => {
+            let send: Vec<u32> = (0..np * n).map(|k| val(seed, me * np + k / n, k % n)).collect();
+            let mut recv = vec![SENTINEL; np * n];
+            comm.alltoall(&send, &mut recv).ctx(case.what("alltoall"))?;
+            check_each(
+                &recv,
+                |k| val(seed, (k / n) * np + me, k % n),
+                &case.what(&format!("alltoall result on rank {me}")),
+            );
+        }
+        Collective::Scatterv => {
+            let counts = v_counts(np, n);
+            let (displs, len) = v_displs(&counts);
+            let mut send = vec![SENTINEL; if is_root { len } else { 0 }];
+            if is_root {
+                for r in 0..np {
+                    for i in 0..counts[r] {
+                        send[displs[r] + i] = val(seed, r, i);
+                    }
+                }
+            }
+            let mut recv = vec![SENTINEL; counts[me]];
+            // Counts and displacements are only read at the root.
+            let (c, d): (&[usize], &[usize]) = if is_root { (&counts, &displs) } else { (&[], &[]) };
+            comm.scatterv(&send, c, d, &mut recv, root).ctx(case.what("scatterv"))?;
+            check_each(&recv, |i| val(seed, me, i), &case.what(&format!("scatterv block on rank {me}")));
+        }
+        Collective::Gatherv => {
+            let counts = v_counts(np, n);
+            let (displs, len) = v_displs(&counts);
+            let send: Vec<u32> = (0..counts[me]).map(|i| val(seed, me, i)).collect();
+            let mut recv = vec![SENTINEL; if is_root { len } else { 0 }];
+            let (c, d): (&[usize], &[usize]) = if is_root { (&counts, &displs) } else { (&[], &[]) };
+            comm.gatherv(&send, &mut recv, c, d, root).ctx(case.what("gatherv"))?;
+            if is_root {
+                check_v_buffer(
+                    &recv,
+                    &counts,
+                    &displs,
+                    |r, i| val(seed, r, i),
+                    &case.what("gatherv result at the root"),
+                );
+            }
+        }
+        Collective::Allgatherv => {
+            let counts = v_counts(np, n);
+            let (displs, len) = v_displs(&counts);
+            let send: Vec<u32> = (0..counts[me]).map(|i| val(seed, me, i)).collect();
+            let mut recv = vec![SENTINEL; len];
+            comm.allgatherv(&send, &mut recv, &counts, &displs).ctx(case.what("allgatherv"))?;
+            let what = case.what(&format!("allgatherv result on rank {me}"));
+            check_v_buffer(&recv, &counts, &displs, |r, i| val(seed, r, i), &what);
+        }
+        Collective::Alltoallv => {
+            let send_counts: Vec<usize> = (0..np).map(|to| pair_count(n, me, to)).collect();
+            let recv_counts: Vec<usize> = (0..np).map(|from| pair_count(n, from, me)).collect();
+            let (send_displs, send_len) = v_displs(&send_counts);
+            let (recv_displs, recv_len) = v_displs(&recv_counts);
+            let mut send = vec![SENTINEL; send_len];
+            for to in 0..np {
+                for i in 0..send_counts[to] {
+                    send[send_displs[to] + i] = val(seed, me * np + to, i);
+                }
+            }
+            let mut recv = vec![SENTINEL; recv_len];
+            comm.alltoallv(&send, &send_counts, &send_displs, &mut recv, &recv_counts, &recv_displs)
+                .ctx(case.what("alltoallv"))?;
+            let what = case.what(&format!("alltoallv result on rank {me}"));
+            check_v_buffer(&recv, &recv_counts, &recv_displs, |from, i| val(seed, from * np + me, i), &what);
+        }
+        Collective::Reduce => {
+            let send = reduce_inputs(seed, me, n);
+            let mut recv = vec![SENTINEL; if is_root { n } else { 0 }];
+            comm.reduce(&send, &mut recv, Sum, root).ctx(case.what("reduce"))?;
+            check_each(&recv, |i| reduce_sum(seed, np, i), &case.what("reduce result at the root"));
+        }
+        Collective::Allreduce => {
+            let send = reduce_inputs(seed, me, n);
+            let mut recv = vec![SENTINEL; n];
+            comm.allreduce(&send, &mut recv, Sum).ctx(case.what("allreduce"))?;
+            check_each(&recv, |i| reduce_sum(seed, np, i), &case.what(&format!("allreduce result on rank {me}")));
+        }
+        Collective::ReduceScatter => {
+            // Uneven counts (zero for some ranks) adding up to about `n`, then equal blocks of
+            // `n / np` (rounded up) with reduce_scatter_block.
+            let counts = v_counts(np, (2 * n).div_ceil(np));
+            let total: usize = counts.iter().sum();
+            let start: usize = counts[..me].iter().sum();
+            let send = reduce_inputs(seed, me, total);
+            let mut recv = vec![SENTINEL; counts[me]];
+            comm.reduce_scatter(&send, &mut recv, &counts, Sum)
+                .ctx(case.what(&format!("reduce_scatter {counts:?}")))?;
+            let what = case.what(&format!("reduce_scatter block of rank {me}, counts {counts:?}"));
+            check_each(&recv, |i| reduce_sum(seed, np, start + i), &what);
+
+            let block = n.div_ceil(np);
+            let send = reduce_inputs(seed, me, block * np);
+            let mut recv = vec![SENTINEL; block];
+            comm.reduce_scatter_block(&send, &mut recv, Sum).ctx(case.what("reduce_scatter_block"))?;
+            let what = case.what(&format!("reduce_scatter_block (block {block}) result on rank {me}"));
+            check_each(&recv, |i| reduce_sum(seed, np, me * block + i), &what);
+        }
+        Collective::Scan => {
+            let send = reduce_inputs(seed, me, n);
+            let mut recv = vec![SENTINEL; n];
+            comm.scan(&send, &mut recv, Sum).ctx(case.what("scan"))?;
+            check_each(&recv, |i| reduce_sum(seed, me + 1, i), &case.what(&format!("scan result on rank {me}")));
+
+            let mut recv = vec![SENTINEL; n];
+            comm.exscan(&send, &mut recv, Sum).ctx(case.what("exscan"))?;
+            let what = case.what(&format!("exscan result on rank {me} (rank 0's must be untouched)"));
+            check_each(&recv, |i| if me == 0 { SENTINEL } else { reduce_sum(seed, me, i) }, &what);
+        }
+    }
+    Ok(())
+}
+
+/// Every algorithm of `coll`, every size and root, on `np` ranks in one job.
+fn check_collective_on(coll: Collective, np: usize) {
+    let barriers = Arc::new(AtomicUsize::new(0));
+    run_ok(np, &format!("{coll} suite"), move |world| {
+        let mut barriers_done = 0;
+        for alg in algorithms(coll) {
+            let comm = forced(&world, coll, alg)?;
+            assert_eq!(comm.algorithm_for(coll, 0, true), alg, "{coll}: forcing {alg} did not select it");
+            for n in sizes(coll, np) {
+                let case_roots = if is_rooted(coll) { roots(np).into_iter().map(Some).collect() } else { vec![None] };
+                for root in case_roots {
+                    check_case(&comm, Case { coll, alg, np, n, root }, &barriers, &mut barriers_done)?;
+                }
+            }
+        }
+        Ok(())
+    });
+}
+
+fn check_collective(coll: Collective) {
+    for np in NPS {
+        check_collective_on(coll, np);
+    }
+}
+
+macro_rules! every_collective {
+    ($($test:ident => $coll:ident),+ $(,)?) => {
+        $(
+            #[test]
+            fn $test() {
+                check_collective(Collective::$coll);
+            }
+        )+
+
+        /// The tests above cover every collective there is.
+        #[test]
+        fn suite_covers_every_collective() {
+            assert_eq!([$(Collective::$coll),+], Collective::ALL);
+        }
+    };
+}
+
+every_collective! {
+    barrier_every_algorithm => Barrier,
+    bcast_every_algorithm => Bcast,
+    scatter_every_algorithm => Scatter,
+    scatterv_every_algorithm => Scatterv,
+    gather_every_algorithm => Gather,
+    gatherv_every_algorithm => Gatherv,
+    allgather_every_algorithm => Allgather,
+    allgatherv_every_algorithm => Allgatherv,
+    alltoall_every_algorithm => Alltoall,
+    alltoallv_every_algorithm => Alltoallv,
+    reduce_every_algorithm => Reduce,
+    allreduce_every_algorithm => Allreduce,
+    reduce_scatter_every_algorithm => ReduceScatter,
+    scan_every_algorithm => Scan,
+}
+
+// ---------------------------------------------------------------- ops, types, combining order
+
+/// `x0 ∘ x1 ∘ … ∘ x(k-1)` element-wise, combined strictly in rank order with `op` itself: the
+/// sequential reference for any op, commutative or not. Empty for `k == 0`.
+fn fold_ranks<T: Pod, O: Op<T>>(op: &O, input: &dyn Fn(usize, usize) -> T, k: usize, n: usize) -> Vec<T> {
+    let mut acc: Vec<T> = Vec::new();
+    for r in 0..k {
+        let mut next: Vec<T> = (0..n).map(|i| input(r, i)).collect();
+        if r > 0 {
+            op.combine(&acc, &mut next);
+        }
+        acc = next;
+    }
+    acc
+}
+
+/// Checks reduce (every root), allreduce, reduce_scatter (uneven counts), reduce_scatter_block,
+/// scan and exscan with every algorithm of each, for `op` on data `input(rank, index)`, against
+/// [`fold_ranks`]. `sentinel` fills receive space that must stay untouched.
+fn check_reductions<T, O>(
+    world: &Comm,
+    label: &str,
+    op: &O,
+    input: &dyn Fn(usize, usize) -> T,
+    sizes: &[usize],
+    sentinel: T,
+) -> Result<()>
+where
+    T: Pod + PartialEq + fmt::Debug,
+    O: Op<T>,
+{
+    let (me, np) = (world.rank(), world.size());
+    for &n in sizes {
+        let total = fold_ranks(op, input, np, n);
+        let mine: Vec<T> = (0..n).map(|i| input(me, i)).collect();
+        let prefix = fold_ranks(op, input, me + 1, n);
+        let exclusive = fold_ranks(op, input, me, n);
+        let counts = v_counts(np, n.div_ceil(np));
+        let scattered_len: usize = counts.iter().sum();
+        let scattered_total = fold_ranks(op, input, np, scattered_len);
+        let scattered_start: usize = counts[..me].iter().sum();
+        let block = n.div_ceil(np);
+        let block_total = fold_ranks(op, input, np, block * np);
+        for coll in [Collective::Reduce, Collective::Allreduce, Collective::ReduceScatter, Collective::Scan] {
+            for alg in algorithms(coll) {
+                let comm = forced(world, coll, alg)?;
+                let what = |detail: &str| {
+                    let detail = detail.to_string();
+                    move || format!("{label}: {coll} with algorithm {alg}, np={np}, n={n}: {detail}")
+                };
+                match coll {
+                    Collective::Reduce => {
+                        for root in roots(np) {
+                            let mut recv = vec![sentinel; if me == root { n } else { 0 }];
+                            comm.reduce(&mine, &mut recv, op, root).ctx(what(&format!("reduce to root {root}")))?;
+                            check_each(&recv, |i| total[i], &what(&format!("reduce result at root {root}")));
+                        }
+                    }
+                    Collective::Allreduce => {
+                        let mut recv = vec![sentinel; n];
+                        comm.allreduce(&mine, &mut recv, op).ctx(what("allreduce"))?;
+                        check_each(&recv, |i| total[i], &what(&format!("allreduce result on rank {me}")));
+                    }
+                    Collective::ReduceScatter => {
+                        let send: Vec<T> = (0..scattered_len).map(|i| input(me, i)).collect();
+                        let mut recv = vec![sentinel; counts[me]];
+                        comm.reduce_scatter(&send, &mut recv, &counts, op).ctx(what("reduce_scatter"))?;
+                        let w = what(&format!("reduce_scatter block on rank {me}, counts {counts:?}"));
+                        check_each(&recv, |i| scattered_total[scattered_start + i], &w);
+
+                        let send: Vec<T> = (0..block * np).map(|i| input(me, i)).collect();
+                        let mut recv = vec![sentinel; block];
+                        comm.reduce_scatter_block(&send, &mut recv, op).ctx(what("reduce_scatter_block"))?;
+                        let w = what(&format!("reduce_scatter_block result on rank {me}"));
+                        check_each(&recv, |i| block_total[me * block + i], &w);
+                    }
+                    _ => {
+                        let mut recv = vec![sentinel; n];
+                        comm.scan(&mine, &mut recv, op).ctx(what("scan"))?;
+                        check_each(&recv, |i| prefix[i], &what(&format!("scan result on rank {me}")));
+                        let mut recv = vec![sentinel; n];
+                        comm.exscan(&mine, &mut recv, op).ctx(what("exscan"))?;
+                        let w = what(&format!("exscan result on rank {me}"));
+                        check_each(&recv, |i| if me == 0 { sentinel } else { exclusive[i] }, &w);
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// 2x2 matrices of wrapping u32 (row-major): associative, not commutative.
+type Mat = [u32; 4];
+
+fn mat_mul(a: &Mat, b: &Mat) -> Mat {
+    let m = |x: u32, y: u32| x.wrapping_mul(y);
+    [
+        m(a[0], b[0]).wrapping_add(m(a[1], b[2])),
+        m(a[0], b[1]).wrapping_add(m(a[1], b[3])),
+        m(a[2], b[0]).wrapping_add(m(a[3], b[2])),
+        m(a[2], b[1]).wrapping_add(m(a[3], b[3])),
+    ]
+}
+
+/// A matrix that differs per rank and element, so products in any other order differ.
+fn rank_matrix(r: usize, i: usize) -> Mat {
+    [val(1, r, i) | 1, val(2, r, i), val(3, r, i), val(4, r, i) | 1]
+}
+
+#[test]
+fn non_commutative_op_combines_in_rank_order() {
+    // The product of rank 0's and rank 1's matrices differs from the reverse product.
+    assert_ne!(mat_mul(&rank_matrix(0, 0), &rank_matrix(1, 0)), mat_mul(&rank_matrix(1, 0), &rank_matrix(0, 0)));
+    for np in NPS {
+        run_ok(np, "non-commutative matrix product", |world| {
+            // `inout = input · inout`, where `input` comes from lower ranks.
+            let matmul = UserOp::non_commutative(|input: &[Mat], inout: &mut [Mat]| {
+                for (a, b) in input.iter().zip(inout.iter_mut()) {
+                    *b = mat_mul(a, b);
+                }
+            });
+            assert!(!matmul.is_commutative());
+            check_reductions(&world, "2x2 matrix product", &matmul, &rank_matrix, &[0, 1, 3, 4099], [SENTINEL; 4])
+        });
+    }
+}
+
+#[test]
+fn predefined_ops_and_types() {
+    for np in NPS {
+        run_ok(np, "predefined ops", move |world| {
+            let sizes = [1, 3, 1000];
+            // Multiples of 1/4 below 2^20: every sum is exact in any order.
+            let f64_gen = |r: usize, i: usize| (r as f64) * 0.5 + (i % 7) as f64 * 0.25 - 1.0;
+            check_reductions(&world, "f64 sum", &Sum, &f64_gen, &sizes, -7.5)?;
+            check_reductions(&world, "f64 max", &Max, &|r, i| ((r * 7 + i) % 11) as f64 - 5.0, &sizes, -99.0)?;
+            check_reductions(&world, "f32 min", &Min, &|r, i| ((r * 3 + i) % 5) as f32, &sizes, -99.0)?;
+            // Bits set in all / some ranks.
+            let bits = |r: usize, i: usize| !((1u8 << (r % 8)) & (i as u8)) | (val(9, r, i) as u8 & 0x81);
+            check_reductions(&world, "u8 band", &Band, &bits, &sizes, 0xA5)?;
+            check_reductions(
+                &world,
+                "u8 bor",
+                &Bor,
+                &|r, i| (1u8 << ((r + i) % 8)) & val(8, r, i) as u8,
+                &sizes,
+                0xA5,
+            )?;
+            check_reductions(&world, "u16 bxor", &Bxor, &|r, i| val(7, r, i) as u16, &sizes, 0xA5A5)?;
+            check_reductions(&world, "i32 min", &Min, &|r, i| val(6, r, i) as i32, &sizes, 12345)?;
+            check_reductions(&world, "i64 max", &Max, &|r, i| val(5, r, i) as i64 - (1 << 31), &sizes, 12345)?;
+            check_reductions(&world, "u64 prod", &Prod, &|r, i| u64::from(val(4, r, i)) | 1, &sizes, 12345)?;
+            check_reductions(&world, "u8 land", &Land, &|r, i| u8::from((r + i) % 5 != 0), &sizes, 7)?;
+            check_reductions(&world, "i32 lor", &Lor, &|r, i| i32::from((r * i) % 7 == 3), &sizes, 7)?;
+            // Ties on the value: the smallest index must win.
+            let loc = |r: usize, i: usize| Loc { value: ((r * 3 + i) % 4) as f64, index: r as i64 };
+            let sentinel = Loc { value: -1.0, index: -1 };
+            check_reductions(&world, "f64 minloc", &MinLoc, &loc, &sizes, sentinel)?;
+            check_reductions(&world, "f64 maxloc", &MaxLoc, &loc, &sizes, sentinel)?;
+            let iloc = |r: usize, i: usize| Loc { value: (val(3, r, i) % 3) as i32, index: (np - 1 - r) as i32 };
+            check_reductions(&world, "i32 maxloc", &MaxLoc, &iloc, &sizes, Loc { value: -1, index: -1 })?;
+            Ok(())
+        });
+    }
+}
+
+// ---------------------------------------------------------------- serde objects
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+struct Record {
+    rank: usize,
+    name: String,
+    data: Vec<u32>,
+    nested: Option<Box<Record>>,
+}
+
+/// A value that differs per rank and `variant`, sometimes empty and sometimes large (~400 KiB).
+fn record(rank: usize, variant: usize) -> Record {
+    let len = match (rank + variant) % 4 {
+        0 => 0,
+        1 => 3,
+        2 => 100_000 + rank,
+        _ => 17,
+    };
+    Record {
+        rank,
+        name: "é".repeat(rank % 3) + &format!("rank {rank} variant {variant}"),
+        data: (0..len).map(|i| val(variant as u32, rank, i)).collect(),
+        nested: (rank % 2 == 1).then(|| Box::new(Record { rank, name: String::new(), data: vec![1], nested: None })),
+    }
+}
+
+#[test]
+fn object_collectives() {
+    for np in NPS {
+        run_ok(np, "serde object collectives", move |world| {
+            let me = world.rank();
+            // Rotate the underlying algorithms so every one of them carries objects.
+            let rounds =
+                [Collective::Bcast, Collective::Gather, Collective::Gatherv, Collective::Scatter, Collective::Scatterv]
+                    .iter()
+                    .map(|&c| algorithms(c).len())
+                    .max()
+                    .unwrap_or(1);
+            for round in 0..rounds {
+                let mut tuning = Tuning::defaults();
+                for coll in [
+                    Collective::Bcast,
+                    Collective::Gather,
+                    Collective::Gatherv,
+                    Collective::Scatter,
+                    Collective::Scatterv,
+                ] {
+                    let algs = algorithms(coll);
+                    tuning = tuning.force(coll, algs[round % algs.len()])?;
+                }
+                let comm = world.with_tuning(tuning);
+                for root in roots(np) {
+                    let what = || format!("objects, round {round}, np={np}, root={root}");
+                    let mut value = if me == root { record(root, round) } else { record(usize::MAX / 2, 0) };
+                    comm.bcast_obj(&mut value, root).ctx(|| format!("{}: bcast_obj", what()))?;
+                    assert_eq!(value, record(root, round), "{}: bcast_obj on rank {me}", what());
+
+                    let mut names: Vec<String> = if me == root { vec![] } else { vec!["stale".into()] };
+                    if me == root {
+                        names = (0..3).map(|k| format!("{k}")).collect();
+                    }
+                    comm.bcast_obj(&mut names, root)?;
+                    assert_eq!(names, ["0", "1", "2"], "{}: bcast_obj of a Vec<String>", what());
+
+                    let gathered =
+                        comm.gather_obj(&record(me, round), root).ctx(|| format!("{}: gather_obj", what()))?;
+                    if me == root {
+                        let want: Vec<Record> = (0..np).map(|r| record(r, round)).collect();
+                        assert!(gathered == Some(want), "{}: gather_obj result differs", what());
+                    } else {
+                        assert!(gathered.is_none(), "{}: gather_obj gave a value off the root", what());
+                    }
+
+                    let values: Vec<Record> =
+                        if me == root { (0..np).map(|r| record(r, round + 1)).collect() } else { vec![] };
+                    let mine = comm.scatter_obj(&values, root).ctx(|| format!("{}: scatter_obj", what()))?;
+                    assert!(mine == record(me, round + 1), "{}: scatter_obj on rank {me}", what());
+                }
+            }
+            Ok(())
+        });
+    }
+}
+
+// ---------------------------------------------------------------- concurrency and contexts
+
+/// Rotates through `coll`'s algorithms by iteration.
+fn rotating(comm: &Comm, coll: Collective, iteration: usize) -> Result<Comm> {
+    let algs = algorithms(coll);
+    forced(comm, coll, algs[iteration % algs.len()])
+}
+
+#[test]
+fn different_collectives_at_once_on_split_communicators() {
+    const ITERATIONS: usize = 40;
+    for np in [2, 3, 5, 8] {
+        run_ok(np, "split halves", move |world| {
+            let me = world.rank();
+            let half = world.split(Some((me % 2) as u32), 0)?.expect("every rank has a color");
+            let (hr, hn) = (half.rank(), half.size());
+            assert_eq!((hr, hn), (me / 2, (np + 1 - me % 2) / 2), "split by parity");
+            for it in 0..ITERATIONS {
+                let n = [1, 3, 700, 5000][it % 4];
+                if me % 2 == 0 {
+                    // Evens: allreduce.
+                    let comm = rotating(&half, Collective::Allreduce, it)?;
+                    let send: Vec<u64> = (0..n).map(|i| (i * 31 + hr * 7 + it) as u64).collect();
+                    let mut recv = vec![0u64; n];
+                    comm.allreduce(&send, &mut recv, Sum).ctx(|| format!("evens' allreduce {it}"))?;
+                    let ranks = (hn * (hn - 1) / 2) as u64;
+                    check_each(&recv, |i| ((i * 31 + it) * hn) as u64 + 7 * ranks, &|| {
+                        format!("evens' allreduce {it}")
+                    });
+                } else {
+                    // Odds: bcast and alltoall.
+                    let comm = rotating(&half, Collective::Bcast, it)?;
+                    let root = it % hn;
+                    let mut buf: Vec<u32> =
+                        if hr == root { (0..n).map(|i| val(it as u32, root, i)).collect() } else { vec![0; n] };
+                    comm.bcast(&mut buf, root).ctx(|| format!("odds' bcast {it}"))?;
+                    check_each(&buf, |i| val(it as u32, root, i), &|| format!("odds' bcast {it}"));
+                    let comm = rotating(&half, Collective::Alltoall, it)?;
+                    let send: Vec<u32> = (0..hn * n).map(|k| val(it as u32, hr * hn + k / n, k % n)).collect();
+                    let mut recv = vec![0u32; hn * n];
+                    comm.alltoall(&send, &mut recv).ctx(|| format!("odds' alltoall {it}"))?;
+                    check_each(&recv, |k| val(it as u32, (k / n) * hn + hr, k % n), &|| format!("odds' alltoall {it}"));
+                }
+            }
+            // The halves are done; the parent communicator still works.
+            let mut total = [0u64];
+            world.allreduce(&[me as u64], &mut total, Sum)?;
+            assert_eq!(total[0], (np * (np - 1) / 2) as u64);
+            Ok(())
+        });
+    }
+}
+
+#[test]
+fn overlapping_communicators_used_alternately() {
+    for np in [2, 3, 4, 7] {
+        run_ok(np, "overlapping communicators", move |world| {
+            let me = world.rank();
+            let a = world.dup()?;
+            let b = world.dup()?;
+            // A communicator overlapping both on part of the ranks (ranks >= 1, reversed).
+            let tail = world.split((me >= 1).then_some(0), -(me as i32))?;
+            for it in 0..30 {
+                let n = [1, 2, 64, 3000][it % 4];
+                let ca = rotating(&a, Collective::Bcast, it)?;
+                let cb = rotating(&b, Collective::Bcast, it + 1)?;
+                // Same root and size on both: with eager flat trees the messages of both are in
+                // flight to the same ranks at once, and only the context tells them apart.
+                let root = it % np;
+                let mut x: Vec<u32> = if me == root { vec![1000 + it as u32; n] } else { vec![0; n] };
+                let mut y: Vec<u32> = if me == root { vec![2000 + it as u32; n] } else { vec![0; n] };
+                ca.bcast(&mut x, root)?;
+                cb.bcast(&mut y, root)?;
+                assert!(x.iter().all(|&v| v == 1000 + it as u32), "bcast on dup A, iteration {it}");
+                assert!(y.iter().all(|&v| v == 2000 + it as u32), "bcast on dup B, iteration {it}");
+                let mut sa = [0u64];
+                let mut sb = [0u64];
+                rotating(&b, Collective::Allreduce, it)?.allreduce(&[me as u64], &mut sb, Sum)?;
+                rotating(&a, Collective::Allreduce, it + 2)?.allreduce(&[1u64], &mut sa, Sum)?;
+                assert_eq!(
+                    (sa[0], sb[0]),
+                    (np as u64, (np * (np - 1) / 2) as u64),
+                    "allreduce on the dups, iteration {it}"
+                );
+                if let Some(tail) = &tail {
+                    let mut g = vec![0u32; tail.size()];
+                    rotating(tail, Collective::Allgather, it)?.allgather(&[me as u32], &mut g)?;
+                    let want: Vec<u32> = (1..np as u32).rev().collect();
+                    assert_eq!(g, want, "allgather on the reversed tail, iteration {it}");
+                }
+            }
+            Ok(())
+        });
+    }
+}
+
+/// User tag of the point-to-point messages mixed with collectives.
+const USER_TAG: i32 = 7;
+
+#[test]
+fn collective_traffic_never_matches_user_receives() {
+    for np in [1, 2, 3, 5, 8] {
+        let barriers = Arc::new(AtomicUsize::new(0));
+        run_ok(np, "wildcard receives during collectives", move |world| {
+            let me = world.rank();
+            let (left, right) = ((me + np - 1) % np, (me + 1) % np);
+            let mut barriers_done = 0;
+            // Every collective with every algorithm, as a quick sweep.
+            let mut sweep = |comm: &Comm| -> Result<()> {
+                for coll in Collective::ALL {
+                    for alg in algorithms(coll) {
+                        let c = forced(comm, coll, alg)?;
+                        let root = if is_rooted(coll) { Some(np - 1) } else { None };
+                        check_case(&c, Case { coll, alg, np, n: 3, root }, &barriers, &mut barriers_done)?;
+                    }
+                }
+                Ok(())
+            };
+            sweep(&world)?;
+            world.barrier()?;
+            assert!(world.iprobe(ANY_SOURCE, ANY_TAG)?.is_none(), "collective traffic is visible to a wildcard probe");
+            let mut got = [0u64; 2];
+            let st = world.scope(|s| {
+                let req = s.irecv(&mut got, ANY_SOURCE, ANY_TAG)?;
+                sweep(&world)?;
+                world.send(&[me as u64, 42], right, USER_TAG)?;
+                req.wait()
+            })?;
+            assert_eq!((st.source, st.tag, st.bytes), (left, USER_TAG, 16), "wildcard receive matched {st:?}");
+            assert_eq!(got, [left as u64, 42], "wildcard receive got collective data");
+            // Wildcard receives on a duplicate, with collectives on it and on the parent.
+            let dup = world.dup()?;
+            let mut got = [0u8; 1];
+            let st = dup.scope(|s| {
+                let req = s.irecv(&mut got, ANY_SOURCE, ANY_TAG)?;
+                sweep(&world)?;
+                sweep(&dup)?;
+                dup.send(&[me as u8], right, USER_TAG + 1)?;
+                req.wait()
+            })?;
+            assert_eq!(
+                (st.source, st.tag, got[0]),
+                (left, USER_TAG + 1, left as u8),
+                "wildcard receive matched {st:?}"
+            );
+            Ok(())
+        });
+    }
+}
+
+// ---------------------------------------------------------------- argument errors
+
+/// Asserts `result` is `Error::InvalidArgument` whose message contains `want`.
+fn assert_invalid<T: fmt::Debug>(result: Result<T>, want: &str, what: &str) {
+    match result {
+        Err(Error::InvalidArgument(msg)) if msg.contains(want) => {}
+        other => panic!("{what}: expected InvalidArgument containing {want:?}, got {other:?}"),
+    }
+}
+
+#[test]
+fn locally_detectable_errors_on_every_rank() {
+    run_ok(4, "local argument errors", |world| {
+        let me = world.rank();
+        let mut buf = [0u32; 8];
+        for root in [4, 99] {
+            let want = format!("root {root} out of range for a communicator of size 4");
+            assert_invalid(world.bcast(&mut buf, root), &want, "bcast");
+            assert_invalid(world.scatter(&buf, &mut [0u32; 2], root), &want, "scatter");
+            assert_invalid(world.gather(&[0u32; 2], &mut buf, root), &want, "gather");
+            assert_invalid(world.scatterv(&buf, &[2; 4], &[0, 2, 4, 6], &mut [0u32; 2], root), &want, "scatterv");
+            assert_invalid(world.gatherv(&[0u32; 2], &mut buf, &[2; 4], &[0, 2, 4, 6], root), &want, "gatherv");
+            assert_invalid(world.reduce(&[1u32], &mut [0u32], Sum, root), &want, "reduce");
+            let mut obj = 5u32;
+            assert!(world.bcast_obj(&mut obj, root).is_err(), "bcast_obj with root {root}");
+            assert!(world.gather_obj(&obj, root).is_err(), "gather_obj with root {root}");
+        }
+        let mut seven = [0u32; 7];
+        assert_invalid(
+            world.allgather(&[0u32; 2], &mut seven),
+            "allgather receive buffer has 7 elements, expected 8",
+            "allgather",
+        );
+        assert_invalid(
+            world.alltoall(&[0u32; 8], &mut seven),
+            "alltoall receive buffer has 7 elements, expected 8",
+            "alltoall",
+        );
+        assert_invalid(
+            world.alltoall(&[0u32; 6], &mut [0u32; 6]),
+            "alltoall buffers of 6 elements do not split into 4 equal blocks",
+            "alltoall",
+        );
+        let counts = [1usize, 2, 0, 3];
+        let displs = [0usize, 1, 3, 3];
+        assert_invalid(
+            world.allgatherv(&vec![0u32; counts[me]], &mut buf, &counts[..3], &displs),
+            "allgatherv: 3 counts and 4 displacements for a communicator of size 4",
+            "allgatherv",
+        );
+        assert_invalid(
+            world.allgatherv(&vec![0u32; counts[me]], &mut buf, &counts, &[0, 1, 3, 6]),
+            "allgatherv: block of rank 3 (displacement 6, count 3) exceeds the buffer of 8 elements",
+            "allgatherv",
+        );
+        assert_invalid(
+            world.allgatherv(&vec![0u32; counts[me]], &mut buf, &counts, &[0, 1, 3, usize::MAX]),
+            "allgatherv: block of rank 3",
+            "allgatherv with an overflowing displacement",
+        );
+        assert_invalid(
+            world.allgatherv(&vec![0u32; counts[me]], &mut buf, &counts, &[0, 1, 3, 2]),
+            "allgatherv: blocks of ranks 1 and 3 overlap",
+            "allgatherv",
+        );
+        assert_invalid(
+            world.allgatherv(&[0u32; 5], &mut buf, &counts, &displs),
+            &format!("allgatherv send buffer has 5 elements, expected {}", counts[me]),
+            "allgatherv",
+        );
+        // Zero-length blocks may sit anywhere, even on top of others.
+        let ok_counts = [0usize, 2, 0, 2];
+        world.allgatherv(&vec![me as u32; ok_counts[me]], &mut buf, &ok_counts, &[1, 0, 1, 2])?;
+        assert_eq!(buf[..4], [1, 1, 3, 3]);
+        assert_invalid(
+            world.alltoallv(&buf, &[2; 4], &[0, 2, 4, 5], &mut [0u32; 8], &[2; 4], &[0, 2, 4, 6]),
+            "alltoallv send: blocks of ranks 2 and 3 overlap",
+            "alltoallv",
+        );
+        assert_invalid(
+            world.alltoallv(&buf, &[2; 4], &[0, 2, 4, 6], &mut [0u32; 8], &[2; 4], &[0, 2, 4, 7]),
+            "alltoallv receive: block of rank 3 (displacement 7, count 2) exceeds the buffer of 8 elements",
+            "alltoallv",
+        );
+        assert_invalid(
+            world.alltoallv(&buf, &[2; 3], &[0, 2, 4], &mut [0u32; 8], &[2; 4], &[0, 2, 4, 6]),
+            "alltoallv send: 3 counts and 3 displacements for a communicator of size 4",
+            "alltoallv",
+        );
+        assert_invalid(
+            world.allreduce(&[1u32; 3], &mut [0u32; 2], Sum),
+            "allreduce receive buffer has 2 elements, expected 3",
+            "allreduce",
+        );
+        assert_invalid(
+            world.reduce_scatter(&[1u32; 6], &mut [0u32; 1], &[1, 2, 3], Sum),
+            "reduce_scatter counts has 3 elements, expected 4",
+            "reduce_scatter",
+        );
+        assert_invalid(
+            world.reduce_scatter(&[1u32; 5], &mut [0u32; 1], &[1, 1, 1, 3], Sum),
+            "reduce_scatter send buffer has 5 elements, expected 6",
+            "reduce_scatter",
+        );
+        let rs_counts = [1usize, 1, 1, 3];
+        assert_invalid(
+            world.reduce_scatter(&[1u32; 6], &mut [0u32; 2], &rs_counts, Sum),
+            &format!("reduce_scatter receive buffer has 2 elements, expected {}", rs_counts[me]),
+            "reduce_scatter",
+        );
+        assert_invalid(
+            world.reduce_scatter_block(&[1u32; 7], &mut [0u32; 2], Sum),
+            "reduce_scatter_block send buffer has 7 elements, expected 8",
+            "reduce_scatter_block",
+        );
+        assert_invalid(
+            world.scan(&[1u32; 3], &mut [0u32; 4], Sum),
+            "scan receive buffer has 4 elements, expected 3",
+            "scan",
+        );
+        assert_invalid(
+            world.exscan(&[1u32; 3], &mut [0u32; 2], Sum),
+            "exscan receive buffer has 2 elements, expected 3",
+            "exscan",
+        );
+        assert_invalid(
+            Tuning::defaults().force(Collective::Bcast, Algorithm::Bkt),
+            "bcast has no algorithm \"bkt\"",
+            "forcing an algorithm a collective lacks",
+        );
+        // Nothing was sent: the communicator is still in step.
+        let mut total = [0u32];
+        world.allreduce(&[1u32], &mut total, Sum)?;
+        assert_eq!(total, [4]);
+        Ok(())
+    });
+}
+
+#[test]
+fn root_only_errors_on_a_single_rank() {
+    // With one rank the root is everyone, so root-only checks are local to every rank.
+    run_ok(1, "root-only argument errors", |world| {
+        assert_invalid(
+            world.scatter(&[0u32; 3], &mut [0u32; 2], 0),
+            "scatter send buffer has 3 elements, expected 2",
+            "scatter",
+        );
+        assert_invalid(
+            world.gather(&[0u32; 2], &mut [0u32; 3], 0),
+            "gather receive buffer has 3 elements, expected 2",
+            "gather",
+        );
+        assert_invalid(
+            world.reduce(&[0u32; 2], &mut [0u32; 3], Sum, 0),
+            "reduce receive buffer has 3 elements, expected 2",
+            "reduce",
+        );
+        assert_invalid(
+            world.scatterv(&[0u32; 4], &[3], &[2], &mut [0u32; 3], 0),
+            "scatterv: block of rank 0 (displacement 2, count 3) exceeds the buffer of 4 elements",
+            "scatterv",
+        );
+        assert_invalid(
+            world.scatterv(&[0u32; 4], &[3], &[0], &mut [0u32; 2], 0),
+            "scatterv receive buffer has 2 elements, expected 3",
+            "scatterv",
+        );
+        assert_invalid(
+            world.gatherv(&[0u32; 2], &mut [0u32; 4], &[3], &[0], 0),
+            "gatherv send buffer has 2 elements, expected 3",
+            "gatherv",
+        );
+        assert_invalid(
+            world.gatherv(&[0u32; 3], &mut [0u32; 4], &[3, 1], &[0, 3], 0),
+            "gatherv: 2 counts and 2 displacements",
+            "gatherv",
+        );
+        assert_invalid(
+            world.scatter_obj(&[1u8, 2], 0),
+            "scatter_obj: 2 values for a communicator of size 1",
+            "scatter_obj",
+        );
+        Ok(())
+    });
+}
+
+/// One call of a collective: `bad` says whether this rank passes the wrong arguments.
+type Call = fn(&Comm, bool) -> Result<()>;
+
+/// For every algorithm of `coll`: rank `bad_rank` passes wrong arguments, gets `Err` naming
+/// `want` and returns it; the other ranks (passing consistent arguments) must not hang, and the
+/// job must fail naming that rank.
+fn one_rank_errs(coll: Collective, np: usize, bad_rank: usize, want: &'static str, call: Call) {
+    for alg in algorithms(coll) {
+        let what = format!("{coll} with algorithm {alg}: rank {bad_rank} passes bad arguments");
+        let result = job(Config::new().np(np), &what, move |world| {
+            let comm = forced(&world, coll, alg)?;
+            let bad = world.rank() == bad_rank;
+            let result = call(&comm, bad);
+            if bad {
+                assert!(
+                    matches!(&result, Err(Error::InvalidArgument(m)) if m.contains(want)),
+                    "{coll} {alg}: {result:?}"
+                );
+            }
+            result
+        });
+        match result {
+            Err(Error::RankFailed { rank, cause }) if rank == bad_rank && cause.contains(want) => {}
+            other => panic!("{what}: expected RankFailed of rank {bad_rank} with {want:?}, got {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn a_rank_with_bad_arguments_fails_the_job_without_hanging() {
+    const NP: usize = 4;
+    one_rank_errs(Collective::Bcast, NP, 1, "root 7 out of range", |c, bad| {
+        c.bcast(&mut [0u32; 5], if bad { 7 } else { 0 })
+    });
+    one_rank_errs(Collective::Scatter, NP, 2, "scatter send buffer has 7 elements, expected 8", |c, bad| {
+        let send = vec![0u32; if bad { 7 } else { 0 }];
+        c.scatter(&send, &mut [0u32; 2], 2)
+    });
+    one_rank_errs(Collective::Gather, NP, 3, "gather receive buffer has 9 elements, expected 8", |c, bad| {
+        let mut recv = vec![0u32; if bad { 9 } else { 0 }];
+        c.gather(&[1u32, 2], &mut recv, 3)
+    });
+    one_rank_errs(Collective::Scatterv, NP, 0, "scatterv: blocks of ranks 0 and 1 overlap", |c, bad| {
+        let recv_len = [2, 2, 1, 1][c.rank()];
+        let (counts, displs): (&[usize], &[usize]) = if bad { (&[2, 2, 1, 1], &[0, 1, 4, 5]) } else { (&[], &[]) };
+        c.scatterv(&[0u32; 6], counts, displs, &mut vec![0u32; recv_len], 0)
+    });
+    one_rank_errs(Collective::Gatherv, NP, 1, "gatherv: 4 counts and 3 displacements", |c, bad| {
+        let (counts, displs): (&[usize], &[usize]) = if bad { (&[1; 4], &[0, 1, 2]) } else { (&[], &[]) };
+        c.gatherv(&[0u32], &mut [0u32; 4], counts, displs, 1)
+    });
+    one_rank_errs(Collective::Allgather, NP, 3, "allgather receive buffer has 7 elements, expected 8", |c, bad| {
+        c.allgather(&[0u32; 2], &mut vec![0u32; if bad { 7 } else { 8 }])
+    });
+    one_rank_errs(Collective::Allgatherv, NP, 2, "allgatherv send buffer has 3 elements, expected 2", |c, bad| {
+        c.allgatherv(&vec![0u32; if bad { 3 } else { 2 }], &mut [0u32; 8], &[2; 4], &[0, 2, 4, 6])
+    });
+    one_rank_errs(Collective::Alltoall, NP, 0, "alltoall receive buffer has 7 elements, expected 8", |c, bad| {
+        c.alltoall(&[0u32; 8], &mut vec![0u32; if bad { 7 } else { 8 }])
+    });
+    one_rank_errs(Collective::Alltoallv, NP, 1, "alltoallv receive: block of rank 3", |c, bad| {
+        let recv_displs: &[usize] = if bad { &[0, 1, 2, 4] } else { &[0, 1, 2, 3] };
+        c.alltoallv(&[0u32; 4], &[1; 4], &[0, 1, 2, 3], &mut [0u32; 4], &[1; 4], recv_displs)
+    });
+    one_rank_errs(Collective::Reduce, NP, 3, "reduce receive buffer has 1 elements, expected 2", |c, bad| {
+        c.reduce(&[1u32, 2], &mut vec![0u32; if bad { 1 } else { 0 }], Sum, 3)
+    });
+    one_rank_errs(Collective::Allreduce, NP, 2, "allreduce receive buffer has 3 elements, expected 2", |c, bad| {
+        c.allreduce(&[1u32, 2], &mut vec![0u32; if bad { 3 } else { 2 }], Sum)
+    });
+    one_rank_errs(
+        Collective::ReduceScatter,
+        NP,
+        1,
+        "reduce_scatter_block send buffer has 9 elements, expected 8",
+        |c, bad| c.reduce_scatter_block(&vec![1u32; if bad { 9 } else { 8 }], &mut [0u32; 2], Sum),
+    );
+    one_rank_errs(Collective::Scan, NP, 0, "exscan receive buffer has 1 elements, expected 2", |c, bad| {
+        c.exscan(&[1u32, 2], &mut vec![0u32; if bad { 1 } else { 2 }], Sum)
+    });
+    one_rank_errs(Collective::Scatter, NP, 2, "scatter_obj: 3 values for a communicator of size 4", |c, bad| {
+        let values: Vec<u32> = if bad { vec![1, 2, 3] } else { vec![] };
+        c.scatter_obj(&values, 2).map(drop)
+    });
+}
+
+/// Runs `call` on np ranks with `coll` forced to each algorithm in turn; the ranks disagree on
+/// the arguments in a way no single rank can see, so the job must end in `Err` (never a hang,
+/// and never `Ok`).
+fn mismatch_fails(coll: Collective, np: usize, label: &str, call: Call) {
+    for alg in algorithms(coll) {
+        let what = format!("{coll} with algorithm {alg}, np={np}: {label}");
+        let result = job(Config::new().np(np), &what, move |world| {
+            let comm = forced(&world, coll, alg)?;
+            call(&comm, false)
+        });
+        assert!(result.is_err(), "{what}: the job succeeded");
+    }
+}
+
+#[test]
+fn cross_rank_mismatches_end_in_err() {
+    for np in [2, 4, 5] {
+        mismatch_fails(Collective::Bcast, np, "a receiver's buffer is shorter", |c, _| {
+            c.bcast(&mut vec![0u32; if c.rank() == 1 { 8 } else { 10 }], 0)
+        });
+        mismatch_fails(Collective::Bcast, np, "a receiver's buffer is longer", |c, _| {
+            c.bcast(&mut vec![0u32; if c.rank() == c.size() - 1 { 12 } else { 10 }], 0)
+        });
+        mismatch_fails(Collective::Bcast, np, "the root's buffer is empty", |c, _| {
+            c.bcast(&mut vec![0u8; if c.rank() == 1 { 0 } else { 5 }], 1)
+        });
+        mismatch_fails(Collective::Bcast, np, "large buffers, one element apart", |c, _| {
+            c.bcast(&mut vec![0u32; 100_000 + usize::from(c.rank() == c.size() / 2)], c.size() - 1)
+        });
+        mismatch_fails(Collective::Allreduce, np, "one rank reduces more elements", |c, _| {
+            let n = if c.rank() == 1 { 1000 } else { 999 };
+            c.allreduce(&vec![1u64; n], &mut vec![0u64; n], Sum)
+        });
+        mismatch_fails(Collective::Gather, np, "one rank sends a longer block", |c, _| {
+            let n = if c.rank() == 1 { 4 } else { 3 };
+            let mut recv = vec![0u16; if c.rank() == 0 { 3 * c.size() } else { 0 }];
+            c.gather(&vec![1u16; n], &mut recv, 0)
+        });
+    }
+}
