@@ -1085,6 +1085,14 @@ fn cross_rank_mismatches_end_in_err() {
             let n = if c.rank() == 1 { 1000 } else { 999 };
             c.allreduce(&vec![1u64; n], &mut vec![0u64; n], Sum)
         });
+        mismatch_fails(Collective::Allgather, np, "one rank sends a shorter block", |c, _| {
+            let n = if c.rank() == c.size() - 1 { 2 } else { 3 };
+            c.allgather(&vec![1u32; n], &mut vec![0u32; n * c.size()])
+        });
+        mismatch_fails(Collective::Alltoall, np, "one rank exchanges longer blocks", |c, _| {
+            let n = if c.rank() == 0 { 5 } else { 4 };
+            c.alltoall(&vec![1u32; n * c.size()], &mut vec![0u32; n * c.size()])
+        });
         mismatch_fails(Collective::Gather, np, "one rank sends a longer block", |c, _| {
             let n = if c.rank() == 1 { 4 } else { 3 };
             let mut recv = vec![0u16; if c.rank() == 0 { 3 * c.size() } else { 0 }];
