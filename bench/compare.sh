@@ -2,14 +2,24 @@
 # Compare fastmp against the system MPI (Open MPI) on OSU-style benchmarks.
 #
 # usage: bench/compare.sh [BENCH...] [--np N] [--tcp] [--min-size B] [--max-size B]
+#                         [--iterations N]
 #
 #   BENCH        benchmark names (default: latency bw bibw); they are passed
-#                unchanged to both fastmp-bench and target/mpi_bench
-#   --np N       number of ranks (default 2)
+#                unchanged to both fastmp-bench and target/mpi_bench:
+#                point-to-point: latency bw bibw mbw_mr
+#                collectives: barrier bcast scatter scatterv gather gatherv
+#                  allgather allgatherv alltoall alltoallv reduce allreduce
+#                  reduce_scatter scan (or "collectives" for all of them)
+#   --np N       number of ranks (default $NP, else 2); with more ranks than
+#                cores both sides run unpinned (MPI: --oversubscribe
+#                --bind-to none; fastmp: --pin none), e.g. NP=4 or NP=8 on 2 cores
 #   --tcp        compare over TCP: MPI runs with `--mca btl tcp,self`; fastmp
 #                runs through target/release/fastmprun --device tcp, if built
 #   --min-size B / --max-size B
 #                message size range, forwarded to both sides
+#   --iterations N
+#                collectives only: timed iterations per size, forwarded to both
+#                sides (default: OSU's 1000, 100 above 8 KiB)
 #
 # environment:
 #   REPEAT            runs per side, alternating fastmp and MPI (default 3);
@@ -18,10 +28,17 @@
 #   FASTMP_BENCH_BIN  use this fastmp-bench binary and skip `cargo build`
 #   FASTMPRUN_BIN     fastmprun launcher for --tcp (default target/release/fastmprun)
 #   MPIRUN_ARGS       extra arguments for mpirun (word-split), e.g. "--mca btl self,vader"
+#   FASTMP_BENCH_ARGS extra arguments for fastmp-bench only (word-split), e.g.
+#                     "--algorithm mst" to compare one fastmp algorithm
+#   NP                default for --np
 #
 # Every benchmark binary prints one JSON object per line and size, e.g.
 #   {"bench":"latency","device":"shm","np":2,"size":8,"avg_us":0.15}
 #   {"bench":"bw","device":"mpi","np":2,"size":8,"mb_s":123.45}
+#   {"bench":"bcast","device":"shm","np":4,"size":8,"avg_us":0.4,"min_us":0.3,
+#    "max_us":0.5,"mb_s":80.0,"algorithm":"native"}
+# Collectives are compared on avg_us (the average over ranks, as OSU prints);
+# the algorithm fastmp used is shown beside the ratio.
 # Latency-like metrics (avg_us, any *_us) are lower-is-better; bandwidth-like
 # (mb_s and others) higher-is-better. The ratio column is always fastmp/mpi.
 set -euo pipefail
@@ -46,10 +63,13 @@ is_uint() {
 }
 
 benches=()
-np=2
+np=${NP:-2}
 tcp=0
 min_size=""
 max_size=""
+iterations=""
+collectives=(barrier bcast scatter scatterv gather gatherv allgather allgatherv alltoall alltoallv
+    reduce allreduce reduce_scatter scan)
 
 while (($# > 0)); do
     case $1 in
@@ -88,6 +108,19 @@ while (($# > 0)); do
             max_size=${1#*=}
             shift
             ;;
+        --iterations)
+            (($# >= 2)) || die "$1 needs a value"
+            iterations=$2
+            shift 2
+            ;;
+        --iterations=*)
+            iterations=${1#*=}
+            shift
+            ;;
+        collectives)
+            benches+=("${collectives[@]}")
+            shift
+            ;;
         -*)
             die "unknown option '$1' (see --help)"
             ;;
@@ -104,6 +137,9 @@ if ! is_uint "$np" || ((np < 1)); then
 fi
 [[ -z $min_size ]] || is_uint "$min_size" || die "--min-size must be a byte count, got '$min_size'"
 [[ -z $max_size ]] || is_uint "$max_size" || die "--max-size must be a byte count, got '$max_size'"
+if [[ -n $iterations ]] && { ! is_uint "$iterations" || ((iterations < 1)); }; then
+    die "--iterations must be a positive integer, got '$iterations'"
+fi
 repeat=${REPEAT:-3}
 if ! is_uint "$repeat" || ((repeat < 1)); then
     die "REPEAT must be a positive integer, got '$repeat'"
@@ -113,6 +149,10 @@ command -v python3 >/dev/null 2>&1 || die "python3 is needed to summarise the re
 size_args=()
 [[ -z $min_size ]] || size_args+=(--min-size "$min_size")
 [[ -z $max_size ]] || size_args+=(--max-size "$max_size")
+[[ -z $iterations ]] || size_args+=(--iterations "$iterations")
+cores=$(nproc 2>/dev/null || echo 1)
+oversubscribed=0
+((np <= cores)) || oversubscribed=1
 
 # ---------------------------------------------------------------- fastmp side
 fastmp_mode=none # shm | tcp | none
@@ -140,10 +180,18 @@ if [[ $fastmp_mode != none ]]; then
     [[ -x $fastmp_bin ]] || die "fastmp benchmark binary '$fastmp_bin' is missing or not executable"
 fi
 
+fastmp_extra=()
+[[ -z ${FASTMP_BENCH_ARGS:-} ]] || read -r -a fastmp_extra <<<"$FASTMP_BENCH_ARGS"
+fastmp_pin=compact
+if ((oversubscribed)); then
+    note "np=$np > $cores cores: fastmp runs unpinned (--pin none)"
+    fastmp_pin=none
+fi
+
 # Command line for one fastmp run of benchmark $1 (into the array fastmp_cmd).
 fastmp_command() {
     local bench=$1
-    local bench_args=("$bench" --np "$np" --pin compact "${size_args[@]}" --json)
+    local bench_args=("$bench" --np "$np" --pin "$fastmp_pin" "${size_args[@]}" --json "${fastmp_extra[@]}")
     if [[ $fastmp_mode == tcp ]]; then
         fastmp_cmd=("$fastmprun_bin" -np "$np" --device tcp "$fastmp_bin" "${bench_args[@]}")
     else
@@ -162,8 +210,7 @@ if command -v mpicc >/dev/null 2>&1 && command -v mpirun >/dev/null 2>&1; then
     mpicc -O2 -o "$mpi_bin" bench/mpi_bench.c >&2
     if mpirun --version 2>&1 | grep -q 'Open MPI'; then
         mpirun_args=(--allow-run-as-root -np "$np")
-        cores=$(nproc 2>/dev/null || echo 1)
-        if ((np > cores)); then
+        if ((oversubscribed)); then
             note "np=$np > $cores cores: MPI runs oversubscribed and unbound (--bind-to none)"
             mpirun_args+=(--oversubscribe --bind-to none)
         else
@@ -259,8 +306,9 @@ def pick_metric(obj):
 
 
 def load(side, bench):
-    """size -> list of metric values over all runs; plus metric info."""
-    values, metric, lower, devices = {}, None, None, set()
+    """size -> list of metric values over all runs; plus metric info and, per size, the
+    algorithms the runs report (collectives)."""
+    values, metric, lower, devices, algorithms = {}, None, None, set(), {}
     for path in sorted(glob.glob(os.path.join(results, side, f"{bench}.*.jsonl"))):
         with open(path) as f:
             for line in f:
@@ -279,7 +327,9 @@ def load(side, bench):
                     continue
                 devices.add(str(obj.get("device", "?")))
                 values.setdefault(int(obj["size"]), []).append(float(obj[metric]))
-    return values, metric, lower, devices
+                if "algorithm" in obj:
+                    algorithms.setdefault(int(obj["size"]), set()).add(str(obj["algorithm"]))
+    return values, metric, lower, devices, algorithms
 
 
 def fmt(v, lower):
@@ -305,7 +355,9 @@ for bench in benches:
     devs = ", ".join(f"{s}={'/'.join(sorted(data[s][3])) or 'n/a'}" for s in SIDES)
     print(f"# {bench}  np={np_}  transport={transport}  median of {repeat} run(s)  [{devs}]")
     print(f"# {metric}: {better}; ratio = fastmp/mpi ({better})")
-    print(f"{'size':<10}{'fastmp':>16}{'mpi':>16}{'ratio':>10}")
+    algos = data["fastmp"][4]
+    algo_head = f"  {'fastmp algorithm'}" if algos else ""
+    print(f"{'size':<10}{'fastmp':>16}{'mpi':>16}{'ratio':>10}{algo_head}")
     sizes = sorted(set(data["fastmp"][0]) | set(data["mpi"][0]))
     short = False
     for size in sizes:
@@ -317,7 +369,8 @@ for bench in benches:
                 short = True
         f, m = med["fastmp"], med["mpi"]
         ratio = f"{f / m:.3f}" if f is not None and m else "-"
-        print(f"{size:<10}{fmt(f, lower):>16}{fmt(m, lower):>16}{ratio:>10}")
+        algo = f"  {'/'.join(sorted(algos.get(size, ()))) or '-'}" if algos else ""
+        print(f"{size:<10}{fmt(f, lower):>16}{fmt(m, lower):>16}{ratio:>10}{algo}")
     if short:
         print(f"# note: some sizes have fewer than {repeat} samples (failed runs)")
 PY

@@ -1,10 +1,14 @@
 /*
- * mpi_bench.c - OSU Micro-Benchmarks (v7.4) style point-to-point benchmarks,
- * used as the MPI baseline for fastmp (see bench/compare.sh).
+ * mpi_bench.c - OSU Micro-Benchmarks (v7.4) style point-to-point and
+ * collective benchmarks, used as the MPI baseline for fastmp (see
+ * bench/compare.sh and crates/fastmp-bench, which follow the same methods).
  *
  * Build:  mpicc -O2 -o target/mpi_bench bench/mpi_bench.c
- * Run:    mpirun -np 2 --bind-to core target/mpi_bench latency|bw|bibw|mbw_mr
- *                [--min-size B] [--max-size B] [--json]
+ * Run:    mpirun -np 2 --bind-to core target/mpi_bench BENCH
+ *                [--min-size B] [--max-size B] [--iterations N] [--json]
+ *         BENCH: latency|bw|bibw|mbw_mr, or a collective: barrier|bcast|
+ *         scatter|scatterv|gather|gatherv|allgather|allgatherv|alltoall|
+ *         alltoallv|reduce|allreduce|reduce_scatter|scan
  *
  * Methodology follows OSU 7.4 (osu_latency, osu_bw, osu_bibw, osu_mbw_mr):
  *   - sizes: min, then doubling up to max (0 -> 1 -> 2 -> 4 ...);
@@ -23,10 +27,30 @@
  *   - buffers are 64-byte aligned (posix_memalign) and touched before timing;
  *     MPI_Barrier before each size; rank 0 reports.
  *
+ * Collectives follow the OSU 7.4 collective tests (osu_bcast, osu_allreduce...):
+ *   - sizes: 1 B (4 B for reductions) doubling up to 1 MiB by default;
+ *     reductions skip sizes that are not a whole number of floats; barrier
+ *     has the single size 0;
+ *   - per size: 1000 timed iterations after 100 warm-ups (100 / 10 above
+ *     8192 B; --iterations N gives N / max(1, N/10) at every size); each call
+ *     is timed alone with MPI_Wtime and followed by MPI_Barrier (osu_barrier
+ *     times its whole loop of barriers instead);
+ *   - every rank averages its own times; avg, min and max of those averages
+ *     over the ranks (MPI_Reduce) are reported;
+ *   - root 0; reductions use MPI_FLOAT / MPI_SUM on size/4 floats;
+ *     reduce_scatter splits size/4 floats over the ranks, the remainder to
+ *     the first ranks (as osu_reduce_scatter); the v variants use equal counts
+ *     of `size` bytes per rank;
+ *   - aggregated bandwidth (MB/s, MB = 10^6 B) = factor * size / avg latency,
+ *     factor np^2 for allgather(v) and alltoall(v), np otherwise, none for
+ *     barrier (the metric of the PGAS-collectives seed; see fastmp-bench).
+ *
  * --json prints one object per size instead of the OSU table:
  *   {"bench":"latency","device":"mpi","np":2,"size":8,"avg_us":0.153}
  *   {"bench":"bw","device":"mpi","np":2,"size":8,"mb_s":123.45}
  *   {"bench":"mbw_mr","device":"mpi","np":2,"size":8,"mb_s":123.45,"msg_s":15430625.00}
+ *   {"bench":"bcast","device":"mpi","np":4,"size":8,"avg_us":1.234,"min_us":1.1,
+ *    "max_us":1.3,"mb_s":25.93}
  */
 #define _POSIX_C_SOURCE 200809L /* posix_memalign under -std=c99 */
 #include <mpi.h>
@@ -49,6 +73,12 @@
 #define BW_ITERS_LARGE 20
 #define BW_SKIP_LARGE 2
 #define DEFAULT_MAX_SIZE (4L * 1024 * 1024)
+#define DEFAULT_MAX_SIZE_COLL (1L * 1024 * 1024)
+#define COLL_ITERS 1000
+#define COLL_SKIP 100
+#define COLL_ITERS_LARGE 100
+#define COLL_SKIP_LARGE 10
+#define ROOT 0
 #define ALIGNMENT 64
 #define FIELD_WIDTH 20
 #define FLOAT_PRECISION 2
@@ -56,14 +86,36 @@
 #define TAG_ACK 101
 #define TAG_BIBW 10
 
-enum bench { B_LATENCY, B_BW, B_BIBW, B_MBW_MR };
+enum bench {
+    B_LATENCY, B_BW, B_BIBW, B_MBW_MR,
+    /* collectives, in fastmp's order; reductions last */
+    B_BARRIER, B_BCAST, B_SCATTER, B_SCATTERV, B_GATHER, B_GATHERV, B_ALLGATHER,
+    B_ALLGATHERV, B_ALLTOALL, B_ALLTOALLV, B_REDUCE, B_ALLREDUCE, B_REDUCE_SCATTER,
+    B_SCAN, B_COUNT
+};
 
-static const char *bench_names[] = {"latency", "bw", "bibw", "mbw_mr"};
+static const char *bench_names[B_COUNT] = {
+    "latency", "bw", "bibw", "mbw_mr", "barrier", "bcast", "scatter", "scatterv",
+    "gather", "gatherv", "allgather", "allgatherv", "alltoall", "alltoallv",
+    "reduce", "allreduce", "reduce_scatter", "scan"};
+
+/* OSU's test titles of the collectives, indexed by bench - B_BARRIER. */
+static const char *coll_titles[B_COUNT - B_BARRIER] = {
+    "Barrier Latency Test", "Broadcast Latency Test", "Scatter Latency Test",
+    "Scatterv Latency Test", "Gather Latency Test", "Gatherv Latency Test",
+    "Allgather Latency Test", "Allgatherv Latency Test",
+    "All-to-All Personalized Exchange Latency Test",
+    "All-to-Allv Personalized Exchange Latency Test", "Reduce Latency Test",
+    "Allreduce Latency Test", "Reduce_scatter Latency Test", "Scan Latency Test"};
+
+#define IS_COLL(b) ((b) >= B_BARRIER)
+#define IS_REDUCTION(b) ((b) >= B_REDUCE)
 
 struct options {
     enum bench bench;
     long min_size;
     long max_size;
+    long iterations; /* 0: the OSU defaults */
     int json;
 };
 
@@ -72,13 +124,18 @@ static int g_rank = 0;
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: mpi_bench latency|bw|bibw|mbw_mr [--min-size B] [--max-size B] [--json]\n"
+            "usage: mpi_bench BENCH [--min-size B] [--max-size B] [--iterations N] [--json]\n"
             "  latency        ping-pong latency, exactly 2 ranks (default sizes 0..4194304)\n"
             "  bw             unidirectional bandwidth, window 64, exactly 2 ranks (sizes 1..4194304)\n"
             "  bibw           bidirectional bandwidth, window 64, exactly 2 ranks\n"
             "  mbw_mr         multi-pair bandwidth / message rate, even number of ranks\n"
+            "  barrier|bcast|scatter|scatterv|gather|gatherv|allgather|allgatherv|\n"
+            "  alltoall|alltoallv|reduce|allreduce|reduce_scatter|scan\n"
+            "                 collective latency (avg/min/max over ranks), any number of ranks\n"
+            "                 (default sizes 1..1048576; 4..1048576 for the reductions)\n"
             "  --min-size B   smallest message size in bytes\n"
-            "  --max-size B   largest message size in bytes (default 4194304)\n"
+            "  --max-size B   largest message size in bytes (default 4194304 point-to-point)\n"
+            "  --iterations N collectives: N timed iterations per size (default OSU's 1000 / 100)\n"
             "  --json         one JSON object per size instead of the OSU table\n");
 }
 
@@ -123,12 +180,22 @@ static long parse_size(const char *opt, const char *s)
     return v;
 }
 
+static long parse_iterations(const char *s)
+{
+    long v = parse_size("--iterations", s);
+    if (v < 1) {
+        fatal(1, "%s", "--iterations must be at least 1");
+    }
+    return v;
+}
+
 static void parse_args(int argc, char **argv, struct options *o)
 {
-    int i, have_min = 0, have_bench = 0;
+    int i, have_min = 0, have_max = 0, have_bench = 0;
 
     o->min_size = 0;
     o->max_size = DEFAULT_MAX_SIZE;
+    o->iterations = 0;
     o->json = 0;
     o->bench = B_LATENCY;
 
@@ -144,8 +211,14 @@ static void parse_args(int argc, char **argv, struct options *o)
             have_min = 1;
         } else if (strcmp(a, "--max-size") == 0) {
             o->max_size = parse_size(a, i + 1 < argc ? argv[++i] : NULL);
+            have_max = 1;
         } else if (strncmp(a, "--max-size=", 11) == 0) {
             o->max_size = parse_size("--max-size", a + 11);
+            have_max = 1;
+        } else if (strcmp(a, "--iterations") == 0) {
+            o->iterations = parse_iterations(i + 1 < argc ? argv[++i] : NULL);
+        } else if (strncmp(a, "--iterations=", 13) == 0) {
+            o->iterations = parse_iterations(a + 13);
         } else if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
             if (g_rank == 0) {
                 usage(stdout);
@@ -154,7 +227,7 @@ static void parse_args(int argc, char **argv, struct options *o)
             exit(0);
         } else if (a[0] != '-' && !have_bench) {
             int b, found = 0;
-            for (b = 0; b < (int)(sizeof(bench_names) / sizeof(bench_names[0])); b++) {
+            for (b = 0; b < B_COUNT; b++) {
                 if (strcmp(a, bench_names[b]) == 0) {
                     o->bench = (enum bench)b;
                     found = 1;
@@ -172,7 +245,14 @@ static void parse_args(int argc, char **argv, struct options *o)
         fatal_usage(1, 1, "%s", "missing benchmark name");
     }
     if (!have_min && o->bench != B_LATENCY) {
-        o->min_size = 1; /* OSU bandwidth tests start at 1 byte */
+        /* OSU bandwidth and collective tests start at 1 byte, reductions at one float */
+        o->min_size = IS_REDUCTION(o->bench) ? (long)sizeof(float) : 1;
+    }
+    if (!have_max && IS_COLL(o->bench)) {
+        o->max_size = DEFAULT_MAX_SIZE_COLL;
+    }
+    if (o->iterations > 0 && !IS_COLL(o->bench)) {
+        fatal(1, "%s", "--iterations applies to the collective benchmarks only");
     }
     if (o->min_size > o->max_size) {
         fatal(1, "%s", "--min-size is larger than --max-size");
@@ -190,9 +270,49 @@ static char *alloc_buffer(long size)
     return (char *)p;
 }
 
+/* Power of np in the aggregated-bandwidth factor; 0: no bandwidth (barrier). */
+static int bandwidth_power(enum bench b)
+{
+    switch (b) {
+    case B_BARRIER:
+        return 0;
+    case B_ALLGATHER:
+    case B_ALLGATHERV:
+    case B_ALLTOALL:
+    case B_ALLTOALLV:
+        return 2;
+    default:
+        return 1;
+    }
+}
+
+static void print_coll_header(const struct options *o, int np)
+{
+    int power = bandwidth_power(o->bench);
+
+    printf("# OSU MPI %s v" OSU_VERSION " (np %d)\n", coll_titles[o->bench - B_BARRIER], np);
+    printf("# Datatype: %s; root %d\n", IS_REDUCTION(o->bench) ? "MPI_FLOAT, op MPI_SUM" : "MPI_CHAR",
+           ROOT);
+    if (power > 0) {
+        printf("# Bandwidth: aggregated, %s x size / avg latency (MB = 10^6 B)\n",
+               power == 2 ? "np^2" : "np");
+    }
+    printf("%-10s%*s%*s%*s", "# Size", FIELD_WIDTH, "Avg Latency(us)", FIELD_WIDTH,
+           "Min Latency(us)", FIELD_WIDTH, "Max Latency(us)");
+    if (power > 0) {
+        printf("%*s", FIELD_WIDTH, "Bandwidth (MB/s)");
+    }
+    printf("\n");
+    fflush(stdout);
+}
+
 static void print_header(const struct options *o, int np)
 {
     if (g_rank != 0 || o->json) {
+        return;
+    }
+    if (IS_COLL(o->bench)) {
+        print_coll_header(o, np);
         return;
     }
     switch (o->bench) {
@@ -212,6 +332,8 @@ static void print_header(const struct options *o, int np)
         printf("# OSU MPI Multiple Bandwidth / Message Rate Test v" OSU_VERSION "\n");
         printf("# [ pairs: %d ] [ window size: %d ]\n", np / 2, WINDOW_SIZE);
         printf("%-10s%*s%*s\n", "# Size", FIELD_WIDTH, "MB/s", FIELD_WIDTH, "Messages/s");
+        break;
+    default:
         break;
     }
     fflush(stdout);
@@ -239,6 +361,38 @@ static void report(const struct options *o, int np, long size, double value, dou
                FLOAT_PRECISION, rate);
     } else {
         printf("%-10ld%*.*f\n", size, FIELD_WIDTH, FLOAT_PRECISION, value);
+    }
+    fflush(stdout);
+}
+
+struct coll_stats {
+    double avg, min, max; /* us, over the ranks' own averages */
+};
+
+static void report_coll(const struct options *o, int np, long size, const struct coll_stats *st)
+{
+    int power = bandwidth_power(o->bench);
+    double factor = power == 2 ? (double)np * np : (double)np;
+    double mb_s = st->avg > 0.0 ? factor * size / st->avg : 0.0;
+
+    if (g_rank != 0) {
+        return;
+    }
+    if (o->json) {
+        printf("{\"bench\":\"%s\",\"device\":\"mpi\",\"np\":%d,\"size\":%ld,\"avg_us\":%.3f,"
+               "\"min_us\":%.3f,\"max_us\":%.3f",
+               bench_names[o->bench], np, size, st->avg, st->min, st->max);
+        if (power > 0) {
+            printf(",\"mb_s\":%.2f", mb_s);
+        }
+        printf("}\n");
+    } else {
+        printf("%-10ld%*.*f%*.*f%*.*f", size, FIELD_WIDTH, FLOAT_PRECISION, st->avg, FIELD_WIDTH,
+               FLOAT_PRECISION, st->min, FIELD_WIDTH, FLOAT_PRECISION, st->max);
+        if (power > 0) {
+            printf("%*.*f", FIELD_WIDTH, FLOAT_PRECISION, mb_s);
+        }
+        printf("\n");
     }
     fflush(stdout);
 }
@@ -380,6 +534,169 @@ static double run_mbw_mr(char *s_buf, char *r_buf, int size, MPI_Request *req, i
     return size / 1e6 * pairs * iters * WINDOW_SIZE / sum_time;
 }
 
+/* ---- collectives (osu_bcast, osu_allreduce, ...) ------------------------ */
+/* Counts and displacements for `size` bytes: `size` bytes per rank for the v
+ * variants; for reduce_scatter size/4 floats split over the ranks with the
+ * remainder going to the first ones (as osu_reduce_scatter). */
+static void set_counts(enum bench b, int np, long size, int *counts, int *displs)
+{
+    int reduction = IS_REDUCTION(b);
+    long elems = reduction ? size / (long)sizeof(float) : size;
+    long base = reduction ? elems / np : elems;
+    long extra = reduction ? elems % np : 0;
+    long offset = 0;
+    int i;
+
+    for (i = 0; i < np; i++) {
+        counts[i] = (int)(base + (i < extra ? 1 : 0));
+        displs[i] = (int)offset;
+        offset += counts[i];
+    }
+}
+
+/* One call of the collective at `size` bytes. */
+static void coll_call(enum bench b, int size, int np, char *s, char *r, const int *counts,
+                      const int *displs)
+{
+    MPI_Comm w = MPI_COMM_WORLD;
+    int n = size / (int)sizeof(float);
+
+    switch (b) {
+    case B_BARRIER:
+        MPI_Barrier(w);
+        break;
+    case B_BCAST:
+        MPI_Bcast(r, size, MPI_CHAR, ROOT, w);
+        break;
+    case B_SCATTER:
+        MPI_Scatter(s, size, MPI_CHAR, r, size, MPI_CHAR, ROOT, w);
+        break;
+    case B_SCATTERV:
+        MPI_Scatterv(s, counts, displs, MPI_CHAR, r, size, MPI_CHAR, ROOT, w);
+        break;
+    case B_GATHER:
+        MPI_Gather(s, size, MPI_CHAR, r, size, MPI_CHAR, ROOT, w);
+        break;
+    case B_GATHERV:
+        MPI_Gatherv(s, size, MPI_CHAR, r, counts, displs, MPI_CHAR, ROOT, w);
+        break;
+    case B_ALLGATHER:
+        MPI_Allgather(s, size, MPI_CHAR, r, size, MPI_CHAR, w);
+        break;
+    case B_ALLGATHERV:
+        MPI_Allgatherv(s, size, MPI_CHAR, r, counts, displs, MPI_CHAR, w);
+        break;
+    case B_ALLTOALL:
+        MPI_Alltoall(s, size, MPI_CHAR, r, size, MPI_CHAR, w);
+        break;
+    case B_ALLTOALLV:
+        MPI_Alltoallv(s, counts, displs, MPI_CHAR, r, counts, displs, MPI_CHAR, w);
+        break;
+    case B_REDUCE:
+        MPI_Reduce(s, r, n, MPI_FLOAT, MPI_SUM, ROOT, w);
+        break;
+    case B_ALLREDUCE:
+        MPI_Allreduce(s, r, n, MPI_FLOAT, MPI_SUM, w);
+        break;
+    case B_REDUCE_SCATTER:
+        MPI_Reduce_scatter(s, r, counts, MPI_FLOAT, MPI_SUM, w);
+        break;
+    case B_SCAN:
+        MPI_Scan(s, r, n, MPI_FLOAT, MPI_SUM, w);
+        break;
+    default:
+        break;
+    }
+    (void)np;
+}
+
+static void run_coll(const struct options *o, int np, int size, char *s, char *r, int *counts,
+                     int *displs, struct coll_stats *st)
+{
+    int large = size > LARGE_MESSAGE_SIZE;
+    long iters = o->iterations > 0 ? o->iterations : (large ? COLL_ITERS_LARGE : COLL_ITERS);
+    long skip = o->iterations > 0 ? (o->iterations / 10 > 0 ? o->iterations / 10 : 1)
+                                  : (large ? COLL_SKIP_LARGE : COLL_SKIP);
+    double timer = 0.0, t_start = 0.0, t_stop, latency, sum = 0.0;
+    long i;
+
+    set_counts(o->bench, np, size, counts, displs);
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (o->bench == B_BARRIER) {
+        /* osu_barrier: the whole loop of back-to-back barriers is timed */
+        for (i = 0; i < iters + skip; i++) {
+            if (i == skip) {
+                t_start = MPI_Wtime();
+            }
+            MPI_Barrier(MPI_COMM_WORLD);
+        }
+        timer = MPI_Wtime() - t_start;
+    } else {
+        for (i = 0; i < iters + skip; i++) {
+            t_start = MPI_Wtime();
+            coll_call(o->bench, size, np, s, r, counts, displs);
+            t_stop = MPI_Wtime();
+            if (i >= skip) {
+                timer += t_stop - t_start;
+            }
+            MPI_Barrier(MPI_COMM_WORLD);
+        }
+    }
+    latency = timer * 1e6 / (double)iters;
+    MPI_Reduce(&latency, &st->min, 1, MPI_DOUBLE, MPI_MIN, 0, MPI_COMM_WORLD);
+    MPI_Reduce(&latency, &st->max, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+    MPI_Reduce(&latency, &sum, 1, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
+    st->avg = sum / np;
+}
+
+/* The whole collective benchmark: buffers of np * max bytes, then each size. */
+static int run_collective_bench(const struct options *o, int np)
+{
+    long len = (o->max_size + (long)sizeof(float)) * np; /* room for whole floats */
+    char *s_buf, *r_buf;
+    int *counts, *displs;
+    long size;
+    struct coll_stats st;
+
+    if (len > INT_MAX) {
+        fatal(1, "%s", "np * --max-size exceeds an MPI count (2147483647)");
+    }
+    s_buf = alloc_buffer(len);
+    r_buf = alloc_buffer(len);
+    counts = (int *)malloc(sizeof(int) * (size_t)np);
+    displs = (int *)malloc(sizeof(int) * (size_t)np);
+    if (counts == NULL || displs == NULL) {
+        fatal(0, "%s", "out of memory");
+    }
+    /* Touch the buffers before anything is timed; OSU fills floats with 1.0. */
+    if (IS_REDUCTION(o->bench)) {
+        long i;
+        for (i = 0; i < len / (long)sizeof(float); i++) {
+            ((float *)s_buf)[i] = 1.0f;
+        }
+    } else {
+        memset(s_buf, 'a', (size_t)len);
+    }
+    memset(r_buf, 'b', (size_t)len);
+
+    print_header(o, np);
+    for (size = o->bench == B_BARRIER ? 0 : o->min_size; size <= o->max_size;
+         size = (size ? size * 2 : 1)) {
+        if (!IS_REDUCTION(o->bench) || size % (long)sizeof(float) == 0) {
+            run_coll(o, np, (int)size, s_buf, r_buf, counts, displs, &st);
+            report_coll(o, np, size, &st);
+        }
+        if (o->bench == B_BARRIER || size > INT_MAX / 2) {
+            break; /* barrier has one size; or the next doubling would overflow */
+        }
+    }
+    free(s_buf);
+    free(r_buf);
+    free(counts);
+    free(displs);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     struct options o;
@@ -394,6 +711,11 @@ int main(int argc, char **argv)
 
     parse_args(argc, argv, &o);
 
+    if (IS_COLL(o.bench)) {
+        int rc = run_collective_bench(&o, np);
+        MPI_Finalize();
+        return rc;
+    }
     if (o.bench == B_MBW_MR) {
         if (np < 2 || np % 2 != 0) {
             fatal(1, "%s needs an even number of ranks (>= 2)", bench_names[o.bench]);
@@ -428,6 +750,8 @@ int main(int argc, char **argv)
         case B_MBW_MR:
             value = run_mbw_mr(s_buf, r_buf, isize, req, np);
             rate = size > 0 ? value * 1e6 / size : 0.0;
+            break;
+        default:
             break;
         }
         report(&o, np, size, value, rate);

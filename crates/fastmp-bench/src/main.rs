@@ -2,23 +2,63 @@
 //!
 //! With no launcher environment, `--np` starts that many thread ranks on the shm device.
 
+mod coll;
 mod pt2pt;
 mod report;
 mod support;
+mod tune;
 
+use std::path::PathBuf;
+
+use clap::builder::PossibleValue;
 use clap::{Parser, ValueEnum};
-use fastmp::{Comm, Pin};
+use fastmp::coll::{Algorithm, Collective};
+use fastmp::{Comm, Config, Pin};
 
+use coll::Iterations;
 use report::Reporter;
 use support::Sizes;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-enum Bench {
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Pt2pt {
     Latency,
     Bw,
     Bibw,
-    #[value(name = "mbw_mr")]
     MbwMr,
+}
+
+/// What to run: a point-to-point benchmark, a collective benchmark, or the tuner.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Bench {
+    Pt2pt(Pt2pt),
+    Coll(Collective),
+    Tune,
+}
+
+/// Every benchmark name, in the order `--help` lists them.
+const BENCHES: [Bench; 19] = {
+    let mut all = [Bench::Tune; 19];
+    let pt2pt = [Pt2pt::Latency, Pt2pt::Bw, Pt2pt::Bibw, Pt2pt::MbwMr];
+    let mut i = 0;
+    while i < pt2pt.len() {
+        all[i] = Bench::Pt2pt(pt2pt[i]);
+        i += 1;
+    }
+    while i < pt2pt.len() + Collective::ALL.len() {
+        all[i] = Bench::Coll(Collective::ALL[i - pt2pt.len()]);
+        i += 1;
+    }
+    all
+};
+
+impl ValueEnum for Bench {
+    fn value_variants<'a>() -> &'a [Self] {
+        &BENCHES
+    }
+
+    fn to_possible_value(&self) -> Option<PossibleValue> {
+        Some(PossibleValue::new(self.name()))
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -29,9 +69,9 @@ enum PinArg {
 }
 
 #[derive(Parser, Debug)]
-#[command(name = "fastmp-bench", about = "OSU-style micro-benchmarks for fastmp")]
+#[command(name = "fastmp-bench", about = "OSU-style micro-benchmarks for fastmp, and the collective tuner")]
 struct Args {
-    /// Benchmark to run.
+    /// Benchmark to run (`tune` measures every collective algorithm and writes a tuning file).
     bench: Bench,
     /// Ranks (thread ranks on the shm device unless a launcher set FASTMP_NP).
     #[arg(long, default_value_t = 2)]
@@ -39,41 +79,118 @@ struct Args {
     /// Pin ranks to cores.
     #[arg(long, value_enum, default_value_t = PinArg::Compact)]
     pin: PinArg,
-    /// Smallest message size in bytes (default: 0 for latency, 1 otherwise).
+    /// Smallest message size in bytes (default: 0 for latency, 4 for reductions, 1 otherwise).
     #[arg(long)]
     min_size: Option<usize>,
-    /// Largest message size in bytes.
-    #[arg(long, default_value_t = 1 << 22)]
-    max_size: usize,
+    /// Largest message size in bytes (default: 4 MiB point-to-point, 1 MiB collectives).
+    #[arg(long)]
+    max_size: Option<usize>,
     /// One JSON object per line instead of the OSU table.
     #[arg(long)]
     json: bool,
     /// Eager/rendezvous switch point in bytes (default: the library's).
     #[arg(long)]
     eager_limit: Option<usize>,
+    /// Collectives: force this algorithm (default: the tuning rules choose per size).
+    #[arg(long, value_name = "NAME")]
+    algorithm: Option<String>,
+    /// Collectives and tune: timed iterations per size (default: OSU's 1000, 100 above 8 KiB;
+    /// tune uses a tenth of that).
+    #[arg(long, value_name = "N")]
+    iterations: Option<usize>,
+    /// Tune: process counts to measure.
+    #[arg(long, value_delimiter = ',', default_value = "2,4,8")]
+    np_list: Vec<usize>,
+    /// Tune: only these collectives (default: all).
+    #[arg(long, value_delimiter = ',', value_name = "NAMES")]
+    collectives: Vec<String>,
+    /// Tune: where to write the JSON tuning file.
+    #[arg(long, default_value = "fastmp-tuning.json")]
+    output: PathBuf,
 }
 
-impl Bench {
+impl Pt2pt {
     fn name(self) -> &'static str {
         match self {
-            Bench::Latency => "latency",
-            Bench::Bw => "bw",
-            Bench::Bibw => "bibw",
-            Bench::MbwMr => "mbw_mr",
+            Pt2pt::Latency => "latency",
+            Pt2pt::Bw => "bw",
+            Pt2pt::Bibw => "bibw",
+            Pt2pt::MbwMr => "mbw_mr",
         }
     }
 
     fn check_np(self, np: usize) -> Result<(), String> {
         match self {
-            Bench::MbwMr if np < 2 || !np.is_multiple_of(2) => {
+            Pt2pt::MbwMr if np < 2 || !np.is_multiple_of(2) => {
                 Err(format!("mbw_mr needs an even number of ranks, got {np}"))
             }
-            Bench::Latency | Bench::Bw | Bench::Bibw if np != 2 => {
+            Pt2pt::Latency | Pt2pt::Bw | Pt2pt::Bibw if np != 2 => {
                 Err(format!("{} needs exactly 2 ranks, got {np}", self.name()))
             }
             _ => Ok(()),
         }
     }
+}
+
+impl Bench {
+    fn name(self) -> &'static str {
+        match self {
+            Bench::Pt2pt(p) => p.name(),
+            Bench::Coll(c) => c.name(),
+            Bench::Tune => "tune",
+        }
+    }
+}
+
+impl Args {
+    /// The size range, with each benchmark's OSU defaults.
+    fn sizes(&self) -> Result<Sizes, String> {
+        let min = self.min_size.unwrap_or(match self.bench {
+            Bench::Pt2pt(Pt2pt::Latency) => 0,
+            Bench::Coll(c) if coll::is_reduction(c) => 4,
+            _ => 1,
+        });
+        let max = self.max_size.unwrap_or(match self.bench {
+            Bench::Pt2pt(_) => 1 << 22,
+            _ => 1 << 20,
+        });
+        if min > max {
+            return Err(format!("--min-size {min} is larger than --max-size {max}"));
+        }
+        Ok(Sizes { min, max })
+    }
+
+    fn iterations(&self, default: Iterations) -> Result<Iterations, String> {
+        match self.iterations {
+            Some(0) => Err("--iterations must be at least 1".into()),
+            Some(n) => Ok(Iterations::fixed(n)),
+            None => Ok(default),
+        }
+    }
+
+    /// Rejects options that do not apply to the chosen benchmark.
+    fn check_options(&self) -> Result<(), String> {
+        let name = self.bench.name();
+        let given = |flag: &str, set: bool, applies: bool| {
+            if set && !applies { Err(format!("{flag} does not apply to {name}")) } else { Ok(()) }
+        };
+        let (is_coll, is_tune) = (matches!(self.bench, Bench::Coll(_)), self.bench == Bench::Tune);
+        given("--algorithm", self.algorithm.is_some(), is_coll)?;
+        given("--iterations", self.iterations.is_some(), is_coll || is_tune)?;
+        given("--collectives", !self.collectives.is_empty(), is_tune)?;
+        given("--json", self.json, !is_tune)
+    }
+}
+
+/// Parses `--algorithm` for `coll`; the error lists the valid names.
+fn parse_algorithm(coll: Collective, name: &str) -> Result<Algorithm, String> {
+    let valid = || coll.algorithms().iter().map(|a| a.name()).collect::<Vec<_>>().join(", ");
+    let algorithm =
+        Algorithm::from_name(name).map_err(|_| format!("unknown algorithm {name:?} for {coll}; valid: {}", valid()))?;
+    if !coll.algorithms().contains(&algorithm) {
+        return Err(format!("{coll} has no algorithm {:?}; valid: {}", algorithm.name(), valid()));
+    }
+    Ok(algorithm)
 }
 
 fn main() {
@@ -84,7 +201,9 @@ fn main() {
     }
 }
 
-fn run(args: &Args) -> Result<(), String> {
+/// The launch configuration from the environment and the command line: `--np` thread ranks
+/// unless a launcher set FASTMP_NP (tune sets its own counts).
+fn base_config(args: &Args) -> Result<Config, String> {
     let mut config = fastmp::init().map_err(|e| e.to_string())?;
     if std::env::var_os("FASTMP_NP").is_none() {
         config = config.np(args.np);
@@ -97,30 +216,59 @@ fn run(args: &Args) -> Result<(), String> {
     if let Some(limit) = args.eager_limit {
         config = config.eager_limit(limit);
     }
-    let np = config.get_np();
-    args.bench.check_np(np)?;
-    let min = args.min_size.unwrap_or(if args.bench == Bench::Latency { 0 } else { 1 });
-    if min > args.max_size {
-        return Err(format!("--min-size {min} is larger than --max-size {}", args.max_size));
-    }
-    let sizes = Sizes { min, max: args.max_size };
-    let bench = args.bench;
-    let json = args.json;
+    Ok(config)
+}
+
+fn run(args: &Args) -> Result<(), String> {
+    args.check_options()?;
+    let sizes = args.sizes()?;
+    let config = base_config(args)?;
+    let bench = match args.bench {
+        Bench::Tune => {
+            let collectives = args
+                .collectives
+                .iter()
+                .map(|c| Collective::from_name(c).map_err(|e| e.to_string()))
+                .collect::<Result<_, _>>()?;
+            let plan = tune::Plan {
+                np_list: args.np_list.clone(),
+                collectives,
+                sizes,
+                iterations: args.iterations(Iterations::TUNE)?,
+            };
+            return tune::run(&config, &plan, &args.output);
+        }
+        Bench::Pt2pt(p) => p,
+        Bench::Coll(c) => {
+            let forced = args.algorithm.as_deref().map(|name| parse_algorithm(c, name)).transpose()?;
+            let iterations = args.iterations(Iterations::OSU)?;
+            return launch(config, args, |world, out| coll::bench(world, c, forced, &sizes, iterations, out));
+        }
+    };
+    bench.check_np(config.get_np())?;
+    launch(config, args, |world, out| match bench {
+        Pt2pt::Latency => pt2pt::latency(world, &sizes, out),
+        Pt2pt::Bw => pt2pt::bw(world, &sizes, out),
+        Pt2pt::Bibw => pt2pt::bibw(world, &sizes, out),
+        Pt2pt::MbwMr => pt2pt::mbw_mr(world, &sizes, out),
+    })
+}
+
+/// Runs `body` on every rank; rank 0 prints.
+fn launch<F>(config: Config, args: &Args, body: F) -> Result<(), String>
+where
+    F: Fn(&Comm, &Reporter) -> fastmp::Result<()> + Sync,
+{
     config
         .run(|world: Comm| {
             let out = Reporter {
-                bench: bench.name(),
+                bench: args.bench.name(),
                 device: world.device_name(),
                 np: world.size(),
-                json,
+                json: args.json,
                 printer: world.rank() == 0,
             };
-            match bench {
-                Bench::Latency => pt2pt::latency(&world, &sizes, &out),
-                Bench::Bw => pt2pt::bw(&world, &sizes, &out),
-                Bench::Bibw => pt2pt::bibw(&world, &sizes, &out),
-                Bench::MbwMr => pt2pt::mbw_mr(&world, &sizes, &out),
-            }
+            body(&world, &out)
         })
         .map(drop)
         .map_err(|e| e.to_string())

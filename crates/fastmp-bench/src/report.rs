@@ -31,8 +31,14 @@ impl Reporter {
         println!("{head}");
     }
 
-    /// One row: `values` are (json key, value) pairs in column order.
+    /// One row of numbers: `values` are (json key, value) pairs in column order.
     pub fn row(&self, size: usize, values: &[(&str, f64)]) {
+        let cells: Vec<(&str, Cell)> = values.iter().map(|&(key, v)| (key, Cell::Num(v))).collect();
+        self.row_cells(size, &cells);
+    }
+
+    /// One row of numbers and labels: (json key, cell) pairs in column order.
+    pub fn row_cells(&self, size: usize, cells: &[(&str, Cell)]) {
         if !self.printer {
             return;
         }
@@ -42,18 +48,33 @@ impl Reporter {
             obj.insert("device".into(), json!(self.device));
             obj.insert("np".into(), json!(self.np));
             obj.insert("size".into(), json!(size));
-            for (key, v) in values {
-                let digits = if key.ends_with("_us") { 3 } else { 2 };
-                let scale = 10f64.powi(digits);
-                obj.insert((*key).into(), json!((v * scale).round() / scale));
+            for (key, cell) in cells {
+                let value = match cell {
+                    Cell::Num(v) => {
+                        let digits = if key.ends_with("_us") { 3 } else { 2 };
+                        let scale = 10f64.powi(digits);
+                        json!((v * scale).round() / scale)
+                    }
+                    Cell::Text(t) => json!(t),
+                };
+                obj.insert((*key).into(), value);
             }
             println!("{}", serde_json::Value::Object(obj));
         } else {
             let mut line = format!("{size:<10}");
-            for (_, v) in values {
-                line.push_str(&format!("{v:>20.2}"));
+            for (_, cell) in cells {
+                match cell {
+                    Cell::Num(v) => line.push_str(&format!("{v:>20.2}")),
+                    Cell::Text(t) => line.push_str(&format!("{t:>20}")),
+                }
             }
             println!("{line}");
         }
     }
+}
+
+/// One table cell / JSON value of a row.
+pub enum Cell<'a> {
+    Num(f64),
+    Text(&'a str),
 }

@@ -1,7 +1,9 @@
 //! The benchmark binary's output contract: OSU-style tables, JSON lines with the documented keys,
-//! and clear errors for bad arguments.
+//! clear errors for bad arguments, and tuning files the library accepts.
 
 use std::process::Command;
+
+use fastmp::coll::{Algorithm, Collective, Tuning};
 
 /// One benchmark process at a time: their spinning ranks would starve each other on a small
 /// machine if the test harness ran them in parallel.
@@ -76,5 +78,115 @@ fn bad_arguments_fail_with_a_message() {
         assert!(!out.status.success(), "{args:?} should fail");
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(err.contains(needle), "{args:?}: {err}");
+    }
+}
+
+/// Quick collective runs: tiny sizes, few iterations, no pinning.
+fn coll_bench(name: &str, np: usize, extra: &[&str]) -> std::process::Output {
+    let np = np.to_string();
+    let mut args = vec![name, "--np", &np, "--max-size", "16", "--iterations", "3", "--pin", "none"];
+    args.extend_from_slice(extra);
+    bench(&args)
+}
+
+#[test]
+fn every_collective_prints_json_lines_with_the_documented_keys() {
+    for np in [2, 3] {
+        for coll in Collective::ALL {
+            let name = coll.name();
+            let lines = json_lines(&coll_bench(name, np, &["--json"]));
+            let expected_sizes: &[u64] = match coll {
+                Collective::Barrier => &[0],
+                Collective::Reduce | Collective::Allreduce | Collective::ReduceScatter | Collective::Scan => {
+                    &[4, 8, 16]
+                }
+                _ => &[1, 2, 4, 8, 16],
+            };
+            let sizes: Vec<u64> = lines.iter().map(|l| l["size"].as_u64().unwrap()).collect();
+            assert_eq!(sizes, expected_sizes, "{name} np={np}");
+            for l in &lines {
+                let keys: Vec<&str> = l.as_object().unwrap().keys().map(String::as_str).collect();
+                let bandwidth: &[&str] = if coll == Collective::Barrier { &[] } else { &["mb_s"] };
+                let expected: Vec<&str> = ["bench", "device", "np", "size", "avg_us", "min_us", "max_us"]
+                    .into_iter()
+                    .chain(bandwidth.iter().copied())
+                    .chain(["algorithm"])
+                    .collect();
+                assert_eq!(keys, expected, "{name} np={np}: {l}");
+                assert_eq!(
+                    (l["bench"].as_str(), l["device"].as_str(), l["np"].as_u64()),
+                    (Some(name), Some("shm"), Some(np as u64))
+                );
+                let (avg, min, max) =
+                    (l["avg_us"].as_f64().unwrap(), l["min_us"].as_f64().unwrap(), l["max_us"].as_f64().unwrap());
+                assert!(min >= 0.0 && min <= avg + 1e-3 && avg <= max + 1e-3, "{name} np={np}: {l}");
+                let algorithm = Algorithm::from_name(l["algorithm"].as_str().unwrap()).unwrap();
+                assert!(coll.algorithms().contains(&algorithm), "{name} np={np}: {l}");
+            }
+        }
+    }
+}
+
+#[test]
+fn collective_table_follows_the_osu_layout_and_algorithm_is_forced() {
+    let out = coll_bench("bcast", 3, &["--algorithm", "mst", "--min-size", "8"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(lines[0].starts_with("# fastmp Broadcast Latency Test v7.4"), "{text}");
+    assert!(text.contains("# Algorithm: mst (forced)"), "{text}");
+    let head = lines.iter().find(|l| l.starts_with("# Size")).unwrap();
+    let columns = ["Avg Latency(us)", "Min Latency(us)", "Max Latency(us)", "Bandwidth (MB/s)", "Algorithm"];
+    assert_eq!(*head, columns.iter().fold(format!("{:<10}", "# Size"), |h, c| h + &format!("{c:>20}")));
+    let rows: Vec<&str> = lines.iter().copied().filter(|l| !l.starts_with('#')).collect();
+    assert_eq!(rows.len(), 2, "sizes 8 and 16: {text}");
+    assert!(rows.iter().all(|r| r.ends_with(" mst")), "{text}");
+}
+
+#[test]
+fn bad_collective_arguments_fail_with_a_message() {
+    for (args, needle) in [
+        (&["bcast", "--algorithm", "magic"][..], "unknown algorithm \"magic\" for bcast; valid: bft, nbft, fat, mst"),
+        (
+            &["barrier", "--algorithm", "bkt"][..],
+            "barrier has no algorithm \"bkt\"; valid: gather_bcast, bt, bde, native",
+        ),
+        (&["latency", "--algorithm", "mst"][..], "--algorithm does not apply to latency"),
+        (&["allreduce", "--iterations", "0"][..], "--iterations must be at least 1"),
+        (&["tune", "--collectives", "bcats"][..], "unknown collective \"bcats\""),
+    ] {
+        let out = bench(args);
+        assert!(!out.status.success(), "{args:?} should fail");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(needle), "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn tune_writes_a_loadable_tuning_file() {
+    let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("cli-tune.json");
+    let _ = std::fs::remove_file(&path);
+    let out = bench(&[
+        "tune",
+        "--np-list",
+        "2,3",
+        "--max-size",
+        "8",
+        "--iterations",
+        "2",
+        "--pin",
+        "none",
+        "--output",
+        path.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let summary = String::from_utf8(out.stdout).unwrap();
+    let text = std::fs::read_to_string(&path).unwrap();
+    let tuning = Tuning::from_json(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
+    let file: serde_json::Value = serde_json::from_str(&text).unwrap();
+    for coll in Collective::ALL {
+        assert!(file[coll.name()].is_array(), "{} missing: {text}", coll.name());
+        assert!(summary.lines().any(|l| l.starts_with(coll.name())), "{summary}");
+        assert!(coll.algorithms().contains(&tuning.select(coll, 3, 8)));
     }
 }

@@ -1,7 +1,8 @@
 //! Tiny end-to-end exchanges through the public API on two ranks, small enough to run under Miri
 //! (`scripts/miri.sh`): eager (inline and spilled), rendezvous (sender first), receiver-first
 //! direct copy, a synchronous send, and requests leaked with `mem::forget` (the scope must release
-//! them: the send's data is detached, the receive cancelled).
+//! them: the send's data is detached, the receive cancelled); plus the shm device's native
+//! collectives on three ranks, where peers copy and reduce straight out of each other's buffers.
 
 use fastmp::{ANY_SOURCE, ANY_TAG, Comm, Config, Result};
 
@@ -115,4 +116,74 @@ fn forgotten_requests_are_released_by_the_scope() {
         }
         Ok(())
     });
+}
+
+/// Every collective forced to the native (shared-buffer) algorithm.
+fn native_job(f: impl Fn(Comm) -> Result<()> + Sync) -> Result<Vec<()>> {
+    use fastmp::coll::{Algorithm, Collective, Tuning};
+    let tuning = Collective::ALL.iter().try_fold(Tuning::defaults(), |t, &c| t.force(c, Algorithm::Native))?;
+    Config::new().np(3).tuning(tuning).run(f)
+}
+
+#[test]
+fn native_collectives() {
+    use fastmp::op::{Sum, UserOp};
+    // Keeps the leftmost operand: associative, not commutative, so rank order is visible.
+    let first = UserOp::non_commutative(|input: &[u32], inout: &mut [u32]| inout.copy_from_slice(input));
+    native_job(|world| {
+        let (me, np) = (world.rank(), world.size());
+        let mine = [me as u32 * 10, me as u32 * 10 + 1];
+        world.barrier()?;
+        let mut b = if me == 1 { [7u32, 8, 9] } else { [0; 3] };
+        world.bcast(&mut b, 1)?;
+        assert_eq!(b, [7, 8, 9]);
+        let mut all = [0u32; 6];
+        world.allgather(&mine, &mut all)?;
+        assert_eq!(all, [0, 1, 10, 11, 20, 21]);
+        let mut got = [0u32; 2];
+        world.scatter(if me == 0 { &all[..] } else { &[] }, &mut got, 0)?;
+        assert_eq!(got, mine);
+        let mut at_root = [0u32; 6];
+        world.gatherv(&mine, if me == 2 { &mut at_root[..] } else { &mut [] }, &[2; 3], &[4, 2, 0], 2)?;
+        if me == 2 {
+            assert_eq!(at_root, [20, 21, 10, 11, 0, 1]);
+        }
+        let send: Vec<u32> = (0..np as u32).map(|j| me as u32 * 10 + j).collect();
+        let mut recv = [0u32; 3];
+        world.alltoall(&send, &mut recv)?;
+        assert_eq!(recv, [me as u32, 10 + me as u32, 20 + me as u32]);
+        let mut total = [0u32; 2];
+        world.allreduce(&mine, &mut total, Sum)?;
+        assert_eq!(total, [30, 33]);
+        let mut leftmost = [9u32; 2];
+        world.reduce(&mine, if me == 0 { &mut leftmost[..] } else { &mut [] }, &first, 0)?;
+        assert_eq!(leftmost, if me == 0 { [0, 1] } else { [9, 9] });
+        let mut part = [0u32; 1];
+        world.reduce_scatter(&[1, 2, 3], &mut part, &[1, 1, 1], Sum)?;
+        assert_eq!(part, [3 * (me as u32 + 1)]);
+        let mut prefix = [0u32; 2];
+        world.scan(&mine, &mut prefix, Sum)?;
+        assert_eq!(prefix[0], (0..=me as u32).map(|r| r * 10).sum::<u32>());
+        world.exscan(&mine, &mut prefix, &first)?;
+        if me > 0 {
+            assert_eq!(prefix, [0, 1]);
+        }
+        Ok(())
+    })
+    .expect("job");
+}
+
+#[test]
+fn native_collective_with_a_panicking_op() {
+    use fastmp::op::UserOp;
+    let outcome = native_job(|world| {
+        let me = world.rank();
+        let op = UserOp::commutative(move |input: &[u8], inout: &mut [u8]| {
+            assert!(me != 1, "user op fails on rank 1");
+            inout.copy_from_slice(input);
+        });
+        let mut out = [0u8; 4];
+        world.allreduce(&[me as u8; 4], &mut out, &op)
+    });
+    assert!(outcome.is_err());
 }

@@ -1,11 +1,17 @@
 //! Allreduce algorithms: flat, binomial, recursive doubling, ring, reduce+bcast, Rabenseifner.
 
+use std::ops::Range;
+
 use bytemuck::Pod;
 
 use super::op::Op;
-use super::select::Algorithm;
+use super::reduce::{Partial, combine_in_rank_order, exchange_flat, vector_of, zeroed};
+use super::reduce_scatter::{Fold, block, even_offsets, recursive_halving, ring_reduce_scatter};
+use super::select::{Algorithm, Collective};
 use crate::comm::Comm;
 use crate::error::{Error, Result};
+
+const COLL: Collective = Collective::Allreduce;
 
 pub(super) fn allreduce<T: Pod>(
     comm: &Comm,
@@ -14,6 +20,123 @@ pub(super) fn allreduce<T: Pod>(
     op: &dyn Op<T>,
     algorithm: Algorithm,
 ) -> Result<()> {
-    let _ = (comm, send, recv, op);
-    Err(Error::other(format!("allreduce {algorithm}: not implemented yet")))
+    match algorithm {
+        Algorithm::Nbft => flat(comm, send, recv, op),
+        // The MST rooted at rank 0 is the binomial tree (exactly so for powers of two).
+        Algorithm::Bt => reduce_then_bcast(comm, send, recv, op, Algorithm::Bt),
+        Algorithm::ReduceBcast => {
+            let bcast = comm.algorithm_for(Collective::Bcast, size_of_val(recv), true);
+            reduce_then_bcast(comm, send, recv, op, bcast)
+        }
+        Algorithm::Bde => recursive_doubling(comm, send, recv, op),
+        Algorithm::Bkt => ring(comm, send, recv, op),
+        Algorithm::Rabenseifner => rabenseifner(comm, send, recv, op),
+        other => Err(Error::InvalidArgument(format!("allreduce has no algorithm {other}"))),
+    }
+}
+
+/// Every rank sends its vector to every other one (nonblocking) and combines all in rank order.
+fn flat<T: Pod>(comm: &Comm, send: &[T], recv: &mut [T], op: &dyn Op<T>) -> Result<()> {
+    let (np, me) = (comm.size(), comm.rank());
+    let peers = || (0..np).filter(move |&r| r != me);
+    let others = exchange_flat(comm, send, peers(), peers(), COLL)?;
+    combine_in_rank_order(op, np, |r| vector_of(r, me, send, &others), recv);
+    Ok(())
+}
+
+/// MST reduce to rank 0 (order-correct), then a bcast of the result with `bcast`.
+fn reduce_then_bcast<T: Pod>(comm: &Comm, send: &[T], recv: &mut [T], op: &dyn Op<T>, bcast: Algorithm) -> Result<()> {
+    super::reduce::reduce(comm, send, recv, op, 0, Algorithm::Mst)?;
+    let bytes: &mut [u8] = bytemuck::cast_slice_mut(recv);
+    match bcast {
+        Algorithm::Native => super::native::bcast(comm, bytes, 0),
+        algorithm => super::bcast::bcast(comm, bytes, 0, algorithm),
+    }
+}
+
+/// Runs `body(fold, v, acc, spare)` on the fold's virtual ranks with `acc` (which is `recv`)
+/// holding the folded vector, then hands the result to the ranks that sat out.
+fn folded<T: Pod>(
+    comm: &Comm,
+    send: &[T],
+    recv: &mut [T],
+    op: &dyn Op<T>,
+    body: impl FnOnce(&Fold, usize, &mut [T], &mut [T]) -> Result<()>,
+) -> Result<()> {
+    let fold = Fold::new(comm.size());
+    recv.copy_from_slice(send);
+    let mut spare = zeroed::<T>(send.len());
+    fold.fold_in(comm, recv, &mut spare, op, COLL)?;
+    if let Some(v) = fold.virtual_rank(comm.rank()) {
+        body(&fold, v, recv, &mut spare)?;
+    }
+    fold.unfold(comm, recv, COLL)
+}
+
+/// Recursive doubling over the fold's virtual ranks: after the step with distance `mask` a
+/// rank holds the reduction of an aligned run of `2·mask` virtual ranks, which are contiguous
+/// real ranks, so combining lower ∘ higher keeps rank order.
+fn recursive_doubling<T: Pod>(comm: &Comm, send: &[T], recv: &mut [T], op: &dyn Op<T>) -> Result<()> {
+    folded(comm, send, recv, op, |fold, v, acc, spare| {
+        let mut partial = Partial::new(acc, spare);
+        let mut mask = 1;
+        while mask < fold.pof2 {
+            let partner = v ^ mask;
+            let peer = fold.real_rank(partner);
+            let (mine, incoming) = partial.buffers();
+            comm.coll_sendrecv(bytemuck::cast_slice(mine), peer, bytemuck::cast_slice_mut(incoming), peer, COLL)?;
+            partial.absorb(op, partner < v);
+            mask <<= 1;
+        }
+        partial.settle();
+        Ok(())
+    })
+}
+
+/// Ring reduce-scatter then ring allgather over `np` near-equal blocks (commutative).
+fn ring<T: Pod>(comm: &Comm, send: &[T], recv: &mut [T], op: &dyn Op<T>) -> Result<()> {
+    let (np, me) = (comm.size(), comm.rank());
+    let offsets = even_offsets(send.len(), np);
+    recv.copy_from_slice(send);
+    ring_reduce_scatter(comm, recv, &offsets, op, COLL)?;
+    let (right, left) = ((me + 1) % np, (me + np - 1) % np);
+    for step in 0..np - 1 {
+        let outgoing = block(&offsets, (me + np - step) % np);
+        let incoming = block(&offsets, (me + 2 * np - step - 1) % np);
+        let (outgoing, incoming) = disjoint(recv, outgoing, incoming);
+        comm.coll_sendrecv(bytemuck::cast_slice(outgoing), right, bytemuck::cast_slice_mut(incoming), left, COLL)?;
+    }
+    Ok(())
+}
+
+/// Rabenseifner: fold, recursive-halving reduce-scatter over `pof2` near-equal blocks,
+/// recursive-doubling allgather of the blocks, unfold (commutative).
+fn rabenseifner<T: Pod>(comm: &Comm, send: &[T], recv: &mut [T], op: &dyn Op<T>) -> Result<()> {
+    folded(comm, send, recv, op, |fold, v, acc, spare| {
+        let bounds = even_offsets(send.len(), fold.pof2);
+        recursive_halving(comm, fold, v, acc, spare, &bounds, op, COLL)?;
+        let (mut lo, mut hi) = (v, v + 1);
+        let mut mask = 1;
+        while mask < fold.pof2 {
+            let partner = v ^ mask;
+            let (their_lo, their_hi) = if partner > v { (lo + mask, hi + mask) } else { (lo - mask, hi - mask) };
+            let (outgoing, incoming) = disjoint(acc, bounds[lo]..bounds[hi], bounds[their_lo]..bounds[their_hi]);
+            let peer = fold.real_rank(partner);
+            comm.coll_sendrecv(bytemuck::cast_slice(outgoing), peer, bytemuck::cast_slice_mut(incoming), peer, COLL)?;
+            (lo, hi) = (lo.min(their_lo), hi.max(their_hi));
+            mask <<= 1;
+        }
+        Ok(())
+    })
+}
+
+/// Two non-overlapping ranges of `buf`, one to read and one to write.
+fn disjoint<T>(buf: &mut [T], read: Range<usize>, write: Range<usize>) -> (&[T], &mut [T]) {
+    if read.end <= write.start {
+        let (head, tail) = buf.split_at_mut(write.start);
+        (&head[read], &mut tail[..write.len()])
+    } else {
+        let (head, tail) = buf.split_at_mut(read.start);
+        (&tail[..read.len()], &mut head[write])
+    }
 }

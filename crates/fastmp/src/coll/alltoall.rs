@@ -1,13 +1,20 @@
 //! Alltoall(v) algorithms: the flat variants of Table 4.1 (bFT, nbFT, nb1FT, nb2FT).
+//!
+//! Alltoall is alltoallv with uniform layouts, so both share one implementation per algorithm.
+//! In every variant rank `r` talks to its peers in the order `r + k` (sends) and `r - k`
+//! (receives), `k = 1..np`, so the ranks do not all hit the same peer at once. A rank runs its
+//! whole message pattern even when one transfer fails (counts that disagree between sender and
+//! receiver) and returns the first error, so a mismatch never leaves the other ranks hanging.
 
 use super::Layout;
-use super::select::Algorithm;
+use super::allgather::{all_steps, carve_blocks, copy_own_block};
+use super::select::{Algorithm, Collective};
 use crate::comm::Comm;
 use crate::error::{Error, Result};
 
 pub(super) fn alltoall(comm: &Comm, send: &[u8], recv: &mut [u8], algorithm: Algorithm) -> Result<()> {
-    let _ = (comm, send, recv);
-    Err(Error::other(format!("alltoall {algorithm}: not implemented yet")))
+    let layout = Layout::uniform(comm.size(), send.len() / comm.size());
+    exchange(comm, send, &layout, recv, &layout, algorithm, Collective::Alltoall)
 }
 
 pub(super) fn alltoallv(
@@ -18,6 +25,58 @@ pub(super) fn alltoallv(
     recv_layout: &Layout,
     algorithm: Algorithm,
 ) -> Result<()> {
-    let _ = (comm, send, send_layout, recv, recv_layout);
-    Err(Error::other(format!("alltoallv {algorithm}: not implemented yet")))
+    exchange(comm, send, send_layout, recv, recv_layout, algorithm, Collective::Alltoallv)
+}
+
+/// Sends block `j` of `send` to rank `j` and receives rank `j`'s block into block `j` of `recv`.
+fn exchange(
+    comm: &Comm,
+    send: &[u8],
+    send_layout: &Layout,
+    recv: &mut [u8],
+    recv_layout: &Layout,
+    algorithm: Algorithm,
+    coll: Collective,
+) -> Result<()> {
+    let (np, me) = (comm.size(), comm.rank());
+    let mut inbox = carve_blocks(recv, recv_layout, np);
+    let outbox = |peer: usize| &send[send_layout.block(peer)];
+    let dest = |k: usize| (me + k) % np;
+    let source = |k: usize| (me + np - k) % np;
+    let copied = copy_own_block(inbox[me], outbox(me), coll);
+    let exchanged = match algorithm {
+        // bFT: np - 1 pairwise steps, each a combined send and receive.
+        Algorithm::Bft => {
+            all_steps((1..np).map(|k| comm.coll_sendrecv(outbox(dest(k)), dest(k), inbox[source(k)], source(k), coll)))
+        }
+        // nbFT: everything nonblocking at once.
+        Algorithm::Nbft => {
+            let mut pending = comm.pending();
+            for k in 1..np {
+                pending.irecv(std::mem::take(&mut inbox[source(k)]), source(k), coll)?;
+                pending.isend(outbox(dest(k)), dest(k), coll)?;
+            }
+            pending.wait_all()
+        }
+        // nb1FT: all receives posted first, then blocking sends.
+        Algorithm::Nb1ft => {
+            let mut pending = comm.pending();
+            for k in 1..np {
+                pending.irecv(std::mem::take(&mut inbox[source(k)]), source(k), coll)?;
+            }
+            let sent = all_steps((1..np).map(|k| comm.coll_send(outbox(dest(k)), dest(k), coll)));
+            sent.and(pending.wait_all())
+        }
+        // nb2FT: all sends started first, then blocking receives.
+        Algorithm::Nb2ft => {
+            let mut pending = comm.pending();
+            for k in 1..np {
+                pending.isend(outbox(dest(k)), dest(k), coll)?;
+            }
+            let received = all_steps((1..np).map(|k| comm.coll_recv(inbox[source(k)], source(k), coll)));
+            received.and(pending.wait_all())
+        }
+        other => return Err(Error::InvalidArgument(format!("{coll} has no algorithm {other}"))),
+    };
+    copied.and(exchanged)
 }

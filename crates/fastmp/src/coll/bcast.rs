@@ -1,10 +1,79 @@
 //! Bcast algorithms: flat trees, four-ary tree, MST, binomial, scatter+allgather.
 
-use super::select::Algorithm;
+use super::select::{Algorithm, Collective};
+use super::tree::{
+    Mst, absolute, binomial_children, binomial_parent, four_ary_children, four_ary_parent, relative, send_down,
+    send_from_root,
+};
+use super::{Layout, allgather, native, scatter_gather};
 use crate::comm::Comm;
 use crate::error::{Error, Result};
 
+const BCAST: Collective = Collective::Bcast;
+
 pub(super) fn bcast(comm: &Comm, buf: &mut [u8], root: usize, algorithm: Algorithm) -> Result<()> {
-    let _ = (comm, buf, root);
-    Err(Error::other(format!("bcast {algorithm}: not implemented yet")))
+    let (rank, np) = (comm.rank(), comm.size());
+    let rel = relative(rank, root, np);
+    let to_absolute = move |rel| absolute(rel, root, np);
+    match algorithm {
+        Algorithm::Bft => flat(comm, buf, root, false),
+        Algorithm::Nbft => flat(comm, buf, root, true),
+        Algorithm::Fat => send_down(
+            comm,
+            buf,
+            four_ary_parent(rel).map(to_absolute),
+            four_ary_children(rel, np).map(to_absolute),
+            BCAST,
+        ),
+        Algorithm::Mst => {
+            let node = Mst::new(np, root, rank);
+            send_down(comm, buf, node.parent, node.children().map(|(child, _)| child), BCAST)
+        }
+        Algorithm::Bt => send_down(
+            comm,
+            buf,
+            binomial_parent(rel).map(to_absolute),
+            binomial_children(rel, np).rev().map(to_absolute),
+            BCAST,
+        ),
+        Algorithm::ScatterAllgather => scatter_allgather(comm, buf, root),
+        other => Err(Error::InvalidArgument(format!("bcast has no algorithm {other}"))),
+    }
+}
+
+/// The root sends the whole buffer to every other rank.
+fn flat(comm: &Comm, buf: &mut [u8], root: usize, nonblocking: bool) -> Result<()> {
+    if comm.rank() != root {
+        return comm.coll_recv(buf, root, BCAST);
+    }
+    let buf: &[u8] = buf;
+    send_from_root(comm, root, |_| buf, nonblocking, BCAST)
+}
+
+/// Van de Geijn's long-message bcast: the root scatters `np` blocks of `ceil(len / np)` bytes
+/// (the last ones short or empty), then all ranks allgather them, so the root sends the buffer
+/// about once instead of `log2 np` times.
+fn scatter_allgather(comm: &Comm, buf: &mut [u8], root: usize) -> Result<()> {
+    let (rank, np, len) = (comm.rank(), comm.size(), buf.len());
+    let block = len.div_ceil(np);
+    let displs: Vec<usize> = (0..np).map(|r| (r * block).min(len)).collect();
+    let counts: Vec<usize> = (0..np).map(|r| ((r + 1) * block).min(len) - displs[r]).collect();
+    let layout = Layout::new::<u8>(comm, "bcast blocks", &counts, &displs, len)?;
+    // This rank's block lies inside `buf`, which the allgather writes, so it travels through a
+    // temporary (the root's scatter just copies its own block there).
+    let mut own = vec![0u8; counts[rank]];
+    let root_layout = (rank == root).then_some(&layout);
+    match comm.algorithm_for(Collective::Scatterv, 0, true) {
+        Algorithm::Native => native::scatterv(comm, buf, root_layout, &mut own, root)?,
+        algorithm => scatter_gather::scatterv(comm, buf, root_layout, &mut own, root, algorithm)?,
+    }
+    // Gather+bcast would bcast again and could come straight back here.
+    let algorithm = match comm.algorithm_for(Collective::Allgatherv, len / np, true) {
+        Algorithm::GatherBcast => Collective::Allgatherv.fallback(),
+        algorithm => algorithm,
+    };
+    match algorithm {
+        Algorithm::Native => native::allgatherv(comm, &own, buf, &layout),
+        algorithm => allgather::allgatherv(comm, &own, buf, &layout, algorithm),
+    }
 }

@@ -21,6 +21,7 @@ mod scan;
 mod scatter_gather;
 pub(crate) mod select;
 mod transport;
+mod tree;
 mod vector;
 
 use std::sync::Arc;

@@ -90,7 +90,7 @@ macro_rules! float_arith {
             #[inline]
             fn combine(&self, input: &[$t], inout: &mut [$t]) {
                 for (&a, b) in input.iter().zip(inout.iter_mut()) {
-                    *b = a + *b;
+                    *b += a;
                 }
             }
         }
@@ -98,7 +98,7 @@ macro_rules! float_arith {
             #[inline]
             fn combine(&self, input: &[$t], inout: &mut [$t]) {
                 for (&a, b) in input.iter().zip(inout.iter_mut()) {
-                    *b = a * *b;
+                    *b *= a;
                 }
             }
         }

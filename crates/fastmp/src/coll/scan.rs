@@ -1,11 +1,14 @@
-//! Scan / exscan algorithms: flat, linear chain, recursive doubling.
+//! Scan / exscan algorithms: flat, linear chain, recursive doubling. All combine in rank order.
 
 use bytemuck::Pod;
 
 use super::op::Op;
-use super::select::Algorithm;
+use super::reduce::{combine_in_rank_order, exchange_flat, vector_of, zeroed};
+use super::select::{Algorithm, Collective};
 use crate::comm::Comm;
 use crate::error::{Error, Result};
+
+const COLL: Collective = Collective::Scan;
 
 pub(super) fn scan<T: Pod>(
     comm: &Comm,
@@ -15,6 +18,94 @@ pub(super) fn scan<T: Pod>(
     exclusive: bool,
     algorithm: Algorithm,
 ) -> Result<()> {
-    let _ = (comm, send, recv, op, exclusive);
-    Err(Error::other(format!("scan {algorithm}: not implemented yet")))
+    match algorithm {
+        Algorithm::Nbft => flat(comm, send, recv, op, exclusive),
+        Algorithm::Linear => chain(comm, send, recv, op, exclusive),
+        Algorithm::Bde => recursive_doubling(comm, send, recv, op, exclusive),
+        other => Err(Error::InvalidArgument(format!("scan has no algorithm {other}"))),
+    }
+}
+
+/// Every rank sends its vector to all higher ranks (nonblocking) and combines what it got from
+/// the lower ones in rank order.
+fn flat<T: Pod>(comm: &Comm, send: &[T], recv: &mut [T], op: &dyn Op<T>, exclusive: bool) -> Result<()> {
+    let (np, me) = (comm.size(), comm.rank());
+    let lower = exchange_flat(comm, send, 0..me, me + 1..np, COLL)?;
+    // Ranks 0..=me (inclusive) or 0..me (exclusive) take part; `lower` holds ranks 0..me.
+    let count = if exclusive { me } else { me + 1 };
+    if count > 0 {
+        combine_in_rank_order(op, count, |r| vector_of(r, me, send, &lower), recv);
+    }
+    Ok(())
+}
+
+/// Chain: receive the inclusive prefix of ranks `0..me` from the left, combine, pass the
+/// inclusive prefix on to the right.
+fn chain<T: Pod>(comm: &Comm, send: &[T], recv: &mut [T], op: &dyn Op<T>, exclusive: bool) -> Result<()> {
+    let (np, me) = (comm.size(), comm.rank());
+    let next = (me + 1 < np).then_some(me + 1);
+    if me == 0 {
+        if !exclusive {
+            recv.copy_from_slice(send);
+        }
+        return next.map_or(Ok(()), |next| comm.coll_send(bytemuck::cast_slice(send), next, COLL));
+    }
+    if exclusive {
+        comm.coll_recv(bytemuck::cast_slice_mut(recv), me - 1, COLL)?;
+        if let Some(next) = next {
+            let mut inclusive = send.to_vec();
+            op.combine(recv, &mut inclusive);
+            comm.coll_send(bytemuck::cast_slice(&inclusive), next, COLL)?;
+        }
+    } else {
+        let mut prefix = zeroed::<T>(send.len());
+        comm.coll_recv(bytemuck::cast_slice_mut(&mut prefix), me - 1, COLL)?;
+        recv.copy_from_slice(send);
+        op.combine(&prefix, recv);
+        if let Some(next) = next {
+            comm.coll_send(bytemuck::cast_slice(recv), next, COLL)?;
+        }
+    }
+    Ok(())
+}
+
+/// Recursive doubling: at distance `mask` a rank swaps with `rank ^ mask` the reduction of its
+/// aligned run of `mask` ranks (clipped to `np`); runs from below extend the prefix and the
+/// run's total on the left, runs from above extend the total on the right. Any `np`.
+fn recursive_doubling<T: Pod>(comm: &Comm, send: &[T], recv: &mut [T], op: &dyn Op<T>, exclusive: bool) -> Result<()> {
+    let (np, me) = (comm.size(), comm.rank());
+    let mut total = send.to_vec();
+    let mut incoming = zeroed::<T>(send.len());
+    // Whether `recv` holds a prefix yet; an exclusive scan starts empty.
+    let mut have_prefix = !exclusive;
+    if have_prefix {
+        recv.copy_from_slice(send);
+    }
+    let mut mask = 1;
+    while mask < np {
+        let partner = me ^ mask;
+        if partner < np {
+            comm.coll_sendrecv(
+                bytemuck::cast_slice(&total),
+                partner,
+                bytemuck::cast_slice_mut(&mut incoming),
+                partner,
+                COLL,
+            )?;
+            if partner < me {
+                if have_prefix {
+                    op.combine(&incoming, recv);
+                } else {
+                    recv.copy_from_slice(&incoming);
+                    have_prefix = true;
+                }
+                op.combine(&incoming, &mut total);
+            } else {
+                op.combine(&total, &mut incoming);
+                std::mem::swap(&mut total, &mut incoming);
+            }
+        }
+        mask <<= 1;
+    }
+    Ok(())
 }

@@ -62,6 +62,9 @@ pub(crate) struct ShmWorld {
     first_failure: OnceLock<usize>,
     /// Why each failed rank failed.
     causes: Box<[OnceLock<String>]>,
+    /// Set (`SeqCst`, after `first_failure`) when a rank fails; the native collectives' protocol
+    /// relies on its total order with their `SeqCst` entry stores (see `native`).
+    aborted: AtomicBool,
     /// Native-collective areas by communicator (context, lowest world rank); communicators that
     /// share a context have disjoint members, so the key is unique.
     native_areas: native::Registry,
@@ -78,6 +81,7 @@ impl ShmWorld {
             ranks: (0..np).map(|_| RankShared::default()).collect(),
             first_failure: OnceLock::new(),
             causes: (0..np).map(|_| OnceLock::new()).collect(),
+            aborted: AtomicBool::new(false),
             native_areas: native::Registry::default(),
         })
     }
@@ -94,7 +98,8 @@ impl ShmWorld {
 
     /// Records that `rank`'s program returned normally and wakes anyone waiting on it.
     pub fn mark_exited(&self, rank: usize) {
-        self.ranks[rank].state.store(EXITED, Ordering::Release);
+        // SeqCst (not just Release): part of the native collectives' protocol (see `native`).
+        self.ranks[rank].state.store(EXITED, Ordering::SeqCst);
         self.wake_all();
     }
 
@@ -102,8 +107,9 @@ impl ShmWorld {
     pub fn mark_failed(&self, rank: usize, cause: String) {
         // The cause is published before the rank that names it.
         let _ = self.causes[rank].set(cause);
-        self.ranks[rank].state.store(FAILED, Ordering::Release);
+        self.ranks[rank].state.store(FAILED, Ordering::SeqCst);
         let _ = self.first_failure.set(rank);
+        self.aborted.store(true, Ordering::SeqCst);
         self.wake_all();
     }
 
@@ -120,6 +126,11 @@ impl ShmWorld {
         for r in self.ranks.iter() {
             r.parker.notify();
         }
+    }
+
+    /// Whether a rank failed (`SeqCst` load, see `aborted`).
+    fn is_aborted(&self) -> bool {
+        self.aborted.load(Ordering::SeqCst)
     }
 
     fn abort_error(&self) -> Option<Error> {

@@ -1,21 +1,389 @@
 //! Shared areas for the shm device's native collectives: one per communicator, holding per-rank
 //! published buffer references and progress flags (see `coll::native` for the algorithms).
+//!
+//! Ranks are threads of one process, so a rank publishes raw pointers to its (borrowed) buffers
+//! and peers copy from or into them directly. Every flag is owned (written) by one rank and read
+//! by the peers that wait on it; there is no shared counter. Flags hold operation *epochs*: every
+//! rank numbers its native operations on a communicator 1, 2, … and all ranks call them in the
+//! same order, so "peer reached epoch e" is `flag >= e`.
+//!
+//! # Why borrowed buffers stay valid (the enter/leave protocol)
+//!
+//! A rank's buffers are borrowed from its caller's frame, so it must not return (or unwind) while
+//! a peer may still touch them. Each operation names, per rank, its *sources* (peers whose
+//! buffers it touches) and *accessors* (peers that touch its buffers).
+//!
+//! 1. Enter: the rank publishes its buffers under a seqlock (`entered = 2e-1`, fields,
+//!    `entered = 2e`); the first store is `SeqCst`.
+//! 2. Before touching anything of a source `p`, the rank reads `p`'s snapshot, which must say
+//!    epoch `e`, the same operation, and list this rank among `p`'s accessors; then, after all
+//!    sources were seen, it loads the job's abort flag (`SeqCst`) and touches nothing if it is set.
+//! 3. Leave (always, also on errors and panics): store `failed` (on error) and `left = e`, then
+//!    wait until every accessor `p` has `left_p >= e`, or is excused: `entered_p < 2e-1` and
+//!    afterwards the job is aborted or `p` no longer runs.
+//!
+//! Excusing is sound: a rank that no longer runs never enters again (its earlier stores are
+//! visible through the Acquire load of its state). For an abort the leaver loads the abort flag
+//! (true) and then `entered_p` (old), both `SeqCst`; `p` stores `entered_p` and then loads the
+//! abort flag, both `SeqCst`. In the single total order the abort store precedes the leaver's
+//! loads, which precede `p`'s store and so `p`'s load: `p` sees the abort and touches nothing.
+//! A source that sees this rank entered and in its accessors keeps this rank from passing its own
+//! leave (and so from republishing) until the source has left; a mismatched snapshot (ranks
+//! disagreeing on the operation, the root or the epoch) is an error, never an access.
 
 use std::collections::HashMap;
+use std::ops::Range;
+use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering, fence};
 use std::sync::{Arc, Mutex, Weak};
+use std::task::Poll;
+
+use crossbeam_utils::CachePadded;
 
 use super::ShmWorld;
 use crate::device::ContextId;
+use crate::device::wait::{Backoff, Pause};
+use crate::error::{Error, Result};
+
+/// The buffers a rank publishes for one operation (null and 0 where unused).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Buffers {
+    pub send: *const u8,
+    pub send_len: usize,
+    pub recv: *mut u8,
+    pub recv_len: usize,
+    /// Operation-specific description (a `Layout`); its type is implied by the operation kind.
+    pub extra: *const (),
+}
+
+impl Default for Buffers {
+    fn default() -> Self {
+        Buffers {
+            send: std::ptr::null(),
+            send_len: 0,
+            recv: std::ptr::null_mut(),
+            recv_len: 0,
+            extra: std::ptr::null(),
+        }
+    }
+}
+
+/// One rank's published state; written only by that rank.
+struct Slot {
+    /// `2e - 1` while publishing epoch `e`, `2e` once published (a seqlock over the fields below).
+    entered: AtomicU64,
+    /// Operation kind of the published epoch (also implies the type behind `extra`).
+    kind: AtomicUsize,
+    /// Communicator ranks that may touch this rank's buffers in the published epoch.
+    accessors_start: AtomicUsize,
+    accessors_end: AtomicUsize,
+    send: AtomicPtr<u8>,
+    send_len: AtomicUsize,
+    recv: AtomicPtr<u8>,
+    recv_len: AtomicUsize,
+    extra: AtomicPtr<()>,
+    /// Last epoch whose intermediate result (e.g. an allreduce chunk) is ready.
+    done: AtomicU64,
+    /// Last epoch this rank left.
+    left: AtomicU64,
+    /// Last epoch this rank abandoned with an error.
+    failed: AtomicU64,
+    /// Dissemination-barrier arrivals, one flag per round.
+    rounds: Box<[AtomicU64]>,
+}
+
+impl Slot {
+    fn new(rounds: usize) -> Self {
+        Slot {
+            entered: AtomicU64::new(0),
+            kind: AtomicUsize::new(0),
+            accessors_start: AtomicUsize::new(0),
+            accessors_end: AtomicUsize::new(0),
+            send: AtomicPtr::new(std::ptr::null_mut()),
+            send_len: AtomicUsize::new(0),
+            recv: AtomicPtr::new(std::ptr::null_mut()),
+            recv_len: AtomicUsize::new(0),
+            extra: AtomicPtr::new(std::ptr::null_mut()),
+            done: AtomicU64::new(0),
+            left: AtomicU64::new(0),
+            failed: AtomicU64::new(0),
+            rounds: (0..rounds).map(|_| AtomicU64::new(0)).collect(),
+        }
+    }
+}
 
 /// A communicator's native-collective area.
 pub(crate) struct NativeArea {
+    world: Arc<ShmWorld>,
     members: Box<[usize]>,
+    slots: Box<[CachePadded<Slot>]>,
 }
 
 impl NativeArea {
-    /// World ranks of the communicator, in communicator order.
-    pub(crate) fn members(&self) -> &[usize] {
-        &self.members
+    /// Number of ranks of the communicator.
+    pub(crate) fn size(&self) -> usize {
+        self.members.len()
+    }
+
+    fn barrier_rounds(np: usize) -> usize {
+        np.next_power_of_two().trailing_zeros() as usize
+    }
+
+    /// Waits with the device's spin → yield → park policy until `poll` is ready. Whoever changes
+    /// what `poll` looks at notifies this rank's parker (flags: [`NativeArea::notify`]; aborts
+    /// and exits: `ShmWorld::wake_all`), so a park ends promptly.
+    fn wait(&self, me: usize, poll: &mut dyn FnMut() -> Poll<Result<()>>) -> Result<()> {
+        let mut backoff = Backoff::new(self.world.policy);
+        loop {
+            if let Poll::Ready(outcome) = poll() {
+                return outcome;
+            }
+            match backoff.next() {
+                Pause::Spin => std::hint::spin_loop(),
+                Pause::Yield => std::thread::yield_now(),
+                Pause::Park => {
+                    let mut outcome = None;
+                    self.world.ranks[self.members[me]].parker.park(&mut || match poll() {
+                        Poll::Ready(r) => {
+                            outcome = Some(r);
+                            true
+                        }
+                        Poll::Pending => false,
+                    });
+                    if let Some(r) = outcome {
+                        return r;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Wakes the ranks of `peers` (communicator ranks) other than `me` if they are parked; call
+    /// after the store they wait for.
+    fn notify(&self, me: usize, peers: Range<usize>) {
+        for p in peers.filter(|&p| p != me) {
+            self.world.ranks[self.members[p]].parker.notify();
+        }
+    }
+
+    /// Waits until `flag(p) >= epoch`. Fails if the job is aborted, if `p` abandoned an epoch
+    /// `>= epoch` without reaching the flag, or if `p` stopped running without reaching it.
+    fn await_flag(&self, me: usize, p: usize, epoch: u64, flag: &dyn Fn(&Slot) -> u64) -> Result<()> {
+        let slot = &self.slots[p];
+        self.wait(me, &mut || {
+            if flag(slot) >= epoch {
+                return Poll::Ready(Ok(()));
+            }
+            if slot.failed.load(Ordering::Acquire) >= epoch {
+                return Poll::Ready(Err(abandoned(p)));
+            }
+            if let Some(err) = self.world.abort_error() {
+                return Poll::Ready(Err(err));
+            }
+            match self.world.gone(self.members[p]) {
+                // Its last stores are visible now (Acquire on its state): check once more.
+                Some(_) if flag(slot) >= epoch => Poll::Ready(Ok(())),
+                Some(err) => Poll::Ready(Err(err)),
+                None => Poll::Pending,
+            }
+        })
+    }
+
+    /// Dissemination barrier for `epoch`: in round k rank i signals rank i + 2^k and waits for
+    /// rank i - 2^k, so after ⌈log2 np⌉ rounds every rank has (transitively) heard from all.
+    pub(crate) fn barrier(&self, me: usize, epoch: u64) -> Result<()> {
+        let np = self.size();
+        let mine = &self.slots[me];
+        for (k, flag) in mine.rounds.iter().enumerate() {
+            let distance = 1 << k;
+            flag.store(epoch, Ordering::Release);
+            let to = (me + distance) % np;
+            self.notify(me, to..to + 1);
+            let from = (me + np - distance % np) % np;
+            if let Err(e) = self.await_flag(me, from, epoch, &|s| s.rounds[k].load(Ordering::Acquire)) {
+                mine.failed.store(epoch, Ordering::Release);
+                self.notify(me, 0..np);
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    /// Starts operation `epoch` (of `kind`) on this rank: publishes `buffers`, which the ranks
+    /// in `accessors` may touch, and announces entry. The returned session must be finished with
+    /// [`Session::leave`] before the buffers' borrows end.
+    pub(crate) fn enter(
+        &self,
+        me: usize,
+        epoch: u64,
+        kind: usize,
+        buffers: Buffers,
+        sources: Range<usize>,
+        accessors: Range<usize>,
+    ) -> Session<'_> {
+        let slot = &self.slots[me];
+        // Seqlock write: odd marker (SeqCst, step 1 of the protocol), fields, even marker.
+        slot.entered.store(2 * epoch - 1, Ordering::SeqCst);
+        fence(Ordering::Release);
+        slot.kind.store(kind, Ordering::Relaxed);
+        slot.accessors_start.store(accessors.start, Ordering::Relaxed);
+        slot.accessors_end.store(accessors.end, Ordering::Relaxed);
+        slot.send.store(buffers.send.cast_mut(), Ordering::Relaxed);
+        slot.send_len.store(buffers.send_len, Ordering::Relaxed);
+        slot.recv.store(buffers.recv, Ordering::Relaxed);
+        slot.recv_len.store(buffers.recv_len, Ordering::Relaxed);
+        slot.extra.store(buffers.extra.cast_mut(), Ordering::Relaxed);
+        slot.entered.store(2 * epoch, Ordering::Release);
+        self.notify(me, accessors.clone());
+        Session { area: self, me, epoch, kind, sources, accessors, sources_ready: false }
+    }
+}
+
+/// The error of a rank whose peer gave up on the operation.
+fn abandoned(rank: usize) -> Error {
+    Error::InvalidArgument(format!(
+        "native collective: rank {rank} abandoned the operation (arguments differ between ranks, or a peer is gone)"
+    ))
+}
+
+fn mismatch(rank: usize) -> Error {
+    Error::InvalidArgument(format!(
+        "native collective: rank {rank} is in a different operation (ranks disagree on the sequence of collectives, their root, element type or algorithm)"
+    ))
+}
+
+/// One rank's part in one native operation.
+pub(crate) struct Session<'a> {
+    area: &'a NativeArea,
+    me: usize,
+    epoch: u64,
+    kind: usize,
+    sources: Range<usize>,
+    accessors: Range<usize>,
+    /// Whether [`Session::await_sources`] succeeded.
+    sources_ready: bool,
+}
+
+impl Session<'_> {
+    /// This rank.
+    pub(crate) fn me(&self) -> usize {
+        self.me
+    }
+
+    /// Waits until every source has entered this operation, validates their snapshots (step 2 of
+    /// the protocol) and checks the abort flag. Only after this succeeded may [`Session::peer`]'s
+    /// pointers be used.
+    pub(crate) fn await_sources(&mut self) -> Result<()> {
+        let (area, me, epoch) = (self.area, self.me, self.epoch);
+        for p in self.sources.clone().filter(|&p| p != me) {
+            area.await_flag(me, p, epoch, &|s| s.entered.load(Ordering::Acquire) / 2)?;
+            self.snapshot(p).ok_or_else(|| mismatch(p))?;
+        }
+        // Step 2's abort check, after every source was seen entered (see the module comment).
+        if area.world.is_aborted() {
+            return Err(area.world.abort_error().unwrap_or_else(|| abandoned(me)));
+        }
+        self.sources_ready = true;
+        Ok(())
+    }
+
+    /// `p`'s published buffers if its slot consistently shows this operation with this rank
+    /// among its accessors (seqlock read).
+    fn snapshot(&self, p: usize) -> Option<Buffers> {
+        let slot = &self.area.slots[p];
+        let expected = 2 * self.epoch;
+        if slot.entered.load(Ordering::Acquire) != expected {
+            return None;
+        }
+        let kind = slot.kind.load(Ordering::Relaxed);
+        let accessors = slot.accessors_start.load(Ordering::Relaxed)..slot.accessors_end.load(Ordering::Relaxed);
+        let buffers = Buffers {
+            send: slot.send.load(Ordering::Relaxed),
+            send_len: slot.send_len.load(Ordering::Relaxed),
+            recv: slot.recv.load(Ordering::Relaxed),
+            recv_len: slot.recv_len.load(Ordering::Relaxed),
+            extra: slot.extra.load(Ordering::Relaxed),
+        };
+        fence(Ordering::Acquire);
+        let stable = slot.entered.load(Ordering::Relaxed) == expected;
+        (stable && kind == self.kind && accessors.contains(&self.me)).then_some(buffers)
+    }
+
+    /// The buffers source `p` published, valid for access (as far as the operation allows)
+    /// until this session leaves. Only after [`Session::await_sources`] succeeded; a validated
+    /// source cannot republish before we leave, so reading its slot again is consistent.
+    pub(crate) fn peer(&self, p: usize) -> Result<Buffers> {
+        if !(self.sources_ready && self.sources.contains(&p) && p != self.me) {
+            return Err(Error::InvalidArgument(format!("native collective: rank {p} is not a ready source")));
+        }
+        self.snapshot(p).ok_or_else(|| mismatch(p))
+    }
+
+    /// Announces that this rank's intermediate result is ready for its accessors.
+    pub(crate) fn mark_done(&self) {
+        self.area.slots[self.me].done.store(self.epoch, Ordering::Release);
+        self.area.notify(self.me, self.accessors.clone());
+    }
+
+    /// Waits until source `p` announced its intermediate result.
+    pub(crate) fn await_done(&self, p: usize) -> Result<()> {
+        self.area.await_flag(self.me, p, self.epoch, &|s| s.done.load(Ordering::Acquire))
+    }
+
+    /// Step 3 of the protocol: records the outcome, then waits until no accessor can touch this
+    /// rank's buffers any more. Never fails early: the wait ends when every accessor has left or
+    /// is excused (each accessor's part is bounded, so this terminates). Returns an error if an
+    /// accessor abandoned the operation or never took part. `failed` keeps only an accessor's
+    /// latest failed epoch, and an accessor that left may already be further on, so a failure
+    /// of its in a *later* operation is reported here too: conservative, never a missed one.
+    pub(crate) fn leave(self, succeeded: bool) -> Result<()> {
+        let area = self.area;
+        let (me, epoch) = (self.me, self.epoch);
+        let mine = &area.slots[me];
+        if !succeeded {
+            mine.failed.store(epoch, Ordering::Release);
+        }
+        mine.left.store(epoch, Ordering::Release);
+        area.notify(me, self.sources.clone());
+        // Waiters on this rank's `done` flag are woken too, so they see `failed`.
+        if !succeeded {
+            area.notify(me, self.accessors.clone());
+        }
+        let mut next = self.accessors.start;
+        let mut first_error = None;
+        area.wait(me, &mut || {
+            while next < self.accessors.end {
+                let p = next;
+                if p != me {
+                    let slot = &area.slots[p];
+                    if slot.left.load(Ordering::Acquire) >= epoch {
+                        if slot.failed.load(Ordering::Acquire) >= epoch {
+                            first_error.get_or_insert_with(|| abandoned(p));
+                        }
+                    } else if let Some(err) = excuse(area, p, epoch) {
+                        first_error.get_or_insert(err);
+                    } else {
+                        return Poll::Pending;
+                    }
+                }
+                next += 1;
+            }
+            Poll::Ready(Ok(()))
+        })?;
+        first_error.map_or(Ok(()), Err)
+    }
+}
+
+/// Why accessor `p` (which has not left `epoch`) can be ignored: it has not started publishing
+/// `epoch` and never will touch our buffers, because the job is aborted (checked before
+/// `entered`, both `SeqCst`) or it no longer runs (its state read with Acquire, then `entered`).
+fn excuse(area: &NativeArea, p: usize, epoch: u64) -> Option<Error> {
+    let not_entered = || area.slots[p].entered.load(Ordering::SeqCst) < 2 * epoch - 1;
+    if area.world.is_aborted() && not_entered() {
+        return area.world.abort_error();
+    }
+    match area.world.gone(area.members[p]) {
+        Some(err) if not_entered() => Some(err),
+        _ => None,
     }
 }
 
@@ -35,7 +403,12 @@ impl ShmWorld {
             return area;
         }
         areas.retain(|_, weak| weak.strong_count() > 0);
-        let area = Arc::new(NativeArea { members: members.into() });
+        let rounds = NativeArea::barrier_rounds(members.len());
+        let area = Arc::new(NativeArea {
+            world: Arc::clone(self),
+            members: members.into(),
+            slots: members.iter().map(|_| CachePadded::new(Slot::new(rounds))).collect(),
+        });
         areas.insert(key, Arc::downgrade(&area));
         area
     }

@@ -1,0 +1,188 @@
+//! Tree shapes shared by the rooted collectives (ranks relative to the root, binomial tree,
+//! four-ary tree, minimum spanning tree), and moving one buffer down a tree. Every rank derives
+//! its parent and children from `(np, root, rank)` alone, so all ranks agree on the tree.
+
+use std::ops::Range;
+
+use super::select::Collective;
+use crate::comm::Comm;
+use crate::error::Result;
+
+/// `rank` renumbered so that `root` becomes 0.
+pub(super) fn relative(rank: usize, root: usize, np: usize) -> usize {
+    (rank + np - root) % np
+}
+
+/// Inverse of [`relative`].
+pub(super) fn absolute(relative: usize, root: usize, np: usize) -> usize {
+    (relative + root) % np
+}
+
+/// Binomial tree over relative ranks `0..np` rooted at 0: the parent of `rel > 0` is `rel` with
+/// its lowest set bit cleared, and its children are `rel + 2^k` for every `2^k` below that bit
+/// (every `2^k < np` for the root).
+pub(super) fn binomial_parent(rel: usize) -> Option<usize> {
+    (rel > 0).then(|| rel & (rel - 1))
+}
+
+/// Children of `rel` in the binomial tree over `np` ranks, smallest subtree first (reverse it to
+/// feed the largest subtree first).
+pub(super) fn binomial_children(rel: usize, np: usize) -> impl DoubleEndedIterator<Item = usize> {
+    let levels = if rel == 0 { np.next_power_of_two().trailing_zeros() } else { rel.trailing_zeros() };
+    (0..levels).map(move |k| rel + (1 << k)).filter(move |&child| child < np)
+}
+
+/// Arity of the k-ary tree (FaT: four-ary).
+const ARITY: usize = 4;
+
+/// Parent of `rel` in the four-ary tree over relative ranks (children of `v` are `4v+1..=4v+4`).
+pub(super) fn four_ary_parent(rel: usize) -> Option<usize> {
+    (rel > 0).then(|| (rel - 1) / ARITY)
+}
+
+/// Children of `rel` in the four-ary tree over `np` relative ranks.
+pub(super) fn four_ary_children(rel: usize, np: usize) -> Range<usize> {
+    let first = (ARITY * rel + 1).min(np);
+    first..(first + ARITY).min(np)
+}
+
+/// This rank's place in the minimum spanning tree of van de Geijn over absolute ranks `0..np`:
+/// an interval's root keeps the half it lies in and hands the other half to that half's first
+/// rank, recursively. Every subtree is an interval of ranks, so its blocks of a scatter or gather
+/// are contiguous.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct Mst {
+    /// The rank that hands this rank its subtree (`None` at the root).
+    pub parent: Option<usize>,
+    /// The ranks of this rank's subtree, which it roots.
+    pub subtree: Range<usize>,
+    rank: usize,
+}
+
+impl Mst {
+    pub(super) fn new(np: usize, root: usize, rank: usize) -> Mst {
+        let (mut interval, mut interval_root, mut parent) = (0..np, root, None);
+        while interval_root != rank {
+            let (own_half, other_half) = split(&interval, interval_root);
+            if other_half.contains(&rank) {
+                parent = Some(interval_root);
+                interval_root = other_half.start;
+                interval = other_half;
+            } else {
+                interval = own_half;
+            }
+        }
+        Mst { parent, subtree: interval, rank }
+    }
+
+    /// This rank's children with their subtrees, largest first.
+    pub(super) fn children(&self) -> impl Iterator<Item = (usize, Range<usize>)> + use<> {
+        let rank = self.rank;
+        let mut interval = self.subtree.clone();
+        std::iter::from_fn(move || {
+            if interval.len() <= 1 {
+                return None;
+            }
+            let (own_half, other_half) = split(&interval, rank);
+            interval = own_half;
+            Some((other_half.start, other_half))
+        })
+    }
+}
+
+/// Halves `interval` (lower half rounded up) into the half holding `root` and the other one.
+fn split(interval: &Range<usize>, root: usize) -> (Range<usize>, Range<usize>) {
+    let mid = interval.start + interval.len().div_ceil(2);
+    let (lower, upper) = (interval.start..mid, mid..interval.end);
+    if root < mid { (lower, upper) } else { (upper, lower) }
+}
+
+/// Flat tree: the root sends `message(rank)` to every other rank, one blocking send after
+/// another, or all started at once so the copies can overlap.
+pub(super) fn send_from_root<'a>(
+    comm: &Comm,
+    root: usize,
+    message: impl Fn(usize) -> &'a [u8],
+    nonblocking: bool,
+    coll: Collective,
+) -> Result<()> {
+    let others = (0..comm.size()).filter(|&rank| rank != root);
+    if nonblocking {
+        let mut sends = comm.pending();
+        for rank in others {
+            sends.isend(message(rank), rank, coll)?;
+        }
+        sends.wait_all()
+    } else {
+        others.into_iter().try_for_each(|rank| comm.coll_send(message(rank), rank, coll))
+    }
+}
+
+/// Broadcast down a tree: receive `buf` from `parent` (if any), then forward it to each child in
+/// turn with blocking sends. Ranks are communicator ranks.
+pub(super) fn send_down(
+    comm: &Comm,
+    buf: &mut [u8],
+    parent: Option<usize>,
+    children: impl Iterator<Item = usize>,
+    coll: Collective,
+) -> Result<()> {
+    if let Some(parent) = parent {
+        comm.coll_recv(buf, parent, coll)?;
+    }
+    for child in children {
+        comm.coll_send(buf, child, coll)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every non-root rank has exactly one parent, and the parent lists it as a child.
+    fn check_tree(np: usize, parent: impl Fn(usize) -> Option<usize>, children: impl Fn(usize) -> Vec<usize>) {
+        for rank in 0..np {
+            for child in children(rank) {
+                assert_eq!(parent(child), Some(rank), "np {np}: child {child} of {rank}");
+            }
+            match parent(rank) {
+                None => assert_eq!(rank, 0),
+                Some(p) => assert!(children(p).contains(&rank), "np {np}: {rank} missing under {p}"),
+            }
+        }
+    }
+
+    #[test]
+    fn binomial_and_four_ary_trees_are_consistent() {
+        for np in 1..40 {
+            check_tree(np, binomial_parent, |r| binomial_children(r, np).collect());
+            check_tree(np, four_ary_parent, |r| four_ary_children(r, np).collect());
+        }
+        assert_eq!(binomial_children(0, 5).rev().collect::<Vec<_>>(), [4, 2, 1]);
+        assert_eq!(binomial_children(4, 7).collect::<Vec<_>>(), [5, 6]);
+    }
+
+    #[test]
+    fn mst_subtrees_are_intervals_covering_every_rank_once() {
+        for np in 1..40 {
+            for root in [0, np / 2, np - 1] {
+                let nodes: Vec<Mst> = (0..np).map(|r| Mst::new(np, root, r)).collect();
+                assert_eq!(nodes[root].parent, None);
+                assert_eq!(nodes[root].subtree, 0..np);
+                for (rank, node) in nodes.iter().enumerate() {
+                    assert!(node.subtree.contains(&rank));
+                    // The children's subtrees plus this rank partition this rank's subtree.
+                    let mut covered = vec![rank];
+                    for (child, ranks) in node.children() {
+                        assert_eq!(nodes[child].parent, Some(rank));
+                        assert_eq!(nodes[child].subtree, ranks);
+                        covered.extend(ranks);
+                    }
+                    covered.sort_unstable();
+                    assert_eq!(covered, node.subtree.clone().collect::<Vec<_>>(), "np {np} root {root} rank {rank}");
+                }
+            }
+        }
+    }
+}
