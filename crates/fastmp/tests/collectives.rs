@@ -136,14 +136,20 @@ fn reduce_inputs(seed: u32, rank: usize, n: usize) -> Vec<u32> {
 
 // ---------------------------------------------------------------- one case per collective
 
-/// Sizes of a case: 0, 1, 3 elements and the large one.
-fn sizes(coll: Collective, np: usize) -> [usize; 4] {
-    let large = match coll {
-        Collective::Scatter | Collective::Gather | Collective::Allgather | Collective::Alltoall => large_block(np),
-        Collective::Scatterv | Collective::Gatherv | Collective::Allgatherv | Collective::Alltoallv => large_block(np),
-        _ => LARGE,
-    };
-    [0, 1, 3, large]
+/// Sizes of a case: 0, 1, 3 elements, a medium one just past the default eager limit (8 KiB)
+/// and the large one.
+fn sizes(coll: Collective, np: usize) -> [usize; 5] {
+    match coll {
+        Collective::Scatter
+        | Collective::Gather
+        | Collective::Allgather
+        | Collective::Alltoall
+        | Collective::Scatterv
+        | Collective::Gatherv
+        | Collective::Allgatherv
+        | Collective::Alltoallv => [0, 1, 3, 2053, large_block(np)],
+        _ => [0, 1, 3, 2053, LARGE],
+    }
 }
 
 fn is_rooted(coll: Collective) -> bool {
@@ -729,6 +735,57 @@ fn overlapping_communicators_used_alternately() {
 /// User tag of the point-to-point messages mixed with collectives.
 const USER_TAG: i32 = 7;
 
+/// Every collective with every algorithm on `comm`, for each of `sizes` and every root.
+fn sweep(comm: &Comm, sizes: &[usize], barriers: &AtomicUsize, barriers_done: &mut usize) -> Result<()> {
+    let np = comm.size();
+    for coll in Collective::ALL {
+        for alg in algorithms(coll) {
+            let c = forced(comm, coll, alg)?;
+            let case_roots = if is_rooted(coll) { roots(np).into_iter().map(Some).collect() } else { vec![None] };
+            for &n in sizes {
+                for &root in &case_roots {
+                    check_case(&c, Case { coll, alg, np, n, root }, barriers, barriers_done)?;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn every_algorithm_on_sub_communicators() {
+    // Members in a different order than in the world, and sub-communicators of different sizes
+    // working at the same time.
+    for (np, colors) in [(7, 2), (16, 3)] {
+        let barriers: Arc<Vec<AtomicUsize>> = Arc::new((0..colors).map(|_| AtomicUsize::new(0)).collect());
+        run_ok(np, "sub-communicator sweep", move |world| {
+            let me = world.rank();
+            let color = me % colors;
+            let key = if color == 1 { -(me as i32) } else { me as i32 };
+            let sub = world.split(Some(color as u32), key)?.expect("every rank has a color");
+            let mut done = 0;
+            sweep(&sub, &[0, 1, 3, 1001], &barriers[color], &mut done)
+                .ctx(|| format!("on the sub-communicator of color {color} (world rank {me}, sub rank {})", sub.rank()))
+        });
+    }
+}
+
+#[test]
+fn every_algorithm_with_other_eager_limits() {
+    for eager_limit in [0, 64, 1 << 20] {
+        for np in [3, 8] {
+            let barriers = Arc::new(AtomicUsize::new(0));
+            let what = format!("sweep with eager limit {eager_limit}");
+            let config = Config::new().np(np).eager_limit(eager_limit);
+            job(config, &what, move |world| {
+                let mut done = 0;
+                sweep(&world, &[1, 3, 2053], &barriers, &mut done).ctx(|| format!("eager limit {eager_limit}"))
+            })
+            .unwrap_or_else(|e| panic!("{what}, np={np}: {e}"));
+        }
+    }
+}
+
 #[test]
 fn collective_traffic_never_matches_user_receives() {
     for np in [1, 2, 3, 5, 8] {
@@ -737,17 +794,7 @@ fn collective_traffic_never_matches_user_receives() {
             let me = world.rank();
             let (left, right) = ((me + np - 1) % np, (me + 1) % np);
             let mut barriers_done = 0;
-            // Every collective with every algorithm, as a quick sweep.
-            let mut sweep = |comm: &Comm| -> Result<()> {
-                for coll in Collective::ALL {
-                    for alg in algorithms(coll) {
-                        let c = forced(comm, coll, alg)?;
-                        let root = if is_rooted(coll) { Some(np - 1) } else { None };
-                        check_case(&c, Case { coll, alg, np, n: 3, root }, &barriers, &mut barriers_done)?;
-                    }
-                }
-                Ok(())
-            };
+            let mut sweep = |comm: &Comm| sweep(comm, &[3], &barriers, &mut barriers_done);
             sweep(&world)?;
             world.barrier()?;
             assert!(world.iprobe(ANY_SOURCE, ANY_TAG)?.is_none(), "collective traffic is visible to a wildcard probe");
