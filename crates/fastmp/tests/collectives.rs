@@ -1140,6 +1140,58 @@ fn cross_rank_mismatches_end_in_err() {
             let n = if c.rank() == 0 { 5 } else { 4 };
             c.alltoall(&vec![1u32; n * c.size()], &mut vec![0u32; n * c.size()])
         });
+        mismatch_fails(Collective::Scatter, np, "a receiver expects a longer block", |c, _| {
+            let n = if c.rank() == 1 { 4 } else { 3 };
+            let send = vec![1u32; if c.rank() == 0 { 3 * c.size() } else { 0 }];
+            c.scatter(&send, &mut vec![0u32; n], 0)
+        });
+        mismatch_fails(Collective::Scatterv, np, "a receiver expects a different count", |c, _| {
+            let counts = vec![2usize; c.size()];
+            let displs: Vec<usize> = (0..c.size()).map(|r| 2 * r).collect();
+            let root = c.size() - 1;
+            let (cs, ds): (&[usize], &[usize]) = if c.rank() == root { (&counts, &displs) } else { (&[], &[]) };
+            let send = vec![1u16; if c.rank() == root { 2 * c.size() } else { 0 }];
+            c.scatterv(&send, cs, ds, &mut vec![0u16; if c.rank() == 0 { 1 } else { 2 }], root)
+        });
+        mismatch_fails(Collective::Gatherv, np, "a sender sends more than the root's count", |c, _| {
+            let counts = vec![2usize; c.size()];
+            let displs: Vec<usize> = (0..c.size()).map(|r| 2 * r).collect();
+            let mut recv = vec![0u16; if c.rank() == 0 { 2 * c.size() } else { 0 }];
+            let (cs, ds): (&[usize], &[usize]) = if c.rank() == 0 { (&counts, &displs) } else { (&[], &[]) };
+            c.gatherv(&vec![1u16; if c.rank() == c.size() - 1 { 3 } else { 2 }], &mut recv, cs, ds, 0)
+        });
+        mismatch_fails(Collective::Allgatherv, np, "ranks disagree on the counts", |c, _| {
+            let mut counts = vec![2usize; c.size()];
+            if c.rank() == 0 {
+                counts[c.size() - 1] = 3;
+            }
+            let displs: Vec<usize> = (0..c.size()).map(|r| 3 * r).collect();
+            let mut recv = vec![0u32; 3 * c.size()];
+            c.allgatherv(&vec![1u32; counts[c.rank()]], &mut recv, &counts, &displs)
+        });
+        mismatch_fails(Collective::Alltoallv, np, "a receive count differs from the send count", |c, _| {
+            let np = c.size();
+            let send_counts = vec![2usize; np];
+            let mut recv_counts = vec![2usize; np];
+            if c.rank() == np - 1 {
+                recv_counts[0] = 1;
+            }
+            let displs: Vec<usize> = (0..np).map(|r| 2 * r).collect();
+            c.alltoallv(&vec![1u8; 2 * np], &send_counts, &displs, &mut vec![0u8; 2 * np], &recv_counts, &displs)
+        });
+        mismatch_fails(Collective::Reduce, np, "one rank reduces fewer elements", |c, _| {
+            let n = if c.rank() == c.size() - 1 { 6 } else { 7 };
+            let mut recv = vec![0i32; if c.rank() == 0 { 7 } else { 0 }];
+            c.reduce(&vec![1i32; n], &mut recv, Sum, 0)
+        });
+        mismatch_fails(Collective::ReduceScatter, np, "one rank's blocks are longer", |c, _| {
+            let n = if c.rank() == 0 { 3 } else { 2 };
+            c.reduce_scatter_block(&vec![1u64; n * c.size()], &mut vec![0u64; n], Sum)
+        });
+        mismatch_fails(Collective::Scan, np, "one rank scans more elements", |c, _| {
+            let n = if c.rank() == c.size() / 2 { 40 } else { 39 };
+            c.scan(&vec![1u32; n], &mut vec![0u32; n], Sum)
+        });
         mismatch_fails(Collective::Gather, np, "one rank sends a longer block", |c, _| {
             let n = if c.rank() == 1 { 4 } else { 3 };
             let mut recv = vec![0u16; if c.rank() == 0 { 3 * c.size() } else { 0 }];
