@@ -14,6 +14,7 @@
 //! never in a hang or a panic.
 
 mod coll_common;
+mod common;
 
 use std::fmt;
 use std::sync::Arc;
@@ -783,6 +784,33 @@ fn every_algorithm_with_other_eager_limits() {
             })
             .unwrap_or_else(|e| panic!("{what}, np={np}: {e}"));
         }
+    }
+}
+
+#[test]
+fn random_sequences_of_collectives_and_algorithms() {
+    // Consecutive calls switch collective, algorithm, size, root and communicator at random
+    // (the same choices on every rank), so no algorithm may leave state or messages behind that
+    // confuse the next one.
+    for (np, steps) in [(2, 300), (3, 300), (6, 200), (9, 120)] {
+        let barriers = Arc::new(AtomicUsize::new(0));
+        run_ok(np, "random sequence", move |world| {
+            let dup = world.dup()?;
+            let mut rng = common::Rng::new(np as u64);
+            let mut done = 0;
+            for step in 0..steps {
+                let coll = *rng.pick(&Collective::ALL);
+                let algs = algorithms(coll);
+                let alg = *rng.pick(&algs);
+                let n = *rng.pick(&[0, 1, 2, 5, 17, 300, 2500]);
+                let root = is_rooted(coll).then(|| rng.below(np as u64) as usize);
+                let comm = if rng.chance(50) { &world } else { &dup };
+                let comm = forced(comm, coll, alg)?;
+                check_case(&comm, Case { coll, alg, np, n, root }, &barriers, &mut done)
+                    .ctx(|| format!("step {step}"))?;
+            }
+            Ok(())
+        });
     }
 }
 
