@@ -1227,3 +1227,43 @@ fn cross_rank_mismatches_end_in_err() {
         });
     }
 }
+
+#[test]
+fn a_panicking_user_op_fails_the_job_without_hanging() {
+    // The op panics on one rank only; peers may be reading that rank's buffers (native
+    // reductions) or waiting for its messages. The job must end, and in `Err` whenever the op
+    // ran on that rank.
+    const NP: usize = 4;
+    for coll in [Collective::Reduce, Collective::Allreduce, Collective::ReduceScatter, Collective::Scan] {
+        for alg in algorithms(coll) {
+            for victim in [0, 2] {
+                let what = format!("{coll} with algorithm {alg}: the op panics on rank {victim}");
+                let result = job(Config::new().np(NP), &what, move |world| {
+                    let me = world.rank();
+                    let comm = forced(&world, coll, alg)?;
+                    let op = UserOp::commutative(move |input: &[u64], inout: &mut [u64]| {
+                        assert!(me != victim, "user op panics on rank {me}");
+                        for (a, b) in input.iter().zip(inout.iter_mut()) {
+                            *b = b.wrapping_add(*a);
+                        }
+                    });
+                    let n = 20_000;
+                    let send = vec![me as u64; n];
+                    let mut recv = vec![0u64; n];
+                    match coll {
+                        Collective::Reduce => comm.reduce(&send, &mut recv, &op, victim),
+                        Collective::Allreduce => comm.allreduce(&send, &mut recv, &op),
+                        Collective::ReduceScatter => comm.reduce_scatter_block(&send, &mut recv[..n / NP], &op),
+                        _ => comm.scan(&send, &mut recv, &op),
+                    }
+                });
+                // The first failure recorded may be a peer that noticed the abandoned operation
+                // before the panicking rank finished unwinding, so any rank may be named.
+                match result {
+                    Ok(_) | Err(Error::RankFailed { .. }) => {}
+                    Err(e) => panic!("{what}: unexpected error {e}"),
+                }
+            }
+        }
+    }
+}
