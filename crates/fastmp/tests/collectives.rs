@@ -648,7 +648,7 @@ fn rotating(comm: &Comm, coll: Collective, iteration: usize) -> Result<Comm> {
 #[test]
 fn different_collectives_at_once_on_split_communicators() {
     const ITERATIONS: usize = 40;
-    for np in [2, 3, 5, 8] {
+    for np in [2, 3, 5, 8, 16] {
         run_ok(np, "split halves", move |world| {
             let me = world.rank();
             let half = world.split(Some((me % 2) as u32), 0)?.expect("every rank has a color");
@@ -767,6 +767,18 @@ fn every_algorithm_on_sub_communicators() {
             let mut done = 0;
             sweep(&sub, &[0, 1, 3, 1001], &barriers[color], &mut done)
                 .ctx(|| format!("on the sub-communicator of color {color} (world rank {me}, sub rank {})", sub.rank()))
+        });
+    }
+}
+
+#[test]
+fn every_algorithm_on_many_ranks() {
+    // More ranks than the suite's largest np, and not a power of two: deeper trees, more rounds.
+    for np in [33, 64] {
+        let barriers = Arc::new(AtomicUsize::new(0));
+        run_ok(np, "many-rank sweep", move |world| {
+            let mut done = 0;
+            sweep(&world, &[0, 1, 3, 700], &barriers, &mut done)
         });
     }
 }
