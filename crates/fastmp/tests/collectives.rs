@@ -1279,3 +1279,99 @@ fn a_panicking_user_op_fails_the_job_without_hanging() {
         }
     }
 }
+
+#[test]
+fn buffers_are_reusable_as_soon_as_a_call_returns() {
+    // Right after each call every rank scribbles over its send buffer (and the bcast root over
+    // its data): an algorithm that returns while peers still read this rank's memory (as native
+    // ones do, in place) hands them garbage. Random yields vary the interleavings.
+    const ITERATIONS: usize = 60;
+    const N: usize = 3000;
+    for np in [2, 3, 5] {
+        run_ok(np, "buffer reuse", move |world| {
+            let me = world.rank();
+            let mut rng = common::Rng::new(me as u64 + 1);
+            let mut jitter = || {
+                for _ in 0..rng.below(3) {
+                    std::thread::yield_now();
+                }
+            };
+            for coll in [
+                Collective::Bcast,
+                Collective::Scatter,
+                Collective::Allgather,
+                Collective::Alltoall,
+                Collective::Allreduce,
+                Collective::Scan,
+            ] {
+                for alg in algorithms(coll) {
+                    let comm = forced(&world, coll, alg)?;
+                    let what = |it: usize| move || format!("{coll} with algorithm {alg}, np={np}, iteration {it}");
+                    for it in 0..ITERATIONS {
+                        let seed = seed_of(&[coll as usize, alg as usize, it]);
+                        let root = it % np;
+                        jitter();
+                        match coll {
+                            Collective::Bcast => {
+                                let mut buf: Vec<u32> =
+                                    if me == root { (0..N).map(|i| val(seed, 0, i)).collect() } else { vec![0; N] };
+                                comm.bcast(&mut buf, root).ctx(what(it))?;
+                                if me == root {
+                                    buf.fill(SENTINEL);
+                                } else {
+                                    check_each(&buf, |i| val(seed, 0, i), &what(it));
+                                }
+                            }
+                            Collective::Scatter => {
+                                let mut send: Vec<u32> = if me == root {
+                                    (0..N * np).map(|k| val(seed, k / N, k % N)).collect()
+                                } else {
+                                    vec![]
+                                };
+                                let mut recv = vec![0u32; N];
+                                comm.scatter(&send, &mut recv, root).ctx(what(it))?;
+                                send.fill(SENTINEL);
+                                jitter();
+                                check_each(&recv, |i| val(seed, me, i), &what(it));
+                            }
+                            Collective::Allgather => {
+                                let mut send: Vec<u32> = (0..N).map(|i| val(seed, me, i)).collect();
+                                let mut recv = vec![0u32; N * np];
+                                comm.allgather(&send, &mut recv).ctx(what(it))?;
+                                send.fill(SENTINEL);
+                                jitter();
+                                check_each(&recv, |k| val(seed, k / N, k % N), &what(it));
+                            }
+                            Collective::Alltoall => {
+                                let mut send: Vec<u32> =
+                                    (0..N * np).map(|k| val(seed, me * np + k / N, k % N)).collect();
+                                let mut recv = vec![0u32; N * np];
+                                comm.alltoall(&send, &mut recv).ctx(what(it))?;
+                                send.fill(SENTINEL);
+                                jitter();
+                                check_each(&recv, |k| val(seed, (k / N) * np + me, k % N), &what(it));
+                            }
+                            Collective::Allreduce => {
+                                let mut send = reduce_inputs(seed, me, N);
+                                let mut recv = vec![0u32; N];
+                                comm.allreduce(&send, &mut recv, Sum).ctx(what(it))?;
+                                send.fill(SENTINEL);
+                                jitter();
+                                check_each(&recv, |i| reduce_sum(seed, np, i), &what(it));
+                            }
+                            _ => {
+                                let mut send = reduce_inputs(seed, me, N);
+                                let mut recv = vec![0u32; N];
+                                comm.scan(&send, &mut recv, Sum).ctx(what(it))?;
+                                send.fill(SENTINEL);
+                                jitter();
+                                check_each(&recv, |i| reduce_sum(seed, me + 1, i), &what(it));
+                            }
+                        }
+                    }
+                }
+            }
+            Ok(())
+        });
+    }
+}
