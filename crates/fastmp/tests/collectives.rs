@@ -1375,3 +1375,32 @@ fn buffers_are_reusable_as_soon_as_a_call_returns() {
         });
     }
 }
+
+#[test]
+fn barrier_stress_with_jitter() {
+    // Nobody leaves barrier k before everyone has arrived at it, over many rounds in a row with
+    // random delays (round k's flags must not be confused with round k + 1's).
+    const ROUNDS: usize = 300;
+    for np in [3, 7] {
+        let arrivals = Arc::new(AtomicUsize::new(0));
+        run_ok(np, "barrier stress", move |world| {
+            let mut rng = common::Rng::new(world.rank() as u64 + 7);
+            let mut done = 0;
+            for alg in algorithms(Collective::Barrier) {
+                let comm = forced(&world, Collective::Barrier, alg)?;
+                for _ in 0..ROUNDS {
+                    if rng.chance(30) {
+                        std::thread::yield_now();
+                    }
+                    arrivals.fetch_add(1, Ordering::SeqCst);
+                    comm.barrier().ctx(|| format!("barrier {alg}, np={np}"))?;
+                    done += 1;
+                    let seen = arrivals.load(Ordering::SeqCst);
+                    assert!(seen >= np * done, "barrier {alg}, np={np}: left barrier {done} after {seen} arrivals");
+                    assert!(seen <= np * (done + 1), "barrier {alg}, np={np}: {seen} arrivals while in round {done}");
+                }
+            }
+            Ok(())
+        });
+    }
+}
