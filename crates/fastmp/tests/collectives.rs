@@ -548,6 +548,46 @@ fn predefined_ops_and_types() {
             check_reductions(&world, "f64 maxloc", &MaxLoc, &loc, &sizes, sentinel)?;
             let iloc = |r: usize, i: usize| Loc { value: (val(3, r, i) % 3) as i32, index: (np - 1 - r) as i32 };
             check_reductions(&world, "i32 maxloc", &MaxLoc, &iloc, &sizes, Loc { value: -1, index: -1 })?;
+            // Elements of 3, 12 and 24 bytes: chunked algorithms must split on element borders.
+            let add3 = UserOp::commutative(|input: &[[u8; 3]], inout: &mut [[u8; 3]]| {
+                for (a, b) in input.iter().zip(inout.iter_mut()) {
+                    *b = [a[0].wrapping_add(b[0]), a[1] ^ b[1], a[2].max(b[2])];
+                }
+            });
+            check_reductions(
+                &world,
+                "[u8; 3] user op",
+                &add3,
+                &|r, i| val(r as u32, i, 3).to_le_bytes()[..3].try_into().unwrap(),
+                &[1, 3, 1001],
+                [0xA5; 3],
+            )?;
+            let add12 = UserOp::commutative(|input: &[[u32; 3]], inout: &mut [[u32; 3]]| {
+                for (a, b) in input.iter().zip(inout.iter_mut()) {
+                    *b = [a[0].wrapping_add(b[0]), a[1] | b[1], a[2].min(b[2])];
+                }
+            });
+            check_reductions(
+                &world,
+                "[u32; 3] user op",
+                &add12,
+                &|r, i| [val(1, r, i), val(2, r, i) & 0x0101_0101, val(3, r, i)],
+                &[1, 3, 1001],
+                [SENTINEL; 3],
+            )?;
+            let add24 = UserOp::commutative(|input: &[[u64; 3]], inout: &mut [[u64; 3]]| {
+                for (a, b) in input.iter().zip(inout.iter_mut()) {
+                    *b = [a[0].wrapping_add(b[0]), a[1].wrapping_mul(b[1]), a[2] ^ b[2]];
+                }
+            });
+            check_reductions(
+                &world,
+                "[u64; 3] user op",
+                &add24,
+                &|r, i| [u64::from(val(1, r, i)), u64::from(val(2, r, i)) | 1, i as u64 * 31 + r as u64],
+                &[1, 3, 1001],
+                [7; 3],
+            )?;
             Ok(())
         });
     }
