@@ -619,27 +619,20 @@ fn record(rank: usize, variant: usize) -> Record {
     }
 }
 
+/// The byte collectives that the object collectives are built on.
+const OBJECT_CARRIERS: [Collective; 5] =
+    [Collective::Bcast, Collective::Gather, Collective::Gatherv, Collective::Scatter, Collective::Scatterv];
+
 #[test]
 fn object_collectives() {
     for np in NPS {
         run_ok(np, "serde object collectives", move |world| {
             let me = world.rank();
             // Rotate the underlying algorithms so every one of them carries objects.
-            let rounds =
-                [Collective::Bcast, Collective::Gather, Collective::Gatherv, Collective::Scatter, Collective::Scatterv]
-                    .iter()
-                    .map(|&c| algorithms(c).len())
-                    .max()
-                    .unwrap_or(1);
+            let rounds = OBJECT_CARRIERS.iter().map(|&c| algorithms(c).len()).max().unwrap_or(1);
             for round in 0..rounds {
                 let mut tuning = Tuning::defaults();
-                for coll in [
-                    Collective::Bcast,
-                    Collective::Gather,
-                    Collective::Gatherv,
-                    Collective::Scatter,
-                    Collective::Scatterv,
-                ] {
+                for coll in OBJECT_CARRIERS {
                     let algs = algorithms(coll);
                     tuning = tuning.force(coll, algs[round % algs.len()])?;
                 }
@@ -650,10 +643,8 @@ fn object_collectives() {
                     comm.bcast_obj(&mut value, root).ctx(|| format!("{}: bcast_obj", what()))?;
                     assert_eq!(value, record(root, round), "{}: bcast_obj on rank {me}", what());
 
-                    let mut names: Vec<String> = if me == root { vec![] } else { vec!["stale".into()] };
-                    if me == root {
-                        names = (0..3).map(|k| format!("{k}")).collect();
-                    }
+                    let mut names: Vec<String> =
+                        if me == root { (0..3).map(|k| format!("{k}")).collect() } else { vec!["stale".into()] };
                     comm.bcast_obj(&mut names, root)?;
                     assert_eq!(names, ["0", "1", "2"], "{}: bcast_obj of a Vec<String>", what());
 
