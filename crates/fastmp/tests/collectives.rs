@@ -14,6 +14,7 @@
 //! never in a hang or a panic.
 
 mod coll_common;
+mod common;
 
 use std::fmt;
 use std::sync::Arc;
@@ -136,14 +137,20 @@ fn reduce_inputs(seed: u32, rank: usize, n: usize) -> Vec<u32> {
 
 // ---------------------------------------------------------------- one case per collective
 
-/// Sizes of a case: 0, 1, 3 elements and the large one.
-fn sizes(coll: Collective, np: usize) -> [usize; 4] {
-    let large = match coll {
-        Collective::Scatter | Collective::Gather | Collective::Allgather | Collective::Alltoall => large_block(np),
-        Collective::Scatterv | Collective::Gatherv | Collective::Allgatherv | Collective::Alltoallv => large_block(np),
-        _ => LARGE,
-    };
-    [0, 1, 3, large]
+/// Sizes of a case: 0, 1, 3 elements, a medium one just past the default eager limit (8 KiB)
+/// and the large one.
+fn sizes(coll: Collective, np: usize) -> [usize; 5] {
+    match coll {
+        Collective::Scatter
+        | Collective::Gather
+        | Collective::Allgather
+        | Collective::Alltoall
+        | Collective::Scatterv
+        | Collective::Gatherv
+        | Collective::Allgatherv
+        | Collective::Alltoallv => [0, 1, 3, 2053, large_block(np)],
+        _ => [0, 1, 3, 2053, LARGE],
+    }
 }
 
 fn is_rooted(coll: Collective) -> bool {
@@ -541,6 +548,46 @@ fn predefined_ops_and_types() {
             check_reductions(&world, "f64 maxloc", &MaxLoc, &loc, &sizes, sentinel)?;
             let iloc = |r: usize, i: usize| Loc { value: (val(3, r, i) % 3) as i32, index: (np - 1 - r) as i32 };
             check_reductions(&world, "i32 maxloc", &MaxLoc, &iloc, &sizes, Loc { value: -1, index: -1 })?;
+            // Elements of 3, 12 and 24 bytes: chunked algorithms must split on element borders.
+            let add3 = UserOp::commutative(|input: &[[u8; 3]], inout: &mut [[u8; 3]]| {
+                for (a, b) in input.iter().zip(inout.iter_mut()) {
+                    *b = [a[0].wrapping_add(b[0]), a[1] ^ b[1], a[2].max(b[2])];
+                }
+            });
+            check_reductions(
+                &world,
+                "[u8; 3] user op",
+                &add3,
+                &|r, i| val(r as u32, i, 3).to_le_bytes()[..3].try_into().unwrap(),
+                &[1, 3, 1001],
+                [0xA5; 3],
+            )?;
+            let add12 = UserOp::commutative(|input: &[[u32; 3]], inout: &mut [[u32; 3]]| {
+                for (a, b) in input.iter().zip(inout.iter_mut()) {
+                    *b = [a[0].wrapping_add(b[0]), a[1] | b[1], a[2].min(b[2])];
+                }
+            });
+            check_reductions(
+                &world,
+                "[u32; 3] user op",
+                &add12,
+                &|r, i| [val(1, r, i), val(2, r, i) & 0x0101_0101, val(3, r, i)],
+                &[1, 3, 1001],
+                [SENTINEL; 3],
+            )?;
+            let add24 = UserOp::commutative(|input: &[[u64; 3]], inout: &mut [[u64; 3]]| {
+                for (a, b) in input.iter().zip(inout.iter_mut()) {
+                    *b = [a[0].wrapping_add(b[0]), a[1].wrapping_mul(b[1]), a[2] ^ b[2]];
+                }
+            });
+            check_reductions(
+                &world,
+                "[u64; 3] user op",
+                &add24,
+                &|r, i| [u64::from(val(1, r, i)), u64::from(val(2, r, i)) | 1, i as u64 * 31 + r as u64],
+                &[1, 3, 1001],
+                [7; 3],
+            )?;
             Ok(())
         });
     }
@@ -572,27 +619,20 @@ fn record(rank: usize, variant: usize) -> Record {
     }
 }
 
+/// The byte collectives that the object collectives are built on.
+const OBJECT_CARRIERS: [Collective; 5] =
+    [Collective::Bcast, Collective::Gather, Collective::Gatherv, Collective::Scatter, Collective::Scatterv];
+
 #[test]
 fn object_collectives() {
     for np in NPS {
         run_ok(np, "serde object collectives", move |world| {
             let me = world.rank();
             // Rotate the underlying algorithms so every one of them carries objects.
-            let rounds =
-                [Collective::Bcast, Collective::Gather, Collective::Gatherv, Collective::Scatter, Collective::Scatterv]
-                    .iter()
-                    .map(|&c| algorithms(c).len())
-                    .max()
-                    .unwrap_or(1);
+            let rounds = OBJECT_CARRIERS.iter().map(|&c| algorithms(c).len()).max().unwrap_or(1);
             for round in 0..rounds {
                 let mut tuning = Tuning::defaults();
-                for coll in [
-                    Collective::Bcast,
-                    Collective::Gather,
-                    Collective::Gatherv,
-                    Collective::Scatter,
-                    Collective::Scatterv,
-                ] {
+                for coll in OBJECT_CARRIERS {
                     let algs = algorithms(coll);
                     tuning = tuning.force(coll, algs[round % algs.len()])?;
                 }
@@ -603,10 +643,8 @@ fn object_collectives() {
                     comm.bcast_obj(&mut value, root).ctx(|| format!("{}: bcast_obj", what()))?;
                     assert_eq!(value, record(root, round), "{}: bcast_obj on rank {me}", what());
 
-                    let mut names: Vec<String> = if me == root { vec![] } else { vec!["stale".into()] };
-                    if me == root {
-                        names = (0..3).map(|k| format!("{k}")).collect();
-                    }
+                    let mut names: Vec<String> =
+                        if me == root { (0..3).map(|k| format!("{k}")).collect() } else { vec!["stale".into()] };
                     comm.bcast_obj(&mut names, root)?;
                     assert_eq!(names, ["0", "1", "2"], "{}: bcast_obj of a Vec<String>", what());
 
@@ -641,7 +679,7 @@ fn rotating(comm: &Comm, coll: Collective, iteration: usize) -> Result<Comm> {
 #[test]
 fn different_collectives_at_once_on_split_communicators() {
     const ITERATIONS: usize = 40;
-    for np in [2, 3, 5, 8] {
+    for np in [2, 3, 5, 8, 16] {
         run_ok(np, "split halves", move |world| {
             let me = world.rank();
             let half = world.split(Some((me % 2) as u32), 0)?.expect("every rank has a color");
@@ -729,6 +767,96 @@ fn overlapping_communicators_used_alternately() {
 /// User tag of the point-to-point messages mixed with collectives.
 const USER_TAG: i32 = 7;
 
+/// Every collective with every algorithm on `comm`, for each of `sizes` and every root.
+fn sweep(comm: &Comm, sizes: &[usize], barriers: &AtomicUsize, barriers_done: &mut usize) -> Result<()> {
+    let np = comm.size();
+    for coll in Collective::ALL {
+        for alg in algorithms(coll) {
+            let c = forced(comm, coll, alg)?;
+            let case_roots = if is_rooted(coll) { roots(np).into_iter().map(Some).collect() } else { vec![None] };
+            for &n in sizes {
+                for &root in &case_roots {
+                    check_case(&c, Case { coll, alg, np, n, root }, barriers, barriers_done)?;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn every_algorithm_on_sub_communicators() {
+    // Members in a different order than in the world, and sub-communicators of different sizes
+    // working at the same time.
+    for (np, colors) in [(7, 2), (16, 3)] {
+        let barriers: Arc<Vec<AtomicUsize>> = Arc::new((0..colors).map(|_| AtomicUsize::new(0)).collect());
+        run_ok(np, "sub-communicator sweep", move |world| {
+            let me = world.rank();
+            let color = me % colors;
+            let key = if color == 1 { -(me as i32) } else { me as i32 };
+            let sub = world.split(Some(color as u32), key)?.expect("every rank has a color");
+            let mut done = 0;
+            sweep(&sub, &[0, 1, 3, 1001], &barriers[color], &mut done)
+                .ctx(|| format!("on the sub-communicator of color {color} (world rank {me}, sub rank {})", sub.rank()))
+        });
+    }
+}
+
+#[test]
+fn every_algorithm_on_many_ranks() {
+    // More ranks than the suite's largest np, and not a power of two: deeper trees, more rounds.
+    for np in [33, 64] {
+        let barriers = Arc::new(AtomicUsize::new(0));
+        run_ok(np, "many-rank sweep", move |world| {
+            let mut done = 0;
+            sweep(&world, &[0, 1, 3, 700], &barriers, &mut done)
+        });
+    }
+}
+
+#[test]
+fn every_algorithm_with_other_eager_limits() {
+    for eager_limit in [0, 64, 1 << 20] {
+        for np in [3, 8] {
+            let barriers = Arc::new(AtomicUsize::new(0));
+            let what = format!("sweep with eager limit {eager_limit}");
+            let config = Config::new().np(np).eager_limit(eager_limit);
+            job(config, &what, move |world| {
+                let mut done = 0;
+                sweep(&world, &[1, 3, 2053], &barriers, &mut done).ctx(|| format!("eager limit {eager_limit}"))
+            })
+            .unwrap_or_else(|e| panic!("{what}, np={np}: {e}"));
+        }
+    }
+}
+
+#[test]
+fn random_sequences_of_collectives_and_algorithms() {
+    // Consecutive calls switch collective, algorithm, size, root and communicator at random
+    // (the same choices on every rank), so no algorithm may leave state or messages behind that
+    // confuse the next one.
+    for (np, steps) in [(2, 300), (3, 300), (6, 200), (9, 120)] {
+        let barriers = Arc::new(AtomicUsize::new(0));
+        run_ok(np, "random sequence", move |world| {
+            let dup = world.dup()?;
+            let mut rng = common::Rng::new(np as u64);
+            let mut done = 0;
+            for step in 0..steps {
+                let coll = *rng.pick(&Collective::ALL);
+                let algs = algorithms(coll);
+                let alg = *rng.pick(&algs);
+                let n = *rng.pick(&[0, 1, 2, 5, 17, 300, 2500]);
+                let root = is_rooted(coll).then(|| rng.below(np as u64) as usize);
+                let comm = if rng.chance(50) { &world } else { &dup };
+                let comm = forced(comm, coll, alg)?;
+                check_case(&comm, Case { coll, alg, np, n, root }, &barriers, &mut done)
+                    .ctx(|| format!("step {step}"))?;
+            }
+            Ok(())
+        });
+    }
+}
+
 #[test]
 fn collective_traffic_never_matches_user_receives() {
     for np in [1, 2, 3, 5, 8] {
@@ -737,17 +865,7 @@ fn collective_traffic_never_matches_user_receives() {
             let me = world.rank();
             let (left, right) = ((me + np - 1) % np, (me + 1) % np);
             let mut barriers_done = 0;
-            // Every collective with every algorithm, as a quick sweep.
-            let mut sweep = |comm: &Comm| -> Result<()> {
-                for coll in Collective::ALL {
-                    for alg in algorithms(coll) {
-                        let c = forced(comm, coll, alg)?;
-                        let root = if is_rooted(coll) { Some(np - 1) } else { None };
-                        check_case(&c, Case { coll, alg, np, n: 3, root }, &barriers, &mut barriers_done)?;
-                    }
-                }
-                Ok(())
-            };
+            let mut sweep = |comm: &Comm| sweep(comm, &[3], &barriers, &mut barriers_done);
             sweep(&world)?;
             world.barrier()?;
             assert!(world.iprobe(ANY_SOURCE, ANY_TAG)?.is_none(), "collective traffic is visible to a wildcard probe");
@@ -1085,10 +1203,235 @@ fn cross_rank_mismatches_end_in_err() {
             let n = if c.rank() == 1 { 1000 } else { 999 };
             c.allreduce(&vec![1u64; n], &mut vec![0u64; n], Sum)
         });
+        mismatch_fails(Collective::Allgather, np, "one rank sends a shorter block", |c, _| {
+            let n = if c.rank() == c.size() - 1 { 2 } else { 3 };
+            c.allgather(&vec![1u32; n], &mut vec![0u32; n * c.size()])
+        });
+        mismatch_fails(Collective::Alltoall, np, "one rank exchanges longer blocks", |c, _| {
+            let n = if c.rank() == 0 { 5 } else { 4 };
+            c.alltoall(&vec![1u32; n * c.size()], &mut vec![0u32; n * c.size()])
+        });
+        mismatch_fails(Collective::Scatter, np, "a receiver expects a longer block", |c, _| {
+            let n = if c.rank() == 1 { 4 } else { 3 };
+            let send = vec![1u32; if c.rank() == 0 { 3 * c.size() } else { 0 }];
+            c.scatter(&send, &mut vec![0u32; n], 0)
+        });
+        mismatch_fails(Collective::Scatterv, np, "a receiver expects a different count", |c, _| {
+            let counts = vec![2usize; c.size()];
+            let displs: Vec<usize> = (0..c.size()).map(|r| 2 * r).collect();
+            let root = c.size() - 1;
+            let (cs, ds): (&[usize], &[usize]) = if c.rank() == root { (&counts, &displs) } else { (&[], &[]) };
+            let send = vec![1u16; if c.rank() == root { 2 * c.size() } else { 0 }];
+            c.scatterv(&send, cs, ds, &mut vec![0u16; if c.rank() == 0 { 1 } else { 2 }], root)
+        });
+        mismatch_fails(Collective::Gatherv, np, "a sender sends more than the root's count", |c, _| {
+            let counts = vec![2usize; c.size()];
+            let displs: Vec<usize> = (0..c.size()).map(|r| 2 * r).collect();
+            let mut recv = vec![0u16; if c.rank() == 0 { 2 * c.size() } else { 0 }];
+            let (cs, ds): (&[usize], &[usize]) = if c.rank() == 0 { (&counts, &displs) } else { (&[], &[]) };
+            c.gatherv(&vec![1u16; if c.rank() == c.size() - 1 { 3 } else { 2 }], &mut recv, cs, ds, 0)
+        });
+        mismatch_fails(Collective::Allgatherv, np, "ranks disagree on the counts", |c, _| {
+            let mut counts = vec![2usize; c.size()];
+            if c.rank() == 0 {
+                counts[c.size() - 1] = 3;
+            }
+            let displs: Vec<usize> = (0..c.size()).map(|r| 3 * r).collect();
+            let mut recv = vec![0u32; 3 * c.size()];
+            c.allgatherv(&vec![1u32; counts[c.rank()]], &mut recv, &counts, &displs)
+        });
+        mismatch_fails(Collective::Alltoallv, np, "a receive count differs from the send count", |c, _| {
+            let np = c.size();
+            let send_counts = vec![2usize; np];
+            let mut recv_counts = vec![2usize; np];
+            if c.rank() == np - 1 {
+                recv_counts[0] = 1;
+            }
+            let displs: Vec<usize> = (0..np).map(|r| 2 * r).collect();
+            c.alltoallv(&vec![1u8; 2 * np], &send_counts, &displs, &mut vec![0u8; 2 * np], &recv_counts, &displs)
+        });
+        mismatch_fails(Collective::Reduce, np, "one rank reduces fewer elements", |c, _| {
+            let n = if c.rank() == c.size() - 1 { 6 } else { 7 };
+            let mut recv = vec![0i32; if c.rank() == 0 { 7 } else { 0 }];
+            c.reduce(&vec![1i32; n], &mut recv, Sum, 0)
+        });
+        mismatch_fails(Collective::ReduceScatter, np, "one rank's blocks are longer", |c, _| {
+            let n = if c.rank() == 0 { 3 } else { 2 };
+            c.reduce_scatter_block(&vec![1u64; n * c.size()], &mut vec![0u64; n], Sum)
+        });
+        mismatch_fails(Collective::Scan, np, "one rank scans more elements", |c, _| {
+            let n = if c.rank() == c.size() / 2 { 40 } else { 39 };
+            c.scan(&vec![1u32; n], &mut vec![0u32; n], Sum)
+        });
         mismatch_fails(Collective::Gather, np, "one rank sends a longer block", |c, _| {
             let n = if c.rank() == 1 { 4 } else { 3 };
             let mut recv = vec![0u16; if c.rank() == 0 { 3 * c.size() } else { 0 }];
             c.gather(&vec![1u16; n], &mut recv, 0)
+        });
+    }
+}
+
+#[test]
+fn a_panicking_user_op_fails_the_job_without_hanging() {
+    // The op panics on one rank only; peers may be reading that rank's buffers (native
+    // reductions) or waiting for its messages. The job must end, and in `Err` whenever the op
+    // ran on that rank.
+    const NP: usize = 4;
+    for coll in [Collective::Reduce, Collective::Allreduce, Collective::ReduceScatter, Collective::Scan] {
+        for alg in algorithms(coll) {
+            for victim in [0, 2] {
+                let what = format!("{coll} with algorithm {alg}: the op panics on rank {victim}");
+                let result = job(Config::new().np(NP), &what, move |world| {
+                    let me = world.rank();
+                    let comm = forced(&world, coll, alg)?;
+                    let op = UserOp::commutative(move |input: &[u64], inout: &mut [u64]| {
+                        assert!(me != victim, "user op panics on rank {me}");
+                        for (a, b) in input.iter().zip(inout.iter_mut()) {
+                            *b = b.wrapping_add(*a);
+                        }
+                    });
+                    let n = 20_000;
+                    let send = vec![me as u64; n];
+                    let mut recv = vec![0u64; n];
+                    match coll {
+                        Collective::Reduce => comm.reduce(&send, &mut recv, &op, victim),
+                        Collective::Allreduce => comm.allreduce(&send, &mut recv, &op),
+                        Collective::ReduceScatter => comm.reduce_scatter_block(&send, &mut recv[..n / NP], &op),
+                        _ => comm.scan(&send, &mut recv, &op),
+                    }
+                });
+                // The first failure recorded may be a peer that noticed the abandoned operation
+                // before the panicking rank finished unwinding, so any rank may be named.
+                match result {
+                    Ok(_) | Err(Error::RankFailed { .. }) => {}
+                    Err(e) => panic!("{what}: unexpected error {e}"),
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn buffers_are_reusable_as_soon_as_a_call_returns() {
+    // Right after each call every rank scribbles over its send buffer (and the bcast root over
+    // its data): an algorithm that returns while peers still read this rank's memory (as native
+    // ones do, in place) hands them garbage. Random yields vary the interleavings.
+    const ITERATIONS: usize = 60;
+    const N: usize = 3000;
+    for np in [2, 3, 5] {
+        run_ok(np, "buffer reuse", move |world| {
+            let me = world.rank();
+            let mut rng = common::Rng::new(me as u64 + 1);
+            let mut jitter = || {
+                for _ in 0..rng.below(3) {
+                    std::thread::yield_now();
+                }
+            };
+            for coll in [
+                Collective::Bcast,
+                Collective::Scatter,
+                Collective::Allgather,
+                Collective::Alltoall,
+                Collective::Allreduce,
+                Collective::Scan,
+            ] {
+                for alg in algorithms(coll) {
+                    let comm = forced(&world, coll, alg)?;
+                    let what = |it: usize| move || format!("{coll} with algorithm {alg}, np={np}, iteration {it}");
+                    for it in 0..ITERATIONS {
+                        let seed = seed_of(&[coll as usize, alg as usize, it]);
+                        let root = it % np;
+                        jitter();
+                        match coll {
+                            Collective::Bcast => {
+                                let mut buf: Vec<u32> =
+                                    if me == root { (0..N).map(|i| val(seed, 0, i)).collect() } else { vec![0; N] };
+                                comm.bcast(&mut buf, root).ctx(what(it))?;
+                                if me == root {
+                                    buf.fill(SENTINEL);
+                                } else {
+                                    check_each(&buf, |i| val(seed, 0, i), &what(it));
+                                }
+                            }
+                            Collective::Scatter => {
+                                let mut send: Vec<u32> = if me == root {
+                                    (0..N * np).map(|k| val(seed, k / N, k % N)).collect()
+                                } else {
+                                    vec![]
+                                };
+                                let mut recv = vec![0u32; N];
+                                comm.scatter(&send, &mut recv, root).ctx(what(it))?;
+                                send.fill(SENTINEL);
+                                jitter();
+                                check_each(&recv, |i| val(seed, me, i), &what(it));
+                            }
+                            Collective::Allgather => {
+                                let mut send: Vec<u32> = (0..N).map(|i| val(seed, me, i)).collect();
+                                let mut recv = vec![0u32; N * np];
+                                comm.allgather(&send, &mut recv).ctx(what(it))?;
+                                send.fill(SENTINEL);
+                                jitter();
+                                check_each(&recv, |k| val(seed, k / N, k % N), &what(it));
+                            }
+                            Collective::Alltoall => {
+                                let mut send: Vec<u32> =
+                                    (0..N * np).map(|k| val(seed, me * np + k / N, k % N)).collect();
+                                let mut recv = vec![0u32; N * np];
+                                comm.alltoall(&send, &mut recv).ctx(what(it))?;
+                                send.fill(SENTINEL);
+                                jitter();
+                                check_each(&recv, |k| val(seed, (k / N) * np + me, k % N), &what(it));
+                            }
+                            Collective::Allreduce => {
+                                let mut send = reduce_inputs(seed, me, N);
+                                let mut recv = vec![0u32; N];
+                                comm.allreduce(&send, &mut recv, Sum).ctx(what(it))?;
+                                send.fill(SENTINEL);
+                                jitter();
+                                check_each(&recv, |i| reduce_sum(seed, np, i), &what(it));
+                            }
+                            _ => {
+                                let mut send = reduce_inputs(seed, me, N);
+                                let mut recv = vec![0u32; N];
+                                comm.scan(&send, &mut recv, Sum).ctx(what(it))?;
+                                send.fill(SENTINEL);
+                                jitter();
+                                check_each(&recv, |i| reduce_sum(seed, me + 1, i), &what(it));
+                            }
+                        }
+                    }
+                }
+            }
+            Ok(())
+        });
+    }
+}
+
+#[test]
+fn barrier_stress_with_jitter() {
+    // Nobody leaves barrier k before everyone has arrived at it, over many rounds in a row with
+    // random delays (round k's flags must not be confused with round k + 1's).
+    const ROUNDS: usize = 300;
+    for np in [3, 7] {
+        let arrivals = Arc::new(AtomicUsize::new(0));
+        run_ok(np, "barrier stress", move |world| {
+            let mut rng = common::Rng::new(world.rank() as u64 + 7);
+            let mut done = 0;
+            for alg in algorithms(Collective::Barrier) {
+                let comm = forced(&world, Collective::Barrier, alg)?;
+                for _ in 0..ROUNDS {
+                    if rng.chance(30) {
+                        std::thread::yield_now();
+                    }
+                    arrivals.fetch_add(1, Ordering::SeqCst);
+                    comm.barrier().ctx(|| format!("barrier {alg}, np={np}"))?;
+                    done += 1;
+                    let seen = arrivals.load(Ordering::SeqCst);
+                    assert!(seen >= np * done, "barrier {alg}, np={np}: left barrier {done} after {seen} arrivals");
+                    assert!(seen <= np * (done + 1), "barrier {alg}, np={np}: {seen} arrivals while in round {done}");
+                }
+            }
+            Ok(())
         });
     }
 }

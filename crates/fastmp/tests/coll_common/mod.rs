@@ -16,7 +16,7 @@ pub const NPS: [usize; 8] = [1, 2, 3, 4, 5, 7, 8, 16];
 /// Seconds a job may take before the watchdog calls it a hang (override with
 /// `FASTMP_TEST_TIMEOUT_S`). Generous: the machine may be heavily loaded.
 fn timeout() -> Duration {
-    let secs = std::env::var("FASTMP_TEST_TIMEOUT_S").ok().and_then(|s| s.parse().ok()).unwrap_or(300);
+    let secs = std::env::var("FASTMP_TEST_TIMEOUT_S").ok().and_then(|s| s.parse().ok()).unwrap_or(120);
     Duration::from_secs(secs)
 }
 
