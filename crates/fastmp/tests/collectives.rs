@@ -1435,3 +1435,38 @@ fn barrier_stress_with_jitter() {
         });
     }
 }
+
+/// A rank waiting inside a native collective still moves its point-to-point traffic: here the
+/// peer can only reach the barrier after the waiting rank has drained a ring the peer filled
+/// (blocking sends beyond the ring's 64 slots), and after the waiting rank's own queued
+/// nonblocking sends have been started.
+#[test]
+fn native_waits_keep_point_to_point_moving() {
+    const MESSAGES: u32 = 300;
+    run_ok(2, "native barrier with point-to-point in flight", |world| {
+        let world = forced(&world, Collective::Barrier, Algorithm::Native)?;
+        let peer = 1 - world.rank();
+        let outgoing: Vec<u32> = (0..MESSAGES).collect();
+        world.scope(|s| {
+            // Nonblocking sends beyond the ring capacity: the tail is queued in the device.
+            let sends: Vec<_> =
+                outgoing.iter().map(|v| s.isend(std::slice::from_ref(v), peer, 1)).collect::<Result<_>>()?;
+            if world.rank() == 0 {
+                world.barrier()?;
+                for expect in 0..MESSAGES {
+                    let mut got = [0u32];
+                    world.recv(&mut got, peer, 1)?;
+                    assert_eq!(got[0], expect);
+                }
+            } else {
+                for expect in 0..MESSAGES {
+                    let mut got = [0u32];
+                    world.recv(&mut got, peer, 1)?;
+                    assert_eq!(got[0], expect);
+                }
+                world.barrier()?;
+            }
+            sends.into_iter().try_for_each(|r| r.wait().map(drop))
+        })
+    });
+}

@@ -225,6 +225,11 @@ pub trait Device {
         reqs.iter().map(|&req| self.wait(req)).collect()
     }
 
+    /// Drives pending communication once (starts queued sends, accepts arrived messages)
+    /// without completing anything. Blocking operations that wait outside the device's request
+    /// machinery (native collectives) call it so that peers' point-to-point traffic still moves.
+    fn progress(&self) {}
+
     /// Marks this endpoint finalized: every later call fails with [`crate::Error::Finalized`].
     fn finalize(&self);
 

@@ -843,6 +843,13 @@ impl Device for ShmEndpoint {
         self.release_owned(Some(scope));
     }
 
+    fn progress(&self) {
+        // Re-entrant calls (from inside a poll that already holds the state) skip this round.
+        if let Ok(mut st) = self.st.try_borrow_mut() {
+            ShmEndpoint::progress(self, &mut st);
+        }
+    }
+
     fn wait_until(&self, poll: &mut dyn FnMut() -> Result<bool>) -> Result<()> {
         struct Unblock<'a>(&'a Cell<bool>, bool);
         impl Drop for Unblock<'_> {

@@ -131,7 +131,11 @@ impl NativeArea {
     /// Waits with the device's spin → yield → park policy until `poll` is ready. Whoever changes
     /// what `poll` looks at notifies this rank's parker (flags: [`NativeArea::notify`]; aborts
     /// and exits: `ShmWorld::wake_all`), so a park ends promptly.
-    fn wait(&self, me: usize, poll: &mut dyn FnMut() -> Poll<Result<()>>) -> Result<()> {
+    ///
+    /// `progress` drives this rank's point-to-point traffic while it waits (MPI's progress
+    /// rule): a peer may be blocked sending to us through a full ring, or waiting for a send we
+    /// queued, before it can reach this collective.
+    fn wait(&self, me: usize, progress: &dyn Fn(), poll: &mut dyn FnMut() -> Poll<Result<()>>) -> Result<()> {
         let mut backoff = Backoff::new(self.world.policy);
         loop {
             if let Poll::Ready(outcome) = poll() {
@@ -139,15 +143,21 @@ impl NativeArea {
             }
             match backoff.next() {
                 Pause::Spin => std::hint::spin_loop(),
-                Pause::Yield => std::thread::yield_now(),
+                Pause::Yield => {
+                    progress();
+                    std::thread::yield_now()
+                }
                 Pause::Park => {
                     let mut outcome = None;
-                    self.world.ranks[self.members[me]].parker.park(&mut || match poll() {
-                        Poll::Ready(r) => {
-                            outcome = Some(r);
-                            true
+                    self.world.ranks[self.members[me]].parker.park(&mut || {
+                        progress();
+                        match poll() {
+                            Poll::Ready(r) => {
+                                outcome = Some(r);
+                                true
+                            }
+                            Poll::Pending => false,
                         }
-                        Poll::Pending => false,
                     });
                     if let Some(r) = outcome {
                         return r;
@@ -167,9 +177,16 @@ impl NativeArea {
 
     /// Waits until `flag(p) >= epoch`. Fails if the job is aborted, if `p` abandoned an epoch
     /// `>= epoch` without reaching the flag, or if `p` stopped running without reaching it.
-    fn await_flag(&self, me: usize, p: usize, epoch: u64, flag: &dyn Fn(&Slot) -> u64) -> Result<()> {
+    fn await_flag(
+        &self,
+        me: usize,
+        progress: &dyn Fn(),
+        p: usize,
+        epoch: u64,
+        flag: &dyn Fn(&Slot) -> u64,
+    ) -> Result<()> {
         let slot = &self.slots[p];
-        self.wait(me, &mut || {
+        self.wait(me, progress, &mut || {
             if flag(slot) >= epoch {
                 return Poll::Ready(Ok(()));
             }
@@ -190,7 +207,7 @@ impl NativeArea {
 
     /// Dissemination barrier for `epoch`: in round k rank i signals rank i + 2^k and waits for
     /// rank i - 2^k, so after ⌈log2 np⌉ rounds every rank has (transitively) heard from all.
-    pub(crate) fn barrier(&self, me: usize, epoch: u64) -> Result<()> {
+    pub(crate) fn barrier(&self, me: usize, epoch: u64, progress: &dyn Fn()) -> Result<()> {
         let np = self.size();
         let mine = &self.slots[me];
         for (k, flag) in mine.rounds.iter().enumerate() {
@@ -199,7 +216,7 @@ impl NativeArea {
             let to = (me + distance) % np;
             self.notify(me, to..to + 1);
             let from = (me + np - distance % np) % np;
-            if let Err(e) = self.await_flag(me, from, epoch, &|s| s.rounds[k].load(Ordering::Acquire)) {
+            if let Err(e) = self.await_flag(me, progress, from, epoch, &|s| s.rounds[k].load(Ordering::Acquire)) {
                 mine.failed.store(epoch, Ordering::Release);
                 self.notify(me, 0..np);
                 return Err(e);
@@ -211,15 +228,16 @@ impl NativeArea {
     /// Starts operation `epoch` (of `kind`) on this rank: publishes `buffers`, which the ranks
     /// in `accessors` may touch, and announces entry. The returned session must be finished with
     /// [`Session::leave`] before the buffers' borrows end.
-    pub(crate) fn enter(
-        &self,
+    pub(crate) fn enter<'a>(
+        &'a self,
+        progress: &'a dyn Fn(),
         me: usize,
         epoch: u64,
         kind: usize,
         buffers: Buffers,
         sources: Range<usize>,
         accessors: Range<usize>,
-    ) -> Session<'_> {
+    ) -> Session<'a> {
         let slot = &self.slots[me];
         // Seqlock write: odd marker (SeqCst, step 1 of the protocol), fields, even marker.
         slot.entered.store(2 * epoch - 1, Ordering::SeqCst);
@@ -234,7 +252,7 @@ impl NativeArea {
         slot.extra.store(buffers.extra.cast_mut(), Ordering::Relaxed);
         slot.entered.store(2 * epoch, Ordering::Release);
         self.notify(me, accessors.clone());
-        Session { area: self, me, epoch, kind, sources, accessors, sources_ready: false }
+        Session { area: self, progress, me, epoch, kind, sources, accessors, sources_ready: false }
     }
 }
 
@@ -254,6 +272,8 @@ fn mismatch(rank: usize) -> Error {
 /// One rank's part in one native operation.
 pub(crate) struct Session<'a> {
     area: &'a NativeArea,
+    /// Drives the rank's point-to-point progress during waits (see [`NativeArea::wait`]).
+    progress: &'a dyn Fn(),
     me: usize,
     epoch: u64,
     kind: usize,
@@ -275,7 +295,7 @@ impl Session<'_> {
     pub(crate) fn await_sources(&mut self) -> Result<()> {
         let (area, me, epoch) = (self.area, self.me, self.epoch);
         for p in self.sources.clone().filter(|&p| p != me) {
-            area.await_flag(me, p, epoch, &|s| s.entered.load(Ordering::Acquire) / 2)?;
+            area.await_flag(me, self.progress, p, epoch, &|s| s.entered.load(Ordering::Acquire) / 2)?;
             self.snapshot(p).ok_or_else(|| mismatch(p))?;
         }
         // Step 2's abort check, after every source was seen entered (see the module comment).
@@ -326,7 +346,7 @@ impl Session<'_> {
 
     /// Waits until source `p` announced its intermediate result.
     pub(crate) fn await_done(&self, p: usize) -> Result<()> {
-        self.area.await_flag(self.me, p, self.epoch, &|s| s.done.load(Ordering::Acquire))
+        self.area.await_flag(self.me, self.progress, p, self.epoch, &|s| s.done.load(Ordering::Acquire))
     }
 
     /// Step 3 of the protocol: records the outcome, then waits until no accessor can touch this
@@ -350,7 +370,7 @@ impl Session<'_> {
         }
         let mut next = self.accessors.start;
         let mut first_error = None;
-        area.wait(me, &mut || {
+        area.wait(me, self.progress, &mut || {
             while next < self.accessors.end {
                 let p = next;
                 if p != me {
