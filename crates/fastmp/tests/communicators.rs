@@ -333,8 +333,11 @@ const CHILD_VAR: &str = "FASTMP_TEST_ENV_CHILD";
 fn run_child(mode: &str, vars: &[(&str, &str)]) -> (bool, String) {
     let mut cmd = Command::new(std::env::current_exe().expect("test binary path"));
     cmd.args(["--ignored", "--exact", "env_child", "--nocapture", "--test-threads=1"]).env(CHILD_VAR, mode);
-    for key in ["FASTMP_TUNING_FILE", "FASTMP_BCAST_ALGORITHM", "FASTMP_SCAN_ALGORITHM", "FASTMP_ALLREDUCE_ALGORITHM"] {
-        cmd.env_remove(key);
+    // Nothing from this environment's own FASTMP_* settings leaks into the child.
+    for (key, _) in std::env::vars_os() {
+        if key.to_string_lossy().starts_with("FASTMP_") {
+            cmd.env_remove(key);
+        }
     }
     for (k, v) in vars {
         cmd.env(k, v);
@@ -357,6 +360,19 @@ fn tuning_from_environment() {
     assert!(ok, "child with valid variables failed:\n{out}");
     let (ok, out) = run_child("valid-mst", &[("FASTMP_TUNING_FILE", file), ("FASTMP_BCAST_ALGORITHM", "mst")]);
     assert!(ok, "child with FASTMP_BCAST_ALGORITHM=mst failed:\n{out}");
+    // One variable per collective, each naming the collective's first algorithm (in capitals).
+    let vars: Vec<(String, String)> = Collective::ALL
+        .iter()
+        .map(|c| {
+            (
+                format!("FASTMP_{}_ALGORITHM", c.name().to_ascii_uppercase()),
+                c.algorithms()[0].name().to_ascii_uppercase(),
+            )
+        })
+        .collect();
+    let vars: Vec<(&str, &str)> = vars.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let (ok, out) = run_child("every-collective", &vars);
+    assert!(ok, "child with a variable for every collective failed:\n{out}");
     let (ok, out) = run_child("invalid", &[("FASTMP_SCAN_ALGORITHM", "magic")]);
     assert!(ok, "child with an unknown algorithm failed:\n{out}");
     let (ok, out) = run_child("missing-file", &[("FASTMP_TUNING_FILE", "/nonexistent/fastmp-tuning.json")]);
@@ -387,6 +403,21 @@ fn env_child() {
                 .tuning(Tuning::defaults())
                 .run(|world| Ok(world.algorithm_for(Collective::Bcast, 1 << 20, true)));
             assert_eq!(explicit.unwrap()[0], Tuning::defaults().select(Collective::Bcast, 2, 1 << 20));
+        }
+        "every-collective" => {
+            fastmp::run(5, |world| {
+                for coll in Collective::ALL {
+                    assert_eq!(world.algorithm_for(coll, 100, true), coll.algorithms()[0], "{coll}");
+                }
+                // The selected algorithms work.
+                let mut data = [world.rank() as u32; 3];
+                world.bcast(&mut data, 4)?;
+                let mut sum = [0u32; 3];
+                world.allreduce(&data, &mut sum, Sum)?;
+                assert_eq!(sum, [20; 3]);
+                world.barrier()
+            })
+            .unwrap();
         }
         "invalid" => {
             let err = fastmp::run(2, |_| Ok(())).unwrap_err();
