@@ -1032,6 +1032,14 @@ fn locally_detectable_errors_on_every_rank() {
         let mut total = [0u32];
         world.allreduce(&[1u32], &mut total, Sum)?;
         assert_eq!(total, [4]);
+        // After finalize every collective fails at once, on every communicator of the rank.
+        let dup = world.dup()?;
+        world.finalize()?;
+        assert!(matches!(world.barrier(), Err(Error::Finalized(_))));
+        assert!(matches!(dup.bcast(&mut buf, 0), Err(Error::Finalized(_))));
+        assert!(matches!(dup.allreduce(&[1u32], &mut total, Sum), Err(Error::Finalized(_))));
+        assert!(matches!(world.scan(&[1u32], &mut total, Sum), Err(Error::Finalized(_))));
+        assert!(world.gather_obj(&1u8, 0).is_err());
         Ok(())
     });
 }
