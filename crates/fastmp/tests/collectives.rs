@@ -1045,6 +1045,38 @@ fn locally_detectable_errors_on_every_rank() {
 }
 
 #[test]
+fn counts_that_overflow_are_errors_not_panics() {
+    // Sums and products of element counts can overflow `usize`: with huge counts, or with
+    // zero-sized elements, whose slices may be `usize::MAX` long. Each call must return
+    // `InvalidArgument` (on every rank, so no communication starts); a panic is a library bug.
+    run_ok(2, "overflowing counts", |world| {
+        let me = world.rank();
+        let huge = vec![(); usize::MAX];
+        let mut huge_out = vec![(); usize::MAX];
+        let noop = UserOp::commutative(|_: &[()], _: &mut [()]| {});
+        let mut panicked = Vec::new();
+        let mut probe = |what: &'static str, call: &mut dyn FnMut() -> Result<()>| match std::panic::catch_unwind(
+            std::panic::AssertUnwindSafe(call),
+        ) {
+            Ok(Err(Error::InvalidArgument(_))) => {}
+            Ok(other) => panic!("{what}: expected InvalidArgument, got {other:?}"),
+            Err(_) => panicked.push(what),
+        };
+        probe("reduce_scatter with counts summing past usize::MAX", &mut || {
+            world.reduce_scatter(&[0u32; 0], &mut [0u32; 0], &[usize::MAX, 1], Sum)
+        });
+        probe("allgather of usize::MAX zero-sized elements", &mut || world.allgather(&huge, &mut [(); 0]));
+        probe("gather of usize::MAX zero-sized elements", &mut || world.gather(&huge, &mut [(); 0], me));
+        probe("scatter into usize::MAX zero-sized elements", &mut || world.scatter(&[(); 0], &mut huge_out, me));
+        probe("reduce_scatter_block into usize::MAX zero-sized elements", &mut || {
+            world.reduce_scatter_block(&[(); 0], &mut huge_out, &noop)
+        });
+        assert!(panicked.is_empty(), "the library panicked on: {}", panicked.join("; "));
+        Ok(())
+    });
+}
+
+#[test]
 fn root_only_errors_on_a_single_rank() {
     // With one rank the root is everyone, so root-only checks are local to every rank.
     run_ok(1, "root-only argument errors", |world| {
