@@ -277,6 +277,31 @@ fn cartesian_grid() {
     });
 }
 
+#[test]
+fn cartesian_shift_by_extreme_displacements() {
+    // Displacements near isize::MIN / isize::MAX: periodic dimensions wrap (mod the extent),
+    // non-periodic ones have no neighbour; the arithmetic must not overflow (a panic is a bug).
+    run_ok(6, "cartesian extreme shifts", |world| {
+        let grid = world.cart_create(&[2, 3], &[true, false])?.expect("all ranks fit");
+        let me = grid.rank();
+        let coords = grid.coords(me)?;
+        for disp in [isize::MAX, isize::MIN, isize::MIN + 1, isize::MAX - 1] {
+            let shifted = |by: isize| {
+                let row = (coords[0] as isize + by.rem_euclid(2)).rem_euclid(2) as usize;
+                Some(row * 3 + coords[1])
+            };
+            let got = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| grid.shift(0, disp)));
+            let want = (shifted(disp.wrapping_neg()), shifted(disp));
+            // -isize::MIN does not exist, but it is even like isize::MIN: same neighbours.
+            let want = if disp == isize::MIN { (shifted(disp), shifted(disp)) } else { want };
+            assert!(matches!(&got, Ok(Ok(w)) if *w == want), "shift(0, {disp}) on rank {me}: {got:?}, want {want:?}");
+            let got = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| grid.shift(1, disp)));
+            assert!(matches!(&got, Ok(Ok((None, None)))), "shift(1, {disp}) on rank {me}: {got:?}");
+        }
+        Ok(())
+    });
+}
+
 // ---------------------------------------------------------------- tuning
 
 #[test]
