@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use bytemuck::Pod;
 use coll_common::{Context, NPS, algorithms, check_each, forced, job, roots, run_ok, seed_of, val};
-use fastmp::coll::{Algorithm, Collective, Tuning};
+use fastmp::coll::{Algorithm, Collective, Rule, Tuning};
 use fastmp::op::{Band, Bor, Bxor, Land, Loc, Lor, Max, MaxLoc, Min, MinLoc, Op, Prod, Sum, UserOp};
 use fastmp::{ANY_SOURCE, ANY_TAG, Comm, Config, Error, Result};
 use serde::{Deserialize, Serialize};
@@ -811,6 +811,42 @@ fn every_algorithm_on_many_ranks() {
             let mut done = 0;
             sweep(&world, &[0, 1, 3, 700], &barriers, &mut done)
         });
+    }
+}
+
+#[test]
+fn size_dependent_rules_select_the_same_algorithm_on_every_rank() {
+    // A table whose rules switch algorithm every few bytes: every rank of a call must still make
+    // the same choice (selection only uses sizes all ranks know).
+    let mut tuning = Tuning::defaults();
+    for coll in Collective::ALL {
+        let algs = algorithms(coll);
+        let mut rules: Vec<Rule> = algs
+            .iter()
+            .enumerate()
+            .map(|(i, &algorithm)| Rule { max_np: None, max_bytes: Some(4 * i), algorithm })
+            .collect();
+        rules.push(Rule::always(algs[algs.len() / 2]));
+        tuning.set_rules(coll, rules).expect("valid rules");
+    }
+    for np in [3, 5] {
+        let barriers = Arc::new(AtomicUsize::new(0));
+        let config = Config::new().np(np).tuning(tuning.clone());
+        job(config, "size-dependent rules", move |world| {
+            let mut done = 0;
+            for coll in Collective::ALL {
+                for n in [0, 1, 2, 3, 4, 5, 6, 2053] {
+                    let roots = if is_rooted(coll) { roots(np).into_iter().map(Some).collect() } else { vec![None] };
+                    for root in roots {
+                        // The algorithm named in failures is the one for a vector of n u32.
+                        let alg = world.algorithm_for(coll, 4 * n, true);
+                        check_case(&world, Case { coll, alg, np, n, root }, &barriers, &mut done)?;
+                    }
+                }
+            }
+            Ok(())
+        })
+        .unwrap_or_else(|e| panic!("size-dependent rules, np={np}: {e}"));
     }
 }
 
