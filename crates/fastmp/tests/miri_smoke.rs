@@ -174,6 +174,30 @@ fn native_collectives() {
 }
 
 #[test]
+fn native_buffers_are_released_only_after_every_peer_access() {
+    use fastmp::op::Sum;
+    native_job(|world| {
+        for round in 0..4u8 {
+            let root = usize::from(round) % world.size();
+            // Fresh buffers, freed or overwritten right after each call: a peer still
+            // copying from or into them would be a use-after-free or a data race under Miri.
+            let mut data = vec![if world.rank() == root { round } else { 0 }; 16];
+            world.bcast(&mut data, root)?;
+            assert_eq!(data, [round; 16]);
+            drop(data);
+            let mut total = vec![0u64; if world.rank() == root { 5 } else { 0 }];
+            world.reduce(&[u64::from(round); 5], &mut total, Sum, root)?;
+            total.fill(0);
+            let mut all = vec![0u16; 3 * world.size()];
+            world.allgather(&[u16::from(round); 3], &mut all)?;
+            all.fill(1);
+        }
+        Ok(())
+    })
+    .expect("job");
+}
+
+#[test]
 fn native_collective_with_a_panicking_op() {
     use fastmp::op::UserOp;
     let outcome = native_job(|world| {

@@ -9,6 +9,7 @@ use std::ops::Range;
 
 use super::Layout;
 use super::select::{Algorithm, Collective};
+use super::tree::{binomial_children, binomial_parent};
 use super::{bcast, native, scatter_gather};
 use crate::comm::Comm;
 use crate::error::{Error, Result};
@@ -146,18 +147,11 @@ fn ring(comm: &Comm, send: &[u8], recv: &mut [u8], layout: &Layout, coll: Collec
     }))
 }
 
-/// Rank `r > 0` of the binomial tree rooted at rank 0 hangs under `r - lowbit(r)`, and its
-/// subtree is the contiguous ranks `r..r + lowbit(r)` (clipped to np), so a subtree's blocks
+/// End of `rank`'s subtree in the binomial tree rooted at rank 0 ([`binomial_children`]): the
+/// subtree is the contiguous ranks `rank..rank + lowbit(rank)` (clipped to np), so its blocks
 /// are one contiguous range of `recv`.
 fn subtree_end(rank: usize, np: usize) -> usize {
     if rank == 0 { np } else { (rank + (rank & rank.wrapping_neg())).min(np) }
-}
-
-/// Children of `rank` in that tree, smallest subtree first.
-fn binomial_children(rank: usize, np: usize) -> impl DoubleEndedIterator<Item = usize> {
-    let span = subtree_end(rank, np) - rank;
-    let levels = usize::BITS - (span - 1).leading_zeros();
-    (0..levels).map(move |k| rank + (1 << k))
 }
 
 /// BT: binomial gather to rank 0 (each child sends its whole subtree's blocks in one message),
@@ -171,8 +165,7 @@ fn binomial(comm: &Comm, send: &[u8], recv: &mut [u8]) -> Result<()> {
         let subtree = child * block..subtree_end(child, np) * block;
         status = status.and(comm.coll_recv(&mut recv[subtree], child, coll));
     }
-    if me != 0 {
-        let parent = me & (me - 1);
+    if let Some(parent) = binomial_parent(me) {
         let subtree = me * block..subtree_end(me, np) * block;
         status = status.and(comm.coll_send(&recv[subtree], parent, coll));
         status = status.and(comm.coll_recv(recv, parent, coll));

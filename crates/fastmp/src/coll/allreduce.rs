@@ -4,6 +4,7 @@ use std::ops::Range;
 
 use bytemuck::Pod;
 
+use super::allgather::carve;
 use super::op::Op;
 use super::reduce::{Partial, combine_in_rank_order, exchange_flat, vector_of, zeroed};
 use super::reduce_scatter::{Fold, block, even_offsets, recursive_halving, ring_reduce_scatter};
@@ -93,6 +94,11 @@ fn recursive_doubling<T: Pod>(comm: &Comm, send: &[T], recv: &mut [T], op: &dyn 
     })
 }
 
+/// Byte range of the element range `elements` of a `T` buffer.
+fn bytes_of<T>(elements: Range<usize>) -> Range<usize> {
+    elements.start * size_of::<T>()..elements.end * size_of::<T>()
+}
+
 /// Ring reduce-scatter then ring allgather over `np` near-equal blocks (commutative).
 fn ring<T: Pod>(comm: &Comm, send: &[T], recv: &mut [T], op: &dyn Op<T>) -> Result<()> {
     let (np, me) = (comm.size(), comm.rank());
@@ -101,10 +107,10 @@ fn ring<T: Pod>(comm: &Comm, send: &[T], recv: &mut [T], op: &dyn Op<T>) -> Resu
     ring_reduce_scatter(comm, recv, &offsets, op, COLL)?;
     let (right, left) = ((me + 1) % np, (me + np - 1) % np);
     for step in 0..np - 1 {
-        let outgoing = block(&offsets, (me + np - step) % np);
-        let incoming = block(&offsets, (me + 2 * np - step - 1) % np);
-        let (outgoing, incoming) = disjoint(recv, outgoing, incoming);
-        comm.coll_sendrecv(bytemuck::cast_slice(outgoing), right, bytemuck::cast_slice_mut(incoming), left, COLL)?;
+        let outgoing = bytes_of::<T>(block(&offsets, (me + np - step) % np));
+        let incoming = bytes_of::<T>(block(&offsets, (me + 2 * np - step - 1) % np));
+        let [outgoing, incoming] = carve(bytemuck::cast_slice_mut(recv), [outgoing, incoming]);
+        comm.coll_sendrecv(outgoing, right, incoming, left, COLL)?;
     }
     Ok(())
 }
@@ -120,23 +126,14 @@ fn rabenseifner<T: Pod>(comm: &Comm, send: &[T], recv: &mut [T], op: &dyn Op<T>)
         while mask < fold.pof2 {
             let partner = v ^ mask;
             let (their_lo, their_hi) = if partner > v { (lo + mask, hi + mask) } else { (lo - mask, hi - mask) };
-            let (outgoing, incoming) = disjoint(acc, bounds[lo]..bounds[hi], bounds[their_lo]..bounds[their_hi]);
+            let outgoing = bytes_of::<T>(bounds[lo]..bounds[hi]);
+            let incoming = bytes_of::<T>(bounds[their_lo]..bounds[their_hi]);
+            let [outgoing, incoming] = carve(bytemuck::cast_slice_mut(acc), [outgoing, incoming]);
             let peer = fold.real_rank(partner);
-            comm.coll_sendrecv(bytemuck::cast_slice(outgoing), peer, bytemuck::cast_slice_mut(incoming), peer, COLL)?;
+            comm.coll_sendrecv(outgoing, peer, incoming, peer, COLL)?;
             (lo, hi) = (lo.min(their_lo), hi.max(their_hi));
             mask <<= 1;
         }
         Ok(())
     })
-}
-
-/// Two non-overlapping ranges of `buf`, one to read and one to write.
-fn disjoint<T>(buf: &mut [T], read: Range<usize>, write: Range<usize>) -> (&[T], &mut [T]) {
-    if read.end <= write.start {
-        let (head, tail) = buf.split_at_mut(write.start);
-        (&head[read], &mut tail[..write.len()])
-    } else {
-        let (head, tail) = buf.split_at_mut(read.start);
-        (&tail[..read.len()], &mut head[write])
-    }
 }

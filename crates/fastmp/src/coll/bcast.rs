@@ -67,12 +67,8 @@ fn scatter_allgather(comm: &Comm, buf: &mut [u8], root: usize) -> Result<()> {
         Algorithm::Native => native::scatterv(comm, buf, root_layout, &mut own, root)?,
         algorithm => scatter_gather::scatterv(comm, buf, root_layout, &mut own, root, algorithm)?,
     }
-    // Gather+bcast would bcast again and could come straight back here.
-    let algorithm = match comm.algorithm_for(Collective::Allgatherv, len / np, true) {
-        Algorithm::GatherBcast => Collective::Allgatherv.fallback(),
-        algorithm => algorithm,
-    };
-    match algorithm {
+    // Gather+bcast does not come back here: its bcast never picks scatter+allgather.
+    match comm.algorithm_for(Collective::Allgatherv, len / np, true) {
         Algorithm::Native => native::allgatherv(comm, &own, buf, &layout),
         algorithm => allgather::allgatherv(comm, &own, buf, &layout, algorithm),
     }

@@ -3,8 +3,11 @@
 
 use bytemuck::Pod;
 
+use super::Layout;
+use super::allgather::carve_blocks;
 use super::op::Op;
 use super::select::{Algorithm, Collective};
+use super::tree::Mst;
 use crate::comm::Comm;
 use crate::error::{Error, Result};
 
@@ -29,19 +32,6 @@ pub(super) fn reduce<T: Pod>(
 /// A zero-filled typed temporary (typed so that its alignment suits `T`).
 pub(super) fn zeroed<T: Pod>(len: usize) -> Vec<T> {
     vec![T::zeroed(); len]
-}
-
-/// Splits `buf` into `parts` consecutive blocks of `len` elements each (`len` may be 0, which
-/// `chunks_mut` does not allow).
-pub(super) fn blocks_mut<T>(buf: &mut [T], len: usize, parts: usize) -> Vec<&mut [T]> {
-    let mut rest = buf;
-    (0..parts)
-        .map(|_| {
-            let (block, tail) = std::mem::take(&mut rest).split_at_mut(len);
-            rest = tail;
-            block
-        })
-        .collect()
 }
 
 /// `out = x0 ∘ x1 ∘ … ∘ x(np-1)`, where `vector(r)` is rank `r`'s contribution. Combines from the
@@ -70,9 +60,12 @@ pub(super) fn exchange_flat<T: Pod>(
     let n = send.len();
     let sources: Vec<usize> = receive_from.collect();
     let mut received = zeroed::<T>(n * sources.len());
+    let layout = Layout::uniform(sources.len(), size_of_val(send));
     let mut pending = comm.pending();
-    for (&peer, block) in sources.iter().zip(blocks_mut(&mut received, n, sources.len())) {
-        pending.irecv(bytemuck::cast_slice_mut(block), peer, coll)?;
+    for (&peer, block) in
+        sources.iter().zip(carve_blocks(bytemuck::cast_slice_mut(&mut received), &layout, sources.len()))
+    {
+        pending.irecv(block, peer, coll)?;
     }
     for peer in send_to {
         pending.isend(bytemuck::cast_slice(send), peer, coll)?;
@@ -172,53 +165,18 @@ impl<'a, T: Pod> Partial<'a, T> {
     }
 }
 
-/// One exchange of this rank in the MST: a partial result from `peer` (whose ranks are all
-/// lower than ours if `from_lower`), or the final send of our subtree's result to `peer`.
-enum MstStep {
-    Receive { peer: usize, from_lower: bool },
-    Send { peer: usize },
-}
-
-/// This rank's steps in the minimum spanning tree over ranks `0..np` rooted at `root`, in the
-/// order they run. The range is halved recursively; the half without the root gets a local root
-/// (the rank next to the other half), which sends its half's result across once that half is
-/// reduced. Every subtree spans contiguous ranks, so combining left ∘ right keeps rank order
-/// for any root.
-fn mst_steps(np: usize, me: usize, root: usize) -> Vec<MstStep> {
-    let (mut lo, mut hi, mut local_root) = (0, np, root);
-    let mut steps = Vec::new();
-    while hi - lo > 1 {
-        let mid = lo + (hi - lo) / 2;
-        let (root_half, other_half, other_root) =
-            if local_root < mid { ((lo, mid), (mid, hi), mid) } else { ((mid, hi), (lo, mid), mid - 1) };
-        if me == local_root {
-            steps.push(MstStep::Receive { peer: other_root, from_lower: other_root < me });
-        }
-        if (root_half.0..root_half.1).contains(&me) {
-            (lo, hi) = root_half;
-        } else {
-            if me == other_root {
-                steps.push(MstStep::Send { peer: local_root });
-            }
-            (lo, hi) = other_half;
-            local_root = other_root;
-        }
-    }
-    steps.reverse();
-    steps
-}
-
-/// Minimum spanning tree (recursive interval halving) rooted at `root`: order-correct for
-/// non-commutative operations without an extra hop, since every subtree is a rank interval.
+/// Minimum spanning tree (recursive interval halving, [`Mst`]) rooted at `root`: every subtree is
+/// an interval of ranks, so folding in the children's results smallest subtree first (each one
+/// adjacent to what is held so far) keeps rank order for any root, without an extra hop.
 fn mst<T: Pod>(comm: &Comm, send: &[T], recv: &mut [T], op: &dyn Op<T>, root: usize) -> Result<()> {
-    let (np, me) = (comm.size(), comm.rank());
-    let steps = mst_steps(np, me, root);
-    let receives = steps.iter().filter(|s| matches!(s, MstStep::Receive { .. })).count();
-    if receives == 0 {
+    let me = comm.rank();
+    let tree = Mst::new(comm.size(), root, me);
+    let children: Vec<usize> = tree.children().map(|(child, _)| child).collect();
+    if children.is_empty() {
         // A leaf (or np == 1): nothing to combine.
-        return match steps.first() {
-            Some(MstStep::Send { peer }) => comm.coll_send(bytemuck::cast_slice(send), *peer, COLL),
-            _ => {
+        return match tree.parent {
+            Some(parent) => comm.coll_send(bytemuck::cast_slice(send), parent, COLL),
+            None => {
                 recv.copy_from_slice(send);
                 Ok(())
             }
@@ -229,49 +187,13 @@ fn mst<T: Pod>(comm: &Comm, send: &[T], recv: &mut [T], op: &dyn Op<T>, root: us
     held.copy_from_slice(send);
     let mut spare = zeroed::<T>(send.len());
     let mut partial = Partial::new(held, &mut spare);
-    for step in steps {
-        match step {
-            MstStep::Receive { peer, from_lower } => {
-                comm.coll_recv(bytemuck::cast_slice_mut(partial.buffers().1), peer, COLL)?;
-                partial.absorb(op, from_lower);
-            }
-            MstStep::Send { peer } => comm.coll_send(bytemuck::cast_slice(partial.value()), peer, COLL)?,
-        }
+    for &child in children.iter().rev() {
+        comm.coll_recv(bytemuck::cast_slice_mut(partial.buffers().1), child, COLL)?;
+        partial.absorb(op, child < me);
+    }
+    if let Some(parent) = tree.parent {
+        comm.coll_send(bytemuck::cast_slice(partial.value()), parent, COLL)?;
     }
     partial.settle();
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Every non-root rank sends exactly once, to a rank that receives from it exactly once.
-    #[test]
-    fn mst_steps_form_a_spanning_tree() {
-        for np in 1..20 {
-            for root in 0..np {
-                let mut edges = Vec::new();
-                for me in 0..np {
-                    let steps = mst_steps(np, me, root);
-                    let sends: Vec<usize> = steps
-                        .iter()
-                        .filter_map(|s| if let MstStep::Send { peer } = s { Some(*peer) } else { None })
-                        .collect();
-                    assert_eq!(sends.len(), usize::from(me != root), "np {np} root {root} rank {me}");
-                    edges.extend(sends.iter().map(|&to| (me, to)));
-                    for s in &steps {
-                        if let MstStep::Receive { peer, .. } = s {
-                            assert!(
-                                mst_steps(np, *peer, root)
-                                    .iter()
-                                    .any(|t| matches!(t, MstStep::Send { peer } if *peer == me))
-                            );
-                        }
-                    }
-                }
-                assert_eq!(edges.len(), np - 1);
-            }
-        }
-    }
 }

@@ -9,20 +9,15 @@ use crate::comm::Comm;
 use crate::error::{Error, Result};
 
 pub(super) fn scatter(comm: &Comm, send: &[u8], recv: &mut [u8], root: usize, algorithm: Algorithm) -> Result<()> {
-    let block = recv.len();
-    let block_of = |rank: usize| rank * block..(rank + 1) * block;
-    match algorithm {
-        Algorithm::Mst => scatter_mst(comm, send, recv, root),
-        _ => scatter_flat(
-            comm,
-            send,
-            block_of,
-            recv,
-            root,
-            nonblocking(Collective::Scatter, algorithm)?,
-            Collective::Scatter,
-        ),
+    let coll = Collective::Scatter;
+    if algorithm == Algorithm::Mst {
+        return scatter_mst(comm, send, recv, root);
     }
+    let nonblocking = nonblocking(coll, algorithm)?;
+    if comm.rank() != root {
+        return comm.coll_recv(recv, root, coll);
+    }
+    scatter_flat_root(comm, send, uniform_blocks(recv.len()), recv, nonblocking, coll)
 }
 
 pub(super) fn scatterv(
@@ -39,7 +34,7 @@ pub(super) fn scatterv(
         return comm.coll_recv(recv, root, coll);
     }
     let layout = root_layout(layout, coll)?;
-    scatter_flat(comm, send, |rank| layout.block(rank), recv, root, nonblocking, coll)
+    scatter_flat_root(comm, send, |rank| layout.block(rank), recv, nonblocking, coll)
 }
 
 pub(super) fn gather(comm: &Comm, send: &[u8], recv: &mut [u8], root: usize, algorithm: Algorithm) -> Result<()> {
@@ -51,8 +46,7 @@ pub(super) fn gather(comm: &Comm, send: &[u8], recv: &mut [u8], root: usize, alg
     if comm.rank() != root {
         return comm.coll_send(send, root, coll);
     }
-    let block = send.len();
-    gather_flat_root(comm, send, recv, |rank| rank * block..(rank + 1) * block, 0..comm.size(), nonblocking, coll)
+    gather_flat_root(comm, send, recv, uniform_blocks(send.len()), 0..comm.size(), nonblocking, coll)
 }
 
 pub(super) fn gatherv(
@@ -83,6 +77,12 @@ fn nonblocking(coll: Collective, algorithm: Algorithm) -> Result<bool> {
     }
 }
 
+/// Byte ranges of `np` consecutive blocks of `block` bytes each.
+fn uniform_blocks(block: usize) -> impl Fn(usize) -> Range<usize> {
+    move |rank| rank * block..(rank + 1) * block
+}
+
+/// The root's layout, which the public API always passes (`None` only on other ranks).
 fn root_layout(layout: Option<&Layout>, coll: Collective) -> Result<&Layout> {
     layout.ok_or_else(|| Error::other(format!("{coll}: the root has no block layout")))
 }
@@ -91,7 +91,7 @@ fn root_layout(layout: Option<&Layout>, coll: Collective) -> Result<&Layout> {
 fn copy_own_block(dst: &mut [u8], src: &[u8], coll: Collective) -> Result<()> {
     if dst.len() != src.len() {
         return Err(Error::InvalidArgument(format!(
-            "{coll}: the root's own block has {} bytes but its buffer {}",
+            "{coll}: this rank's own block has {} bytes but its place {}",
             src.len(),
             dst.len()
         )));
@@ -100,19 +100,16 @@ fn copy_own_block(dst: &mut [u8], src: &[u8], coll: Collective) -> Result<()> {
     Ok(())
 }
 
-/// Flat scatter: the root sends each rank `send[block_of(rank)]`.
-fn scatter_flat(
+/// Root side of the flat scatters: send each rank `send[block_of(rank)]`.
+fn scatter_flat_root(
     comm: &Comm,
     send: &[u8],
     block_of: impl Fn(usize) -> Range<usize>,
     recv: &mut [u8],
-    root: usize,
     nonblocking: bool,
     coll: Collective,
 ) -> Result<()> {
-    if comm.rank() != root {
-        return comm.coll_recv(recv, root, coll);
-    }
+    let root = comm.rank();
     copy_own_block(recv, &send[block_of(root)], coll)?;
     send_from_root(comm, root, |rank| &send[block_of(rank)], nonblocking, coll)
 }
