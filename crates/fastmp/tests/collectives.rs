@@ -8,10 +8,15 @@
 //! All cases of one collective and process count run inside one job; failures name the
 //! collective, algorithm, np, size and root.
 //!
-//! Further sections: predefined ops and types, a non-commutative user op, serde objects,
-//! collectives running concurrently on split / overlapping communicators next to user
-//! point-to-point traffic, and argument errors (local and across ranks) that must end in `Err`,
-//! never in a hang or a panic.
+//! Further sections: predefined ops and types (and 3/12/24-byte elements), a non-commutative
+//! user op, serde objects, full sweeps on reordered sub-communicators, on 33 and 64 ranks and
+//! with other eager limits, size-dependent tuning rules, random sequences of calls, buffer reuse
+//! right after a call, barrier stress, collectives running concurrently on split / overlapping
+//! communicators next to user point-to-point traffic, and argument errors (local, across ranks,
+//! overflowing counts, a panicking user op) that must end in `Err`, never in a hang or a panic.
+//!
+//! Every job runs under a watchdog (`FASTMP_TEST_TIMEOUT_S`, default 120 s) so a hang fails the
+//! test instead of blocking; `FASTMP_TEST_SKIP=native,bkt` leaves algorithms out while debugging.
 
 mod coll_common;
 mod common;
