@@ -8,10 +8,15 @@
 //! All cases of one collective and process count run inside one job; failures name the
 //! collective, algorithm, np, size and root.
 //!
-//! Further sections: predefined ops and types, a non-commutative user op, serde objects,
-//! collectives running concurrently on split / overlapping communicators next to user
-//! point-to-point traffic, and argument errors (local and across ranks) that must end in `Err`,
-//! never in a hang or a panic.
+//! Further sections: predefined ops and types (and 3/12/24-byte elements), a non-commutative
+//! user op, serde objects, full sweeps on reordered sub-communicators, on 33 and 64 ranks and
+//! with other eager limits, size-dependent tuning rules, random sequences of calls, buffer reuse
+//! right after a call, barrier stress, collectives running concurrently on split / overlapping
+//! communicators next to user point-to-point traffic, and argument errors (local, across ranks,
+//! overflowing counts, a panicking user op) that must end in `Err`, never in a hang or a panic.
+//!
+//! Every job runs under a watchdog (`FASTMP_TEST_TIMEOUT_S`, default 120 s) so a hang fails the
+//! test instead of blocking; `FASTMP_TEST_SKIP=native,bkt` leaves algorithms out while debugging.
 
 mod coll_common;
 mod common;
@@ -22,7 +27,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use bytemuck::Pod;
 use coll_common::{Context, NPS, algorithms, check_each, forced, job, roots, run_ok, seed_of, val};
-use fastmp::coll::{Algorithm, Collective, Tuning};
+use fastmp::coll::{Algorithm, Collective, Rule, Tuning};
 use fastmp::op::{Band, Bor, Bxor, Land, Loc, Lor, Max, MaxLoc, Min, MinLoc, Op, Prod, Sum, UserOp};
 use fastmp::{ANY_SOURCE, ANY_TAG, Comm, Config, Error, Result};
 use serde::{Deserialize, Serialize};
@@ -815,6 +820,42 @@ fn every_algorithm_on_many_ranks() {
 }
 
 #[test]
+fn size_dependent_rules_select_the_same_algorithm_on_every_rank() {
+    // A table whose rules switch algorithm every few bytes: every rank of a call must still make
+    // the same choice (selection only uses sizes all ranks know).
+    let mut tuning = Tuning::defaults();
+    for coll in Collective::ALL {
+        let algs = algorithms(coll);
+        let mut rules: Vec<Rule> = algs
+            .iter()
+            .enumerate()
+            .map(|(i, &algorithm)| Rule { max_np: None, max_bytes: Some(4 * i), algorithm })
+            .collect();
+        rules.push(Rule::always(algs[algs.len() / 2]));
+        tuning.set_rules(coll, rules).expect("valid rules");
+    }
+    for np in [3, 5] {
+        let barriers = Arc::new(AtomicUsize::new(0));
+        let config = Config::new().np(np).tuning(tuning.clone());
+        job(config, "size-dependent rules", move |world| {
+            let mut done = 0;
+            for coll in Collective::ALL {
+                for n in [0, 1, 2, 3, 4, 5, 6, 2053] {
+                    let roots = if is_rooted(coll) { roots(np).into_iter().map(Some).collect() } else { vec![None] };
+                    for root in roots {
+                        // The algorithm named in failures is the one for a vector of n u32.
+                        let alg = world.algorithm_for(coll, 4 * n, true);
+                        check_case(&world, Case { coll, alg, np, n, root }, &barriers, &mut done)?;
+                    }
+                }
+            }
+            Ok(())
+        })
+        .unwrap_or_else(|e| panic!("size-dependent rules, np={np}: {e}"));
+    }
+}
+
+#[test]
 fn every_algorithm_with_other_eager_limits() {
     for eager_limit in [0, 64, 1 << 20] {
         for np in [3, 8] {
@@ -1032,6 +1073,46 @@ fn locally_detectable_errors_on_every_rank() {
         let mut total = [0u32];
         world.allreduce(&[1u32], &mut total, Sum)?;
         assert_eq!(total, [4]);
+        // After finalize every collective fails at once, on every communicator of the rank.
+        let dup = world.dup()?;
+        world.finalize()?;
+        assert!(matches!(world.barrier(), Err(Error::Finalized(_))));
+        assert!(matches!(dup.bcast(&mut buf, 0), Err(Error::Finalized(_))));
+        assert!(matches!(dup.allreduce(&[1u32], &mut total, Sum), Err(Error::Finalized(_))));
+        assert!(matches!(world.scan(&[1u32], &mut total, Sum), Err(Error::Finalized(_))));
+        assert!(world.gather_obj(&1u8, 0).is_err());
+        Ok(())
+    });
+}
+
+#[test]
+fn counts_that_overflow_are_errors_not_panics() {
+    // Sums and products of element counts can overflow `usize`: with huge counts, or with
+    // zero-sized elements, whose slices may be `usize::MAX` long. Each call must return
+    // `InvalidArgument` (on every rank, so no communication starts); a panic is a library bug.
+    run_ok(2, "overflowing counts", |world| {
+        let me = world.rank();
+        let huge = vec![(); usize::MAX];
+        let mut huge_out = vec![(); usize::MAX];
+        let noop = UserOp::commutative(|_: &[()], _: &mut [()]| {});
+        let mut panicked = Vec::new();
+        let mut probe = |what: &'static str, call: &mut dyn FnMut() -> Result<()>| match std::panic::catch_unwind(
+            std::panic::AssertUnwindSafe(call),
+        ) {
+            Ok(Err(Error::InvalidArgument(_))) => {}
+            Ok(other) => panic!("{what}: expected InvalidArgument, got {other:?}"),
+            Err(_) => panicked.push(what),
+        };
+        probe("reduce_scatter with counts summing past usize::MAX", &mut || {
+            world.reduce_scatter(&[0u32; 0], &mut [0u32; 0], &[usize::MAX, 1], Sum)
+        });
+        probe("allgather of usize::MAX zero-sized elements", &mut || world.allgather(&huge, &mut [(); 0]));
+        probe("gather of usize::MAX zero-sized elements", &mut || world.gather(&huge, &mut [(); 0], me));
+        probe("scatter into usize::MAX zero-sized elements", &mut || world.scatter(&[(); 0], &mut huge_out, me));
+        probe("reduce_scatter_block into usize::MAX zero-sized elements", &mut || {
+            world.reduce_scatter_block(&[(); 0], &mut huge_out, &noop)
+        });
+        assert!(panicked.is_empty(), "the library panicked on: {}", panicked.join("; "));
         Ok(())
     });
 }

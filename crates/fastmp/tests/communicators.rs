@@ -277,6 +277,31 @@ fn cartesian_grid() {
     });
 }
 
+#[test]
+fn cartesian_shift_by_extreme_displacements() {
+    // Displacements near isize::MIN / isize::MAX: periodic dimensions wrap (mod the extent),
+    // non-periodic ones have no neighbour; the arithmetic must not overflow (a panic is a bug).
+    run_ok(6, "cartesian extreme shifts", |world| {
+        let grid = world.cart_create(&[2, 3], &[true, false])?.expect("all ranks fit");
+        let me = grid.rank();
+        let coords = grid.coords(me)?;
+        for disp in [isize::MAX, isize::MIN, isize::MIN + 1, isize::MAX - 1] {
+            let shifted = |by: isize| {
+                let row = (coords[0] as isize + by.rem_euclid(2)).rem_euclid(2) as usize;
+                Some(row * 3 + coords[1])
+            };
+            let got = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| grid.shift(0, disp)));
+            let want = (shifted(disp.wrapping_neg()), shifted(disp));
+            // -isize::MIN does not exist, but it is even like isize::MIN: same neighbours.
+            let want = if disp == isize::MIN { (shifted(disp), shifted(disp)) } else { want };
+            assert!(matches!(&got, Ok(Ok(w)) if *w == want), "shift(0, {disp}) on rank {me}: {got:?}, want {want:?}");
+            let got = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| grid.shift(1, disp)));
+            assert!(matches!(&got, Ok(Ok((None, None)))), "shift(1, {disp}) on rank {me}: {got:?}");
+        }
+        Ok(())
+    });
+}
+
 // ---------------------------------------------------------------- tuning
 
 #[test]
@@ -333,8 +358,11 @@ const CHILD_VAR: &str = "FASTMP_TEST_ENV_CHILD";
 fn run_child(mode: &str, vars: &[(&str, &str)]) -> (bool, String) {
     let mut cmd = Command::new(std::env::current_exe().expect("test binary path"));
     cmd.args(["--ignored", "--exact", "env_child", "--nocapture", "--test-threads=1"]).env(CHILD_VAR, mode);
-    for key in ["FASTMP_TUNING_FILE", "FASTMP_BCAST_ALGORITHM", "FASTMP_SCAN_ALGORITHM", "FASTMP_ALLREDUCE_ALGORITHM"] {
-        cmd.env_remove(key);
+    // Nothing from this environment's own FASTMP_* settings leaks into the child.
+    for (key, _) in std::env::vars_os() {
+        if key.to_string_lossy().starts_with("FASTMP_") {
+            cmd.env_remove(key);
+        }
     }
     for (k, v) in vars {
         cmd.env(k, v);
@@ -357,6 +385,19 @@ fn tuning_from_environment() {
     assert!(ok, "child with valid variables failed:\n{out}");
     let (ok, out) = run_child("valid-mst", &[("FASTMP_TUNING_FILE", file), ("FASTMP_BCAST_ALGORITHM", "mst")]);
     assert!(ok, "child with FASTMP_BCAST_ALGORITHM=mst failed:\n{out}");
+    // One variable per collective, each naming the collective's first algorithm (in capitals).
+    let vars: Vec<(String, String)> = Collective::ALL
+        .iter()
+        .map(|c| {
+            (
+                format!("FASTMP_{}_ALGORITHM", c.name().to_ascii_uppercase()),
+                c.algorithms()[0].name().to_ascii_uppercase(),
+            )
+        })
+        .collect();
+    let vars: Vec<(&str, &str)> = vars.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let (ok, out) = run_child("every-collective", &vars);
+    assert!(ok, "child with a variable for every collective failed:\n{out}");
     let (ok, out) = run_child("invalid", &[("FASTMP_SCAN_ALGORITHM", "magic")]);
     assert!(ok, "child with an unknown algorithm failed:\n{out}");
     let (ok, out) = run_child("missing-file", &[("FASTMP_TUNING_FILE", "/nonexistent/fastmp-tuning.json")]);
@@ -387,6 +428,21 @@ fn env_child() {
                 .tuning(Tuning::defaults())
                 .run(|world| Ok(world.algorithm_for(Collective::Bcast, 1 << 20, true)));
             assert_eq!(explicit.unwrap()[0], Tuning::defaults().select(Collective::Bcast, 2, 1 << 20));
+        }
+        "every-collective" => {
+            fastmp::run(5, |world| {
+                for coll in Collective::ALL {
+                    assert_eq!(world.algorithm_for(coll, 100, true), coll.algorithms()[0], "{coll}");
+                }
+                // The selected algorithms work.
+                let mut data = [world.rank() as u32; 3];
+                world.bcast(&mut data, 4)?;
+                let mut sum = [0u32; 3];
+                world.allreduce(&data, &mut sum, Sum)?;
+                assert_eq!(sum, [20; 3]);
+                world.barrier()
+            })
+            .unwrap();
         }
         "invalid" => {
             let err = fastmp::run(2, |_| Ok(())).unwrap_err();
