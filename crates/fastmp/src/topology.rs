@@ -42,6 +42,11 @@ pub fn dims_create(nodes: usize, ndims: usize) -> Result<Vec<usize>> {
     if ndims == 0 || nodes == 0 {
         return Err(Error::InvalidArgument(format!("dims_create({nodes}, {ndims}): both must be positive")));
     }
+    // Beyond log2(nodes) dimensions every extra one is 1; refuse absurd counts rather than
+    // allocating them.
+    if ndims > 4096 {
+        return Err(Error::InvalidArgument(format!("dims_create: {ndims} dimensions is more than 4096")));
+    }
     let mut dims = vec![1; ndims];
     let mut rest = nodes;
     let mut factors = Vec::new();
@@ -159,12 +164,19 @@ impl CartComm {
             )));
         }
         let here: Vec<isize> = self.coords(self.rank())?.into_iter().map(|c| c as isize).collect();
-        let moved = |by: isize| {
+        let extent = self.dims[dimension] as i128;
+        // Wide arithmetic: any displacement, even ±isize::MAX, is a valid question.
+        let moved = |by: i128| {
+            let target = here[dimension] as i128 + by;
+            let target = if self.periods[dimension] { target.rem_euclid(extent) } else { target };
+            if !(0..extent).contains(&target) {
+                return Ok(None);
+            }
             let mut c = here.clone();
-            c[dimension] += by;
+            c[dimension] = target as isize;
             self.try_rank_of(&c)
         };
-        Ok((moved(-disp)?, moved(disp)?))
+        Ok((moved(-(disp as i128))?, moved(disp as i128)?))
     }
 
     /// The sub-grid through this rank that keeps the dimensions where `remain` is true

@@ -80,6 +80,14 @@ impl Comm {
         }
     }
 
+    /// Checks that `what` holds `size()` blocks of `block` elements (without overflowing).
+    fn check_blocks(&self, what: &str, actual: usize, block: usize) -> Result<()> {
+        let expected = block.checked_mul(self.size()).ok_or_else(|| {
+            Error::InvalidArgument(format!("{what}: {} blocks of {block} elements overflow usize", self.size()))
+        })?;
+        self.check_len(what, actual, expected)
+    }
+
     /// Blocks until every rank has called it (MPI_Barrier).
     ///
     /// ```
@@ -119,7 +127,7 @@ impl Comm {
     pub fn scatter<T: Pod>(&self, send: &[T], recv: &mut [T], root: usize) -> Result<()> {
         self.check_root(root)?;
         if self.rank() == root {
-            self.check_len("scatter send buffer", send.len(), recv.len() * self.size())?;
+            self.check_blocks("scatter send buffer", send.len(), recv.len())?;
         }
         let (send, recv): (&[u8], &mut [u8]) = (bytemuck::cast_slice(send), bytemuck::cast_slice_mut(recv));
         match self.algorithm_for(Collective::Scatter, recv.len(), true) {
@@ -170,7 +178,7 @@ impl Comm {
     pub fn gather<T: Pod>(&self, send: &[T], recv: &mut [T], root: usize) -> Result<()> {
         self.check_root(root)?;
         if self.rank() == root {
-            self.check_len("gather receive buffer", recv.len(), send.len() * self.size())?;
+            self.check_blocks("gather receive buffer", recv.len(), send.len())?;
         }
         let (send, recv): (&[u8], &mut [u8]) = (bytemuck::cast_slice(send), bytemuck::cast_slice_mut(recv));
         match self.algorithm_for(Collective::Gather, send.len(), true) {
@@ -207,7 +215,7 @@ impl Comm {
     /// Gathers every rank's `send` into `recv` on every rank (MPI_Allgather).
     pub fn allgather<T: Pod>(&self, send: &[T], recv: &mut [T]) -> Result<()> {
         self.check_live()?;
-        self.check_len("allgather receive buffer", recv.len(), send.len() * self.size())?;
+        self.check_blocks("allgather receive buffer", recv.len(), send.len())?;
         let (send, recv): (&[u8], &mut [u8]) = (bytemuck::cast_slice(send), bytemuck::cast_slice_mut(recv));
         match self.algorithm_for(Collective::Allgather, send.len(), true) {
             Algorithm::Native => native::allgather(self, send, recv),
@@ -322,7 +330,9 @@ impl Comm {
     pub fn reduce_scatter<T: Pod, O: Op<T>>(&self, send: &[T], recv: &mut [T], counts: &[usize], op: O) -> Result<()> {
         self.check_live()?;
         self.check_len("reduce_scatter counts", counts.len(), self.size())?;
-        self.check_len("reduce_scatter send buffer", send.len(), counts.iter().sum())?;
+        let total = counts.iter().try_fold(0usize, |sum, &c| sum.checked_add(c));
+        let total = total.ok_or_else(|| Error::InvalidArgument("reduce_scatter counts overflow usize".into()))?;
+        self.check_len("reduce_scatter send buffer", send.len(), total)?;
         self.check_len("reduce_scatter receive buffer", recv.len(), counts[self.rank()])?;
         let op: &dyn Op<T> = &op;
         match self.algorithm_for(Collective::ReduceScatter, size_of_val(send), op.is_commutative()) {
@@ -335,7 +345,7 @@ impl Comm {
     /// (MPI_Reduce_scatter_block).
     pub fn reduce_scatter_block<T: Pod, O: Op<T>>(&self, send: &[T], recv: &mut [T], op: O) -> Result<()> {
         self.check_live()?;
-        self.check_len("reduce_scatter_block send buffer", send.len(), recv.len() * self.size())?;
+        self.check_blocks("reduce_scatter_block send buffer", send.len(), recv.len())?;
         let counts = vec![recv.len(); self.size()];
         self.reduce_scatter(send, recv, &counts, op)
     }

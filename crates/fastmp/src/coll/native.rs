@@ -43,11 +43,18 @@ fn collective(
     work: impl FnOnce(&Session) -> Result<()>,
 ) -> Result<()> {
     let (handle, epoch) = next_epoch(comm)?;
-    let mut session = handle.area.enter(comm.rank(), epoch, kind, buffers, sources, accessors);
+    let progress = || comm.dev.progress();
+    let mut session = handle.area.enter(&progress, comm.rank(), epoch, kind, buffers, sources, accessors);
     let outcome = catch_unwind(AssertUnwindSafe(|| {
         session.await_sources()?;
         work(&session)
     }));
+    if let Err(panic) = &outcome {
+        // The panic will fail this rank anyway; recording it before leaving makes peers report
+        // it (PeerFailed naming this rank) instead of "rank abandoned the operation".
+        let cause = format!("panicked in a native collective: {}", crate::launch::panic_message(panic.as_ref()));
+        handle.area.fail_job(comm.rank(), cause);
+    }
     let left = session.leave(matches!(outcome, Ok(Ok(()))));
     match outcome {
         Ok(result) => result.and(left),
@@ -125,7 +132,7 @@ fn check_len(peer: usize, what: &str, actual: usize, expected: usize) -> Result<
 
 pub(super) fn barrier(comm: &Comm) -> Result<()> {
     let (handle, epoch) = next_epoch(comm)?;
-    handle.area.barrier(comm.rank(), epoch)
+    handle.area.barrier(comm.rank(), epoch, &|| comm.dev.progress())
 }
 
 /// Listing 4.1: the root publishes its buffer, everyone copies it, the root waits for all.

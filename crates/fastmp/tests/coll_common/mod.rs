@@ -62,12 +62,9 @@ impl<T> Context<T> for Result<T> {
     }
 }
 
-/// The algorithms of `coll` to check: all of them, minus those named in the comma-separated
-/// `FASTMP_TEST_SKIP` (a development aid for checking some algorithms before others exist).
+/// The algorithms of `coll` to check: every one it has.
 pub fn algorithms(coll: Collective) -> Vec<Algorithm> {
-    let skip = std::env::var("FASTMP_TEST_SKIP").unwrap_or_default();
-    let skip: Vec<&str> = skip.split(',').map(str::trim).collect();
-    coll.algorithms().iter().copied().filter(|a| !skip.contains(&a.name())).collect()
+    coll.algorithms().to_vec()
 }
 
 /// `world` with `alg` forced for `coll`.

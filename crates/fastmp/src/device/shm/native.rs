@@ -167,6 +167,11 @@ impl NativeArea {
         }
     }
 
+    /// Aborts the job on behalf of communicator rank `me` (a panic inside the collective).
+    pub(crate) fn fail_job(&self, me: usize, cause: String) {
+        self.world.mark_failed(self.members[me], cause);
+    }
+
     /// Wakes the ranks of `peers` (communicator ranks) other than `me` if they are parked; call
     /// after the store they wait for.
     fn notify(&self, me: usize, peers: Range<usize>) {
