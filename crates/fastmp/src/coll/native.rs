@@ -44,7 +44,7 @@ fn collective(
 ) -> Result<()> {
     let (handle, epoch) = next_epoch(comm)?;
     let progress = || comm.dev.progress();
-    let mut session = handle.area.enter(&progress, comm.rank(), epoch, kind, buffers, sources, accessors);
+    let mut session = handle.area.enter(&progress, (comm.rank(), epoch), kind, buffers, (sources, accessors));
     let outcome = catch_unwind(AssertUnwindSafe(|| {
         session.await_sources()?;
         work(&session)

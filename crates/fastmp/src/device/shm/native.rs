@@ -231,17 +231,16 @@ impl NativeArea {
     }
 
     /// Starts operation `epoch` (of `kind`) on this rank: publishes `buffers`, which the ranks
-    /// in `accessors` may touch, and announces entry. The returned session must be finished with
-    /// [`Session::leave`] before the buffers' borrows end.
+    /// in `accessors` may touch, and announces entry; `sources` are the ranks whose buffers this
+    /// rank will touch. The returned session must be finished with [`Session::leave`] before the
+    /// buffers' borrows end.
     pub(crate) fn enter<'a>(
         &'a self,
         progress: &'a dyn Fn(),
-        me: usize,
-        epoch: u64,
+        (me, epoch): (usize, u64),
         kind: usize,
         buffers: Buffers,
-        sources: Range<usize>,
-        accessors: Range<usize>,
+        (sources, accessors): (Range<usize>, Range<usize>),
     ) -> Session<'a> {
         let slot = &self.slots[me];
         // Seqlock write: odd marker (SeqCst, step 1 of the protocol), fields, even marker.
