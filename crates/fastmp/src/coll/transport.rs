@@ -134,6 +134,10 @@ impl Comm {
     }
 
     /// Sends `send` to `dest` while receiving exactly `recv.len()` bytes from `source`.
+    ///
+    /// The send is started first (small ones finish at once) and the receive then uses the
+    /// device's blocking fast path, which skips posting a request; a pending (rendezvous) send
+    /// cannot deadlock this, because its receiver copies the data itself.
     pub(crate) fn coll_sendrecv(
         &self,
         send: &[u8],
@@ -142,9 +146,20 @@ impl Comm {
         source: usize,
         coll: Collective,
     ) -> Result<()> {
-        let mut pending = self.pending();
-        pending.irecv(recv, source, coll)?;
-        pending.isend(send, dest, coll)?;
-        pending.wait_all()
+        let world_dest = self.group.world_rank(dest);
+        // SAFETY: `send` stays borrowed until the request is completed or released below, on
+        // every path.
+        let started = unsafe {
+            self.dev.isend(send.as_ptr(), send.len(), world_dest, tag(coll), self.coll_context(), SendMode::Standard)?
+        };
+        let received = self.coll_recv(recv, source, coll);
+        if received.is_err() {
+            // The peer may never take a pending send now: detach it instead of waiting.
+            if let Started::Pending(id) = started {
+                self.dev.release(id);
+            }
+            return received;
+        }
+        self.dev.complete(started).map(drop)
     }
 }
