@@ -1,6 +1,6 @@
 //! `fastmp-bench tune`: measures every algorithm of every collective at each process count and
-//! power-of-two size (the collective benchmarks' method, fewer iterations), keeps the fastest per
-//! (np, size), compresses the winners into selection rules and writes a JSON tuning file that
+//! power-of-two size (the collective benchmarks' method, fewer iterations, best of [`ROUNDS`]
+//! interleaved rounds), keeps the fastest per (np, size), compresses the winners into selection rules and writes a JSON tuning file that
 //! `Tuning::from_json` and `FASTMP_TUNING_FILE` accept.
 
 use std::path::Path;
@@ -42,7 +42,7 @@ pub fn run(config: &Config, plan: &Plan, output: &Path) -> Result<(), String> {
     }
     let collectives = if plan.collectives.is_empty() { Collective::ALL.to_vec() } else { plan.collectives.clone() };
     let per_np: usize = collectives.iter().map(|&c| c.algorithms().len() * sizes_for(c, &plan.sizes).len()).sum();
-    let bar = ProgressBar::new((per_np * np_list.len()) as u64).with_style(
+    let bar = ProgressBar::new((ROUNDS * per_np * np_list.len()) as u64).with_style(
         ProgressStyle::with_template("{elapsed_precise} [{wide_bar}] {pos}/{len} {msg}")
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
@@ -94,8 +94,33 @@ pub fn run(config: &Config, plan: &Plan, output: &Path) -> Result<(), String> {
     Ok(())
 }
 
+/// Rounds over the whole plan; each point keeps its best round. Rounds are interleaved, so a
+/// preemption or a noisy minute on a shared machine spoils one round of a few algorithms, not
+/// the choice between them.
+pub const ROUNDS: usize = 3;
+
 /// Every algorithm of every collective at every size on this communicator; the points at rank 0.
 fn measure_all(world: &Comm, collectives: &[Collective], plan: &Plan, bar: &ProgressBar) -> fastmp::Result<Vec<Point>> {
+    let mut points: Vec<Point> = Vec::new();
+    for _ in 0..ROUNDS {
+        for point in measure_round(world, collectives, plan, bar)? {
+            match points.iter_mut().find(|p| (p.coll, p.algorithm, p.size) == (point.coll, point.algorithm, point.size))
+            {
+                Some(best) => best.avg_us = best.avg_us.min(point.avg_us),
+                None => points.push(point),
+            }
+        }
+    }
+    Ok(points)
+}
+
+/// One measurement of every point.
+fn measure_round(
+    world: &Comm,
+    collectives: &[Collective],
+    plan: &Plan,
+    bar: &ProgressBar,
+) -> fastmp::Result<Vec<Point>> {
     let np = world.size();
     let mut points = Vec::new();
     for &coll in collectives {

@@ -1,8 +1,9 @@
-//! Ranks exchange messages and report what each one got.
+//! Ranks exchange messages, run collectives, and report what each one got.
 //!
 //! Run: `cargo run --release --example quickstart` (ranks from `FASTMP_NP`, default 4).
 
 use fastmp::ANY_SOURCE;
+use fastmp::op::{Max, Sum};
 
 fn main() {
     // The launch environment may set FASTMP_NP etc.; default to four thread ranks.
@@ -49,9 +50,32 @@ fn main() {
             fastmp::waitall(&mut reqs)
         })?;
 
+        // 4. Collectives: a sum and a maximum over all ranks, a broadcast object, and a split
+        //    into even and odd ranks that each sum their own ranks.
+        let mut totals = [0u64; 2];
+        world.allreduce(&[rank as u64, 1], &mut totals, Sum)?;
+        let mut largest = [0u64];
+        world.allreduce(&[(rank * rank) as u64], &mut largest, Max)?;
+        let mut motto = if rank == 0 { "one program, many ranks".to_string() } else { String::new() };
+        world.bcast_obj(&mut motto, 0)?;
+        let half = world.split(Some((rank % 2) as u32), rank as i32)?.expect("every rank has a colour");
+        let mut half_sum = [0u64];
+        half.allreduce(&[rank as u64], &mut half_sum, Sum)?;
+
         let mut report = format!(
-            "rank {rank}/{size}: ring got {:?} from rank {left}; neighbours sent {:?} (left) and {:?} (right)",
-            from_left, got[0], got[1]
+            "rank {rank}/{size}: ring got {:?} from rank {left}; neighbours sent {:?} (left) and {:?} (right)\n  \
+             allreduce: sum of ranks {} over {} ranks, largest square {}; bcast_obj: {motto:?}; \
+             {} half (rank {} of {}) sums to {}",
+            from_left,
+            got[0],
+            got[1],
+            totals[0],
+            totals[1],
+            largest[0],
+            if rank % 2 == 0 { "even" } else { "odd" },
+            half.rank(),
+            half.size(),
+            half_sum[0]
         );
         for g in greetings {
             report.push_str(&format!("\n  rank 0 received: {g}"));
