@@ -13,8 +13,12 @@ use crate::comm::Comm;
 use crate::error::{Error, Result};
 
 pub(super) fn alltoall(comm: &Comm, send: &[u8], recv: &mut [u8], algorithm: Algorithm) -> Result<()> {
-    let layout = Layout::uniform(comm.size(), send.len() / comm.size());
-    exchange(comm, send, &layout, recv, &layout, algorithm, Collective::Alltoall)
+    let np = comm.size();
+    let block = send.len() / np;
+    // Equal blocks by arithmetic: no layout tables on the small-message path.
+    let inbox =
+        if block == 0 { (0..np).map(|_| Default::default()).collect() } else { recv.chunks_mut(block).collect() };
+    exchange(comm, send, |peer| peer * block..(peer + 1) * block, inbox, algorithm, Collective::Alltoall)
 }
 
 pub(super) fn alltoallv(
@@ -25,22 +29,22 @@ pub(super) fn alltoallv(
     recv_layout: &Layout,
     algorithm: Algorithm,
 ) -> Result<()> {
-    exchange(comm, send, send_layout, recv, recv_layout, algorithm, Collective::Alltoallv)
+    let inbox = carve_blocks(recv, recv_layout, comm.size());
+    exchange(comm, send, |peer| send_layout.block(peer), inbox, algorithm, Collective::Alltoallv)
 }
 
-/// Sends block `j` of `send` to rank `j` and receives rank `j`'s block into block `j` of `recv`.
+/// Sends block `send_block(j)` of `send` to rank `j` and receives rank `j`'s block into
+/// `inbox[j]`.
 fn exchange(
     comm: &Comm,
     send: &[u8],
-    send_layout: &Layout,
-    recv: &mut [u8],
-    recv_layout: &Layout,
+    send_block: impl Fn(usize) -> std::ops::Range<usize>,
+    mut inbox: Vec<&mut [u8]>,
     algorithm: Algorithm,
     coll: Collective,
 ) -> Result<()> {
     let (np, me) = (comm.size(), comm.rank());
-    let mut inbox = carve_blocks(recv, recv_layout, np);
-    let outbox = |peer: usize| &send[send_layout.block(peer)];
+    let outbox = |peer: usize| &send[send_block(peer)];
     let dest = |k: usize| (me + k) % np;
     let source = |k: usize| (me + np - k) % np;
     let copied = copy_own_block(inbox[me], outbox(me), coll);
