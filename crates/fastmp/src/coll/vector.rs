@@ -10,6 +10,9 @@ use crate::error::{Error, Result};
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Layout {
     blocks: Vec<Range<usize>>,
+    /// The non-empty blocks follow each other in rank order without overlapping (the usual
+    /// case, which needs no sorting to check or to split a buffer by).
+    ascending: bool,
 }
 
 impl Layout {
@@ -43,17 +46,33 @@ impl Layout {
                 }
             }
         }
-        let mut order: Vec<usize> = (0..np).filter(|&r| !blocks[r].is_empty()).collect();
-        order.sort_by_key(|&r| blocks[r].start);
-        if let Some(pair) = order.windows(2).find(|w| blocks[w[0]].end > blocks[w[1]].start) {
-            return Err(Error::InvalidArgument(format!("{what}: blocks of ranks {} and {} overlap", pair[0], pair[1])));
+        let ascending = Self::ascending(&blocks);
+        if !ascending {
+            let mut order: Vec<usize> = (0..np).filter(|&r| !blocks[r].is_empty()).collect();
+            order.sort_by_key(|&r| blocks[r].start);
+            if let Some(pair) = order.windows(2).find(|w| blocks[w[0]].end > blocks[w[1]].start) {
+                return Err(Error::InvalidArgument(format!(
+                    "{what}: blocks of ranks {} and {} overlap",
+                    pair[0], pair[1]
+                )));
+            }
         }
-        Ok(Layout { blocks })
+        Ok(Layout { blocks, ascending })
     }
 
     /// `np` consecutive blocks of `block_bytes` each.
     pub(crate) fn uniform(np: usize, block_bytes: usize) -> Layout {
-        Layout { blocks: (0..np).map(|r| r * block_bytes..(r + 1) * block_bytes).collect() }
+        Layout { blocks: (0..np).map(|r| r * block_bytes..(r + 1) * block_bytes).collect(), ascending: true }
+    }
+
+    fn ascending(blocks: &[Range<usize>]) -> bool {
+        let mut end = 0;
+        blocks.iter().filter(|b| !b.is_empty()).all(|b| std::mem::replace(&mut end, b.end) <= b.start)
+    }
+
+    /// Whether the non-empty blocks are in rank order and disjoint.
+    pub(crate) fn is_ascending(&self) -> bool {
+        self.ascending
     }
 
     /// Byte range of `rank`'s block.
