@@ -4,8 +4,9 @@
 #      included), under Stacked Borrows and again under Tree Borrows;
 #   2. the same modules with several scheduler seeds (different thread interleavings and
 #      weak-memory outcomes);
-#   3. tests/miri_smoke.rs: tiny np=2 jobs through the public API (eager, rendezvous,
-#      receiver-first, synchronous, leaked requests).
+#   3. tests/miri_smoke.rs: tiny jobs through the public API (eager, rendezvous,
+#      receiver-first, synchronous, leaked requests) and the native shm collectives (np = 3,
+#      buffers freed right after each call, a panicking user op).
 #
 # Usage: scripts/miri.sh [--quick]      (--quick: step 1 under Stacked Borrows only)
 # Env:   MIRI_SEEDS   seed range for step 2 (default 0..8)
@@ -42,7 +43,7 @@ step "unit tests of the unsafe core, scheduler seeds ${MIRI_SEEDS:-0..8}"
 MIRIFLAGS="$BASE_FLAGS -Zmiri-many-seeds=${MIRI_SEEDS:-0..8}" \
     cargo +nightly miri test -p fastmp --lib -- "${MODULES[@]}"
 
-step "public API smoke tests (np = 2)"
+step "public API smoke tests (point-to-point and native collectives)"
 MIRIFLAGS="$BASE_FLAGS" cargo +nightly miri test -p fastmp --test miri_smoke
 MIRIFLAGS="$BASE_FLAGS -Zmiri-many-seeds=${MIRI_SEEDS:-0..8}" \
     cargo +nightly miri test -p fastmp --test miri_smoke
