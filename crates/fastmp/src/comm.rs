@@ -56,6 +56,8 @@ pub(crate) struct NativeHandle {
     pub(crate) area: Arc<NativeArea>,
     /// Number of native collectives this rank has started on the area (the next epoch is this + 1).
     pub(crate) epoch: Cell<u64>,
+    /// A native collective of this rank is in progress on the area.
+    pub(crate) busy: Cell<bool>,
 }
 
 /// What a completed receive or probe reports (MPI's `MPI_Status`).
@@ -100,7 +102,7 @@ impl Comm {
         let native = dev
             .native_area(context, group.members())
             .and_then(|area| area.downcast::<NativeArea>().ok())
-            .map(|area| Rc::new(NativeHandle { area, epoch: Cell::new(0) }));
+            .map(|area| Rc::new(NativeHandle { area, epoch: Cell::new(0), busy: Cell::new(false) }));
         Comm { dev, context, group, rank, tuning, process, native }
     }
 

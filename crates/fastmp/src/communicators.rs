@@ -81,8 +81,25 @@ impl Comm {
                 "create: process {outsider} of the group is not in the communicator"
             )));
         }
+        self.check_same_group(group)?;
         let context = self.agree_context()?;
         Ok(group.rank().map(|_| self.derived(context, group.clone())))
+    }
+
+    /// Fails on every rank unless all ranks passed the same group: one allreduce of a digest
+    /// of the member list (and its complement, so the maximum also yields the minimum).
+    fn check_same_group(&self, group: &Group) -> Result<()> {
+        let digest = group
+            .members()
+            .iter()
+            .fold(0xcbf2_9ce4_8422_2325u64, |h, &w| (h ^ w as u64).wrapping_mul(0x0000_0100_0000_01b3))
+            ^ group.size() as u64;
+        let mut extremes = [0u64; 2];
+        self.allreduce(&[digest, !digest], &mut extremes, Max)?;
+        if extremes[0] != digest || !extremes[1] != digest {
+            return Err(Error::InvalidArgument("create: the ranks passed different groups".into()));
+        }
+        Ok(())
     }
 
     /// Releases this handle to the communicator (MPI_Comm_free). Pending operations started on

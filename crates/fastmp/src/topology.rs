@@ -51,7 +51,7 @@ pub fn dims_create(nodes: usize, ndims: usize) -> Result<Vec<usize>> {
     let mut rest = nodes;
     let mut factors = Vec::new();
     let mut f = 2;
-    while f * f <= rest {
+    while f <= rest / f {
         while rest.is_multiple_of(f) {
             factors.push(f);
             rest /= f;

@@ -1552,3 +1552,58 @@ fn native_waits_keep_point_to_point_moving() {
         })
     });
 }
+
+/// A user op that calls a collective on the communicator it is reducing over gets `Err` from
+/// that inner call (on the native path it would otherwise republish the rank's slot while the
+/// outer reduction still reads peers' buffers); the outer reduction still completes correctly.
+#[test]
+fn a_collective_inside_a_user_op_on_the_same_communicator_is_an_error() {
+    run_ok(3, "allreduce whose op calls a barrier", |world| {
+        let tuning = Tuning::defaults()
+            .force(Collective::Allreduce, Algorithm::Native)?
+            .force(Collective::Barrier, Algorithm::Native)?;
+        let comm = world.with_tuning(tuning);
+        let inner = std::cell::RefCell::new(Vec::new());
+        let op = UserOp::commutative(|input: &[u64], inout: &mut [u64]| {
+            inner.borrow_mut().push(comm.barrier());
+            for (a, b) in input.iter().zip(inout.iter_mut()) {
+                *b += *a;
+            }
+        });
+        let mut sum = [0u64; 4];
+        comm.allreduce(&[comm.rank() as u64 + 1; 4], &mut sum, &op)?;
+        assert_eq!(sum, [6; 4]);
+        let inner = inner.into_inner();
+        assert!(!inner.is_empty(), "the op ran on every rank (each reduces a chunk)");
+        for result in inner {
+            assert!(
+                matches!(&result, Err(Error::InvalidArgument(m)) if m.contains("inside another collective")),
+                "{result:?}"
+            );
+        }
+        comm.barrier()
+    });
+}
+
+/// The k-ary tree's arity is a tuning parameter (four by default); other arities broadcast
+/// correctly from every root.
+#[test]
+fn kary_bcast_with_other_arities() {
+    for arity in [1, 2, 3, 7] {
+        for np in [1, 2, 5, 8, 16] {
+            run_ok(np, &format!("fat bcast with arity {arity}"), move |world| {
+                let tuning = Tuning::defaults().force(Collective::Bcast, Algorithm::Fat)?.with_kary_arity(arity)?;
+                let comm = world.with_tuning(tuning);
+                for root in roots(np) {
+                    let mut data: Vec<u32> =
+                        (0..1000).map(|i| if comm.rank() == root { val(root as u32, arity, i) } else { 0 }).collect();
+                    comm.bcast(&mut data, root)?;
+                    check_each(&data, |i| val(root as u32, arity, i), &|| {
+                        format!("arity {arity}, np {np}, root {root}")
+                    });
+                }
+                Ok(())
+            });
+        }
+    }
+}

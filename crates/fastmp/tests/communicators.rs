@@ -456,3 +456,22 @@ fn env_child() {
         other => panic!("unknown child mode {other}"),
     }
 }
+
+#[test]
+fn create_with_groups_that_differ_between_ranks_is_an_error_everywhere() {
+    // Ranks 1 and 2 both think they are rank 1 of a two-rank communicator with rank 0; sharing
+    // a context and slot between them would let native collectives free buffers in use.
+    let outcome = fastmp::run(3, |world| {
+        let partner = if world.rank() == 2 { 2 } else { 1 };
+        let group = world.group().incl(&[0, partner])?;
+        match world.create(&group) {
+            Err(Error::InvalidArgument(msg)) if msg.contains("different groups") => Ok(()),
+            other => Err(Error::other(format!(
+                "rank {}: expected a group mismatch error, got {:?}",
+                world.rank(),
+                other.map(|c| c.map(|c| c.size()))
+            ))),
+        }
+    });
+    assert!(outcome.is_ok(), "{outcome:?}");
+}

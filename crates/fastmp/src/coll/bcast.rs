@@ -2,8 +2,7 @@
 
 use super::select::{Algorithm, Collective};
 use super::tree::{
-    Mst, absolute, binomial_children, binomial_parent, four_ary_children, four_ary_parent, relative, send_down,
-    send_from_root,
+    Mst, absolute, binomial_children, binomial_parent, kary_children, kary_parent, relative, send_down, send_from_root,
 };
 use super::{Layout, allgather, native, scatter_gather};
 use crate::comm::Comm;
@@ -21,8 +20,8 @@ pub(super) fn bcast(comm: &Comm, buf: &mut [u8], root: usize, algorithm: Algorit
         Algorithm::Fat => send_down(
             comm,
             buf,
-            four_ary_parent(rel).map(to_absolute),
-            four_ary_children(rel, np).map(to_absolute),
+            kary_parent(rel, comm.tuning().kary_arity()).map(to_absolute),
+            kary_children(rel, np, comm.tuning().kary_arity()).map(to_absolute),
             BCAST,
         ),
         Algorithm::Mst => {

@@ -2,10 +2,12 @@
 //!
 //! Every collective checks what a rank can check locally (root in range, buffer lengths
 //! consistent with the communicator size and counts) and returns `Err` before communicating.
-//! Disagreements only visible across ranks (different lengths on different ranks) surface as
-//! `Err` from the receive that sees the wrong length. The algorithm is chosen by the
-//! communicator's [`Tuning`]; every rank of a call must make the same choice, so selection only
-//! uses sizes every rank knows.
+//! Disagreements only visible across ranks (different lengths on different ranks) usually
+//! surface as `Err` from the receive that sees the wrong length; but since each rank selects its
+//! algorithm from its own size, ranks whose sizes straddle a rule boundary may run different
+//! algorithms and then hang until the job aborts — an erroneous program, as in MPI. The algorithm
+//! is chosen by the communicator's [`Tuning`]; correct programs make the same choice on every
+//! rank, because selection only uses sizes every rank of a correct call agrees on.
 
 mod allgather;
 mod allreduce;

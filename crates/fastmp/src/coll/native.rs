@@ -8,6 +8,7 @@
 //! its buffers any more. Reductions split the vector into near-equal chunks, one per rank, so the
 //! combining runs in parallel, reading every rank's send buffer in place.
 
+use std::cell::Cell;
 use std::ops::Range;
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 
@@ -20,15 +21,35 @@ use crate::comm::{Comm, NativeHandle};
 use crate::device::shm::native::{Buffers, Session};
 use crate::error::{Error, Result};
 
-/// The communicator's native area and the epoch of the operation being started.
-fn next_epoch(comm: &Comm) -> Result<(&NativeHandle, u64)> {
+/// Holds the communicator's native slot for one operation; dropping it (also while unwinding)
+/// frees the slot.
+struct Busy<'a>(&'a Cell<bool>);
+
+impl Drop for Busy<'_> {
+    fn drop(&mut self) {
+        self.0.set(false);
+    }
+}
+
+/// The communicator's native area and the epoch of the operation being started. A second
+/// operation on the same communicator while one is open (a user op calling a collective) is an
+/// error: it would republish this rank's slot and tell peers it had left while the outer
+/// operation still reads their buffers.
+fn next_epoch(comm: &Comm) -> Result<(&NativeHandle, u64, Busy<'_>)> {
     let handle = comm
         .native
         .as_deref()
         .ok_or_else(|| Error::InvalidArgument("native collectives need the shm device".into()))?;
+    if handle.busy.replace(true) {
+        return Err(Error::InvalidArgument(
+            "a collective was called on a communicator from inside another collective on it (for example in a user op)"
+                .into(),
+        ));
+    }
+    let busy = Busy(&handle.busy);
     let epoch = handle.epoch.get() + 1;
     handle.epoch.set(epoch);
-    Ok((handle, epoch))
+    Ok((handle, epoch, busy))
 }
 
 /// This rank's part of one native operation: publish `buffers`, wait for `sources`, run `work`,
@@ -42,7 +63,7 @@ fn collective(
     accessors: Range<usize>,
     work: impl FnOnce(&Session) -> Result<()>,
 ) -> Result<()> {
-    let (handle, epoch) = next_epoch(comm)?;
+    let (handle, epoch, _busy) = next_epoch(comm)?;
     let progress = || comm.dev.progress();
     let mut session = handle.area.enter(&progress, (comm.rank(), epoch), kind, buffers, (sources, accessors));
     let outcome = catch_unwind(AssertUnwindSafe(|| {
@@ -131,7 +152,7 @@ fn check_len(peer: usize, what: &str, actual: usize, expected: usize) -> Result<
 }
 
 pub(super) fn barrier(comm: &Comm) -> Result<()> {
-    let (handle, epoch) = next_epoch(comm)?;
+    let (handle, epoch, _busy) = next_epoch(comm)?;
     handle.area.barrier(comm.rank(), epoch, &|| comm.dev.progress())
 }
 

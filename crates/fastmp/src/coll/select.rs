@@ -254,8 +254,9 @@ impl Rule {
 /// (the first that applies wins; the last should be unbounded).
 ///
 /// Tuning files are JSON maps from collective name to rules, for example
-/// `{"bcast": [{"max_bytes": 8192, "algorithm": "bt"}, {"algorithm": "native"}]}`; collectives
-/// not named keep their defaults.
+/// `{"bcast": [{"max_bytes": 8192, "algorithm": "bt"}, {"algorithm": "native"}]}`, plus an
+/// optional `"kary_arity"` (children per node of the `fat` tree, 4 by default); collectives not
+/// named keep their defaults.
 ///
 /// ```
 /// use fastmp::coll::{Algorithm, Collective, Tuning};
@@ -273,7 +274,12 @@ impl Rule {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Tuning {
     rules: [Vec<Rule>; Collective::ALL.len()],
+    /// Children per node of the k-ary tree (`fat`): four by default, as in the thesis.
+    kary_arity: usize,
 }
+
+/// Tuning-file key (and `FASTMP_KARY_ARITY`) for the arity of the k-ary tree.
+const KARY_ARITY_KEY: &str = "kary_arity";
 
 /// Measured defaults, produced by `fastmp-bench tune` on the development machine.
 const DEFAULT_TUNING: &str = include_str!("default_tuning.json");
@@ -284,13 +290,14 @@ pub const TUNING_FILE_VAR: &str = "FASTMP_TUNING_FILE";
 impl Tuning {
     /// The built-in, measured selection rules.
     pub fn defaults() -> Tuning {
-        let mut tuning = Tuning { rules: Collective::ALL.map(|c| vec![Rule::always(c.fallback())]) };
+        let mut tuning = Tuning { rules: Collective::ALL.map(|c| vec![Rule::always(c.fallback())]), kary_arity: 4 };
         tuning.merge_json(DEFAULT_TUNING).expect("built-in default_tuning.json is valid");
         tuning
     }
 
-    /// Defaults, overlaid with the file named by `FASTMP_TUNING_FILE` and then with any
-    /// `FASTMP_<COLLECTIVE>_ALGORITHM=<name>` variables (for example `FASTMP_BCAST_ALGORITHM=mst`).
+    /// Defaults, overlaid with the file named by `FASTMP_TUNING_FILE` and then with
+    /// `FASTMP_KARY_ARITY` and any `FASTMP_<COLLECTIVE>_ALGORITHM=<name>` variables (for example
+    /// `FASTMP_BCAST_ALGORITHM=mst`).
     pub fn from_env() -> Result<Tuning> {
         let mut tuning = Tuning::defaults();
         if let Some(path) = std::env::var_os(TUNING_FILE_VAR) {
@@ -299,6 +306,11 @@ impl Tuning {
             tuning
                 .merge_json(&text)
                 .map_err(|e| Error::InvalidArgument(format!("{TUNING_FILE_VAR}={}: {e}", path.to_string_lossy())))?;
+        }
+        if let Ok(value) = std::env::var("FASTMP_KARY_ARITY") {
+            let arity =
+                value.trim().parse().map_err(|e| Error::InvalidArgument(format!("FASTMP_KARY_ARITY={value}: {e}")))?;
+            tuning = tuning.with_kary_arity(arity)?;
         }
         for coll in Collective::ALL {
             let var = format!("FASTMP_{}_ALGORITHM", coll.name().to_ascii_uppercase());
@@ -319,18 +331,39 @@ impl Tuning {
     }
 
     fn merge_json(&mut self, text: &str) -> Result<()> {
-        let parsed: BTreeMap<String, Vec<Rule>> =
-            serde_json::from_str(text).map_err(|e| Error::InvalidArgument(format!("tuning file: {e}")))?;
-        for (name, rules) in parsed {
-            self.set_rules(Collective::from_name(&name)?, rules)?;
+        let bad = |e: serde_json::Error| Error::InvalidArgument(format!("tuning file: {e}"));
+        let parsed: BTreeMap<String, serde_json::Value> = serde_json::from_str(text).map_err(bad)?;
+        for (name, value) in parsed {
+            if name == KARY_ARITY_KEY {
+                *self = self.clone().with_kary_arity(serde_json::from_value(value).map_err(bad)?)?;
+            } else {
+                self.set_rules(Collective::from_name(&name)?, serde_json::from_value(value).map_err(bad)?)?;
+            }
         }
         Ok(())
     }
 
     /// The table as a JSON tuning file.
     pub fn to_json(&self) -> String {
-        let map: BTreeMap<&str, &Vec<Rule>> = Collective::ALL.iter().map(|c| (c.name(), self.rules(*c))).collect();
+        let mut map: BTreeMap<&str, serde_json::Value> = Collective::ALL
+            .iter()
+            .map(|c| (c.name(), serde_json::to_value(self.rules(*c)).expect("rules serialize")))
+            .collect();
+        map.insert(KARY_ARITY_KEY, self.kary_arity.into());
         serde_json::to_string_pretty(&map).expect("rules serialize")
+    }
+
+    /// Uses `arity` children per node in the k-ary tree (`fat`); at least 1.
+    pub fn with_kary_arity(self, arity: usize) -> Result<Tuning> {
+        if arity == 0 {
+            return Err(Error::InvalidArgument("the k-ary tree needs an arity of at least 1".into()));
+        }
+        Ok(Tuning { kary_arity: arity, ..self })
+    }
+
+    /// Children per node of the k-ary tree (`fat`).
+    pub fn kary_arity(&self) -> usize {
+        self.kary_arity
     }
 
     /// Uses `algorithm` for every call of `coll`.
@@ -411,6 +444,9 @@ mod tests {
         assert_eq!(t.select(Collective::Bcast, 5, 1024), Algorithm::Fat);
         assert_eq!(t.select(Collective::Bcast, 2, 1 << 20), Algorithm::ScatterAllgather);
         assert_eq!(Tuning::from_json(&t.to_json()).unwrap(), t);
+        let t = t.with_kary_arity(3).unwrap();
+        assert_eq!(Tuning::from_json(&t.to_json()).unwrap().kary_arity(), 3);
+        assert!(Tuning::from_json(r#"{"kary_arity": 0}"#).is_err());
     }
 
     #[test]

@@ -32,18 +32,16 @@ pub(super) fn binomial_children(rel: usize, np: usize) -> impl DoubleEndedIterat
     (0..levels).map(move |k| rel + (1 << k)).filter(move |&child| child < np)
 }
 
-/// Arity of the k-ary tree (FaT: four-ary).
-const ARITY: usize = 4;
-
-/// Parent of `rel` in the four-ary tree over relative ranks (children of `v` are `4v+1..=4v+4`).
-pub(super) fn four_ary_parent(rel: usize) -> Option<usize> {
-    (rel > 0).then(|| (rel - 1) / ARITY)
+/// Parent of `rel` in the `arity`-ary tree over relative ranks (children of `v` are
+/// `arity·v+1..=arity·v+arity`; FaT is `arity` 4).
+pub(super) fn kary_parent(rel: usize, arity: usize) -> Option<usize> {
+    (rel > 0).then(|| (rel - 1) / arity)
 }
 
-/// Children of `rel` in the four-ary tree over `np` relative ranks.
-pub(super) fn four_ary_children(rel: usize, np: usize) -> Range<usize> {
-    let first = (ARITY * rel + 1).min(np);
-    first..(first + ARITY).min(np)
+/// Children of `rel` in the `arity`-ary tree over `np` relative ranks.
+pub(super) fn kary_children(rel: usize, np: usize, arity: usize) -> Range<usize> {
+    let first = arity.saturating_mul(rel).saturating_add(1).min(np);
+    first..first.saturating_add(arity).min(np)
 }
 
 /// This rank's place in the minimum spanning tree of van de Geijn over absolute ranks `0..np`:
@@ -154,10 +152,12 @@ mod tests {
     }
 
     #[test]
-    fn binomial_and_four_ary_trees_are_consistent() {
+    fn binomial_and_k_ary_trees_are_consistent() {
         for np in 1..40 {
             check_tree(np, binomial_parent, |r| binomial_children(r, np).collect());
-            check_tree(np, four_ary_parent, |r| four_ary_children(r, np).collect());
+            for arity in [1, 2, 4, 7] {
+                check_tree(np, |r| kary_parent(r, arity), |r| kary_children(r, np, arity).collect());
+            }
         }
         assert_eq!(binomial_children(0, 5).rev().collect::<Vec<_>>(), [4, 2, 1]);
         assert_eq!(binomial_children(4, 7).collect::<Vec<_>>(), [5, 6]);

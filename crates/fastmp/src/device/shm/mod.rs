@@ -65,8 +65,7 @@ pub(crate) struct ShmWorld {
     /// Set (`SeqCst`, after `first_failure`) when a rank fails; the native collectives' protocol
     /// relies on its total order with their `SeqCst` entry stores (see `native`).
     aborted: AtomicBool,
-    /// Native-collective areas by communicator (context, lowest world rank); communicators that
-    /// share a context have disjoint members, so the key is unique.
+    /// Native-collective areas by communicator (context and member list).
     native_areas: native::Registry,
 }
 

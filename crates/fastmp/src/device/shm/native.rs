@@ -411,17 +411,19 @@ fn excuse(area: &NativeArea, p: usize, epoch: u64) -> Option<Error> {
     }
 }
 
-/// Areas by (context, lowest member), created by the first member that asks.
+/// Areas by (context, members in communicator order), created by the first member that asks.
+/// Keying on the whole member list, not just a representative, means ranks that (erroneously)
+/// built different groups on one context never share slots.
 #[derive(Default)]
 pub(crate) struct Registry {
-    areas: Mutex<HashMap<(ContextId, usize), Weak<NativeArea>>>,
+    areas: Mutex<HashMap<(ContextId, Box<[usize]>), Weak<NativeArea>>>,
 }
 
 impl ShmWorld {
     /// The area of the communicator with `context` over `members`; communicator creation only,
     /// never on a hot path.
     pub(crate) fn native_area(self: &Arc<Self>, context: ContextId, members: &[usize]) -> Arc<NativeArea> {
-        let key = (context, members.iter().copied().min().unwrap_or(0));
+        let key: (ContextId, Box<[usize]>) = (context, members.into());
         let mut areas = self.native_areas.areas.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(area) = areas.get(&key).and_then(Weak::upgrade) {
             return area;
