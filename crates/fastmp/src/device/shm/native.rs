@@ -416,14 +416,17 @@ fn excuse(area: &NativeArea, p: usize, epoch: u64) -> Option<Error> {
 /// built different groups on one context never share slots.
 #[derive(Default)]
 pub(crate) struct Registry {
-    areas: Mutex<HashMap<(ContextId, Box<[usize]>), Weak<NativeArea>>>,
+    areas: Mutex<HashMap<AreaKey, Weak<NativeArea>>>,
 }
+
+/// A communicator's context and its members (world ranks in communicator order).
+type AreaKey = (ContextId, Box<[usize]>);
 
 impl ShmWorld {
     /// The area of the communicator with `context` over `members`; communicator creation only,
     /// never on a hot path.
     pub(crate) fn native_area(self: &Arc<Self>, context: ContextId, members: &[usize]) -> Arc<NativeArea> {
-        let key: (ContextId, Box<[usize]>) = (context, members.into());
+        let key: AreaKey = (context, members.into());
         let mut areas = self.native_areas.areas.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(area) = areas.get(&key).and_then(Weak::upgrade) {
             return area;
