@@ -30,7 +30,7 @@ pub(super) fn allgather(comm: &Comm, send: &[u8], recv: &mut [u8], algorithm: Al
             // Both phases always run (see the module docs).
             gathered.and(bcast_from_rank0(comm, recv))
         }
-        other => Err(unsupported(coll, other)),
+        other => Err(coll.unsupported(other)),
     }
 }
 
@@ -46,12 +46,8 @@ pub(super) fn allgatherv(
         Algorithm::Nbft => flat_nonblocking(comm, send, recv, layout, coll),
         Algorithm::Bkt => ring(comm, send, recv, layout, coll),
         Algorithm::GatherBcast => gatherv_bcast(comm, send, recv, layout),
-        other => Err(unsupported(coll, other)),
+        other => Err(coll.unsupported(other)),
     }
-}
-
-fn unsupported(coll: Collective, algorithm: Algorithm) -> Error {
-    Error::InvalidArgument(format!("{coll} has no algorithm {algorithm}"))
 }
 
 /// Copies a rank's own block; a length difference means the caller's layouts disagree.

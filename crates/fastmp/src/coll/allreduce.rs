@@ -10,7 +10,7 @@ use super::reduce::{Partial, combine_in_rank_order, exchange_flat, vector_of, ze
 use super::reduce_scatter::{Fold, block, even_offsets, recursive_halving, ring_reduce_scatter};
 use super::select::{Algorithm, Collective};
 use crate::comm::Comm;
-use crate::error::{Error, Result};
+use crate::error::Result;
 
 const COLL: Collective = Collective::Allreduce;
 
@@ -32,7 +32,7 @@ pub(super) fn allreduce<T: Pod>(
         Algorithm::Bde => recursive_doubling(comm, send, recv, op),
         Algorithm::Bkt => ring(comm, send, recv, op),
         Algorithm::Rabenseifner => rabenseifner(comm, send, recv, op),
-        other => Err(Error::InvalidArgument(format!("allreduce has no algorithm {other}"))),
+        other => Err(Collective::Allreduce.unsupported(other)),
     }
 }
 

@@ -10,7 +10,7 @@ use super::Layout;
 use super::allgather::{all_steps, carve_blocks, copy_own_block};
 use super::select::{Algorithm, Collective};
 use crate::comm::Comm;
-use crate::error::{Error, Result};
+use crate::error::Result;
 
 pub(super) fn alltoall(comm: &Comm, send: &[u8], recv: &mut [u8], algorithm: Algorithm) -> Result<()> {
     let np = comm.size();
@@ -80,7 +80,7 @@ fn exchange(
             let received = all_steps((1..np).map(|k| comm.coll_recv(inbox[source(k)], source(k), coll)));
             received.and(pending.wait_all())
         }
-        other => return Err(Error::InvalidArgument(format!("{coll} has no algorithm {other}"))),
+        other => return Err(coll.unsupported(other)),
     };
     copied.and(exchanged)
 }

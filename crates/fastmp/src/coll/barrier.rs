@@ -3,7 +3,7 @@
 use super::select::{Algorithm, Collective};
 use super::tree::{binomial_children, binomial_parent, send_down};
 use crate::comm::Comm;
-use crate::error::{Error, Result};
+use crate::error::Result;
 
 const BARRIER: Collective = Collective::Barrier;
 
@@ -12,7 +12,7 @@ pub(super) fn barrier(comm: &Comm, algorithm: Algorithm) -> Result<()> {
         Algorithm::GatherBcast => gather_bcast(comm),
         Algorithm::Bt => bt(comm),
         Algorithm::Bde => bde(comm),
-        other => Err(Error::InvalidArgument(format!("barrier has no algorithm {other}"))),
+        other => Err(Collective::Barrier.unsupported(other)),
     }
 }
 

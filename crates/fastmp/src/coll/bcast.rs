@@ -6,7 +6,7 @@ use super::tree::{
 };
 use super::{Layout, allgather, native, scatter_gather};
 use crate::comm::Comm;
-use crate::error::{Error, Result};
+use crate::error::Result;
 
 const BCAST: Collective = Collective::Bcast;
 
@@ -36,7 +36,7 @@ pub(super) fn bcast(comm: &Comm, buf: &mut [u8], root: usize, algorithm: Algorit
             BCAST,
         ),
         Algorithm::ScatterAllgather => scatter_allgather(comm, buf, root),
-        other => Err(Error::InvalidArgument(format!("bcast has no algorithm {other}"))),
+        other => Err(Collective::Bcast.unsupported(other)),
     }
 }
 

@@ -9,7 +9,7 @@ use super::op::Op;
 use super::select::{Algorithm, Collective};
 use super::tree::Mst;
 use crate::comm::Comm;
-use crate::error::{Error, Result};
+use crate::error::Result;
 
 const COLL: Collective = Collective::Reduce;
 
@@ -25,7 +25,7 @@ pub(super) fn reduce<T: Pod>(
         Algorithm::Bft => flat_blocking(comm, send, recv, op, root),
         Algorithm::Nbft => flat_nonblocking(comm, send, recv, op, root),
         Algorithm::Mst => mst(comm, send, recv, op, root),
-        other => Err(Error::InvalidArgument(format!("reduce has no algorithm {other}"))),
+        other => Err(Collective::Reduce.unsupported(other)),
     }
 }
 

@@ -11,7 +11,7 @@ use super::reduce::zeroed;
 use super::select::{Algorithm, Collective};
 use super::{Layout, native, scatter_gather};
 use crate::comm::Comm;
-use crate::error::{Error, Result};
+use crate::error::Result;
 
 const COLL: Collective = Collective::ReduceScatter;
 
@@ -27,7 +27,7 @@ pub(super) fn reduce_scatter<T: Pod>(
         Algorithm::Bde => halving(comm, send, recv, counts, op),
         Algorithm::Bkt => ring(comm, send, recv, counts, op),
         Algorithm::ReduceScatter => reduce_then_scatterv(comm, send, recv, counts, op),
-        other => Err(Error::InvalidArgument(format!("reduce_scatter has no algorithm {other}"))),
+        other => Err(COLL.unsupported(other)),
     }
 }
 

@@ -6,7 +6,7 @@ use super::op::Op;
 use super::reduce::{combine_in_rank_order, exchange_flat, vector_of, zeroed};
 use super::select::{Algorithm, Collective};
 use crate::comm::Comm;
-use crate::error::{Error, Result};
+use crate::error::Result;
 
 const COLL: Collective = Collective::Scan;
 
@@ -22,7 +22,7 @@ pub(super) fn scan<T: Pod>(
         Algorithm::Nbft => flat(comm, send, recv, op, exclusive),
         Algorithm::Linear => chain(comm, send, recv, op, exclusive),
         Algorithm::Bde => recursive_doubling(comm, send, recv, op, exclusive),
-        other => Err(Error::InvalidArgument(format!("scan has no algorithm {other}"))),
+        other => Err(Collective::Scan.unsupported(other)),
     }
 }
 

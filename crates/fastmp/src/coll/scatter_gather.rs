@@ -63,9 +63,14 @@ pub(super) fn gatherv(
         return comm.coll_send(send, root, coll);
     }
     let layout = root_layout(layout, coll)?;
+    let block = |rank| layout.block(rank);
+    if layout.is_ascending() {
+        // Blocks in rank order (the usual case) need no sorted copy of the ranks.
+        return gather_flat_root(comm, send, recv, block, 0..comm.size(), nonblocking, coll);
+    }
     let mut by_offset: Vec<usize> = (0..comm.size()).collect();
     by_offset.sort_by_key(|&rank| layout.block(rank).start);
-    gather_flat_root(comm, send, recv, |rank| layout.block(rank), by_offset.into_iter(), nonblocking, coll)
+    gather_flat_root(comm, send, recv, block, by_offset.into_iter(), nonblocking, coll)
 }
 
 /// Whether a flat-tree `algorithm` uses nonblocking point-to-point; other algorithms are errors.
@@ -73,7 +78,7 @@ fn nonblocking(coll: Collective, algorithm: Algorithm) -> Result<bool> {
     match algorithm {
         Algorithm::Bft => Ok(false),
         Algorithm::Nbft => Ok(true),
-        other => Err(Error::InvalidArgument(format!("{coll} has no algorithm {other}"))),
+        other => Err(coll.unsupported(other)),
     }
 }
 

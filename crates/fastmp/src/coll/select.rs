@@ -158,6 +158,14 @@ impl Collective {
     }
 }
 
+impl Collective {
+    /// The error of an algorithm module asked for an algorithm this collective does not have
+    /// (unreachable through a validated `Tuning`, but never a panic).
+    pub(crate) fn unsupported(self, algorithm: Algorithm) -> Error {
+        Error::InvalidArgument(format!("{self} has no algorithm {algorithm}"))
+    }
+}
+
 impl fmt::Display for Collective {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
