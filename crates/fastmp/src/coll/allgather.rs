@@ -9,19 +9,27 @@ use std::ops::Range;
 
 use super::Layout;
 use super::select::{Algorithm, Collective};
-use super::tree::{binomial_children, binomial_parent};
+use super::tree::{binomial_children, binomial_parent, binomial_subtree};
+use super::vector::{equal_blocks, equal_chunks};
 use super::{bcast, native, scatter_gather};
 use crate::comm::Comm;
 use crate::error::{Error, Result};
 
 pub(super) fn allgather(comm: &Comm, send: &[u8], recv: &mut [u8], algorithm: Algorithm) -> Result<()> {
     let coll = Collective::Allgather;
+    let (np, me, block) = (comm.size(), comm.rank(), send.len());
+    // Equal blocks by arithmetic: no layout tables on the small-message path.
+    let bytes = |ranks: Range<usize>| equal_blocks(ranks, block);
+    let in_place = |recv: &mut [u8]| copy_own_block(&mut recv[bytes(me..me + 1)], send, coll);
     match algorithm {
-        Algorithm::Nbft => flat_nonblocking(comm, send, recv, &Layout::uniform(comm.size(), send.len()), coll),
-        Algorithm::Bt => binomial(comm, send, recv),
-        Algorithm::Bde if comm.size().is_power_of_two() => recursive_doubling(comm, send, recv),
-        Algorithm::Bde => bruck(comm, send, recv),
-        Algorithm::Bkt => ring(comm, send, recv, &Layout::uniform(comm.size(), send.len()), coll),
+        Algorithm::Nbft => {
+            let (below, from_me) = recv.split_at_mut(me * block);
+            let rotated = equal_chunks(from_me, block, np - me).chain(equal_chunks(below, block, me));
+            flat_nonblocking(comm, send, rotated, coll)
+        }
+        Algorithm::Bt => in_place(recv).and(binomial(comm, recv, bytes, coll)),
+        Algorithm::Bde => in_place(recv).and(bde(comm, recv, bytes, coll)),
+        Algorithm::Bkt => in_place(recv).and(ring(comm, recv, |rank| bytes(rank..rank + 1), coll)),
         Algorithm::GatherBcast => {
             let gathered = match comm.algorithm_for(Collective::Gather, send.len(), true) {
                 Algorithm::Native => native::gather(comm, send, recv, 0),
@@ -42,19 +50,57 @@ pub(super) fn allgatherv(
     algorithm: Algorithm,
 ) -> Result<()> {
     let coll = Collective::Allgatherv;
+    let (np, me) = (comm.size(), comm.rank());
     match algorithm {
-        Algorithm::Nbft => flat_nonblocking(comm, send, recv, layout, coll),
-        Algorithm::Bkt => ring(comm, send, recv, layout, coll),
+        Algorithm::Nbft => {
+            let mut blocks = carve_blocks(recv, layout, np);
+            blocks.rotate_left(me);
+            flat_nonblocking(comm, send, blocks, coll)
+        }
+        Algorithm::Bt => in_rank_order(comm, send, recv, layout, |buf, bytes| binomial(comm, buf, bytes, coll)),
+        Algorithm::Bde => in_rank_order(comm, send, recv, layout, |buf, bytes| bde(comm, buf, bytes, coll)),
+        Algorithm::Bkt => {
+            copy_own_block(&mut recv[layout.block(me)], send, coll).and(ring(comm, recv, |r| layout.block(r), coll))
+        }
         Algorithm::GatherBcast => gatherv_bcast(comm, send, recv, layout),
         other => Err(coll.unsupported(other)),
     }
 }
 
-/// Copies a rank's own block; a length difference means the caller's layouts disagree.
+/// Runs `gather` (BT, BDE) on a buffer holding the blocks in rank order without gaps, where an
+/// interval of ranks is one byte range (`bytes(ranks)`), as the tree algorithms need: `recv`
+/// itself when the layout already is so (the usual case), otherwise a packed copy that is
+/// unpacked into the blocks of `recv` afterwards (bytes between the blocks are never written).
+/// Every rank knows the layout, so all pick the same message pattern.
+fn in_rank_order(
+    comm: &Comm,
+    send: &[u8],
+    recv: &mut [u8],
+    layout: &Layout,
+    gather: impl FnOnce(&mut [u8], &dyn Fn(Range<usize>) -> Range<usize>) -> Result<()>,
+) -> Result<()> {
+    let (np, me) = (comm.size(), comm.rank());
+    let offsets = layout.packed_offsets();
+    let bytes = |ranks: Range<usize>| offsets[ranks.start]..offsets[ranks.end];
+    let own = |buf: &mut [u8]| copy_own_block(&mut buf[bytes(me..me + 1)], send, Collective::Allgatherv);
+    if let Some(span) = layout.span(0..np) {
+        let buf = &mut recv[span];
+        return own(buf).and(gather(buf, &bytes));
+    }
+    let mut packed = vec![0u8; offsets[np]];
+    own(&mut packed).and(gather(&mut packed, &bytes))?;
+    for rank in 0..np {
+        recv[layout.block(rank)].copy_from_slice(&packed[bytes(rank..rank + 1)]);
+    }
+    Ok(())
+}
+
+/// Copies a rank's own block, which never travels as a message; a length difference means the
+/// caller's counts disagree.
 pub(super) fn copy_own_block(dst: &mut [u8], src: &[u8], coll: Collective) -> Result<()> {
     if dst.len() != src.len() {
         return Err(Error::InvalidArgument(format!(
-            "{coll}: this rank sends itself {} bytes but expects {}",
+            "{coll}: this rank's own block has {} bytes but its place in the buffer {}",
             src.len(),
             dst.len()
         )));
@@ -73,133 +119,135 @@ pub(super) fn all_steps(steps: impl IntoIterator<Item = Result<()>>) -> Result<(
     first
 }
 
-/// Walks the non-empty `range(i)` in address order and hands each piece of `buf` to `put`;
-/// empty ranges get an empty slice wherever they point (layouts allow that).
-fn carve_with<'a>(
+/// Splits `buf` into the byte ranges `range(i)` for `i` in `order`, which must list the
+/// non-empty ranges (in bounds, pairwise disjoint) by increasing start; empty ranges get an
+/// empty slice wherever they point (layouts allow that). The one place buffers are carved, so
+/// one buffer can feed several sends and receives at once without `unsafe`.
+pub(super) fn carve_in_order<'a>(
     buf: &'a mut [u8],
-    order: &mut [usize],
+    order: impl IntoIterator<Item = usize>,
     range: impl Fn(usize) -> Range<usize>,
-    mut put: impl FnMut(usize, &'a mut [u8]),
-) {
-    order.sort_unstable_by_key(|&i| range(i).start);
+) -> impl Iterator<Item = (usize, &'a mut [u8])> {
     let (mut rest, mut offset) = (buf, 0);
-    for &i in order.iter() {
+    order.into_iter().map(move |i| {
         let r = range(i);
         if r.is_empty() {
-            put(i, &mut []);
-            continue;
+            return (i, Default::default());
         }
         let (_, tail) = std::mem::take(&mut rest).split_at_mut(r.start - offset);
         let (piece, tail) = tail.split_at_mut(r.len());
-        put(i, piece);
         (rest, offset) = (tail, r.end);
-    }
+        (i, piece)
+    })
 }
 
 /// Splits `buf` into the `N` byte ranges (in-bounds, pairwise disjoint unless empty), in the
-/// given order, so one buffer can feed a send and a receive at once without `unsafe`.
+/// given order.
 pub(super) fn carve<const N: usize>(buf: &mut [u8], ranges: [Range<usize>; N]) -> [&mut [u8]; N] {
     let mut pieces: [&mut [u8]; N] = std::array::from_fn(|_| Default::default());
     let mut order: [usize; N] = std::array::from_fn(|i| i);
-    carve_with(buf, &mut order, |i| ranges[i].clone(), |i, piece| pieces[i] = piece);
+    order.sort_unstable_by_key(|&i| ranges[i].start);
+    for (i, piece) in carve_in_order(buf, order, |i| ranges[i].clone()) {
+        pieces[i] = piece;
+    }
     pieces
 }
 
 /// Splits `buf` into the blocks of `layout`, indexed by rank.
 pub(super) fn carve_blocks<'a>(buf: &'a mut [u8], layout: &Layout, np: usize) -> Vec<&'a mut [u8]> {
+    let block = |rank| layout.block(rank);
     if layout.is_ascending() {
         // Blocks in rank order: one pass, no sorting.
-        let (mut rest, mut offset) = (buf, 0);
-        return (0..np)
-            .map(|r| {
-                let block = layout.block(r);
-                if block.is_empty() {
-                    return Default::default();
-                }
-                let (_, tail) = std::mem::take(&mut rest).split_at_mut(block.start - offset);
-                let (piece, tail) = tail.split_at_mut(block.len());
-                (rest, offset) = (tail, block.end);
-                piece
-            })
-            .collect();
+        return carve_in_order(buf, 0..np, block).map(|(_, piece)| piece).collect();
     }
     let mut pieces: Vec<&mut [u8]> = (0..np).map(|_| Default::default()).collect();
     let mut order: Vec<usize> = (0..np).collect();
-    carve_with(buf, &mut order, |r| layout.block(r), |r, piece| pieces[r] = piece);
+    order.sort_unstable_by_key(|&rank| block(rank).start);
+    for (rank, piece) in carve_in_order(buf, order, block) {
+        pieces[rank] = piece;
+    }
     pieces
 }
 
 /// nbFT: every rank starts receives of all other blocks and sends of its own to all others.
-fn flat_nonblocking(comm: &Comm, send: &[u8], recv: &mut [u8], layout: &Layout, coll: Collective) -> Result<()> {
+/// `rotated` yields the blocks of `recv` starting with this rank's own, then those of the ranks
+/// above it (wrapping around), so the ranks do not all send to rank 0 first.
+fn flat_nonblocking<'a>(
+    comm: &Comm,
+    send: &[u8],
+    rotated: impl IntoIterator<Item = &'a mut [u8]>,
+    coll: Collective,
+) -> Result<()> {
     let (np, me) = (comm.size(), comm.rank());
-    let mut blocks = carve_blocks(recv, layout, np);
-    copy_own_block(blocks[me], send, coll)?;
-    // Start with the next rank up, so the ranks do not all send to rank 0 first.
-    blocks.rotate_left(me);
+    let mut blocks = rotated.into_iter();
+    let copied = blocks.next().map_or(Ok(()), |own| copy_own_block(own, send, coll));
     let mut pending = comm.pending();
-    for (k, block) in blocks.into_iter().enumerate().skip(1) {
+    for (k, block) in (1..np).zip(blocks) {
         let peer = (me + k) % np;
         pending.irecv(block, peer, coll)?;
         pending.isend(send, peer, coll)?;
     }
-    pending.wait_all()
+    copied.and(pending.wait_all())
 }
 
 /// BKT (ring): in step `s` each rank passes the block it received in step `s - 1` (its own in
 /// step 0) to its right neighbour and receives the next one from its left: np - 1 steps.
-fn ring(comm: &Comm, send: &[u8], recv: &mut [u8], layout: &Layout, coll: Collective) -> Result<()> {
+/// `block_of(rank)` is the byte range of `rank`'s block in `recv`, which holds this rank's own.
+fn ring(comm: &Comm, recv: &mut [u8], block_of: impl Fn(usize) -> Range<usize>, coll: Collective) -> Result<()> {
     let (np, me) = (comm.size(), comm.rank());
-    copy_own_block(&mut recv[layout.block(me)], send, coll)?;
     let (right, left) = ((me + 1) % np, (me + np - 1) % np);
     all_steps((0..np.saturating_sub(1)).map(|step| {
         let outgoing = (me + np - step) % np;
         let incoming = (me + np - step - 1) % np;
-        let [out, inc] = carve(recv, [layout.block(outgoing), layout.block(incoming)]);
+        let [out, inc] = carve(recv, [block_of(outgoing), block_of(incoming)]);
         comm.coll_sendrecv(out, right, inc, left, coll)
     }))
 }
 
-/// End of `rank`'s subtree in the binomial tree rooted at rank 0 ([`binomial_children`]): the
-/// subtree is the contiguous ranks `rank..rank + lowbit(rank)` (clipped to np), so its blocks
-/// are one contiguous range of `recv`.
-fn subtree_end(rank: usize, np: usize) -> usize {
-    if rank == 0 { np } else { (rank + (rank & rank.wrapping_neg())).min(np) }
-}
-
 /// BT: binomial gather to rank 0 (each child sends its whole subtree's blocks in one message),
-/// then binomial bcast of the whole buffer from rank 0.
-fn binomial(comm: &Comm, send: &[u8], recv: &mut [u8]) -> Result<()> {
-    let coll = Collective::Allgather;
-    let (np, me, block) = (comm.size(), comm.rank(), send.len());
-    copy_own_block(&mut recv[me * block..(me + 1) * block], send, coll)?;
+/// then binomial bcast of the whole buffer from rank 0. `buf` holds the blocks in rank order,
+/// this rank's own already in place; `bytes(ranks)` is the byte range of an interval of ranks.
+fn binomial(comm: &Comm, buf: &mut [u8], bytes: impl Fn(Range<usize>) -> Range<usize>, coll: Collective) -> Result<()> {
+    let (np, me) = (comm.size(), comm.rank());
     let mut status = Ok(());
     for child in binomial_children(me, np) {
-        let subtree = child * block..subtree_end(child, np) * block;
-        status = status.and(comm.coll_recv(&mut recv[subtree], child, coll));
+        status = status.and(comm.coll_recv(&mut buf[bytes(binomial_subtree(child, np))], child, coll));
     }
     if let Some(parent) = binomial_parent(me) {
-        let subtree = me * block..subtree_end(me, np) * block;
-        status = status.and(comm.coll_send(&recv[subtree], parent, coll));
-        status = status.and(comm.coll_recv(recv, parent, coll));
+        status = status.and(comm.coll_send(&buf[bytes(binomial_subtree(me, np))], parent, coll));
+        status = status.and(comm.coll_recv(buf, parent, coll));
     }
     for child in binomial_children(me, np).rev() {
-        status = status.and(comm.coll_send(recv, child, coll));
+        status = status.and(comm.coll_send(buf, child, coll));
     }
     status
 }
 
-/// BDE for a power-of-two np: in step `k` each rank swaps the `2^k` blocks it has gathered so
-/// far with partner `rank ^ 2^k`; log2(np) steps.
-fn recursive_doubling(comm: &Comm, send: &[u8], recv: &mut [u8]) -> Result<()> {
-    let coll = Collective::Allgather;
-    let (np, me, block) = (comm.size(), comm.rank(), send.len());
-    copy_own_block(&mut recv[me * block..(me + 1) * block], send, coll)?;
+/// BDE: recursive doubling when np is a power of two, Bruck's algorithm otherwise (same
+/// arguments as [`binomial`]).
+fn bde(comm: &Comm, buf: &mut [u8], bytes: impl Fn(Range<usize>) -> Range<usize>, coll: Collective) -> Result<()> {
+    if comm.size().is_power_of_two() {
+        recursive_doubling(comm, buf, bytes, coll)
+    } else {
+        bruck(comm, buf, bytes, coll)
+    }
+}
+
+/// Recursive doubling for a power-of-two np: in step `k` each rank swaps the `2^k` blocks it has
+/// gathered so far with partner `rank ^ 2^k`; log2(np) steps.
+fn recursive_doubling(
+    comm: &Comm,
+    buf: &mut [u8],
+    bytes: impl Fn(Range<usize>) -> Range<usize>,
+    coll: Collective,
+) -> Result<()> {
+    let (np, me) = (comm.size(), comm.rank());
     let mut status = Ok(());
     let mut dist = 1;
     while dist < np {
         let partner = me ^ dist;
-        let group = |rank: usize| (rank & !(dist - 1)) * block..((rank & !(dist - 1)) + dist) * block;
-        let [out, inc] = carve(recv, [group(me), group(partner)]);
+        let group = |rank: usize| bytes(rank & !(dist - 1)..(rank & !(dist - 1)) + dist);
+        let [out, inc] = carve(buf, [group(me), group(partner)]);
         status = status.and(comm.coll_sendrecv(out, partner, inc, partner, coll));
         dist *= 2;
     }
@@ -209,17 +257,15 @@ fn recursive_doubling(comm: &Comm, send: &[u8], recv: &mut [u8]) -> Result<()> {
 /// Bruck's allgather, used by BDE when np is not a power of two: ceil(log2(np)) steps. Before
 /// the step with distance `d` a rank holds blocks `rank..rank + d` (mod np); it sends the first
 /// `min(d, np - d)` of them to `rank - d` and receives as many, starting at block `rank + d`,
-/// from `rank + d`. Blocks stay at their final positions in `recv`, so no rotation is needed;
+/// from `rank + d`. Blocks stay at their final positions in `buf`, so no rotation is needed;
 /// a run of blocks that wraps past the end goes as two messages (split at the same block
-/// index on both sides).
-fn bruck(comm: &Comm, send: &[u8], recv: &mut [u8]) -> Result<()> {
-    let coll = Collective::Allgather;
-    let (np, me, block) = (comm.size(), comm.rank(), send.len());
-    copy_own_block(&mut recv[me * block..(me + 1) * block], send, coll)?;
-    // The at most two byte ranges of blocks `first..first + count` (mod np).
+/// index on both sides, decided by ranks alone so both sides agree even on empty blocks).
+fn bruck(comm: &Comm, buf: &mut [u8], bytes: impl Fn(Range<usize>) -> Range<usize>, coll: Collective) -> Result<()> {
+    let (np, me) = (comm.size(), comm.rank());
+    // The at most two intervals of ranks `first..first + count` (mod np).
     let wrapped = |first: usize, count: usize| {
         let end = first + count;
-        [first * block..end.min(np) * block, 0..end.saturating_sub(np) * block]
+        [first..end.min(np), 0..end.saturating_sub(np)]
     };
     let mut status = Ok(());
     let mut dist = 1;
@@ -229,7 +275,7 @@ fn bruck(comm: &Comm, send: &[u8], recv: &mut [u8]) -> Result<()> {
         let [out_a, out_b] = wrapped(me, count);
         let [in_a, in_b] = wrapped(from, count);
         let (send_wraps, recv_wraps) = (!out_b.is_empty(), !in_b.is_empty());
-        let [out_a, out_b, in_a, in_b] = carve(recv, [out_a, out_b, in_a, in_b]);
+        let [out_a, out_b, in_a, in_b] = carve(buf, [out_a, out_b, in_a, in_b].map(&bytes));
         // Starting only fails if the job is aborted; length mismatches show up in `wait_all`.
         let mut pending = comm.pending();
         pending.irecv(in_a, from, coll)?;
@@ -265,23 +311,18 @@ fn gatherv_bcast(comm: &Comm, send: &[u8], recv: &mut [u8], layout: &Layout) -> 
         Algorithm::Native => native::gatherv(comm, send, recv, (me == 0).then_some(layout), 0),
         algorithm => scatter_gather::gatherv(comm, send, recv, (me == 0).then_some(layout), 0, algorithm),
     };
-    let contiguous = (1..np).all(|r| layout.block(r).start == layout.block(r - 1).end);
-    if contiguous {
-        let span = layout.block(0).start..layout.block(np - 1).end;
+    if let Some(span) = layout.span(0..np) {
         return gathered.and(bcast_from_rank0(comm, &mut recv[span]));
     }
-    let mut packed = vec![0u8; layout.total_bytes()];
-    let packed_blocks = (0..np).scan(0, |offset, r| {
-        let len = layout.block(r).len();
-        *offset += len;
-        Some((*offset - len..*offset, layout.block(r)))
-    });
+    let offsets = layout.packed_offsets();
+    let packed_block = |rank: usize| offsets[rank]..offsets[rank + 1];
+    let mut packed = vec![0u8; offsets[np]];
     if me == 0 {
-        packed_blocks.clone().for_each(|(p, b)| packed[p].copy_from_slice(&recv[b]));
+        (0..np).for_each(|r| packed[packed_block(r)].copy_from_slice(&recv[layout.block(r)]));
     }
     let status = gathered.and(bcast_from_rank0(comm, &mut packed));
     if me != 0 {
-        packed_blocks.for_each(|(p, b)| recv[b].copy_from_slice(&packed[p]));
+        (0..np).for_each(|r| recv[layout.block(r)].copy_from_slice(&packed[packed_block(r)]));
     }
     status
 }

@@ -9,6 +9,7 @@
 use super::Layout;
 use super::allgather::{all_steps, carve_blocks, copy_own_block};
 use super::select::{Algorithm, Collective};
+use super::vector::{equal_blocks, equal_chunks};
 use crate::comm::Comm;
 use crate::error::Result;
 
@@ -16,9 +17,8 @@ pub(super) fn alltoall(comm: &Comm, send: &[u8], recv: &mut [u8], algorithm: Alg
     let np = comm.size();
     let block = send.len() / np;
     // Equal blocks by arithmetic: no layout tables on the small-message path.
-    let inbox =
-        if block == 0 { (0..np).map(|_| Default::default()).collect() } else { recv.chunks_mut(block).collect() };
-    exchange(comm, send, |peer| peer * block..(peer + 1) * block, inbox, algorithm, Collective::Alltoall)
+    let inbox = equal_chunks(recv, block, np).collect();
+    exchange(comm, send, |peer| equal_blocks(peer..peer + 1, block), inbox, algorithm, Collective::Alltoall)
 }
 
 pub(super) fn alltoallv(

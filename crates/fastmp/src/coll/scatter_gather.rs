@@ -1,10 +1,20 @@
 //! Scatter(v) and gather(v) algorithms: flat trees and MST.
+//!
+//! MST scatterv/gatherv: only the root knows the counts, but an inner node of the tree must
+//! know how many bytes each rank of its subtree gets or sends. So every message carrying a
+//! subtree's blocks (packed in rank order) is preceded by a header with their lengths (one
+//! `u64` per rank of the subtree, a length both ends know from the tree alone): downwards from
+//! the root for scatterv, upwards with the data for gatherv. A leaf of a scatterv knows its own
+//! count (its receive buffer), so it gets no header. This costs one extra small message per tree
+//! edge but no extra round through the tree (unlike scattering the counts first).
 
 use std::ops::Range;
 
 use super::Layout;
+use super::allgather::{carve_in_order, copy_own_block};
 use super::select::{Algorithm, Collective};
 use super::tree::{Mst, send_from_root};
+use super::vector::equal_blocks;
 use crate::comm::Comm;
 use crate::error::{Error, Result};
 
@@ -29,6 +39,9 @@ pub(super) fn scatterv(
     algorithm: Algorithm,
 ) -> Result<()> {
     let coll = Collective::Scatterv;
+    if algorithm == Algorithm::Mst {
+        return scatterv_mst(comm, send, layout, recv, root);
+    }
     let nonblocking = nonblocking(coll, algorithm)?;
     if comm.rank() != root {
         return comm.coll_recv(recv, root, coll);
@@ -58,6 +71,9 @@ pub(super) fn gatherv(
     algorithm: Algorithm,
 ) -> Result<()> {
     let coll = Collective::Gatherv;
+    if algorithm == Algorithm::Mst {
+        return gatherv_mst(comm, send, recv, layout, root);
+    }
     let nonblocking = nonblocking(coll, algorithm)?;
     if comm.rank() != root {
         return comm.coll_send(send, root, coll);
@@ -82,27 +98,14 @@ fn nonblocking(coll: Collective, algorithm: Algorithm) -> Result<bool> {
     }
 }
 
-/// Byte ranges of `np` consecutive blocks of `block` bytes each.
+/// Byte ranges of consecutive blocks of `block` bytes each, by rank.
 fn uniform_blocks(block: usize) -> impl Fn(usize) -> Range<usize> {
-    move |rank| rank * block..(rank + 1) * block
+    move |rank| equal_blocks(rank..rank + 1, block)
 }
 
 /// The root's layout, which the public API always passes (`None` only on other ranks).
 fn root_layout(layout: Option<&Layout>, coll: Collective) -> Result<&Layout> {
     layout.ok_or_else(|| Error::other(format!("{coll}: the root has no block layout")))
-}
-
-/// Copies the root's (or an MST node's) own block, which never travels as a message.
-fn copy_own_block(dst: &mut [u8], src: &[u8], coll: Collective) -> Result<()> {
-    if dst.len() != src.len() {
-        return Err(Error::InvalidArgument(format!(
-            "{coll}: this rank's own block has {} bytes but its place {}",
-            src.len(),
-            dst.len()
-        )));
-    }
-    dst.copy_from_slice(src);
-    Ok(())
 }
 
 /// Root side of the flat scatters: send each rank `send[block_of(rank)]`.
@@ -141,17 +144,7 @@ fn gather_flat_root(
         return Ok(());
     }
     let mut receives = comm.pending();
-    let (mut rest, mut rest_start) = (recv, 0);
-    for rank in by_offset {
-        let block = block_of(rank);
-        let slot: &mut [u8] = if block.is_empty() {
-            &mut []
-        } else {
-            let (_, from_block) = std::mem::take(&mut rest).split_at_mut(block.start - rest_start);
-            let (slot, after) = from_block.split_at_mut(block.len());
-            (rest, rest_start) = (after, block.end);
-            slot
-        };
+    for (rank, slot) in carve_in_order(recv, by_offset, block_of) {
         if rank == root { copy_own_block(slot, send, coll)? } else { receives.irecv(slot, rank, coll)? }
     }
     receives.wait_all()
@@ -159,7 +152,7 @@ fn gather_flat_root(
 
 /// Byte range, inside a buffer holding the blocks of ranks `held_from..`, of the blocks of `ranks`.
 fn bytes_of(ranks: &Range<usize>, held_from: usize, block: usize) -> Range<usize> {
-    (ranks.start - held_from) * block..(ranks.end - held_from) * block
+    equal_blocks(ranks.start - held_from..ranks.end - held_from, block)
 }
 
 /// MST scatter: each node receives its whole subtree's blocks (an interval of ranks, so
@@ -209,4 +202,137 @@ fn gather_mst(comm: &Comm, send: &[u8], recv: &mut [u8], root: usize) -> Result<
         Some(parent) => comm.coll_send(held, parent, coll),
         None => Ok(()),
     }
+}
+
+/// Lengths header of the MST v-variants: `lengths[i]` bytes for the `i`-th rank of a subtree.
+type Lengths = Vec<u64>;
+
+/// Prefix sums of a received header: the `i`-th rank's block is `offsets[i]..offsets[i + 1]` of
+/// the packed data. An error (never a panic) if the total does not fit in `usize`.
+fn header_offsets(lengths: &[u64], coll: Collective) -> Result<Vec<usize>> {
+    let mut offsets = Vec::with_capacity(lengths.len() + 1);
+    offsets.push(0usize);
+    let mut end = 0usize;
+    for &len in lengths {
+        end = usize::try_from(len)
+            .ok()
+            .and_then(|len| end.checked_add(len))
+            .ok_or_else(|| Error::other(format!("{coll}: a subtree's block lengths overflow usize")))?;
+        offsets.push(end);
+    }
+    Ok(offsets)
+}
+
+/// The bytes of `ranks`' blocks of `buf` in rank order: straight from `buf` when they already lie
+/// so, otherwise packed into `scratch` (reused across calls).
+fn packed_blocks<'a>(buf: &'a [u8], layout: &Layout, ranks: Range<usize>, scratch: &'a mut Vec<u8>) -> &'a [u8] {
+    if let Some(span) = layout.span(ranks.clone()) {
+        return &buf[span];
+    }
+    scratch.clear();
+    for rank in ranks {
+        scratch.extend_from_slice(&buf[layout.block(rank)]);
+    }
+    scratch
+}
+
+/// MST scatterv (see the module docs): like [`scatter_mst`], with a lengths header before each
+/// subtree's data unless the child is a leaf.
+fn scatterv_mst(comm: &Comm, send: &[u8], layout: Option<&Layout>, recv: &mut [u8], root: usize) -> Result<()> {
+    let coll = Collective::Scatterv;
+    let rank = comm.rank();
+    let node = Mst::new(comm.size(), root, rank);
+    let parent = match node.parent {
+        None => {
+            let layout = root_layout(layout, coll)?;
+            let (mut header, mut scratch) = (Lengths::new(), Vec::new());
+            for (child, ranks) in node.children() {
+                if ranks.len() > 1 {
+                    header.clear();
+                    header.extend(ranks.clone().map(|r| layout.block(r).len() as u64));
+                    comm.coll_send(bytemuck::cast_slice(&header), child, coll)?;
+                }
+                comm.coll_send(packed_blocks(send, layout, ranks, &mut scratch), child, coll)?;
+            }
+            return copy_own_block(recv, &send[layout.block(rank)], coll);
+        }
+        // A leaf receives only its own block: straight into `recv`.
+        Some(parent) if node.subtree.len() == 1 => return comm.coll_recv(recv, parent, coll),
+        Some(parent) => parent,
+    };
+    let mut lengths: Lengths = vec![0; node.subtree.len()];
+    comm.coll_recv(bytemuck::cast_slice_mut(&mut lengths), parent, coll)?;
+    let offsets = header_offsets(&lengths, coll)?;
+    let mut held = vec![0u8; offsets[lengths.len()]];
+    comm.coll_recv(&mut held, parent, coll)?;
+    // Positions inside the subtree, which starts with this rank.
+    let local = |ranks: &Range<usize>| ranks.start - rank..ranks.end - rank;
+    for (child, ranks) in node.children() {
+        let local = local(&ranks);
+        if ranks.len() > 1 {
+            comm.coll_send(bytemuck::cast_slice(&lengths[local.clone()]), child, coll)?;
+        }
+        comm.coll_send(&held[offsets[local.start]..offsets[local.end]], child, coll)?;
+    }
+    copy_own_block(recv, &held[offsets[0]..offsets[1]], coll)
+}
+
+/// MST gatherv (see the module docs): each node sends its parent the lengths of its subtree's
+/// blocks, then the blocks packed in rank order; the root checks the lengths against its counts.
+fn gatherv_mst(comm: &Comm, send: &[u8], recv: &mut [u8], layout: Option<&Layout>, root: usize) -> Result<()> {
+    let coll = Collective::Gatherv;
+    let rank = comm.rank();
+    let node = Mst::new(comm.size(), root, rank);
+    // Smallest subtree first: for a non-root node, whose subtree starts with itself, that is
+    // rank order.
+    let children: Vec<(usize, Range<usize>)> = node.children().collect();
+    let Some(parent) = node.parent else {
+        let layout = root_layout(layout, coll)?;
+        let mut status = copy_own_block(&mut recv[layout.block(rank)], send, coll);
+        let (mut lengths, mut scratch) = (Lengths::new(), Vec::new());
+        for (child, ranks) in children.into_iter().rev() {
+            lengths.clear();
+            lengths.resize(ranks.len(), 0);
+            comm.coll_recv(bytemuck::cast_slice_mut(&mut lengths), child, coll)?;
+            let offsets = header_offsets(&lengths, coll)?;
+            let mismatch = ranks.clone().zip(&lengths).find(|&(r, &len)| layout.block(r).len() as u64 != len);
+            if let Some((r, &len)) = mismatch {
+                // Still take the data off the wire, then report.
+                scratch.resize(offsets[ranks.len()], 0);
+                comm.coll_recv(&mut scratch, child, coll)?;
+                status = status.and(Err(Error::InvalidArgument(format!(
+                    "{coll}: rank {r} sends {len} bytes but the root expects {}",
+                    layout.block(r).len()
+                ))));
+            } else if let Some(span) = layout.span(ranks.clone()) {
+                status = status.and(comm.coll_recv(&mut recv[span], child, coll));
+            } else {
+                scratch.resize(offsets[ranks.len()], 0);
+                status = status.and(comm.coll_recv(&mut scratch, child, coll));
+                for (i, r) in ranks.enumerate() {
+                    recv[layout.block(r)].copy_from_slice(&scratch[offsets[i]..offsets[i + 1]]);
+                }
+            }
+        }
+        return status;
+    };
+    let mut lengths: Lengths = Vec::with_capacity(node.subtree.len());
+    lengths.push(send.len() as u64);
+    if children.is_empty() {
+        comm.coll_send(bytemuck::cast_slice(&lengths), parent, coll)?;
+        return comm.coll_send(send, parent, coll);
+    }
+    let mut held = send.to_vec();
+    let mut status = Ok(());
+    for (child, ranks) in children.into_iter().rev() {
+        let at = lengths.len();
+        lengths.resize(at + ranks.len(), 0);
+        status = status.and(comm.coll_recv(bytemuck::cast_slice_mut(&mut lengths[at..]), child, coll));
+        let incoming = header_offsets(&lengths[at..], coll)?[ranks.len()];
+        let start = held.len();
+        held.resize(start + incoming, 0);
+        status = status.and(comm.coll_recv(&mut held[start..], child, coll));
+    }
+    comm.coll_send(bytemuck::cast_slice(&lengths), parent, coll)?;
+    status.and(comm.coll_send(&held, parent, coll))
 }

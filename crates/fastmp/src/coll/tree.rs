@@ -134,6 +134,13 @@ pub(super) fn send_down(
     Ok(())
 }
 
+/// The ranks of `rel`'s subtree in the binomial tree over `np` ranks ([`binomial_children`]):
+/// `rel..rel + lowbit(rel)` clipped to `np` (all ranks for the root), an interval, so its blocks
+/// of a gather in rank order are one contiguous range.
+pub(super) fn binomial_subtree(rel: usize, np: usize) -> Range<usize> {
+    rel..if rel == 0 { np } else { (rel + (rel & rel.wrapping_neg())).min(np) }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

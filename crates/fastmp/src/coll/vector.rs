@@ -62,7 +62,7 @@ impl Layout {
 
     /// `np` consecutive blocks of `block_bytes` each.
     pub(crate) fn uniform(np: usize, block_bytes: usize) -> Layout {
-        Layout { blocks: (0..np).map(|r| r * block_bytes..(r + 1) * block_bytes).collect(), ascending: true }
+        Layout { blocks: (0..np).map(|r| equal_blocks(r..r + 1, block_bytes)).collect(), ascending: true }
     }
 
     fn ascending(blocks: &[Range<usize>]) -> bool {
@@ -84,4 +84,45 @@ impl Layout {
     pub(crate) fn total_bytes(&self) -> usize {
         self.blocks.iter().map(|b| b.len()).sum()
     }
+
+    /// Where the blocks go when packed in rank order without gaps: rank `r`'s block is
+    /// `offsets[r]..offsets[r + 1]` (`np + 1` entries), so an interval of ranks is one range.
+    pub(crate) fn packed_offsets(&self) -> Vec<usize> {
+        let mut offsets = Vec::with_capacity(self.blocks.len() + 1);
+        offsets.push(0);
+        let mut end = 0;
+        for block in &self.blocks {
+            end += block.len();
+            offsets.push(end);
+        }
+        offsets
+    }
+
+    /// The byte span of the blocks of `ranks` if their non-empty blocks follow each other in rank
+    /// order without gaps (empty blocks may point anywhere), so they can travel as one message
+    /// straight from or into the caller's buffer; `None` when they would need packing.
+    pub(crate) fn span(&self, ranks: Range<usize>) -> Option<Range<usize>> {
+        let mut non_empty = self.blocks[ranks].iter().filter(|b| !b.is_empty());
+        let Some(first) = non_empty.next() else { return Some(0..0) };
+        let mut end = first.end;
+        for block in non_empty {
+            if block.start != end {
+                return None;
+            }
+            end = block.end;
+        }
+        Some(first.start..end)
+    }
+}
+
+/// Byte range of the blocks of `ranks` when every rank's block has `block` bytes and the blocks
+/// follow each other in rank order (scatter, gather, allgather, alltoall).
+pub(crate) fn equal_blocks(ranks: Range<usize>, block: usize) -> Range<usize> {
+    ranks.start * block..ranks.end * block
+}
+
+/// The `n` consecutive blocks of `block` bytes that make up `buf` (`n * block` bytes), also for
+/// empty blocks, which `chunks_mut` refuses: no table of ranges needed.
+pub(crate) fn equal_chunks(buf: &mut [u8], block: usize, n: usize) -> impl Iterator<Item = &mut [u8]> {
+    buf.chunks_mut(block.max(1)).chain(std::iter::repeat_with(Default::default)).take(n)
 }
