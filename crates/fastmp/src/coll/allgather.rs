@@ -123,11 +123,11 @@ pub(super) fn all_steps(steps: impl IntoIterator<Item = Result<()>>) -> Result<(
 /// non-empty ranges (in bounds, pairwise disjoint) by increasing start; empty ranges get an
 /// empty slice wherever they point (layouts allow that). The one place buffers are carved, so
 /// one buffer can feed several sends and receives at once without `unsafe`.
-pub(super) fn carve_in_order<'a>(
-    buf: &'a mut [u8],
+pub(super) fn carve_in_order(
+    buf: &mut [u8],
     order: impl IntoIterator<Item = usize>,
     range: impl Fn(usize) -> Range<usize>,
-) -> impl Iterator<Item = (usize, &'a mut [u8])> {
+) -> impl Iterator<Item = (usize, &mut [u8])> {
     let (mut rest, mut offset) = (buf, 0);
     order.into_iter().map(move |i| {
         let r = range(i);
@@ -325,4 +325,85 @@ fn gatherv_bcast(comm: &Comm, send: &[u8], recv: &mut [u8], layout: &Layout) -> 
         (0..np).for_each(|r| recv[layout.block(r)].copy_from_slice(&packed[packed_block(r)]));
     }
     status
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::coll::{Collective, Tuning};
+    use crate::{Comm, Result};
+
+    const SENTINEL: u32 = u32::MAX;
+
+    /// Uneven counts with zeros, and displacements in rank order: packed (`gap` 0, where blocks
+    /// travel straight from and into the caller's buffer) or with `gap` elements before each.
+    fn ascending(np: usize, gap: usize) -> (Vec<usize>, Vec<usize>, usize) {
+        let counts: Vec<usize> = (0..np).map(|r| if r % 3 == 1 { 0 } else { 1 + r % 4 }).collect();
+        let mut displs = Vec::with_capacity(np);
+        let mut at = 0;
+        for &count in &counts {
+            at += gap;
+            displs.push(at);
+            at += count;
+        }
+        (counts, displs, at + gap)
+    }
+
+    fn value(rank: usize, i: usize) -> u32 {
+        (rank * 1000 + i) as u32
+    }
+
+    fn expected(counts: &[usize], displs: &[usize], len: usize) -> Vec<u32> {
+        let mut buf = vec![SENTINEL; len];
+        for (rank, (&count, &displ)) in counts.iter().zip(displs).enumerate() {
+            (0..count).for_each(|i| buf[displ + i] = value(rank, i));
+        }
+        buf
+    }
+
+    /// Runs `body(comm, gap)` on np 1..=9 for every algorithm of `colls[0]`, forced for all of
+    /// `colls` (which must share their algorithms), and gaps `0..=np / 2`.
+    fn each_forced(colls: &[Collective], body: impl Fn(&Comm, usize) -> Result<()> + Sync) {
+        for np in 1..=9 {
+            for &algorithm in colls[0].algorithms() {
+                crate::run(np, |world| {
+                    let tuning = colls.iter().try_fold(Tuning::defaults(), |t, &coll| t.force(coll, algorithm))?;
+                    let comm = world.with_tuning(tuning);
+                    (0..=comm.size() / 2).try_for_each(|gap| body(&comm, gap))
+                })
+                .unwrap_or_else(|e| panic!("{colls:?} {algorithm} np {np}: {e}"));
+            }
+        }
+    }
+
+    /// The collectives suite uses reversed layouts; these cover blocks already in rank order.
+    #[test]
+    fn v_collectives_with_blocks_in_rank_order() {
+        each_forced(&[Collective::Allgatherv], |comm, gap| {
+            let (counts, displs, len) = ascending(comm.size(), gap);
+            let me = comm.rank();
+            let send: Vec<u32> = (0..counts[me]).map(|i| value(me, i)).collect();
+            let mut recv = vec![SENTINEL; len];
+            comm.allgatherv(&send, &mut recv, &counts, &displs)?;
+            assert_eq!(recv, expected(&counts, &displs, len), "gap {gap}");
+            Ok(())
+        });
+        each_forced(&[Collective::Gatherv, Collective::Scatterv], |comm, gap| {
+            let (counts, displs, len) = ascending(comm.size(), gap);
+            let me = comm.rank();
+            let own: Vec<u32> = (0..counts[me]).map(|i| value(me, i)).collect();
+            for root in 0..comm.size() {
+                let is_root = me == root;
+                let (c, d): (&[usize], &[usize]) = if is_root { (&counts, &displs) } else { (&[], &[]) };
+                let mut gathered = vec![SENTINEL; if is_root { len } else { 0 }];
+                comm.gatherv(&own, &mut gathered, c, d, root)?;
+                if is_root {
+                    assert_eq!(gathered, expected(&counts, &displs, len), "gatherv gap {gap} root {root}");
+                }
+                let mut scattered = vec![SENTINEL; counts[me]];
+                comm.scatterv(&gathered, c, d, &mut scattered, root)?;
+                assert_eq!(scattered, own, "scatterv gap {gap} root {root}");
+            }
+            Ok(())
+        });
+    }
 }
