@@ -245,16 +245,16 @@ fn scatterv_mst(comm: &Comm, send: &[u8], layout: Option<&Layout>, recv: &mut [u
     let parent = match node.parent {
         None => {
             let layout = root_layout(layout, coll)?;
-            let (mut header, mut scratch) = (Lengths::new(), Vec::new());
+            let (mut header, mut scratch, mut status) = (Lengths::new(), Vec::new(), Ok(()));
             for (child, ranks) in node.children() {
                 if ranks.len() > 1 {
                     header.clear();
                     header.extend(ranks.clone().map(|r| layout.block(r).len() as u64));
-                    comm.coll_send(bytemuck::cast_slice(&header), child, coll)?;
+                    status = status.and(comm.coll_send(bytemuck::cast_slice(&header), child, coll));
                 }
-                comm.coll_send(packed_blocks(send, layout, ranks, &mut scratch), child, coll)?;
+                status = status.and(comm.coll_send(packed_blocks(send, layout, ranks, &mut scratch), child, coll));
             }
-            return copy_own_block(recv, &send[layout.block(rank)], coll);
+            return status.and(copy_own_block(recv, &send[layout.block(rank)], coll));
         }
         // A leaf receives only its own block: straight into `recv`.
         Some(parent) if node.subtree.len() == 1 => return comm.coll_recv(recv, parent, coll),
@@ -267,14 +267,15 @@ fn scatterv_mst(comm: &Comm, send: &[u8], layout: Option<&Layout>, recv: &mut [u
     comm.coll_recv(&mut held, parent, coll)?;
     // Positions inside the subtree, which starts with this rank.
     let local = |ranks: &Range<usize>| ranks.start - rank..ranks.end - rank;
+    let mut status = Ok(());
     for (child, ranks) in node.children() {
         let local = local(&ranks);
         if ranks.len() > 1 {
-            comm.coll_send(bytemuck::cast_slice(&lengths[local.clone()]), child, coll)?;
+            status = status.and(comm.coll_send(bytemuck::cast_slice(&lengths[local.clone()]), child, coll));
         }
-        comm.coll_send(&held[offsets[local.start]..offsets[local.end]], child, coll)?;
+        status = status.and(comm.coll_send(&held[offsets[local.start]..offsets[local.end]], child, coll));
     }
-    copy_own_block(recv, &held[offsets[0]..offsets[1]], coll)
+    status.and(copy_own_block(recv, &held[offsets[0]..offsets[1]], coll))
 }
 
 /// MST gatherv (see the module docs): each node sends its parent the lengths of its subtree's
@@ -299,7 +300,7 @@ fn gatherv_mst(comm: &Comm, send: &[u8], recv: &mut [u8], layout: Option<&Layout
             if let Some((r, &len)) = mismatch {
                 // Still take the data off the wire, then report.
                 scratch.resize(offsets[ranks.len()], 0);
-                comm.coll_recv(&mut scratch, child, coll)?;
+                status = status.and(comm.coll_recv(&mut scratch, child, coll));
                 status = status.and(Err(Error::InvalidArgument(format!(
                     "{coll}: rank {r} sends {len} bytes but the root expects {}",
                     layout.block(r).len()
@@ -333,6 +334,6 @@ fn gatherv_mst(comm: &Comm, send: &[u8], recv: &mut [u8], layout: Option<&Layout
         held.resize(start + incoming, 0);
         status = status.and(comm.coll_recv(&mut held[start..], child, coll));
     }
-    comm.coll_send(bytemuck::cast_slice(&lengths), parent, coll)?;
+    status = status.and(comm.coll_send(bytemuck::cast_slice(&lengths), parent, coll));
     status.and(comm.coll_send(&held, parent, coll))
 }
