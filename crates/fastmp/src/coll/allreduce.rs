@@ -4,7 +4,7 @@ use std::ops::Range;
 
 use bytemuck::Pod;
 
-use super::allgather::carve;
+use super::allgather::{all_steps, carve};
 use super::op::Op;
 use super::reduce::{Partial, exchange_flat, fold_in_rank_order, vector_of, zeroed};
 use super::reduce_scatter::{Fold, even_block, even_bound, recursive_halving, ring_reduce_scatter};
@@ -110,8 +110,8 @@ fn ring<T: Pod>(comm: &Comm, send: &[T], recv: &mut [T], op: &dyn Op<T>) -> Resu
 
 /// Ring allgather of the byte ranges `block(i)` of `buf`, this rank's block already in place:
 /// in step `s` each rank passes the block it received in step `s - 1` (its own in step 0) to
-/// its right neighbour and receives the next one from its left. The same pattern as the
-/// allgather module's ring, which copies its own block in first.
+/// its right neighbour and receives the next one from its left. The pattern of the allgather
+/// module's ring (which copies its own block in first), with its error policy: every step runs.
 fn ring_allgather_in_place(
     comm: &Comm,
     buf: &mut [u8],
@@ -120,35 +120,33 @@ fn ring_allgather_in_place(
 ) -> Result<()> {
     let (np, me) = (comm.size(), comm.rank());
     let (right, left) = ((me + 1) % np, (me + np - 1) % np);
-    for step in 0..np - 1 {
+    all_steps((0..np - 1).map(|step| {
         let [outgoing, incoming] = carve(buf, [block((me + np - step) % np), block((me + np - step - 1) % np)]);
-        comm.coll_sendrecv(outgoing, right, incoming, left, coll)?;
-    }
-    Ok(())
+        comm.coll_sendrecv(outgoing, right, incoming, left, coll)
+    }))
 }
 
-/// Recursive-doubling allgather of `pof2` blocks (`bound(u)..bound(u + 1)` bytes of `buf`) over
-/// virtual ranks `0..pof2`, virtual rank `v` (whose block is in place) acting as real rank
-/// `real_rank(v)`: before the step with distance `mask` a rank holds the blocks of its aligned
-/// run of `mask` virtual ranks and swaps them with `v ^ mask` for the partner's run.
+/// Recursive-doubling allgather of the fold's `pof2` blocks (`bound(u)..bound(u + 1)` bytes of
+/// `buf`), run by virtual rank `v`, whose block is in place: before the step with distance
+/// `mask` a rank holds the blocks of its aligned run of `mask` virtual ranks and swaps them
+/// with `v ^ mask` for the partner's run. (With `Fold::new(np)` for a power-of-two `np` the
+/// virtual ranks are the real ones, as in the allgather module's recursive doubling.)
 fn doubling_allgather_in_place(
     comm: &Comm,
     buf: &mut [u8],
-    (pof2, v): (usize, usize),
-    real_rank: impl Fn(usize) -> usize,
+    fold: &Fold,
+    v: usize,
     bound: impl Fn(usize) -> usize,
     coll: Collective,
 ) -> Result<()> {
-    let mut mask = 1;
-    while mask < pof2 {
+    let run = |u: usize, mask: usize| bound(u & !(mask - 1))..bound((u & !(mask - 1)) + mask);
+    let masks = std::iter::successors(Some(1usize), |mask| Some(mask << 1)).take_while(|&mask| mask < fold.pof2);
+    all_steps(masks.map(|mask| {
         let partner = v ^ mask;
-        let run = |u: usize| bound(u & !(mask - 1))..bound((u & !(mask - 1)) + mask);
-        let [outgoing, incoming] = carve(buf, [run(v), run(partner)]);
-        let peer = real_rank(partner);
-        comm.coll_sendrecv(outgoing, peer, incoming, peer, coll)?;
-        mask <<= 1;
-    }
-    Ok(())
+        let [outgoing, incoming] = carve(buf, [run(v, mask), run(partner, mask)]);
+        let peer = fold.real_rank(partner);
+        comm.coll_sendrecv(outgoing, peer, incoming, peer, coll)
+    }))
 }
 
 /// Rabenseifner: fold, recursive-halving reduce-scatter over `pof2` near-equal blocks,
@@ -159,13 +157,6 @@ fn rabenseifner<T: Pod>(comm: &Comm, send: &[T], recv: &mut [T], op: &dyn Op<T>)
         let bound = |u| even_bound(len, fold.pof2, u);
         recursive_halving(comm, fold, v, acc, spare, bound, op, COLL)?;
         let byte_bound = |u| bound(u) * size_of::<T>();
-        doubling_allgather_in_place(
-            comm,
-            bytemuck::cast_slice_mut(acc),
-            (fold.pof2, v),
-            |u| fold.real_rank(u),
-            byte_bound,
-            COLL,
-        )
+        doubling_allgather_in_place(comm, bytemuck::cast_slice_mut(acc), fold, v, byte_bound, COLL)
     })
 }

@@ -230,6 +230,15 @@ mod tests {
                     largest_first.reverse();
                     assert_eq!(smallest_first, largest_first);
                     assert_eq!(node.children().len(), largest_first.len());
+                    // Taking alternately from both ends meets in the middle.
+                    let (mut both_ends, mut fronts, mut backs) = (node.children(), Vec::new(), Vec::new());
+                    while let Some(front) = both_ends.next() {
+                        fronts.push(front);
+                        backs.extend(both_ends.next_back());
+                    }
+                    fronts.extend(backs.into_iter().rev());
+                    largest_first.reverse();
+                    assert_eq!(fronts, largest_first);
                     covered.sort_unstable();
                     assert_eq!(covered, node.subtree.clone().collect::<Vec<_>>(), "np {np} root {root} rank {rank}");
                 }
