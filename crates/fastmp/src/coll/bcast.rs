@@ -1,10 +1,11 @@
 //! Bcast algorithms: flat trees, four-ary tree, MST, binomial, scatter+allgather.
 
+use super::Layout;
+use super::reduce_scatter::{even_block, even_bound};
 use super::select::{Algorithm, Collective};
 use super::tree::{
     Mst, absolute, binomial_children, binomial_parent, kary_children, kary_parent, relative, send_down, send_from_root,
 };
-use super::{Layout, allgather, native, scatter_gather};
 use crate::comm::Comm;
 use crate::error::Result;
 
@@ -49,26 +50,18 @@ fn flat(comm: &Comm, buf: &mut [u8], root: usize, nonblocking: bool) -> Result<(
     send_from_root(comm, root, |_| buf, nonblocking, BCAST)
 }
 
-/// Van de Geijn's long-message bcast: the root scatters `np` blocks of `ceil(len / np)` bytes
-/// (the last ones short or empty), then all ranks allgather them, so the root sends the buffer
-/// about once instead of `log2 np` times.
+/// Van de Geijn's long-message bcast: the root scatters `np` near-equal blocks (the split of
+/// [`even_block`], at most `ceil(len / np)` bytes each), then all ranks allgather them, so the
+/// root sends the buffer about once instead of `log2 np` times.
 fn scatter_allgather(comm: &Comm, buf: &mut [u8], root: usize) -> Result<()> {
     let (rank, np, len) = (comm.rank(), comm.size(), buf.len());
-    let block = len.div_ceil(np);
-    let displs: Vec<usize> = (0..np).map(|r| (r * block).min(len)).collect();
-    let counts: Vec<usize> = (0..np).map(|r| ((r + 1) * block).min(len) - displs[r]).collect();
+    let displs: Vec<usize> = (0..np).map(|r| even_bound(len, np, r)).collect();
+    let counts: Vec<usize> = (0..np).map(|r| even_block(len, np, r).len()).collect();
     let layout = Layout::new::<u8>(comm, "bcast blocks", &counts, &displs, len)?;
     // This rank's block lies inside `buf`, which the allgather writes, so it travels through a
     // temporary (the root's scatter just copies its own block there).
     let mut own = vec![0u8; counts[rank]];
-    let root_layout = (rank == root).then_some(&layout);
-    match comm.algorithm_for(Collective::Scatterv, 0, true) {
-        Algorithm::Native => native::scatterv(comm, buf, root_layout, &mut own, root)?,
-        algorithm => scatter_gather::scatterv(comm, buf, root_layout, &mut own, root, algorithm)?,
-    }
+    comm.scatterv_bytes(buf, (rank == root).then_some(&layout), &mut own, root)?;
     // Gather+bcast does not come back here: its bcast never picks scatter+allgather.
-    match comm.algorithm_for(Collective::Allgatherv, len / np, true) {
-        Algorithm::Native => native::allgatherv(comm, &own, buf, &layout),
-        algorithm => allgather::allgatherv(comm, &own, buf, &layout, algorithm),
-    }
+    comm.allgatherv_bytes(&own, buf, &layout)
 }

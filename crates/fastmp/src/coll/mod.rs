@@ -117,11 +117,7 @@ impl Comm {
     /// ```
     pub fn bcast<T: Pod>(&self, buf: &mut [T], root: usize) -> Result<()> {
         self.check_root(root)?;
-        let bytes: &mut [u8] = bytemuck::cast_slice_mut(buf);
-        match self.algorithm_for(Collective::Bcast, bytes.len(), true) {
-            Algorithm::Native => native::bcast(self, bytes, root),
-            algorithm => bcast::bcast(self, bytes, root, algorithm),
-        }
+        self.bcast_bytes(bytemuck::cast_slice_mut(buf), root)
     }
 
     /// Sends block `i` of `root`'s `send` (`size()` blocks of `recv.len()` elements) to rank `i`
@@ -157,11 +153,7 @@ impl Comm {
         } else {
             None
         };
-        let (send, recv): (&[u8], &mut [u8]) = (bytemuck::cast_slice(send), bytemuck::cast_slice_mut(recv));
-        match self.algorithm_for(Collective::Scatterv, 0, true) {
-            Algorithm::Native => native::scatterv(self, send, layout.as_ref(), recv, root),
-            algorithm => scatter_gather::scatterv(self, send, layout.as_ref(), recv, root, algorithm),
-        }
+        self.scatterv_bytes(bytemuck::cast_slice(send), layout.as_ref(), bytemuck::cast_slice_mut(recv), root)
     }
 
     /// Collects every rank's `send` at `root`, in rank order, into `recv` (`size()` blocks of
@@ -182,11 +174,7 @@ impl Comm {
         if self.rank() == root {
             self.check_blocks("gather receive buffer", recv.len(), send.len())?;
         }
-        let (send, recv): (&[u8], &mut [u8]) = (bytemuck::cast_slice(send), bytemuck::cast_slice_mut(recv));
-        match self.algorithm_for(Collective::Gather, send.len(), true) {
-            Algorithm::Native => native::gather(self, send, recv, root),
-            algorithm => scatter_gather::gather(self, send, recv, root, algorithm),
-        }
+        self.gather_bytes(bytemuck::cast_slice(send), bytemuck::cast_slice_mut(recv), root)
     }
 
     /// Like [`Comm::gather`] with per-rank `counts` and `displs` (element offsets into `recv`),
@@ -207,11 +195,7 @@ impl Comm {
         } else {
             None
         };
-        let (send, recv): (&[u8], &mut [u8]) = (bytemuck::cast_slice(send), bytemuck::cast_slice_mut(recv));
-        match self.algorithm_for(Collective::Gatherv, 0, true) {
-            Algorithm::Native => native::gatherv(self, send, recv, layout.as_ref(), root),
-            algorithm => scatter_gather::gatherv(self, send, recv, layout.as_ref(), root, algorithm),
-        }
+        self.gatherv_bytes(bytemuck::cast_slice(send), bytemuck::cast_slice_mut(recv), layout.as_ref(), root)
     }
 
     /// Gathers every rank's `send` into `recv` on every rank (MPI_Allgather).
@@ -231,11 +215,7 @@ impl Comm {
         self.check_live()?;
         let layout = Layout::new::<T>(self, "allgatherv", counts, displs, recv.len())?;
         self.check_len("allgatherv send buffer", send.len(), counts[self.rank()])?;
-        let (send, recv): (&[u8], &mut [u8]) = (bytemuck::cast_slice(send), bytemuck::cast_slice_mut(recv));
-        match self.algorithm_for(Collective::Allgatherv, layout.total_bytes() / self.size(), true) {
-            Algorithm::Native => native::allgatherv(self, send, recv, &layout),
-            algorithm => allgather::allgatherv(self, send, recv, &layout, algorithm),
-        }
+        self.allgatherv_bytes(bytemuck::cast_slice(send), bytemuck::cast_slice_mut(recv), &layout)
     }
 
     /// Block `j` of `send` goes to rank `j`, which stores it as block `i` (this rank) of its
@@ -384,6 +364,59 @@ impl Comm {
         match self.algorithm_for(Collective::Scan, size_of_val(send), op.is_commutative()) {
             Algorithm::Native => native::scan(self, send, recv, op, exclusive),
             algorithm => scan::scan(self, send, recv, op, exclusive, algorithm),
+        }
+    }
+}
+
+/// Byte-level dispatch (configured algorithm, native or point-to-point) shared by the public
+/// methods above and by composite algorithms that run one collective inside another.
+impl Comm {
+    pub(super) fn bcast_bytes(&self, buf: &mut [u8], root: usize) -> Result<()> {
+        match self.algorithm_for(Collective::Bcast, buf.len(), true) {
+            Algorithm::Native => native::bcast(self, buf, root),
+            algorithm => bcast::bcast(self, buf, root, algorithm),
+        }
+    }
+
+    /// `layout` is only read at the root (`None` elsewhere).
+    pub(super) fn scatterv_bytes(
+        &self,
+        send: &[u8],
+        layout: Option<&Layout>,
+        recv: &mut [u8],
+        root: usize,
+    ) -> Result<()> {
+        match self.algorithm_for(Collective::Scatterv, 0, true) {
+            Algorithm::Native => native::scatterv(self, send, layout, recv, root),
+            algorithm => scatter_gather::scatterv(self, send, layout, recv, root, algorithm),
+        }
+    }
+
+    pub(super) fn gather_bytes(&self, send: &[u8], recv: &mut [u8], root: usize) -> Result<()> {
+        match self.algorithm_for(Collective::Gather, send.len(), true) {
+            Algorithm::Native => native::gather(self, send, recv, root),
+            algorithm => scatter_gather::gather(self, send, recv, root, algorithm),
+        }
+    }
+
+    /// `layout` is only read at the root (`None` elsewhere).
+    pub(super) fn gatherv_bytes(
+        &self,
+        send: &[u8],
+        recv: &mut [u8],
+        layout: Option<&Layout>,
+        root: usize,
+    ) -> Result<()> {
+        match self.algorithm_for(Collective::Gatherv, 0, true) {
+            Algorithm::Native => native::gatherv(self, send, recv, layout, root),
+            algorithm => scatter_gather::gatherv(self, send, recv, layout, root, algorithm),
+        }
+    }
+
+    pub(super) fn allgatherv_bytes(&self, send: &[u8], recv: &mut [u8], layout: &Layout) -> Result<()> {
+        match self.algorithm_for(Collective::Allgatherv, layout.total_bytes() / self.size(), true) {
+            Algorithm::Native => native::allgatherv(self, send, recv, layout),
+            algorithm => allgather::allgatherv(self, send, recv, layout, algorithm),
         }
     }
 }

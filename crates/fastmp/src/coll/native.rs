@@ -16,6 +16,8 @@ use bytemuck::Pod;
 
 use super::Layout;
 use super::op::Op;
+use super::reduce::fold_in_rank_order;
+use super::reduce_scatter::even_block;
 use super::select::Collective;
 use crate::comm::{Comm, NativeHandle};
 use crate::device::shm::native::{Buffers, Session};
@@ -375,12 +377,6 @@ fn alltoall_blocks(comm: &Comm, send: &[u8], send_blocks: Blocks, recv: &mut [u8
     })
 }
 
-/// Element range of chunk `index` when `len` elements are split into `parts` near-equal chunks.
-fn chunk(len: usize, parts: usize, index: usize) -> Range<usize> {
-    let bound = |i: usize| (len as u128 * i as u128 / parts as u128) as usize;
-    bound(index)..bound(index + 1)
-}
-
 /// Elements to reduce: zero-sized types carry no data, so they reduce as empty vectors.
 fn reducible_len<T>(values: &[T]) -> usize {
     if size_of::<T>() == 0 { 0 } else { values.len() }
@@ -420,24 +416,6 @@ fn check_sends(comm: &Comm, s: &Session, bytes: usize) -> Result<()> {
     others(comm).try_for_each(|p| check_len(p, "send buffer", s.peer(p)?.send_len, bytes))
 }
 
-/// `dest = x(first) ∘ … ∘ x(last)` over `ranks`, folded from the right (`dest = x(last)`, then
-/// `dest = x(j) ∘ dest` for lower `j`): rank order is kept for non-commutative (associative)
-/// operations without any temporary, since `input` may be a peer's buffer read in place.
-fn fold_into<'s, T: Pod>(
-    op: &dyn Op<T>,
-    dest: &mut [T],
-    ranks: Range<usize>,
-    input: impl Fn(usize) -> Result<&'s [T]>,
-) -> Result<()> {
-    let mut ranks = ranks.rev();
-    let Some(last) = ranks.next().filter(|_| !dest.is_empty()) else { return Ok(()) };
-    dest.copy_from_slice(input(last)?);
-    for j in ranks {
-        op.combine(input(j)?, dest);
-    }
-    Ok(())
-}
-
 /// Rank i reduces chunk i over all send buffers straight into chunk i of the root's receive
 /// buffer.
 pub(super) fn reduce<T: Pod>(comm: &Comm, send: &[T], recv: &mut [T], op: &dyn Op<T>, root: usize) -> Result<()> {
@@ -453,12 +431,12 @@ pub(super) fn reduce<T: Pod>(comm: &Comm, send: &[T], recv: &mut [T], op: &dyn O
         check_sends(comm, s, bytes)?;
         let dst = if me == root { buffers } else { s.peer(root)? };
         check_len(root, "receive buffer", dst.recv_len, bytes)?;
-        let mine = chunk(len, np, me);
+        let mine = even_block(len, np, me);
         let size = size_of::<T>();
         // SAFETY: the root's receive buffer is published for this reduce; each rank writes only
         // its own chunk and nobody reads it before all have left.
         let dest = unsafe { exclusive(s, dst.recv, dst.recv_len, mine.start * size..mine.end * size) }?;
-        fold_into(op, typed_mut(dest)?, everyone, |j| send_of(s, send, j, mine.clone()))
+        fold_in_rank_order(op, typed_mut(dest)?, everyone, |j| send_of(s, send, j, mine.clone()))
     })
 }
 
@@ -480,14 +458,14 @@ pub(super) fn allreduce<T: Pod>(comm: &Comm, send: &[T], recv: &mut [T], op: &dy
     collective(comm, kind(Collective::Allreduce, size_of::<T>()), buffers, everyone.clone(), everyone.clone(), |s| {
         check_sends(comm, s, bytes)?;
         let bytes_of = |elems: Range<usize>| elems.start * size..elems.end * size;
-        let mine = chunk(len, np, me);
+        let mine = even_block(len, np, me);
         // SAFETY: our own receive buffer, published for this allreduce: peers read our chunk
         // only after `mark_done`, and every other chunk is written by us alone.
         let dest = unsafe { exclusive(s, buffers.recv, buffers.recv_len, bytes_of(mine.clone())) }?;
-        fold_into(op, typed_mut(dest)?, everyone, |j| send_of(s, send, j, mine.clone()))?;
+        fold_in_rank_order(op, typed_mut(dest)?, everyone, |j| send_of(s, send, j, mine.clone()))?;
         s.mark_done();
         for p in others(comm) {
-            let theirs = bytes_of(chunk(len, np, p));
+            let theirs = bytes_of(even_block(len, np, p));
             if theirs.is_empty() {
                 continue; // nothing to wait for (short vectors); `p`'s outcome is checked on leave
             }
@@ -527,7 +505,7 @@ pub(super) fn reduce_scatter<T: Pod>(
         |s| {
             check_sends(comm, s, bytes)?;
             let dest = if mine.is_empty() { &mut recv[..0] } else { &mut *recv };
-            fold_into(op, dest, everyone, |j| send_of(s, send, j, mine.clone()))
+            fold_in_rank_order(op, dest, everyone, |j| send_of(s, send, j, mine.clone()))
         },
     )
 }
@@ -543,7 +521,7 @@ pub(super) fn scan<T: Pod>(comm: &Comm, send: &[T], recv: &mut [T], op: &dyn Op<
         for p in inputs.clone().filter(|&p| p != me) {
             check_len(p, "send buffer", s.peer(p)?.send_len, bytes)?;
         }
-        fold_into(op, &mut recv[..len], inputs, |j| send_of(s, send, j, 0..len))
+        fold_in_rank_order(op, &mut recv[..len], inputs, |j| send_of(s, send, j, 0..len))
     })
 }
 

@@ -1,10 +1,10 @@
 //! Reduce algorithms: flat trees and MST, combining in rank order. Also the small building
-//! blocks the other reductions share (typed temporaries, rank-order combining, [`Partial`]).
+//! blocks the other reductions share (typed temporaries, rank-order folding, [`Partial`]).
+
+use std::ops::Range;
 
 use bytemuck::Pod;
 
-use super::Layout;
-use super::allgather::carve_blocks;
 use super::op::Op;
 use super::select::{Algorithm, Collective};
 use super::tree::Mst;
@@ -34,40 +34,45 @@ pub(super) fn zeroed<T: Pod>(len: usize) -> Vec<T> {
     vec![T::zeroed(); len]
 }
 
-/// `out = x0 ∘ x1 ∘ … ∘ x(np-1)`, where `vector(r)` is rank `r`'s contribution. Combines from the
-/// highest rank down so that every step is `inout = lower ∘ inout` in place.
-pub(super) fn combine_in_rank_order<'v, T: Pod>(
+/// `dest = x(first) ∘ … ∘ x(last)` over `ranks`, folded from the right (`dest = x(last)`, then
+/// `dest = x(j) ∘ dest` for lower `j`): rank order is kept for non-commutative (associative)
+/// operations without any temporary, so `input` may even be a peer's buffer read in place.
+/// Leaves `dest` alone when `ranks` or `dest` is empty.
+pub(super) fn fold_in_rank_order<'v, T: Pod>(
     op: &dyn Op<T>,
-    np: usize,
-    vector: impl Fn(usize) -> &'v [T],
-    out: &mut [T],
-) {
-    out.copy_from_slice(vector(np - 1));
-    for rank in (0..np - 1).rev() {
-        op.combine(vector(rank), out);
+    dest: &mut [T],
+    ranks: Range<usize>,
+    input: impl Fn(usize) -> Result<&'v [T]>,
+) -> Result<()> {
+    let mut ranks = ranks.rev();
+    let Some(last) = ranks.next().filter(|_| !dest.is_empty()) else { return Ok(()) };
+    dest.copy_from_slice(input(last)?);
+    for j in ranks {
+        op.combine(input(j)?, dest);
     }
+    Ok(())
 }
 
-/// Posts nonblocking receives of every rank's vector except this one's into one temporary
-/// (`n` elements per peer, in rank order without `me`), plus the sends in `send_to`, and waits.
+/// Posts nonblocking receives of the vectors of the ranks in `receive_from` into one temporary
+/// (`send.len()` elements per rank, in rank order), plus sends of `send` to the ranks in
+/// `send_to`, and waits. Both ranges skip this rank.
 pub(super) fn exchange_flat<T: Pod>(
     comm: &Comm,
     send: &[T],
-    receive_from: impl Iterator<Item = usize>,
-    send_to: impl Iterator<Item = usize>,
+    receive_from: Range<usize>,
+    send_to: Range<usize>,
     coll: Collective,
 ) -> Result<Vec<T>> {
-    let n = send.len();
-    let sources: Vec<usize> = receive_from.collect();
-    let mut received = zeroed::<T>(n * sources.len());
-    let layout = Layout::uniform(sources.len(), size_of_val(send));
+    let me = comm.rank();
+    let sources = receive_from.len() - usize::from(receive_from.contains(&me));
+    let mut received = zeroed::<T>(send.len() * sources);
+    // `max(1)`: zero-byte vectors leave `received` empty, so each receive gets an empty slice.
+    let mut blocks = bytemuck::cast_slice_mut::<T, u8>(&mut received).chunks_exact_mut(size_of_val(send).max(1));
     let mut pending = comm.pending();
-    for (&peer, block) in
-        sources.iter().zip(carve_blocks(bytemuck::cast_slice_mut(&mut received), &layout, sources.len()))
-    {
-        pending.irecv(block, peer, coll)?;
+    for peer in receive_from.filter(|&r| r != me) {
+        pending.irecv(blocks.next().unwrap_or_default(), peer, coll)?;
     }
-    for peer in send_to {
+    for peer in send_to.filter(|&r| r != me) {
         pending.isend(bytemuck::cast_slice(send), peer, coll)?;
     }
     pending.wait_all()?;
@@ -75,13 +80,13 @@ pub(super) fn exchange_flat<T: Pod>(
 }
 
 /// Rank `rank`'s vector when `others` holds every other rank's (in rank order, skipping `me`).
-pub(super) fn vector_of<'v, T>(rank: usize, me: usize, mine: &'v [T], others: &'v [T]) -> &'v [T] {
+pub(super) fn vector_of<'v, T>(rank: usize, me: usize, mine: &'v [T], others: &'v [T]) -> Result<&'v [T]> {
     let n = mine.len();
-    match rank.cmp(&me) {
+    Ok(match rank.cmp(&me) {
         std::cmp::Ordering::Equal => mine,
         std::cmp::Ordering::Less => &others[rank * n..(rank + 1) * n],
         std::cmp::Ordering::Greater => &others[(rank - 1) * n..rank * n],
-    }
+    })
 }
 
 /// Flat tree, blocking: the root receives the vectors from the highest rank down, folding each
@@ -115,9 +120,8 @@ fn flat_nonblocking<T: Pod>(comm: &Comm, send: &[T], recv: &mut [T], op: &dyn Op
     if me != root {
         return comm.coll_send(bytemuck::cast_slice(send), root, COLL);
     }
-    let others = exchange_flat(comm, send, (0..np).filter(|&r| r != me), std::iter::empty(), COLL)?;
-    combine_in_rank_order(op, np, |r| vector_of(r, me, send, &others), recv);
-    Ok(())
+    let others = exchange_flat(comm, send, 0..np, 0..0, COLL)?;
+    fold_in_rank_order(op, recv, 0..np, |r| vector_of(r, me, send, &others))
 }
 
 /// A partial result over a contiguous range of ranks, plus a spare buffer that receives a
@@ -171,8 +175,8 @@ impl<'a, T: Pod> Partial<'a, T> {
 fn mst<T: Pod>(comm: &Comm, send: &[T], recv: &mut [T], op: &dyn Op<T>, root: usize) -> Result<()> {
     let me = comm.rank();
     let tree = Mst::new(comm.size(), root, me);
-    let children: Vec<usize> = tree.children().map(|(child, _)| child).collect();
-    if children.is_empty() {
+    let children = tree.children();
+    if children.len() == 0 {
         // A leaf (or np == 1): nothing to combine.
         return match tree.parent {
             Some(parent) => comm.coll_send(bytemuck::cast_slice(send), parent, COLL),
@@ -187,7 +191,7 @@ fn mst<T: Pod>(comm: &Comm, send: &[T], recv: &mut [T], op: &dyn Op<T>, root: us
     held.copy_from_slice(send);
     let mut spare = zeroed::<T>(send.len());
     let mut partial = Partial::new(held, &mut spare);
-    for &child in children.iter().rev() {
+    for (child, _) in children.rev() {
         comm.coll_recv(bytemuck::cast_slice_mut(partial.buffers().1), child, COLL)?;
         partial.absorb(op, child < me);
     }

@@ -6,10 +6,10 @@ use std::ops::Range;
 
 use bytemuck::Pod;
 
+use super::Layout;
 use super::op::Op;
 use super::reduce::zeroed;
 use super::select::{Algorithm, Collective};
-use super::{Layout, native, scatter_gather};
 use crate::comm::Comm;
 use crate::error::Result;
 
@@ -42,9 +42,16 @@ pub(super) fn offsets_of(counts: &[usize]) -> Vec<usize> {
         .collect()
 }
 
-/// Offsets of `parts` near-equal blocks of `len` elements (the first `len % parts` one longer).
-pub(super) fn even_offsets(len: usize, parts: usize) -> Vec<usize> {
-    (0..=parts).map(|i| i * (len / parts) + i.min(len % parts)).collect()
+/// Start of block `index` (`index` may be `parts`, giving `len`) when `len` elements are split
+/// into `parts` near-equal blocks, the first `len % parts` of them one longer. Never overflows:
+/// `index · (len / parts) ≤ len`.
+pub(super) fn even_bound(len: usize, parts: usize, index: usize) -> usize {
+    index * (len / parts) + index.min(len % parts)
+}
+
+/// Element range of block `index` of the split of [`even_bound`].
+pub(super) fn even_block(len: usize, parts: usize, index: usize) -> Range<usize> {
+    even_bound(len, parts, index)..even_bound(len, parts, index + 1)
 }
 
 /// Element range of block `i` given its offsets.
@@ -125,38 +132,44 @@ impl Fold {
     }
 }
 
-/// Ring reduce-scatter on `acc` (this rank's vector on entry): after `np - 1` steps block `r`
-/// of `acc` (per `offsets`) holds the full reduction at rank `r`. Each step sends a block to the
-/// right neighbour and folds in the one from the left. Commutative operations only.
+/// Ring reduce-scatter of `send` split into `np` blocks (element ranges `block(i)`): in each of
+/// `np - 1` steps a rank passes a partial reduction of one block to its right neighbour and
+/// folds its own part of the next block into the one from its left, ending with the full
+/// reduction of block `rank` in `result`. Only two block-sized temporaries, whatever `np`.
+/// Commutative operations only.
 pub(super) fn ring_reduce_scatter<T: Pod>(
     comm: &Comm,
-    acc: &mut [T],
-    offsets: &[usize],
+    send: &[T],
+    block: impl Fn(usize) -> Range<usize>,
+    result: &mut [T],
     op: &dyn Op<T>,
     coll: Collective,
 ) -> Result<()> {
     let (np, me) = (comm.size(), comm.rank());
-    let (right, left) = ((me + 1) % np, (me + np - 1) % np);
-    let largest = offsets.windows(2).map(|w| w[1] - w[0]).max().unwrap_or(0);
-    let mut incoming = zeroed::<T>(largest);
-    for step in 0..np - 1 {
-        let outgoing = block(offsets, (me + 2 * np - step - 1) % np);
-        let folded = block(offsets, (me + 2 * np - step - 2) % np);
-        let incoming = &mut incoming[..folded.len()];
-        comm.coll_sendrecv(
-            bytemuck::cast_slice(&acc[outgoing]),
-            right,
-            bytemuck::cast_slice_mut(incoming),
-            left,
-            coll,
-        )?;
-        op.combine(incoming, &mut acc[folded]);
+    if np == 1 {
+        result.copy_from_slice(&send[block(0)]);
+        return Ok(());
     }
+    let (right, left) = ((me + 1) % np, (me + np - 1) % np);
+    let largest = (0..np).map(|i| block(i).len()).max().unwrap_or(0);
+    let mut buffers = zeroed::<T>(2 * largest);
+    let (mut outgoing, mut incoming) = buffers.split_at_mut(largest);
+    for step in 0..np - 1 {
+        let sent = block((me + 2 * np - step - 1) % np);
+        let folded = block((me + 2 * np - step - 2) % np);
+        // The first step sends this rank's own part; later ones the partial received last.
+        let out: &[T] = if step == 0 { &send[sent.clone()] } else { &outgoing[..sent.len()] };
+        let into = &mut incoming[..folded.len()];
+        comm.coll_sendrecv(bytemuck::cast_slice(out), right, bytemuck::cast_slice_mut(into), left, coll)?;
+        op.combine(&send[folded], into);
+        std::mem::swap(&mut outgoing, &mut incoming);
+    }
+    result.copy_from_slice(&outgoing[..result.len()]);
     Ok(())
 }
 
 /// Recursive halving over the fold's virtual ranks: each step keeps half of the current span of
-/// virtual blocks (`bounds[v]..bounds[v + 1]` in elements) and sends the other half to the
+/// virtual blocks (`bound(v)..bound(v + 1)` in elements) and sends the other half to the
 /// partner. On return block `v` of `acc` holds the full reduction. Commutative operations only.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn recursive_halving<T: Pod>(
@@ -165,7 +178,7 @@ pub(super) fn recursive_halving<T: Pod>(
     v: usize,
     acc: &mut [T],
     spare: &mut [T],
-    bounds: &[usize],
+    bound: impl Fn(usize) -> usize,
     op: &dyn Op<T>,
     coll: Collective,
 ) -> Result<()> {
@@ -175,11 +188,11 @@ pub(super) fn recursive_halving<T: Pod>(
         let partner = v ^ mask;
         let mid = lo + mask;
         let (keep, give) = if v < partner { ((lo, mid), (mid, hi)) } else { ((mid, hi), (lo, mid)) };
-        let kept = bounds[keep.0]..bounds[keep.1];
+        let kept = bound(keep.0)..bound(keep.1);
         let incoming = &mut spare[..kept.len()];
         let peer = fold.real_rank(partner);
         comm.coll_sendrecv(
-            bytemuck::cast_slice(&acc[bounds[give.0]..bounds[give.1]]),
+            bytemuck::cast_slice(&acc[bound(give.0)..bound(give.1)]),
             peer,
             bytemuck::cast_slice_mut(incoming),
             peer,
@@ -204,8 +217,8 @@ fn halving<T: Pod>(comm: &Comm, send: &[T], recv: &mut [T], counts: &[usize], op
     let Some(v) = fold.virtual_rank(me) else {
         return fold.unfold(comm, recv, COLL);
     };
-    let bounds: Vec<usize> = (0..=fold.pof2).map(|u| offsets[fold.first_real(u)]).collect();
-    recursive_halving(comm, &fold, v, &mut acc, &mut spare, &bounds, op, COLL)?;
+    let bound = |u| offsets[fold.first_real(u)];
+    recursive_halving(comm, &fold, v, &mut acc, &mut spare, bound, op, COLL)?;
     if fold.first_real(v) != me {
         fold.unfold(comm, &mut acc[block(&offsets, me - 1)], COLL)?;
     }
@@ -216,10 +229,7 @@ fn halving<T: Pod>(comm: &Comm, send: &[T], recv: &mut [T], counts: &[usize], op
 /// Ring reduce-scatter over the `counts` blocks.
 fn ring<T: Pod>(comm: &Comm, send: &[T], recv: &mut [T], counts: &[usize], op: &dyn Op<T>) -> Result<()> {
     let offsets = offsets_of(counts);
-    let mut acc = send.to_vec();
-    ring_reduce_scatter(comm, &mut acc, &offsets, op, COLL)?;
-    recv.copy_from_slice(&acc[block(&offsets, comm.rank())]);
-    Ok(())
+    ring_reduce_scatter(comm, send, |i| block(&offsets, i), recv, op, COLL)
 }
 
 /// Composite: MST reduce to rank 0 (order-correct), then scatterv of the blocks.
@@ -239,11 +249,7 @@ fn reduce_then_scatterv<T: Pod>(
     } else {
         None
     };
-    let (reduced, recv): (&[u8], &mut [u8]) = (bytemuck::cast_slice(&reduced), bytemuck::cast_slice_mut(recv));
-    match comm.algorithm_for(Collective::Scatterv, 0, true) {
-        Algorithm::Native => native::scatterv(comm, reduced, layout.as_ref(), recv, 0),
-        algorithm => scatter_gather::scatterv(comm, reduced, layout.as_ref(), recv, 0, algorithm),
-    }
+    comm.scatterv_bytes(bytemuck::cast_slice(&reduced), layout.as_ref(), bytemuck::cast_slice_mut(recv), 0)
 }
 
 #[cfg(test)]
@@ -268,7 +274,10 @@ mod tests {
     #[test]
     fn block_offsets() {
         assert_eq!(offsets_of(&[2, 0, 3]), [0, 2, 2, 5]);
-        assert_eq!(even_offsets(7, 3), [0, 3, 5, 7]);
-        assert_eq!(even_offsets(0, 2), [0, 0, 0]);
+        let even = |len, parts| (0..=parts).map(|i| even_bound(len, parts, i)).collect::<Vec<_>>();
+        assert_eq!(even(7, 3), [0, 3, 5, 7]);
+        assert_eq!(even(0, 2), [0, 0, 0]);
+        assert_eq!(even(usize::MAX, 2), [0, usize::MAX / 2 + 1, usize::MAX]);
+        assert_eq!(even_block(7, 3, 2), 5..7);
     }
 }

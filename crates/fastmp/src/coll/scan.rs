@@ -3,7 +3,7 @@
 use bytemuck::Pod;
 
 use super::op::Op;
-use super::reduce::{combine_in_rank_order, exchange_flat, vector_of, zeroed};
+use super::reduce::{exchange_flat, fold_in_rank_order, vector_of, zeroed};
 use super::select::{Algorithm, Collective};
 use crate::comm::Comm;
 use crate::error::Result;
@@ -32,11 +32,8 @@ fn flat<T: Pod>(comm: &Comm, send: &[T], recv: &mut [T], op: &dyn Op<T>, exclusi
     let (np, me) = (comm.size(), comm.rank());
     let lower = exchange_flat(comm, send, 0..me, me + 1..np, COLL)?;
     // Ranks 0..=me (inclusive) or 0..me (exclusive) take part; `lower` holds ranks 0..me.
-    let count = if exclusive { me } else { me + 1 };
-    if count > 0 {
-        combine_in_rank_order(op, count, |r| vector_of(r, me, send, &lower), recv);
-    }
-    Ok(())
+    let ranks = if exclusive { 0..me } else { 0..me + 1 };
+    fold_in_rank_order(op, recv, ranks, |r| vector_of(r, me, send, &lower))
 }
 
 /// Chain: receive the inclusive prefix of ranks `0..me` from the left, combine, pass the

@@ -73,20 +73,66 @@ impl Mst {
         Mst { parent, subtree: interval, rank }
     }
 
-    /// This rank's children with their subtrees, largest first.
-    pub(super) fn children(&self) -> impl Iterator<Item = (usize, Range<usize>)> + use<> {
-        let rank = self.rank;
+    /// This rank's children with their subtrees, largest first; `.rev()` gives them smallest
+    /// first, the order in which a reduction or gather folds them in next to what it holds.
+    pub(super) fn children(&self) -> MstChildren {
+        let mut count = 0;
         let mut interval = self.subtree.clone();
-        std::iter::from_fn(move || {
-            if interval.len() <= 1 {
-                return None;
-            }
-            let (own_half, other_half) = split(&interval, rank);
-            interval = own_half;
-            Some((other_half.start, other_half))
-        })
+        while interval.len() > 1 {
+            interval = split(&interval, self.rank).0;
+            count += 1;
+        }
+        MstChildren { rank: self.rank, interval: self.subtree.clone(), count }
     }
 }
+
+/// Iterator over an [`Mst`] node's children (see [`Mst::children`]). Each child's subtree is the
+/// half split off the part of the node's subtree still held after the larger children left, so
+/// walking from the back re-splits from the front: `O(log² np)` in all, without allocating.
+#[derive(Clone, Debug)]
+pub(super) struct MstChildren {
+    rank: usize,
+    /// What this rank still holds after the children taken from the front.
+    interval: Range<usize>,
+    /// Children not yet taken from either end.
+    count: usize,
+}
+
+impl MstChildren {
+    /// The child split off `index` halvings below the front.
+    fn nth_from_front(&self, index: usize) -> (usize, Range<usize>) {
+        let mut interval = self.interval.clone();
+        for _ in 0..index {
+            interval = split(&interval, self.rank).0;
+        }
+        let other_half = split(&interval, self.rank).1;
+        (other_half.start, other_half)
+    }
+}
+
+impl Iterator for MstChildren {
+    type Item = (usize, Range<usize>);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        self.count = self.count.checked_sub(1)?;
+        let child = self.nth_from_front(0);
+        self.interval = split(&self.interval, self.rank).0;
+        Some(child)
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (self.count, Some(self.count))
+    }
+}
+
+impl DoubleEndedIterator for MstChildren {
+    fn next_back(&mut self) -> Option<Self::Item> {
+        self.count = self.count.checked_sub(1)?;
+        Some(self.nth_from_front(self.count))
+    }
+}
+
+impl ExactSizeIterator for MstChildren {}
 
 /// Halves `interval` (lower half rounded up) into the half holding `root` and the other one.
 fn split(interval: &Range<usize>, root: usize) -> (Range<usize>, Range<usize>) {
@@ -186,6 +232,20 @@ mod tests {
                         assert_eq!(nodes[child].subtree, ranks);
                         covered.extend(ranks);
                     }
+                    let smallest_first: Vec<_> = node.children().rev().collect();
+                    let mut largest_first: Vec<_> = node.children().collect();
+                    largest_first.reverse();
+                    assert_eq!(smallest_first, largest_first);
+                    assert_eq!(node.children().len(), largest_first.len());
+                    // Taking alternately from both ends meets in the middle.
+                    let (mut both_ends, mut fronts, mut backs) = (node.children(), Vec::new(), Vec::new());
+                    while let Some(front) = both_ends.next() {
+                        fronts.push(front);
+                        backs.extend(both_ends.next_back());
+                    }
+                    fronts.extend(backs.into_iter().rev());
+                    largest_first.reverse();
+                    assert_eq!(fronts, largest_first);
                     covered.sort_unstable();
                     assert_eq!(covered, node.subtree.clone().collect::<Vec<_>>(), "np {np} root {root} rank {rank}");
                 }
