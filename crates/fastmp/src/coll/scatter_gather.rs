@@ -194,8 +194,7 @@ fn gather_mst(comm: &Comm, send: &[u8], recv: &mut [u8], root: usize) -> Result<
         }
     };
     copy_own_block(&mut held[bytes_of(&(rank..rank + 1), node.subtree.start, block)], send, coll)?;
-    let children: Vec<(usize, Range<usize>)> = node.children().collect();
-    for (child, ranks) in children.into_iter().rev() {
+    for (child, ranks) in node.children().rev() {
         comm.coll_recv(&mut held[bytes_of(&ranks, node.subtree.start, block)], child, coll)?;
     }
     match node.parent {
@@ -284,14 +283,11 @@ fn gatherv_mst(comm: &Comm, send: &[u8], recv: &mut [u8], layout: Option<&Layout
     let coll = Collective::Gatherv;
     let rank = comm.rank();
     let node = Mst::new(comm.size(), root, rank);
-    // Smallest subtree first: for a non-root node, whose subtree starts with itself, that is
-    // rank order.
-    let children: Vec<(usize, Range<usize>)> = node.children().collect();
     let Some(parent) = node.parent else {
         let layout = root_layout(layout, coll)?;
         let mut status = copy_own_block(&mut recv[layout.block(rank)], send, coll);
         let (mut lengths, mut scratch) = (Lengths::new(), Vec::new());
-        for (child, ranks) in children.into_iter().rev() {
+        for (child, ranks) in node.children().rev() {
             lengths.clear();
             lengths.resize(ranks.len(), 0);
             comm.coll_recv(bytemuck::cast_slice_mut(&mut lengths), child, coll)?;
@@ -319,13 +315,14 @@ fn gatherv_mst(comm: &Comm, send: &[u8], recv: &mut [u8], layout: Option<&Layout
     };
     let mut lengths: Lengths = Vec::with_capacity(node.subtree.len());
     lengths.push(send.len() as u64);
-    if children.is_empty() {
+    if node.subtree.len() == 1 {
         comm.coll_send(bytemuck::cast_slice(&lengths), parent, coll)?;
         return comm.coll_send(send, parent, coll);
     }
     let mut held = send.to_vec();
     let mut status = Ok(());
-    for (child, ranks) in children.into_iter().rev() {
+    // Smallest subtree first: as this rank's subtree starts with itself, that is rank order.
+    for (child, ranks) in node.children().rev() {
         let at = lengths.len();
         lengths.resize(at + ranks.len(), 0);
         status = status.and(comm.coll_recv(bytemuck::cast_slice_mut(&mut lengths[at..]), child, coll));

@@ -60,11 +60,6 @@ impl Layout {
         Ok(Layout { blocks, ascending })
     }
 
-    /// `np` consecutive blocks of `block_bytes` each.
-    pub(crate) fn uniform(np: usize, block_bytes: usize) -> Layout {
-        Layout { blocks: (0..np).map(|r| equal_blocks(r..r + 1, block_bytes)).collect(), ascending: true }
-    }
-
     fn ascending(blocks: &[Range<usize>]) -> bool {
         let mut end = 0;
         blocks.iter().filter(|b| !b.is_empty()).all(|b| std::mem::replace(&mut end, b.end) <= b.start)
