@@ -1,7 +1,8 @@
 //! Allgather(v) algorithms: flat, binomial, recursive doubling, ring, gather+bcast.
 //!
-//! Every algorithm writes the blocks straight into `recv` at their final positions (no staging
-//! buffer except gather+bcast of a gapped allgatherv layout). Once a rank has started, it runs
+//! Every algorithm writes the blocks straight into `recv` at their final positions. The only
+//! staging buffer is for an allgatherv layout whose blocks are not packed in rank order, in
+//! gather+bcast, BT and BDE (which move intervals of ranks as one message). Once a rank has started, it runs
 //! its whole message pattern even if one exchange failed (a peer disagreeing on the lengths) and
 //! returns the first error, so a mismatch on some ranks never leaves the others hanging.
 
