@@ -2,9 +2,10 @@
 //!
 //! Every algorithm writes the blocks straight into `recv` at their final positions. The only
 //! staging buffer is for an allgatherv layout whose blocks are not packed in rank order, in
-//! gather+bcast, BT and BDE (which move intervals of ranks as one message). Once a rank has started, it runs
-//! its whole message pattern even if one exchange failed (a peer disagreeing on the lengths) and
-//! returns the first error, so a mismatch on some ranks never leaves the others hanging.
+//! gather+bcast, BT and BDE (which move intervals of ranks as one message). Once a rank has
+//! started, it runs its whole message pattern even if one exchange failed (a peer disagreeing on
+//! the lengths) and returns the first error, so a mismatch on some ranks never leaves the others
+//! hanging.
 
 use std::ops::Range;
 
