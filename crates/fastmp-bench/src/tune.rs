@@ -69,7 +69,7 @@ pub fn run(config: &Config, plan: &Plan, output: &Path) -> Result<(), String> {
     for &coll in &collectives {
         let winners: Vec<(usize, Vec<(usize, Algorithm)>)> =
             measured.iter().map(|(np, points)| (*np, fastest(coll, points))).collect();
-        let rules = compress(&winners);
+        let rules = compress(coll, &winners);
         summary.push((coll, rules.iter().map(rule_text).collect::<Vec<_>>().join("; ")));
         file.insert(coll.name().into(), serde_json::to_value(&rules).map_err(|e| e.to_string())?);
     }
@@ -182,7 +182,11 @@ fn fastest(coll: Collective, points: &[Point]) -> Vec<(usize, Algorithm)> {
 /// Rules from the winners per np (ascending) and size (ascending): runs of one winner become one
 /// rule up to the run's last size, each np's last run has no size limit and the last np none
 /// either; an np whose rules equal the next np's is left to those.
-fn compress(winners: &[(usize, Vec<(usize, Algorithm)>)]) -> Vec<Rule> {
+/// Rules from the winners per process count. Beyond the largest measured process count the
+/// measurements say nothing, so the last rule is the collective's scalable fallback (an
+/// oversubscribed winner such as a flat tree, whose root holds np buffers, must not be
+/// extrapolated to hundreds of ranks).
+fn compress(coll: Collective, winners: &[(usize, Vec<(usize, Algorithm)>)]) -> Vec<Rule> {
     let per_np: Vec<(usize, Vec<Rule>)> = winners
         .iter()
         .filter(|(_, w)| !w.is_empty())
@@ -204,10 +208,10 @@ fn compress(winners: &[(usize, Vec<(usize, Algorithm)>)]) -> Vec<Rule> {
     for (i, (np, group)) in per_np.iter().enumerate() {
         match per_np.get(i + 1) {
             Some((_, next)) if next == group => {}
-            Some(_) => rules.extend(group.iter().map(|r| Rule { max_np: Some(*np), ..*r })),
-            None => rules.extend(group.iter().copied()),
+            _ => rules.extend(group.iter().map(|r| Rule { max_np: Some(*np), ..*r })),
         }
     }
+    rules.push(Rule::always(coll.fallback()));
     rules
 }
 
@@ -235,22 +239,24 @@ mod tests {
             (4, vec![(1, Mst), (2, Native), (4, Native), (8, Native)]),
             (8, vec![(1, Mst), (2, Native), (4, Native), (8, Native)]),
         ];
-        let rules = compress(&winners);
+        let rules = compress(Collective::Bcast, &winners);
         let rule = |max_np, max_bytes, algorithm| Rule { max_np, max_bytes, algorithm };
         assert_eq!(
             rules,
             [
                 rule(Some(2), Some(2), Bt),
                 rule(Some(2), None, Native),
-                rule(None, Some(1), Mst),
-                rule(None, None, Native)
+                rule(Some(8), Some(1), Mst),
+                rule(Some(8), None, Native),
+                Rule::always(Collective::Bcast.fallback()),
             ]
         );
         let mut tuning = Tuning::defaults();
         tuning.set_rules(Collective::Bcast, rules).unwrap();
         assert_eq!(tuning.select(Collective::Bcast, 2, 2), Bt);
         assert_eq!(tuning.select(Collective::Bcast, 3, 1), Mst);
-        assert_eq!(tuning.select(Collective::Bcast, 16, 1 << 20), Native);
+        assert_eq!(tuning.select(Collective::Bcast, 8, 1 << 20), Native);
+        assert_eq!(tuning.select(Collective::Bcast, 16, 1 << 20), Collective::Bcast.fallback());
     }
 
     #[test]
@@ -263,7 +269,10 @@ mod tests {
             point(Algorithm::Nbft, 1024, 10.0),
         ];
         assert_eq!(fastest(Collective::Alltoallv, &points), [(0, Algorithm::Nbft)]);
-        assert_eq!(compress(&[(2, fastest(Collective::Alltoallv, &points))]), [Rule::always(Algorithm::Nbft)]);
+        assert_eq!(
+            compress(Collective::Alltoallv, &[(2, fastest(Collective::Alltoallv, &points))]),
+            [Rule { max_np: Some(2), max_bytes: None, algorithm: Algorithm::Nbft }, Rule::always(Algorithm::Nbft)]
+        );
     }
 
     #[test]

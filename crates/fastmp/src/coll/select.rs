@@ -132,9 +132,11 @@ impl Collective {
         }
     }
 
-    /// Algorithm used when the selected one cannot run: the device has no native support, or
-    /// the operation is not commutative and the selected algorithm needs it to be.
-    pub(crate) fn fallback(self) -> Algorithm {
+    /// A scalable, message-based algorithm that works for every operation: used when the
+    /// selected one cannot run (the device has no native support, or the operation is not
+    /// commutative and the selected algorithm needs it to be), and by `fastmp-bench tune`
+    /// beyond the largest process count it measured.
+    pub fn fallback(self) -> Algorithm {
         match self {
             Collective::Barrier => Algorithm::Bde,
             Collective::Bcast | Collective::Scatter | Collective::Gather | Collective::Reduce => Algorithm::Mst,
