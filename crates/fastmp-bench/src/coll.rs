@@ -195,6 +195,9 @@ pub struct Stats {
     pub avg_us: f64,
     pub min_us: f64,
     pub max_us: f64,
+    /// Average over ranks of each rank's median call time: unlike the OSU mean it ignores the
+    /// occasional preempted call, which is what the tuner needs to rank algorithms.
+    pub median_us: f64,
 }
 
 /// Measures `work` at `size` on `comm` (which may force an algorithm); `world` provides the
@@ -210,6 +213,7 @@ pub fn measure(
     work.set_size(size);
     world.barrier()?;
     let mut timed = Duration::ZERO;
+    let mut samples = Vec::with_capacity(iters);
     if work.coll == Collective::Barrier {
         // osu_barrier: the whole loop of back-to-back barriers is timed.
         let mut start = Instant::now();
@@ -227,16 +231,26 @@ pub fn measure(
             let elapsed = start.elapsed();
             if i >= skip {
                 timed += elapsed;
+                samples.push(elapsed.as_secs_f64() * 1e6);
             }
             world.barrier()?;
         }
     }
     let mine = timed.as_secs_f64() * 1e6 / iters as f64;
+    // Barrier times its whole loop: no per-call samples, so its median is its mean.
+    let median = if samples.is_empty() {
+        mine
+    } else {
+        samples.sort_unstable_by(f64::total_cmp);
+        samples[samples.len() / 2]
+    };
     let all = gather_f64(world, mine)?;
+    let medians = gather_f64(world, median)?;
     Ok((world.rank() == 0).then(|| Stats {
         avg_us: all.iter().sum::<f64>() / all.len() as f64,
         min_us: all.iter().copied().fold(f64::INFINITY, f64::min),
         max_us: all.iter().copied().fold(0.0, f64::max),
+        median_us: medians.iter().sum::<f64>() / medians.len() as f64,
     }))
 }
 

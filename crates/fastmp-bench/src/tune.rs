@@ -1,6 +1,6 @@
 //! `fastmp-bench tune`: measures every algorithm of every collective at each process count and
-//! power-of-two size (the collective benchmarks' method, fewer iterations, best of [`ROUNDS`]
-//! interleaved rounds), keeps the fastest per (np, size), compresses the winners into selection rules and writes a JSON tuning file that
+//! power-of-two size (the collective benchmarks' method with fewer iterations, ranked by the
+//! median call time, best of [`ROUNDS`] interleaved rounds), keeps the fastest per (np, size), compresses the winners into selection rules and writes a JSON tuning file that
 //! `Tuning::from_json` and `FASTMP_TUNING_FILE` accept.
 
 use std::path::Path;
@@ -22,12 +22,12 @@ pub struct Plan {
     pub iterations: Iterations,
 }
 
-/// The average latency over the ranks of one algorithm at one size.
+/// The median call time (averaged over ranks) of one algorithm at one size.
 struct Point {
     coll: Collective,
     algorithm: Algorithm,
     size: usize,
-    avg_us: f64,
+    median_us: f64,
 }
 
 pub fn run(config: &Config, plan: &Plan, output: &Path) -> Result<(), String> {
@@ -106,7 +106,7 @@ fn measure_all(world: &Comm, collectives: &[Collective], plan: &Plan, bar: &Prog
         for point in measure_round(world, collectives, plan, bar)? {
             match points.iter_mut().find(|p| (p.coll, p.algorithm, p.size) == (point.coll, point.algorithm, point.size))
             {
-                Some(best) => best.avg_us = best.avg_us.min(point.avg_us),
+                Some(best) => best.median_us = best.median_us.min(point.median_us),
                 None => points.push(point),
             }
         }
@@ -135,7 +135,7 @@ fn measure_round(
                 let stats = measure(world, &comm, &mut work, size, plan.iterations)
                     .map_err(|e| Error::other(format!("{coll} {algorithm}, {size} B: {e}")))?;
                 if let Some(stats) = stats {
-                    points.push(Point { coll, algorithm, size, avg_us: stats.avg_us });
+                    points.push(Point { coll, algorithm, size, median_us: stats.median_us });
                     bar.inc(1);
                 }
             }
@@ -156,14 +156,16 @@ fn fastest(coll: Collective, points: &[Point]) -> Vec<(usize, Algorithm)> {
     let mut sizes: Vec<usize> = mine.iter().map(|p| p.size).collect();
     sizes.sort_unstable();
     sizes.dedup();
-    let best_at =
-        |size: usize| mine.iter().filter(|p| p.size == size).min_by(|a, b| a.avg_us.total_cmp(&b.avg_us)).copied();
+    let best_at = |size: usize| {
+        mine.iter().filter(|p| p.size == size).min_by(|a, b| a.median_us.total_cmp(&b.median_us)).copied()
+    };
     if selects_by_size(coll) {
         let mut winners: Vec<(usize, Algorithm)> = Vec::new();
         for size in sizes {
             let Some(best) = best_at(size) else { continue };
-            let near_best =
-                |a: Algorithm| mine.iter().any(|p| p.size == size && p.algorithm == a && p.avg_us <= best.avg_us * TIE);
+            let near_best = |a: Algorithm| {
+                mine.iter().any(|p| p.size == size && p.algorithm == a && p.median_us <= best.median_us * TIE)
+            };
             let previous = winners.last().map(|&(_, a)| a).filter(|&a| near_best(a));
             winners.push((size, previous.unwrap_or(best.algorithm)));
         }
@@ -172,7 +174,7 @@ fn fastest(coll: Collective, points: &[Point]) -> Vec<(usize, Algorithm)> {
     let relative = |algorithm: Algorithm| -> f64 {
         mine.iter()
             .filter(|p| p.algorithm == algorithm)
-            .filter_map(|p| best_at(p.size).map(|best| p.avg_us / best.avg_us.max(f64::MIN_POSITIVE)))
+            .filter_map(|p| best_at(p.size).map(|best| p.median_us / best.median_us.max(f64::MIN_POSITIVE)))
             .sum()
     };
     let algorithms = coll.algorithms().iter().copied().filter(|&a| mine.iter().any(|p| p.algorithm == a));
@@ -261,7 +263,7 @@ mod tests {
 
     #[test]
     fn size_blind_collectives_get_one_algorithm_per_np() {
-        let point = |algorithm, size, avg_us| Point { coll: Collective::Alltoallv, algorithm, size, avg_us };
+        let point = |algorithm, size, median_us| Point { coll: Collective::Alltoallv, algorithm, size, median_us };
         let points = [
             point(Algorithm::Bft, 1, 1.0),
             point(Algorithm::Nbft, 1, 2.0),
@@ -277,7 +279,7 @@ mod tests {
 
     #[test]
     fn near_ties_keep_the_previous_winner() {
-        let point = |algorithm, size, avg_us| Point { coll: Collective::Bcast, algorithm, size, avg_us };
+        let point = |algorithm, size, median_us| Point { coll: Collective::Bcast, algorithm, size, median_us };
         let points = [
             point(Algorithm::Bt, 1, 1.0),
             point(Algorithm::Mst, 1, 1.5),
