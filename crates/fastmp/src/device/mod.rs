@@ -6,6 +6,7 @@
 
 pub(crate) mod shm;
 pub(crate) mod slab;
+pub(crate) mod tcp;
 pub(crate) mod wait;
 
 use std::any::Any;
