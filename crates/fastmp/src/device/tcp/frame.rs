@@ -192,15 +192,6 @@ pub(crate) struct HeaderReader {
 }
 
 impl HeaderReader {
-    /// The part of the header still missing (read into it, then call [`HeaderReader::advance`]).
-    pub(crate) fn spare(&mut self) -> &mut [u8] {
-        &mut self.bytes[self.filled..]
-    }
-
-    pub(crate) fn advance(&mut self, n: usize) {
-        self.filled = (self.filled + n).min(HEADER_LEN);
-    }
-
     /// Copies what it can from `input`; returns the bytes consumed.
     pub(crate) fn feed(&mut self, input: &[u8]) -> usize {
         let n = input.len().min(HEADER_LEN - self.filled);
