@@ -65,12 +65,7 @@ struct Cli {
     rendezvous: Option<String>,
 
     /// The program and its arguments.
-    #[arg(
-        value_name = "PROGRAM",
-        required = true,
-        trailing_var_arg = true,
-        allow_hyphen_values = true
-    )]
+    #[arg(value_name = "PROGRAM", required = true, trailing_var_arg = true, allow_hyphen_values = true)]
     command: Vec<OsString>,
 }
 
@@ -140,14 +135,11 @@ pub fn parse(argv: Vec<OsString>, agent_env: Option<OsString>) -> Result<Options
     if cli.device == Device::Shm {
         if hosts.is_some() {
             return Err(CliError::Invalid(
-                "--device shm runs one process on this machine; --hosts/--hostfile need --device tcp"
-                    .into(),
+                "--device shm runs one process on this machine; --hosts/--hostfile need --device tcp".into(),
             ));
         }
         if cli.rendezvous.is_some() {
-            return Err(CliError::Invalid(
-                "--rendezvous only applies to --device tcp".into(),
-            ));
+            return Err(CliError::Invalid("--rendezvous only applies to --device tcp".into()));
         }
     }
     if let Some(address) = &cli.rendezvous {
@@ -159,9 +151,7 @@ pub fn parse(argv: Vec<OsString>, agent_env: Option<OsString>) -> Result<Options
     };
     let agent = split_agent(&agent_text).map_err(CliError::Invalid)?;
     let mut command = cli.command.into_iter();
-    let program = command
-        .next()
-        .ok_or_else(|| CliError::Invalid("no PROGRAM given".into()))?;
+    let program = command.next().ok_or_else(|| CliError::Invalid("no PROGRAM given".into()))?;
     Ok(Options {
         np: cli.np,
         device: cli.device,
@@ -186,14 +176,13 @@ fn normalize_mpirun_style(argv: Vec<OsString>) -> Vec<OsString> {
     let mut rest = argv.into_iter();
     normalized.extend(rest.next());
     let mut next_is_value = false;
-    while let Some(arg) = rest.next() {
+    for arg in rest.by_ref() {
         if next_is_value {
             next_is_value = false;
             normalized.push(arg);
             continue;
         }
-        let Some(text) = arg.to_str().filter(|text| text.starts_with('-') && *text != "--")
-        else {
+        let Some(text) = arg.to_str().filter(|text| text.starts_with('-') && *text != "--") else {
             // `--`, PROGRAM (anything not starting with '-') or a non-UTF-8 word: stop.
             normalized.push(arg);
             break;
@@ -235,9 +224,7 @@ fn options_taking_values() -> Vec<String> {
 }
 
 fn parse_rank_count(text: &str) -> Result<usize, String> {
-    let count: usize = text
-        .parse()
-        .map_err(|_| format!("`{text}` is not a rank count"))?;
+    let count: usize = text.parse().map_err(|_| format!("`{text}` is not a rank count"))?;
     if count == 0 {
         return Err("the number of ranks must be at least 1".into());
     }
@@ -245,9 +232,7 @@ fn parse_rank_count(text: &str) -> Result<usize, String> {
 }
 
 fn parse_timeout(text: &str) -> Result<Duration, String> {
-    let seconds: f64 = text
-        .parse()
-        .map_err(|_| format!("`{text}` is not a number of seconds"))?;
+    let seconds: f64 = text.parse().map_err(|_| format!("`{text}` is not a number of seconds"))?;
     if seconds.is_nan() || seconds <= 0.0 {
         return Err(format!("the timeout must be positive, not {text}"));
     }
@@ -266,9 +251,7 @@ fn check_host_port(address: &str) -> Result<(), String> {
 
 /// Splits an agent command on whitespace (`ip netns exec` → three words).
 fn split_agent(text: &OsString) -> Result<Vec<OsString>, String> {
-    let text = text
-        .to_str()
-        .ok_or_else(|| "the agent command is not valid UTF-8".to_string())?;
+    let text = text.to_str().ok_or_else(|| "the agent command is not valid UTF-8".to_string())?;
     let words: Vec<OsString> = text.split_whitespace().map(OsString::from).collect();
     if words.is_empty() {
         return Err("the agent command is empty".into());
@@ -294,8 +277,8 @@ mod tests {
 
     #[test]
     fn program_arguments_are_kept_verbatim() {
-        let options = parse(words("fastmprun -np 2 prog --tag-output -x"), None)
-            .unwrap_or_else(|_| panic!("valid command line"));
+        let options =
+            parse(words("fastmprun -np 2 prog --tag-output -x"), None).unwrap_or_else(|_| panic!("valid command line"));
         assert_eq!(options.np, 2);
         assert!(!options.tag_output);
         assert_eq!(options.program, "prog");

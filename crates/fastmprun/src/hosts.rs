@@ -33,15 +33,13 @@ pub fn load(source: &HostSource) -> Result<Vec<HostSlots>, String> {
 /// Parses `a:2,b:2,c` (a missing count means one slot).
 fn parse_spec(spec: &str) -> Result<Vec<HostSlots>, String> {
     spec.split(',')
-        .map(|entry| {
-            parse_host_colon_slots(entry.trim()).map_err(|why| format!("--hosts `{spec}`: {why}"))
-        })
+        .map(|entry| parse_host_colon_slots(entry.trim()).map_err(|why| format!("--hosts `{spec}`: {why}")))
         .collect()
 }
 
 fn parse_hostfile(path: &Path) -> Result<Vec<HostSlots>, String> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|error| format!("cannot read hostfile {}: {error}", path.display()))?;
+    let text =
+        std::fs::read_to_string(path).map_err(|error| format!("cannot read hostfile {}: {error}", path.display()))?;
     let mut hosts = Vec::new();
     for (index, line) in text.lines().enumerate() {
         let content = line.split('#').next().unwrap_or("").trim();
@@ -68,13 +66,8 @@ fn parse_hostfile_line(content: &str) -> Result<HostSlots, String> {
     if let Some(extra) = words.next() {
         return Err(format!("unexpected `{extra}` (expected `host slots=N`)"));
     }
-    let count = setting
-        .strip_prefix("slots=")
-        .ok_or_else(|| format!("unexpected `{setting}` (expected `slots=N`)"))?;
-    Ok(HostSlots {
-        name: checked_name(first)?,
-        slots: parse_slots(count)?,
-    })
+    let count = setting.strip_prefix("slots=").ok_or_else(|| format!("unexpected `{setting}` (expected `slots=N`)"))?;
+    Ok(HostSlots { name: checked_name(first)?, slots: parse_slots(count)? })
 }
 
 fn parse_host_colon_slots(entry: &str) -> Result<HostSlots, String> {
@@ -82,10 +75,7 @@ fn parse_host_colon_slots(entry: &str) -> Result<HostSlots, String> {
         Some((name, count)) => (name, parse_slots(count)?),
         None => (entry, 1),
     };
-    Ok(HostSlots {
-        name: checked_name(name)?,
-        slots,
-    })
+    Ok(HostSlots { name: checked_name(name)?, slots })
 }
 
 fn checked_name(name: &str) -> Result<String, String> {
@@ -122,14 +112,8 @@ pub fn assign(
             if total == 1 { "" } else { "s" }
         ));
     }
-    let slot_hosts = hosts
-        .iter()
-        .flat_map(|host| std::iter::repeat_n(host.name.as_str(), host.slots));
-    Ok(slot_hosts
-        .cycle()
-        .take(np)
-        .map(|name| this_machine.placement_of(name))
-        .collect())
+    let slot_hosts = hosts.iter().flat_map(|host| std::iter::repeat_n(host.name.as_str(), host.slots));
+    Ok(slot_hosts.cycle().take(np).map(|name| this_machine.placement_of(name)).collect())
 }
 
 /// The names under which this machine is spawned directly instead of through the agent.
@@ -167,11 +151,7 @@ impl LocalNames {
     }
 
     fn placement_of(&self, name: &str) -> Placement {
-        if self.is_local(name) {
-            Placement::Local
-        } else {
-            Placement::Remote(name.to_string())
-        }
+        if self.is_local(name) { Placement::Local } else { Placement::Remote(name.to_string()) }
     }
 }
 
@@ -180,9 +160,7 @@ mod tests {
     use super::*;
 
     fn names(hostname: &str) -> LocalNames {
-        LocalNames {
-            hostname: Some(hostname.into()),
-        }
+        LocalNames { hostname: Some(hostname.into()) }
     }
 
     fn remote(name: &str) -> Placement {
@@ -196,13 +174,7 @@ mod tests {
         assert_eq!(slots, [("a", 2), ("b", 1), ("c", 3)]);
         assert!(parse_spec("a:0").is_err());
         assert!(parse_spec("a:2,,b").is_err());
-        assert_eq!(
-            parse_hostfile_line("n1 slots=4"),
-            Ok(HostSlots {
-                name: "n1".into(),
-                slots: 4
-            })
-        );
+        assert_eq!(parse_hostfile_line("n1 slots=4"), Ok(HostSlots { name: "n1".into(), slots: 4 }));
         assert!(parse_hostfile_line("n1 cores=4").is_err());
         assert!(parse_hostfile_line("n1 slots=4 extra").is_err());
         assert!(parse_hostfile_line("-oProxyCommand=x").is_err());
@@ -212,15 +184,7 @@ mod tests {
     fn ranks_fill_slots_in_order() {
         let hosts = parse_spec("localhost:2,b:1,c:2").unwrap_or_default();
         let placement = assign(&hosts, 4, false, &names("here"));
-        assert_eq!(
-            placement,
-            Ok(vec![
-                Placement::Local,
-                Placement::Local,
-                remote("b"),
-                remote("c")
-            ])
-        );
+        assert_eq!(placement, Ok(vec![Placement::Local, Placement::Local, remote("b"), remote("c")]));
         assert!(assign(&hosts, 6, false, &names("here")).is_err());
         let wrapped = assign(&hosts, 6, true, &names("here")).unwrap_or_default();
         assert_eq!(wrapped[5], Placement::Local);

@@ -90,11 +90,7 @@ fn run() -> u8 {
         Ok(plan) => plan,
         Err(message) => return fail(&message, USAGE_EXIT),
     };
-    let program = Program {
-        program: options.program,
-        args: options.args,
-        agent: options.agent,
-    };
+    let program = Program { program: options.program, args: options.args, agent: options.agent };
     let mut listener = rendezvous.and_then(|rendezvous| rendezvous.listener);
     let mut forwarders = output::Forwarders::new(options.tag_output);
     let mut supervisor = Supervisor::new(wakeups, options.timeout);
@@ -140,12 +136,7 @@ fn plan(options: &Options) -> Result<(Vec<ProcessSpec>, Option<Rendezvous>), Str
     }
     let this_machine = LocalNames::detect();
     let placements = match &options.hosts {
-        Some(source) => hosts::assign(
-            &hosts::load(source)?,
-            options.np,
-            options.oversubscribe,
-            &this_machine,
-        )?,
+        Some(source) => hosts::assign(&hosts::load(source)?, options.np, options.oversubscribe, &this_machine)?,
         None => vec![Placement::Local; options.np],
     };
     let requested = options.rendezvous.as_deref();

@@ -39,25 +39,19 @@ pub fn watch_signals() -> io::Result<Receiver<Wakeup>> {
         return Err(io::Error::from_raw_os_error(rc));
     }
     let (sender, receiver) = mpsc::channel();
-    std::thread::Builder::new()
-        .name("signals".into())
-        .spawn(move || {
-            loop {
-                let mut signal: c_int = 0;
-                // SAFETY: both pointers refer to live locals for the duration of the call.
-                if unsafe { libc::sigwait(&set, &mut signal) } != 0 {
-                    continue;
-                }
-                let wakeup = if signal == libc::SIGCHLD {
-                    Wakeup::ChildChanged
-                } else {
-                    Wakeup::Terminate(signal)
-                };
-                if sender.send(wakeup).is_err() {
-                    return;
-                }
+    std::thread::Builder::new().name("signals".into()).spawn(move || {
+        loop {
+            let mut signal: c_int = 0;
+            // SAFETY: both pointers refer to live locals for the duration of the call.
+            if unsafe { libc::sigwait(&set, &mut signal) } != 0 {
+                continue;
             }
-        })?;
+            let wakeup = if signal == libc::SIGCHLD { Wakeup::ChildChanged } else { Wakeup::Terminate(signal) };
+            if sender.send(wakeup).is_err() {
+                return;
+            }
+        }
+    })?;
     Ok(receiver)
 }
 

@@ -49,12 +49,7 @@ pub struct Forwarders {
 impl Forwarders {
     pub fn new(tag_output: bool) -> Self {
         let (finished_sender, finished) = mpsc::channel();
-        Forwarders {
-            tag_output,
-            started: 0,
-            finished_sender,
-            finished,
-        }
+        Forwarders { tag_output, started: 0, finished_sender, finished }
     }
 
     /// Takes `child`'s stdout and stderr pipes and starts forwarding them.
@@ -77,13 +72,11 @@ impl Forwarders {
         label: Label,
     ) -> io::Result<()> {
         let finished = self.finished_sender.clone();
-        thread::Builder::new()
-            .name(format!("output {label}"))
-            .spawn(move || {
-                pump(source, stream, tag.as_deref());
-                // The receiver may be gone if the launcher stopped waiting; that is fine.
-                let _ = finished.send(());
-            })?;
+        thread::Builder::new().name(format!("output {label}")).spawn(move || {
+            pump(source, stream, tag.as_deref());
+            // The receiver may be gone if the launcher stopped waiting; that is fine.
+            let _ = finished.send(());
+        })?;
         self.started += 1;
         Ok(())
     }

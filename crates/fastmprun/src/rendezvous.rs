@@ -42,27 +42,17 @@ pub fn bind_local(requested: Option<&str>) -> Result<Rendezvous, String> {
     // stdio setup overwrites before exec.
     let listener = bound.try_clone().map_err(cannot)?;
     drop(bound);
-    let address = listener
-        .local_addr()
-        .map_err(|error| format!("rendezvous listener has no address: {error}"))?
-        .to_string();
-    Ok(Rendezvous {
-        address,
-        listener: Some(listener),
-    })
+    let address =
+        listener.local_addr().map_err(|error| format!("rendezvous listener has no address: {error}"))?.to_string();
+    Ok(Rendezvous { address, listener: Some(listener) })
 }
 
 /// Picks the address a remote job's rank 0 will bind: `requested` if given, else
 /// `rank0_host` (None: unknown) with a random port.
-pub fn choose_remote(
-    requested: Option<&str>,
-    rank0_host: Option<&str>,
-) -> Result<Rendezvous, String> {
+pub fn choose_remote(requested: Option<&str>, rank0_host: Option<&str>) -> Result<Rendezvous, String> {
     let address = match (requested, rank0_host) {
         (Some(address), _) if address.ends_with(":0") => {
-            return Err(format!(
-                "--rendezvous {address}: a job with remote hosts needs a fixed port"
-            ));
+            return Err(format!("--rendezvous {address}: a job with remote hosts needs a fixed port"));
         }
         (Some(address), _) => address.to_string(),
         (None, Some(host)) => format!("{host}:{}", random_port()?),
@@ -72,10 +62,7 @@ pub fn choose_remote(
                 .into());
         }
     };
-    Ok(Rendezvous {
-        address,
-        listener: None,
-    })
+    Ok(Rendezvous { address, listener: None })
 }
 
 fn random_port() -> Result<u16, String> {
@@ -93,21 +80,14 @@ mod tests {
     fn secret_is_64_lowercase_hex_digits() {
         let secret = job_secret().unwrap_or_default();
         assert_eq!(secret.len(), 2 * SECRET_BYTES);
-        assert!(
-            secret
-                .chars()
-                .all(|c| c.is_ascii_digit() || ('a'..='f').contains(&c))
-        );
+        assert!(secret.chars().all(|c| c.is_ascii_digit() || ('a'..='f').contains(&c)));
     }
 
     #[test]
     fn remote_address_uses_rank0_host_and_a_port_in_range() {
         let chosen = choose_remote(None, Some("nodeA")).map(|r| r.address);
         let address = chosen.unwrap_or_default();
-        let port: u16 = address
-            .strip_prefix("nodeA:")
-            .and_then(|port| port.parse().ok())
-            .unwrap_or(0);
+        let port: u16 = address.strip_prefix("nodeA:").and_then(|port| port.parse().ok()).unwrap_or(0);
         assert!(REMOTE_PORTS.contains(&port), "{address}");
         assert!(choose_remote(Some("h:0"), Some("nodeA")).is_err());
     }

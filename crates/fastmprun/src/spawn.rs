@@ -77,12 +77,7 @@ pub struct ProcessSpec {
 pub fn shm_process(np: usize, bind_to: Option<BindTo>) -> ProcessSpec {
     let mut env = vec![("FASTMP_DEVICE", "shm".to_string()), ("FASTMP_NP", np.to_string())];
     env.extend(pin_variable(bind_to));
-    ProcessSpec {
-        label: Label::Shm,
-        placement: Placement::Local,
-        env,
-        inherit: None,
-    }
+    ProcessSpec { label: Label::Shm, placement: Placement::Local, env, inherit: None }
 }
 
 /// The job-wide facts every tcp rank learns from its environment.
@@ -116,12 +111,7 @@ pub fn tcp_processes(job: &TcpJob<'_>) -> Vec<ProcessSpec> {
             if let Some(fd) = inherit {
                 env.push(("FASTMP_RENDEZVOUS_FD", fd.to_string()));
             }
-            ProcessSpec {
-                label: Label::Rank(rank),
-                placement: placement.clone(),
-                env,
-                inherit,
-            }
+            ProcessSpec { label: Label::Rank(rank), placement: placement.clone(), env, inherit }
         })
         .collect()
 }
@@ -138,11 +128,7 @@ pub fn spawn(spec: &ProcessSpec, program: &Program) -> io::Result<Child> {
         Placement::Local => local_command(spec, program),
         Placement::Remote(host) => agent_command(spec, program, host),
     };
-    command
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0);
+    command.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).process_group(0);
     os::prepare_child(&mut command, spec.inherit)?;
     command.spawn()
 }
@@ -161,24 +147,15 @@ fn local_command(spec: &ProcessSpec, program: &Program) -> Command {
 /// launcher's environment, so the user's other `FASTMP_*` settings (buffer sizes,
 /// eager limit, ...) are passed along explicitly, before the launcher's own.
 fn agent_command(spec: &ProcessSpec, program: &Program, host: &str) -> Command {
-    let (agent, agent_args) = program
-        .agent
-        .split_first()
-        .map_or((OsString::from("ssh"), &[][..]), |(first, rest)| {
-            (first.clone(), rest)
-        });
+    let (agent, agent_args) =
+        program.agent.split_first().map_or((OsString::from("ssh"), &[][..]), |(first, rest)| (first.clone(), rest));
     let mut command = Command::new(agent);
     command.args(agent_args).arg(host).arg("env");
     // vars_os: `vars` would panic on a non-UTF-8 variable; such variables are skipped.
     let user_settings = std::env::vars_os()
         .filter_map(|(name, value)| Some((name.into_string().ok()?, value.into_string().ok()?)))
-        .filter(|(name, _)| {
-            name.starts_with("FASTMP_") && !LAUNCHER_VARIABLES.contains(&name.as_str())
-        });
-    let launcher_settings = spec
-        .env
-        .iter()
-        .map(|(name, value)| (name.to_string(), value.clone()));
+        .filter(|(name, _)| name.starts_with("FASTMP_") && !LAUNCHER_VARIABLES.contains(&name.as_str()));
+    let launcher_settings = spec.env.iter().map(|(name, value)| (name.to_string(), value.clone()));
     for (name, value) in user_settings.chain(launcher_settings) {
         command.arg(format!("{name}={value}"));
     }
@@ -191,10 +168,7 @@ mod tests {
     use super::*;
 
     fn value<'a>(spec: &'a ProcessSpec, name: &str) -> Option<&'a str> {
-        spec.env
-            .iter()
-            .find(|(key, _)| *key == name)
-            .map(|(_, value)| value.as_str())
+        spec.env.iter().find(|(key, _)| *key == name).map(|(_, value)| value.as_str())
     }
 
     #[test]

@@ -77,11 +77,7 @@ struct Stopping {
 
 impl Stopping {
     fn new(exit_code: u8) -> Self {
-        Stopping {
-            exit_code,
-            kill_at: Instant::now() + TERMINATION_GRACE,
-            killed: false,
-        }
+        Stopping { exit_code, kill_at: Instant::now() + TERMINATION_GRACE, killed: false }
     }
 }
 
@@ -95,20 +91,11 @@ pub struct Supervisor {
 impl Supervisor {
     /// `wakeups` comes from [`os::watch_signals`]; the timeout counts from now.
     pub fn new(wakeups: Receiver<Wakeup>, timeout: Option<Duration>) -> Self {
-        Supervisor {
-            processes: Vec::new(),
-            wakeups,
-            started: Instant::now(),
-            timeout,
-        }
+        Supervisor { processes: Vec::new(), wakeups, started: Instant::now(), timeout }
     }
 
     pub fn add(&mut self, label: Label, child: Child) {
-        self.processes.push(Supervised {
-            label,
-            child,
-            outcome: None,
-        });
+        self.processes.push(Supervised { label, child, outcome: None });
     }
 
     /// Kills everything started so far at once; used when a later spawn fails.
@@ -129,9 +116,8 @@ impl Supervisor {
         loop {
             let newly_exited = self.reap();
             if stopping.is_none()
-                && let Some(&index) = newly_exited
-                    .iter()
-                    .find(|&&index| self.processes[index].outcome.is_some_and(Outcome::failed))
+                && let Some(&index) =
+                    newly_exited.iter().find(|&&index| self.processes[index].outcome.is_some_and(Outcome::failed))
             {
                 stopping = Some(self.stop_after_failure(index));
             }
@@ -195,10 +181,7 @@ impl Supervisor {
     }
 
     fn running(&self) -> usize {
-        self.processes
-            .iter()
-            .filter(|process| process.outcome.is_none())
-            .count()
+        self.processes.iter().filter(|process| process.outcome.is_none()).count()
     }
 
     /// Signals the process group of every process still running; returns how many.
@@ -241,10 +224,7 @@ impl Supervisor {
     fn stop_after_timeout(&self) -> Stopping {
         let running = self.signal_running(libc::SIGTERM);
         let seconds = self.timeout.unwrap_or_default().as_secs_f64();
-        eprintln!(
-            "fastmprun: timed out after {seconds} s; terminated {}",
-            count_ranks(running, "")
-        );
+        eprintln!("fastmprun: timed out after {seconds} s; terminated {}", count_ranks(running, ""));
         Stopping::new(TIMEOUT_EXIT)
     }
 
