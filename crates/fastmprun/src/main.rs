@@ -143,10 +143,10 @@ fn plan(options: &Options) -> Result<(Vec<ProcessSpec>, Option<Rendezvous>), Str
     let rendezvous = if placements.iter().all(|p| *p == Placement::Local) {
         rendezvous::bind_local(requested)?
     } else {
-        let rank0_host = match &placements[0] {
-            Placement::Remote(host) => Some(host.as_str()),
+        let rank0_host = match placements.first() {
+            Some(Placement::Remote(host)) => Some(host.as_str()),
             // Remote ranks must reach rank 0 by a name that is not "localhost".
-            Placement::Local => this_machine.hostname(),
+            Some(Placement::Local) | None => this_machine.hostname(),
         };
         rendezvous::choose_remote(requested, rank0_host)?
     };
