@@ -202,9 +202,12 @@ impl Config {
         self
     }
 
-    /// Number of ranks.
+    /// Number of ranks. In a process started as one rank of a multi-process job the
+    /// launcher's size wins and this is ignored, so one program text serves both cases.
     pub fn np(mut self, np: usize) -> Self {
-        self.np = np;
+        if self.process.is_none() {
+            self.np = np;
+        }
         self
     }
 
