@@ -20,6 +20,8 @@ pub(crate) mod frame;
 pub(crate) mod handshake;
 mod rx;
 mod state;
+#[cfg(test)]
+mod tests;
 mod tx;
 
 use std::net::{Shutdown, TcpStream};

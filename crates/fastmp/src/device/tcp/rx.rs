@@ -69,6 +69,8 @@ pub(super) struct Rx {
     end: usize,
     current: Option<Delivery>,
     limits: Limits,
+    /// Frames completed so far (lets `pump` notice progress).
+    frames: u64,
 }
 
 // SAFETY: the raw user pointer in `Sink::User` is only written through while the rx lock is held,
@@ -85,6 +87,7 @@ impl Rx {
             end: 0,
             current: None,
             limits,
+            frames: 0,
         }
     }
 
@@ -101,8 +104,14 @@ impl Rx {
     /// Reads everything the socket has now, handing complete frames to `handler`.
     pub(super) fn pump(&mut self, mut stream: &TcpStream, handler: &mut dyn RxHandler) -> Result<Pumped, RxError> {
         let mut moved = false;
+        let frames_before = self.frames;
         loop {
             self.consume_staged(handler)?;
+            // Frames completed and nothing half-read: return now rather than spend a system call
+            // (the usual answer: nothing more yet) on the path of the message just delivered.
+            if self.frames != frames_before && self.current.is_none() && self.header.is_empty() {
+                return Ok(Pumped::Drained(true));
+            }
             // Staging is empty here: read more, directly into the user buffer when worthwhile.
             let n = match self.direct_target() {
                 Some(dst) => read_some(&mut stream, dst),
@@ -199,6 +208,7 @@ impl Rx {
     fn finish_if_complete(&mut self, handler: &mut dyn RxHandler) {
         if self.current.as_ref().is_some_and(|d| d.done >= d.len) {
             let d = self.current.take().expect("checked above");
+            self.frames += 1;
             handler.on_complete(d);
         }
     }
