@@ -139,7 +139,7 @@ impl TcpEndpoint {
             size,
             eager_limit: options.eager_limit,
             peers,
-            state: Mutex::new(State::new(size)),
+            state: Mutex::new(State::new(size, options.eager_limit)),
             policy: WaitPolicy::for_ranks(size),
             epoch: Mutex::new(0),
             woken: Condvar::new(),
