@@ -3,6 +3,7 @@
 use std::str::FromStr;
 
 use crate::coll::Tuning;
+use crate::device::tcp::bootstrap::SocketOptions;
 
 use crate::error::{Error, Result};
 
@@ -14,6 +15,10 @@ pub const DEFAULT_EAGER_LIMIT: usize = 8192;
 pub enum DeviceKind {
     /// Ranks are threads of this process; messages move by a single copy.
     Shm,
+    /// Ranks are processes joined by TCP connections (started by `fastmprun`, `mpirun`, `srun`,
+    /// ...). Without a launcher's environment, [`Config::run`] starts its ranks as threads that
+    /// still talk over loopback TCP, which is how the device is tested in one process.
+    Tcp,
 }
 
 impl FromStr for DeviceKind {
@@ -21,8 +26,8 @@ impl FromStr for DeviceKind {
     fn from_str(s: &str) -> Result<Self> {
         match s {
             "shm" => Ok(DeviceKind::Shm),
-            "tcp" => Err(Error::InvalidArgument("device 'tcp' is not available in this build yet (only 'shm')".into())),
-            other => Err(Error::InvalidArgument(format!("unknown device '{other}' (expected 'shm')"))),
+            "tcp" => Ok(DeviceKind::Tcp),
+            other => Err(Error::InvalidArgument(format!("unknown device '{other}' (expected 'shm' or 'tcp')"))),
         }
     }
 }
@@ -69,6 +74,39 @@ pub struct Config {
     pub(crate) stack_size: Option<usize>,
     /// Collective algorithm selection; `None` reads it from the environment at run time.
     pub(crate) tuning: Option<Tuning>,
+    /// This process's place in a multi-process job (tcp), from the launcher's environment.
+    pub(crate) process: Option<ProcessPlace>,
+    pub(crate) sockets: SocketOptions,
+}
+
+/// Rank and size of this process, as a launcher told it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct ProcessPlace {
+    pub rank: usize,
+    pub size: usize,
+}
+
+/// Rank/size variable pairs of the launchers fastmp understands, in order of preference.
+const LAUNCHER_VARS: [(&str, &str); 4] = [
+    ("FASTMP_RANK", "FASTMP_SIZE"),
+    ("SLURM_PROCID", "SLURM_NTASKS"),
+    ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
+    ("PMI_RANK", "PMI_SIZE"),
+];
+
+/// Finds this process's rank and size in the environment of `fastmprun`, Slurm, Open MPI or
+/// MPICH's hydra.
+fn process_place_from_env() -> Result<Option<ProcessPlace>> {
+    for (rank_var, size_var) in LAUNCHER_VARS {
+        let Some(rank) = env_parse::<usize>(rank_var)? else { continue };
+        let size = env_parse::<usize>(size_var)?
+            .ok_or_else(|| Error::InvalidArgument(format!("{rank_var} is set but {size_var} is not")))?;
+        if rank >= size {
+            return Err(Error::InvalidArgument(format!("{rank_var}={rank} is not below {size_var}={size}")));
+        }
+        return Ok(Some(ProcessPlace { rank, size }));
+    }
+    Ok(None)
 }
 
 impl Default for Config {
@@ -77,7 +115,7 @@ impl Default for Config {
     }
 }
 
-fn env_parse<T: FromStr>(name: &str) -> Result<Option<T>>
+pub(crate) fn env_parse<T: FromStr>(name: &str) -> Result<Option<T>>
 where
     T::Err: std::fmt::Display,
 {
@@ -98,12 +136,20 @@ impl Config {
             pin: Pin::None,
             stack_size: None,
             tuning: None,
+            process: None,
+            sockets: SocketOptions::default(),
         }
     }
 
-    /// Reads the launch environment: `FASTMP_NP`, `FASTMP_DEVICE` (`shm`), `FASTMP_EAGER_LIMIT`
-    /// (bytes), `FASTMP_PIN` (`compact`/`scatter`/`none`), `FASTMP_STACK_SIZE` (bytes per rank
-    /// thread). Unset variables keep the defaults of [`Config::new`]. Collective algorithm
+    /// Reads the launch environment: `FASTMP_NP`, `FASTMP_DEVICE` (`shm`/`tcp`),
+    /// `FASTMP_EAGER_LIMIT` (bytes), `FASTMP_PIN` (`compact`/`scatter`/`none`),
+    /// `FASTMP_STACK_SIZE` (bytes per rank thread), `FASTMP_TCP_SNDBUF`/`FASTMP_TCP_RCVBUF`
+    /// (socket buffer bytes). Unset variables keep the defaults of [`Config::new`].
+    ///
+    /// A process started by a launcher is one rank of a multi-process job: its rank and size come
+    /// from `FASTMP_RANK`/`FASTMP_SIZE` (fastmprun), `SLURM_PROCID`/`SLURM_NTASKS`,
+    /// `OMPI_COMM_WORLD_RANK`/`OMPI_COMM_WORLD_SIZE` or `PMI_RANK`/`PMI_SIZE`, and the device
+    /// defaults to `tcp` (see the README for the rendezvous variables). Collective algorithm
     /// overrides (`FASTMP_TUNING_FILE`, `FASTMP_<COLLECTIVE>_ALGORITHM`) are read by
     /// [`Tuning::from_env`] when the job starts, unless [`Config::tuning`] set a table.
     pub fn from_env() -> Result<Self> {
@@ -111,9 +157,23 @@ impl Config {
         if let Some(np) = env_parse::<usize>("FASTMP_NP")? {
             c = c.np(np);
         }
+        c.process = process_place_from_env()?;
+        if let Some(place) = c.process {
+            c.device = DeviceKind::Tcp;
+            c.np = place.size;
+        }
         if let Ok(device) = std::env::var("FASTMP_DEVICE") {
             c.device = device.parse()?;
         }
+        if c.device == DeviceKind::Shm && c.process.is_some_and(|p| p.size > 1) {
+            return Err(Error::InvalidArgument(
+                "FASTMP_DEVICE=shm in a process started as one rank of a multi-process job: use --device shm \
+                 with fastmprun (one process, thread ranks) or the tcp device"
+                    .into(),
+            ));
+        }
+        c.sockets.send_buffer = env_parse::<usize>("FASTMP_TCP_SNDBUF")?;
+        c.sockets.recv_buffer = env_parse::<usize>("FASTMP_TCP_RCVBUF")?;
         if let Some(limit) = env_parse::<usize>("FASTMP_EAGER_LIMIT")? {
             c.eager_limit = limit;
         }
@@ -130,9 +190,24 @@ impl Config {
         self
     }
 
-    /// Number of ranks.
+    /// Socket send buffer size (`SO_SNDBUF`) of every tcp connection; the OS default otherwise.
+    pub fn tcp_send_buffer(mut self, bytes: usize) -> Self {
+        self.sockets.send_buffer = Some(bytes);
+        self
+    }
+
+    /// Socket receive buffer size (`SO_RCVBUF`) of every tcp connection.
+    pub fn tcp_recv_buffer(mut self, bytes: usize) -> Self {
+        self.sockets.recv_buffer = Some(bytes);
+        self
+    }
+
+    /// Number of ranks. In a process started as one rank of a multi-process job the
+    /// launcher's size wins and this is ignored, so one program text serves both cases.
     pub fn np(mut self, np: usize) -> Self {
-        self.np = np;
+        if self.process.is_none() {
+            self.np = np;
+        }
         self
     }
 
@@ -180,10 +255,7 @@ impl Config {
             return Err(Error::InvalidArgument("np must be at least 1".into()));
         }
         if self.np > 4096 {
-            return Err(Error::InvalidArgument(format!(
-                "np = {} exceeds the shm device's limit of 4096 ranks",
-                self.np
-            )));
+            return Err(Error::InvalidArgument(format!("np = {} exceeds fastmp's limit of 4096 ranks", self.np)));
         }
         if self.eager_limit > (1 << 30) {
             return Err(Error::InvalidArgument(format!("eager limit {} bytes is larger than 1 GiB", self.eager_limit)));

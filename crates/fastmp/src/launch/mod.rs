@@ -2,6 +2,7 @@
 
 pub(crate) mod affinity;
 pub(crate) mod config;
+mod tcp;
 
 use std::any::Any;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -61,6 +62,11 @@ where
     }
 }
 
+/// Locks a mutex whose data stays meaningful even if a holder panicked (failure records).
+pub(crate) fn lock_ignoring_poison<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 pub(crate) fn panic_message(payload: &(dyn Any + Send)) -> String {
     if let Some(s) = payload.downcast_ref::<&str>() {
         (*s).to_string()
@@ -79,8 +85,10 @@ impl Config {
         R: Send,
     {
         self.validate()?;
-        match self.device {
-            DeviceKind::Shm => self.run_shm(&f),
+        match (self.device, self.process) {
+            (DeviceKind::Shm, _) => self.run_shm(&f),
+            (DeviceKind::Tcp, Some(place)) => self.run_tcp_process(place, &f),
+            (DeviceKind::Tcp, None) => self.run_tcp_threads(&f),
         }
     }
 

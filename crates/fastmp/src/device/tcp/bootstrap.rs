@@ -1,0 +1,292 @@
+//! Start-up of the tcp mesh: a rendezvous at rank 0 exchanges listening addresses, then every
+//! rank connects to the lower ranks and accepts the higher ones.
+//!
+//! Every connection is authenticated ([`super::handshake`]) before a single byte of it is trusted;
+//! strangers and garbage are logged and dropped, and never stop the start-up. Each handshake runs
+//! on its own short-lived thread, so a silent stranger cannot stall the accept loop.
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+use socket2::{SockRef, TcpKeepalive};
+
+use super::handshake::{self, JobSecret, Role};
+use crate::error::{Error, Result};
+
+/// Longest start-up message accepted (a table of a few thousand addresses fits easily).
+const MAX_MESSAGE: usize = 1 << 20;
+/// How long one connection may take to prove itself.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Pause between attempts to reach a listener that is not up yet.
+const RETRY_PAUSE: Duration = Duration::from_millis(20);
+/// Accept-loop polling interval (the listener is non-blocking so the deadline holds).
+const ACCEPT_PAUSE: Duration = Duration::from_millis(2);
+
+/// Where rank 0's rendezvous is.
+pub(crate) enum Rendezvous {
+    /// Rank 0: the listener to accept on (bound by us, or inherited from the launcher).
+    Listen(TcpListener),
+    /// Other ranks: the address to connect to.
+    Connect(SocketAddr),
+}
+
+/// Socket settings applied to every mesh connection.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct SocketOptions {
+    pub send_buffer: Option<usize>,
+    pub recv_buffer: Option<usize>,
+}
+
+/// Everything a rank needs to join the mesh.
+pub(crate) struct Bootstrap {
+    pub rank: usize,
+    pub size: usize,
+    pub rendezvous: Rendezvous,
+    pub secret: JobSecret,
+    /// Start-up fails if the mesh is not complete by then.
+    pub deadline: Instant,
+    pub sockets: SocketOptions,
+}
+
+/// Sent by a connecting rank right after the handshake.
+#[derive(Serialize, Deserialize, Debug)]
+struct Hello {
+    rank: u32,
+    size: u32,
+    /// Where this rank accepts connections from higher ranks.
+    listen: SocketAddr,
+}
+
+/// Rank 0's answer: every rank's listening address.
+#[derive(Serialize, Deserialize, Debug)]
+struct Table {
+    listen: Vec<SocketAddr>,
+}
+
+impl Bootstrap {
+    /// Connects this rank to every other; `streams[p]` leads to rank `p` (`None` for itself).
+    pub(crate) fn connect(self) -> Result<Vec<Option<TcpStream>>> {
+        if self.rank >= self.size {
+            return Err(Error::InvalidArgument(format!("rank {} is not below the job size {}", self.rank, self.size)));
+        }
+        let mut streams: Vec<Option<TcpStream>> = (0..self.size).map(|_| None).collect();
+        if self.size == 1 {
+            return Ok(streams);
+        }
+        match &self.rendezvous {
+            Rendezvous::Listen(listener) => self.serve_rendezvous(listener, &mut streams)?,
+            Rendezvous::Connect(addr) => self.join_mesh(*addr, &mut streams)?,
+        }
+        for s in streams.iter().flatten() {
+            configure(s, self.sockets)?;
+        }
+        Ok(streams)
+    }
+
+    /// Rank 0: collects every other rank's hello, answers with the table; those connections
+    /// become the mesh links to rank 0.
+    fn serve_rendezvous(&self, listener: &TcpListener, streams: &mut [Option<TcpStream>]) -> Result<()> {
+        let own = listener.local_addr().map_err(|e| start_error("rendezvous address", e))?;
+        let hellos = self.accept_ranks(listener, 1..self.size, "the rendezvous")?;
+        let mut table = Table { listen: vec![own; self.size] };
+        for (&rank, (_, hello)) in &hellos {
+            table.listen[rank] = hello.listen;
+        }
+        for (rank, (mut stream, _)) in hellos {
+            write_message(&mut stream, &table)
+                .map_err(|e| Error::other(format!("tcp start-up: sending the address table to rank {rank}: {e}")))?;
+            streams[rank] = Some(stream);
+        }
+        Ok(())
+    }
+
+    /// Ranks above 0: hello to rank 0, then connect down and accept up.
+    fn join_mesh(&self, rendezvous: SocketAddr, streams: &mut [Option<TcpStream>]) -> Result<()> {
+        let mut to_zero = self.connect_authenticated(rendezvous, 0)?;
+        // Listen where rank 0 reached us from: the interface the job's network uses.
+        let ip: IpAddr = to_zero.local_addr().map_err(|e| start_error("local address", e))?.ip();
+        let listener =
+            TcpListener::bind((ip, 0)).map_err(|e| start_error(&format!("binding a listener on {ip}"), e))?;
+        let listen = listener.local_addr().map_err(|e| start_error("listener address", e))?;
+        let hello = Hello { rank: self.rank as u32, size: self.size as u32, listen };
+        write_message(&mut to_zero, &hello).map_err(|e| start_error("sending hello to rank 0", e))?;
+        let table: Table = read_message(&mut to_zero, self.deadline)
+            .map_err(|e| Error::other(format!("tcp start-up: no address table from rank 0: {e}")))?;
+        if table.listen.len() != self.size {
+            return Err(Error::other(format!(
+                "tcp start-up: rank 0 runs a job of {} ranks, this rank was started for {}",
+                table.listen.len(),
+                self.size
+            )));
+        }
+        streams[0] = Some(to_zero);
+        std::thread::scope(|s| {
+            let higher = s.spawn(|| self.accept_ranks(&listener, self.rank + 1..self.size, "its listener"));
+            for (lower, addr) in table.listen.iter().enumerate().take(self.rank).skip(1) {
+                let mut stream = self.connect_authenticated(*addr, lower)?;
+                write_message(&mut stream, &hello).map_err(|e| start_error(&format!("hello to rank {lower}"), e))?;
+                streams[lower] = Some(stream);
+            }
+            let accepted = higher.join().map_err(|_| Error::other("tcp start-up: the accept thread panicked"))??;
+            for (rank, (stream, _)) in accepted {
+                streams[rank] = Some(stream);
+            }
+            Ok(())
+        })
+    }
+
+    /// Connects to rank `to` at `addr` (retrying until the deadline: it may not listen yet) and
+    /// proves job membership.
+    fn connect_authenticated(&self, addr: SocketAddr, to: usize) -> Result<TcpStream> {
+        loop {
+            let left = self.deadline.saturating_duration_since(Instant::now());
+            let attempt = TcpStream::connect_timeout(&addr, left.max(Duration::from_millis(1)));
+            match attempt {
+                Ok(mut stream) => {
+                    handshake::authenticate(&mut stream, &self.secret, Role::Connector, HANDSHAKE_TIMEOUT).map_err(
+                        |e| {
+                            Error::other(format!(
+                                "tcp start-up: rank {to} at {addr} rejected this rank or is not part of the job: {e}"
+                            ))
+                        },
+                    )?;
+                    return Ok(stream);
+                }
+                Err(e) if Instant::now() >= self.deadline => {
+                    return Err(Error::other(format!(
+                        "tcp start-up: could not reach rank {to} at {addr} before the start-up timeout: {e}"
+                    )));
+                }
+                Err(_) => std::thread::sleep(RETRY_PAUSE),
+            }
+        }
+    }
+
+    /// Accepts one authenticated connection from each rank in `expected`; strangers, garbage
+    /// and duplicates are logged and dropped.
+    fn accept_ranks(
+        &self,
+        listener: &TcpListener,
+        expected: std::ops::Range<usize>,
+        place: &str,
+    ) -> Result<BTreeMap<usize, (TcpStream, Hello)>> {
+        let mut got = BTreeMap::new();
+        if expected.is_empty() {
+            return Ok(got);
+        }
+        listener.set_nonblocking(true).map_err(|e| start_error("listener mode", e))?;
+        let (sender, arrivals) = mpsc::channel::<(SocketAddr, Result<(TcpStream, Hello)>)>();
+        while got.len() < expected.len() {
+            while let Ok((from, outcome)) = arrivals.try_recv() {
+                match outcome {
+                    Ok((stream, hello))
+                        if !expected.contains(&(hello.rank as usize)) || hello.size as usize != self.size =>
+                    {
+                        drop(stream);
+                        self.reject(
+                            from,
+                            &format!(
+                                "claims rank {} of {}, expected one of {expected:?} of {}",
+                                hello.rank, hello.size, self.size
+                            ),
+                        );
+                    }
+                    Ok((stream, hello)) => {
+                        let rank = hello.rank as usize;
+                        if got.contains_key(&rank) {
+                            self.reject(from, &format!("a second connection claiming rank {rank}"));
+                        } else {
+                            got.insert(rank, (stream, hello));
+                        }
+                    }
+                    Err(e) => self.reject(from, &e.to_string()),
+                }
+            }
+            if got.len() == expected.len() {
+                break;
+            }
+            if Instant::now() >= self.deadline {
+                let missing: Vec<usize> = expected.clone().filter(|r| !got.contains_key(r)).collect();
+                return Err(Error::other(format!(
+                    "tcp start-up: ranks {missing:?} did not reach {place} of rank {} before the start-up timeout",
+                    self.rank
+                )));
+            }
+            match listener.accept() {
+                Ok((stream, from)) => {
+                    let (sender, secret) = (sender.clone(), self.secret.clone());
+                    let deadline = self.deadline;
+                    std::thread::spawn(move || {
+                        let _ = sender.send((from, welcome(stream, &secret, deadline)));
+                    });
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => std::thread::sleep(ACCEPT_PAUSE),
+                Err(e) => self
+                    .reject(listener.local_addr().unwrap_or(([0, 0, 0, 0], 0).into()), &format!("accept failed: {e}")),
+            }
+        }
+        Ok(got)
+    }
+
+    fn reject(&self, from: SocketAddr, why: &str) {
+        eprintln!("fastmp: rank {}: rejected a connection from {from}: {why}", self.rank);
+    }
+}
+
+/// Server side of one incoming connection: authenticate, then read its hello.
+fn welcome(mut stream: TcpStream, secret: &JobSecret, deadline: Instant) -> Result<(TcpStream, Hello)> {
+    stream.set_nonblocking(false).map_err(|e| start_error("socket mode", e))?;
+    handshake::authenticate(&mut stream, secret, Role::Acceptor, HANDSHAKE_TIMEOUT)?;
+    let hello: Hello = read_message(&mut stream, deadline.min(Instant::now() + HANDSHAKE_TIMEOUT))
+        .map_err(|e| Error::other(format!("no valid hello after the handshake: {e}")))?;
+    Ok((stream, hello))
+}
+
+/// Mesh-link settings: no Nagle delay, optional buffer sizes, keepalive so a vanished host is
+/// noticed even when no traffic is flowing.
+fn configure(stream: &TcpStream, opts: SocketOptions) -> Result<()> {
+    stream.set_nodelay(true).map_err(|e| start_error("TCP_NODELAY", e))?;
+    stream.set_read_timeout(None).map_err(|e| start_error("socket timeout", e))?;
+    let sock = SockRef::from(stream);
+    if let Some(n) = opts.send_buffer {
+        sock.set_send_buffer_size(n).map_err(|e| start_error("SO_SNDBUF", e))?;
+    }
+    if let Some(n) = opts.recv_buffer {
+        sock.set_recv_buffer_size(n).map_err(|e| start_error("SO_RCVBUF", e))?;
+    }
+    let keepalive =
+        TcpKeepalive::new().with_time(Duration::from_secs(10)).with_interval(Duration::from_secs(2)).with_retries(3);
+    sock.set_tcp_keepalive(&keepalive).map_err(|e| start_error("TCP keepalive", e))?;
+    Ok(())
+}
+
+fn start_error(what: &str, e: std::io::Error) -> Error {
+    Error::other(format!("tcp start-up: {what}: {e}"))
+}
+
+/// Length-prefixed postcard message.
+fn write_message<T: Serialize>(stream: &mut TcpStream, msg: &T) -> std::io::Result<()> {
+    let body = postcard::to_allocvec(msg).map_err(std::io::Error::other)?;
+    let mut framed = (body.len() as u32).to_le_bytes().to_vec();
+    framed.extend_from_slice(&body);
+    stream.write_all(&framed)
+}
+
+fn read_message<T: for<'de> Deserialize<'de>>(stream: &mut TcpStream, deadline: Instant) -> std::io::Result<T> {
+    let left = deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
+    stream.set_read_timeout(Some(left))?;
+    let mut len = [0u8; 4];
+    stream.read_exact(&mut len)?;
+    let len = u32::from_le_bytes(len) as usize;
+    if len > MAX_MESSAGE {
+        return Err(std::io::Error::other(format!("start-up message of {len} bytes is too long")));
+    }
+    let mut body = vec![0u8; len];
+    stream.read_exact(&mut body)?;
+    stream.set_read_timeout(None)?;
+    postcard::from_bytes(&body).map_err(std::io::Error::other)
+}

@@ -1,0 +1,290 @@
+//! Wire format of the tcp device: fixed 32-byte headers, some followed by a payload.
+//!
+//! Every field is validated on decode (magic, kind, reserved bits, payload bounds), so a corrupt
+//! or hostile byte stream becomes an [`FrameError`] for that connection, never a panic or an
+//! unbounded allocation.
+
+use std::fmt;
+
+/// Bytes in every frame header.
+pub(crate) const HEADER_LEN: usize = 32;
+
+/// Marks every header, so a stream that lost frame alignment is caught at the next header.
+const MAGIC: u32 = 0xF457_4D50;
+
+/// Longest failure message an `Abort` frame may carry.
+pub(crate) const MAX_ABORT_LEN: u64 = 64 * 1024;
+
+const KIND_EAGER: u8 = 1;
+const KIND_RTS: u8 = 2;
+const KIND_CTS: u8 = 3;
+const KIND_DATA: u8 = 4;
+const KIND_BYE: u8 = 5;
+const KIND_ABORT: u8 = 6;
+const KIND_CANCEL: u8 = 7;
+const KIND_CANCEL_ACK: u8 = 8;
+
+const FLAG_SYNC: u8 = 1;
+const FLAG_CANCELLED: u8 = 1;
+
+/// One frame header. Ids name requests on the side that allocated them (`send_id` on the
+/// sender, `recv_id` on the receiver), so neither side has to look anything up by envelope.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Frame {
+    /// A message sent eagerly; its `len` bytes follow.
+    Eager { context: u32, tag: i32, len: u64 },
+    /// Ready-to-send: a `len`-byte message waits in the sender's request `send_id`. `sync` marks
+    /// a synchronous send (which always goes this way, so matching is acknowledged by `Cts`).
+    Rts { context: u32, tag: i32, len: u64, send_id: u64, sync: bool },
+    /// Ready-to-receive: the receiver matched `send_id` and takes its bytes into `recv_id`.
+    Cts { send_id: u64, recv_id: u64 },
+    /// Rendezvous payload for the receiver's request `recv_id`; `len` bytes follow.
+    Data { recv_id: u64, len: u64 },
+    /// The sender finalized: it sends nothing more (and reads until the peer's `Bye`).
+    Bye,
+    /// The sender's rank failed; `len` bytes of UTF-8 cause follow.
+    Abort { len: u64 },
+    /// The sender withdraws its unmatched rendezvous send `send_id`.
+    Cancel { send_id: u64 },
+    /// Answer to `Cancel`: whether the message was withdrawn before it matched.
+    CancelAck { send_id: u64, cancelled: bool },
+}
+
+/// Why a header was rejected.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum FrameError {
+    BadMagic(u32),
+    UnknownKind(u8),
+    ReservedBits { kind: u8 },
+    NegativeTag(i32),
+    PayloadTooLong { kind: &'static str, len: u64, max: u64 },
+}
+
+impl fmt::Display for FrameError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            FrameError::BadMagic(m) => write!(f, "bad frame magic {m:#010x} (stream out of sync or not a fastmp peer)"),
+            FrameError::UnknownKind(k) => write!(f, "unknown frame kind {k}"),
+            FrameError::ReservedBits { kind } => write!(f, "reserved header bits set in a frame of kind {kind}"),
+            FrameError::NegativeTag(t) => write!(f, "message tag {t} is negative"),
+            FrameError::PayloadTooLong { kind, len, max } => {
+                write!(f, "{kind} frame announces {len} bytes, more than the {max} allowed")
+            }
+        }
+    }
+}
+
+/// Bounds a decoder enforces on announced lengths.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Limits {
+    /// Largest eager payload (the sender's eager limit; both sides use the same value).
+    pub max_eager: u64,
+}
+
+impl Frame {
+    /// Payload bytes that follow this header on the wire.
+    pub(crate) fn payload_len(&self) -> u64 {
+        match *self {
+            Frame::Eager { len, .. } | Frame::Data { len, .. } | Frame::Abort { len } => len,
+            _ => 0,
+        }
+    }
+
+    pub(crate) fn encode(&self) -> [u8; HEADER_LEN] {
+        let (kind, flags, context, tag, a, b) = match *self {
+            Frame::Eager { context, tag, len } => (KIND_EAGER, 0, context, tag, len, 0),
+            Frame::Rts { context, tag, len, send_id, sync } => {
+                (KIND_RTS, if sync { FLAG_SYNC } else { 0 }, context, tag, len, send_id)
+            }
+            Frame::Cts { send_id, recv_id } => (KIND_CTS, 0, 0, 0, recv_id, send_id),
+            Frame::Data { recv_id, len } => (KIND_DATA, 0, 0, 0, len, recv_id),
+            Frame::Bye => (KIND_BYE, 0, 0, 0, 0, 0),
+            Frame::Abort { len } => (KIND_ABORT, 0, 0, 0, len, 0),
+            Frame::Cancel { send_id } => (KIND_CANCEL, 0, 0, 0, 0, send_id),
+            Frame::CancelAck { send_id, cancelled } => {
+                (KIND_CANCEL_ACK, if cancelled { FLAG_CANCELLED } else { 0 }, 0, 0, 0, send_id)
+            }
+        };
+        let mut h = [0u8; HEADER_LEN];
+        h[0] = kind;
+        h[1] = flags;
+        h[4..8].copy_from_slice(&MAGIC.to_le_bytes());
+        h[8..12].copy_from_slice(&context.to_le_bytes());
+        h[12..16].copy_from_slice(&tag.to_le_bytes());
+        h[16..24].copy_from_slice(&a.to_le_bytes());
+        h[24..32].copy_from_slice(&b.to_le_bytes());
+        h
+    }
+
+    pub(crate) fn decode(h: &[u8; HEADER_LEN], limits: Limits) -> Result<Frame, FrameError> {
+        let word = |at: usize| u32::from_le_bytes([h[at], h[at + 1], h[at + 2], h[at + 3]]);
+        let long = |at: usize| {
+            let mut b = [0u8; 8];
+            b.copy_from_slice(&h[at..at + 8]);
+            u64::from_le_bytes(b)
+        };
+        let magic = word(4);
+        if magic != MAGIC {
+            return Err(FrameError::BadMagic(magic));
+        }
+        let (kind, flags) = (h[0], h[1]);
+        let (context, tag, a, b) = (word(8), word(12) as i32, long(16), long(24));
+        if h[2] != 0 || h[3] != 0 {
+            return Err(FrameError::ReservedBits { kind });
+        }
+        // Fields a kind does not use must be zero, so every header has one valid reading.
+        let unused_zero = |ok: bool| if ok { Ok(()) } else { Err(FrameError::ReservedBits { kind }) };
+        let frame = match kind {
+            KIND_EAGER => {
+                unused_zero(flags == 0 && b == 0)?;
+                if a > limits.max_eager {
+                    return Err(FrameError::PayloadTooLong { kind: "eager", len: a, max: limits.max_eager });
+                }
+                Frame::Eager { context, tag, len: a }
+            }
+            KIND_RTS => {
+                unused_zero(flags & !FLAG_SYNC == 0)?;
+                Frame::Rts { context, tag, len: a, send_id: b, sync: flags & FLAG_SYNC != 0 }
+            }
+            KIND_CTS => {
+                unused_zero(flags == 0 && context == 0 && tag == 0)?;
+                Frame::Cts { send_id: b, recv_id: a }
+            }
+            KIND_DATA => {
+                unused_zero(flags == 0 && context == 0 && tag == 0)?;
+                Frame::Data { recv_id: b, len: a }
+            }
+            KIND_BYE => {
+                unused_zero(flags == 0 && context == 0 && tag == 0 && a == 0 && b == 0)?;
+                Frame::Bye
+            }
+            KIND_ABORT => {
+                unused_zero(flags == 0 && context == 0 && tag == 0 && b == 0)?;
+                if a > MAX_ABORT_LEN {
+                    return Err(FrameError::PayloadTooLong { kind: "abort", len: a, max: MAX_ABORT_LEN });
+                }
+                Frame::Abort { len: a }
+            }
+            KIND_CANCEL => {
+                unused_zero(flags == 0 && context == 0 && tag == 0 && a == 0)?;
+                Frame::Cancel { send_id: b }
+            }
+            KIND_CANCEL_ACK => {
+                unused_zero(flags & !FLAG_CANCELLED == 0 && context == 0 && tag == 0 && a == 0)?;
+                Frame::CancelAck { send_id: b, cancelled: flags & FLAG_CANCELLED != 0 }
+            }
+            other => return Err(FrameError::UnknownKind(other)),
+        };
+        if let Frame::Eager { tag, .. } | Frame::Rts { tag, .. } = frame
+            && tag < 0
+        {
+            return Err(FrameError::NegativeTag(tag));
+        }
+        Ok(frame)
+    }
+}
+
+/// Accumulates one header from a byte stream that arrives in arbitrary pieces.
+#[derive(Debug, Default)]
+pub(crate) struct HeaderReader {
+    bytes: [u8; HEADER_LEN],
+    filled: usize,
+}
+
+impl HeaderReader {
+    /// Copies what it can from `input`; returns the bytes consumed.
+    pub(crate) fn feed(&mut self, input: &[u8]) -> usize {
+        let n = input.len().min(HEADER_LEN - self.filled);
+        self.bytes[self.filled..self.filled + n].copy_from_slice(&input[..n]);
+        self.filled += n;
+        n
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.filled == 0
+    }
+
+    /// The decoded header once all of it is here (and resets for the next one).
+    pub(crate) fn take(&mut self, limits: Limits) -> Option<Result<Frame, FrameError>> {
+        if self.filled < HEADER_LEN {
+            return None;
+        }
+        self.filled = 0;
+        Some(Frame::decode(&self.bytes, limits))
+    }
+}
+
+/// Decodes a whole byte stream, skipping payloads; stops at the first error. Used by the fuzz
+/// target and property tests to exercise exactly the header path the device runs.
+pub(crate) fn decode_stream(mut input: &[u8], limits: Limits) -> Result<Vec<Frame>, FrameError> {
+    let mut frames = Vec::new();
+    let mut header = HeaderReader::default();
+    while !input.is_empty() {
+        input = &input[header.feed(input)..];
+        match header.take(limits) {
+            None => break,
+            Some(frame) => {
+                let frame = frame?;
+                let skip = usize::try_from(frame.payload_len()).unwrap_or(usize::MAX).min(input.len());
+                input = &input[skip..];
+                frames.push(frame);
+            }
+        }
+    }
+    Ok(frames)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LIMITS: Limits = Limits { max_eager: 8192 };
+
+    fn all_kinds() -> Vec<Frame> {
+        vec![
+            Frame::Eager { context: 4, tag: 7, len: 8192 },
+            Frame::Rts { context: 5, tag: i32::MAX, len: u64::MAX, send_id: 3, sync: true },
+            Frame::Rts { context: 0, tag: 0, len: 9000, send_id: u64::MAX, sync: false },
+            Frame::Cts { send_id: 9, recv_id: 11 },
+            Frame::Data { recv_id: 11, len: 1 << 40 },
+            Frame::Bye,
+            Frame::Abort { len: 12 },
+            Frame::Cancel { send_id: 2 },
+            Frame::CancelAck { send_id: 2, cancelled: true },
+            Frame::CancelAck { send_id: 2, cancelled: false },
+        ]
+    }
+
+    #[test]
+    fn every_kind_round_trips() {
+        for f in all_kinds() {
+            assert_eq!(Frame::decode(&f.encode(), LIMITS), Ok(f));
+        }
+    }
+
+    #[test]
+    fn corrupt_headers_are_rejected() {
+        let mut h = Frame::Bye.encode();
+        h[4] ^= 1;
+        assert!(matches!(Frame::decode(&h, LIMITS), Err(FrameError::BadMagic(_))));
+        let mut h = Frame::Bye.encode();
+        h[0] = 99;
+        assert_eq!(Frame::decode(&h, LIMITS), Err(FrameError::UnknownKind(99)));
+        let mut h = Frame::Bye.encode();
+        h[20] = 1;
+        assert!(matches!(Frame::decode(&h, LIMITS), Err(FrameError::ReservedBits { .. })));
+        let h = Frame::Eager { context: 0, tag: 0, len: 8193 }.encode();
+        assert!(matches!(Frame::decode(&h, LIMITS), Err(FrameError::PayloadTooLong { .. })));
+        let h = Frame::Eager { context: 0, tag: -1, len: 0 }.encode();
+        assert_eq!(Frame::decode(&h, LIMITS), Err(FrameError::NegativeTag(-1)));
+    }
+
+    #[test]
+    fn stream_decoding_skips_payloads() {
+        let mut bytes = Vec::new();
+        bytes.extend_from_slice(&Frame::Eager { context: 1, tag: 2, len: 3 }.encode());
+        bytes.extend_from_slice(b"abc");
+        bytes.extend_from_slice(&Frame::Bye.encode());
+        assert_eq!(decode_stream(&bytes, LIMITS), Ok(vec![Frame::Eager { context: 1, tag: 2, len: 3 }, Frame::Bye]));
+    }
+}

@@ -1,0 +1,247 @@
+//! Matching state of one tcp endpoint: requests, posted receives, unexpected messages, and what
+//! is known about each peer. Pure bookkeeping under one lock; no I/O happens here.
+
+use std::collections::VecDeque;
+
+use crate::device::slab::Slab;
+use crate::device::{ContextId, MatchSpec, RawStatus, ReqId, Source};
+use crate::error::{Error, Result};
+
+/// Buffers kept for unexpected eager messages; beyond this, freed.
+const POOL_KEEP: usize = 64;
+/// Buffers allocated up front, so a steady stream never allocates its first few.
+const POOL_START: usize = 4;
+
+pub(super) enum SendPhase {
+    /// Ready-to-send is out; waiting for the receiver's ready-to-receive.
+    AwaitCts,
+    /// A cancel is out; the answer (or a ready-to-receive that won the race) decides.
+    CancelRequested,
+    /// Payload queued on the connection.
+    Transferring,
+    /// A synchronous send to this rank itself, waiting in the unexpected queue.
+    SelfQueued,
+    Done(RawStatus),
+}
+
+pub(super) struct SendReq {
+    pub dest: usize,
+    pub tag: i32,
+    pub buf: *const u8,
+    pub len: usize,
+    pub phase: SendPhase,
+    /// Set when the request was released before it finished: the data was copied here and the
+    /// entry is freed by whoever completes it.
+    pub detached: Option<Vec<u8>>,
+}
+
+pub(super) enum RecvPhase {
+    Posted,
+    /// Matched a message from `source` with `tag`; the payload is on its way into the buffer.
+    Matched {
+        source: usize,
+        tag: i32,
+    },
+    Done(Result<RawStatus>),
+}
+
+pub(super) struct RecvReq {
+    pub spec: MatchSpec,
+    pub buf: *mut u8,
+    pub capacity: usize,
+    pub phase: RecvPhase,
+}
+
+pub(super) enum Req {
+    Send(SendReq),
+    Recv(RecvReq),
+}
+
+/// What waits in the unexpected queue for a receive.
+pub(super) enum Body {
+    Eager(Vec<u8>),
+    /// A remote rendezvous message; taking it sends a ready-to-receive.
+    Rts {
+        send_id: u64,
+    },
+    /// A synchronous send to this rank itself; taking it copies from the sender's request.
+    SelfSync(ReqId),
+}
+
+pub(super) struct Unexpected {
+    pub source: usize,
+    pub context: ContextId,
+    pub tag: i32,
+    pub len: usize,
+    pub body: Body,
+}
+
+impl Unexpected {
+    pub fn status(&self) -> RawStatus {
+        RawStatus { source: self.source, tag: self.tag, bytes: self.len, cancelled: false }
+    }
+}
+
+/// How a peer stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum PeerState {
+    Live,
+    /// It said `Bye`: it sends no new messages.
+    Exited,
+}
+
+pub(super) struct State {
+    pub reqs: Slab<Req>,
+    /// Posted receives, in posting order.
+    pub posted: VecDeque<ReqId>,
+    /// Arrived messages nobody has received yet, in arrival order.
+    pub unexpected: VecDeque<Unexpected>,
+    pub peers: Vec<PeerState>,
+    /// The first failure this rank heard of: the job is aborted.
+    pub aborted: Option<(usize, String)>,
+    pool: Vec<Vec<u8>>,
+    /// Smallest capacity of a pooled buffer: any eager message fits any pooled buffer.
+    buffer_floor: usize,
+}
+
+// SAFETY: the raw buffer pointers in requests are only dereferenced by the endpoint under the
+// device contract (valid until completion or release); the state itself is only reached through
+// its mutex.
+unsafe impl Send for State {}
+
+impl State {
+    pub fn new(size: usize, eager_limit: usize) -> Self {
+        let mut pool = Vec::with_capacity(POOL_KEEP);
+        pool.extend((0..POOL_START).map(|_| Vec::with_capacity(eager_limit)));
+        State {
+            reqs: Slab::with_capacity(64),
+            posted: VecDeque::with_capacity(64),
+            unexpected: VecDeque::with_capacity(64),
+            peers: vec![PeerState::Live; size],
+            aborted: None,
+            pool,
+            buffer_floor: eager_limit,
+        }
+    }
+
+    pub fn abort_error(&self) -> Option<Error> {
+        self.aborted.as_ref().map(|(rank, cause)| Error::PeerFailed { rank: *rank, cause: cause.clone() })
+    }
+
+    /// Records the first failure; later ones are consequences.
+    pub fn abort(&mut self, rank: usize, cause: String) {
+        self.aborted.get_or_insert((rank, cause));
+    }
+
+    /// First posted receive matching an arriving envelope, taken off the posted list.
+    pub fn take_posted(&mut self, context: ContextId, source: usize, tag: i32) -> Option<ReqId> {
+        let reqs = &self.reqs;
+        let pos = self
+            .posted
+            .iter()
+            .position(|&id| matches!(reqs.get(id), Some(Req::Recv(r)) if r.spec.matches(context, source, tag)))?;
+        let id = self.posted.remove(pos)?;
+        if let Ok(Req::Recv(r)) = self.reqs.get_mut(id) {
+            r.phase = RecvPhase::Matched { source, tag };
+        }
+        Some(id)
+    }
+
+    /// First queued message matching `spec`, taken off the queue.
+    pub fn take_unexpected(&mut self, spec: MatchSpec) -> Option<Unexpected> {
+        let pos = self.unexpected.iter().position(|u| spec.matches(u.context, u.source, u.tag))?;
+        self.unexpected.remove(pos)
+    }
+
+    pub fn peek_unexpected(&self, spec: MatchSpec) -> Option<RawStatus> {
+        self.unexpected.iter().find(|u| spec.matches(u.context, u.source, u.tag)).map(Unexpected::status)
+    }
+
+    /// Completes a matched receive (ignored if it was released meanwhile).
+    pub fn finish_recv(&mut self, id: ReqId, result: Result<RawStatus>) {
+        if let Ok(Req::Recv(r)) = self.reqs.get_mut(id) {
+            r.phase = RecvPhase::Done(result);
+        }
+    }
+
+    /// Completes a send; a detached one is freed right away.
+    pub fn finish_send(&mut self, id: ReqId, status: RawStatus) {
+        if let Ok(Req::Send(s)) = self.reqs.get_mut(id) {
+            if s.detached.is_some() {
+                self.reqs.remove(id);
+            } else {
+                s.phase = SendPhase::Done(status);
+            }
+        }
+    }
+
+    /// A buffer for an unexpected eager payload (reused, so steady traffic does not allocate).
+    pub fn buffer(&mut self, len: usize) -> Vec<u8> {
+        match self.pool.pop() {
+            Some(mut v) => {
+                v.clear();
+                v.reserve(len);
+                v
+            }
+            None => Vec::with_capacity(len.max(self.buffer_floor)),
+        }
+    }
+
+    pub fn recycle(&mut self, v: Vec<u8>) {
+        if self.pool.len() < POOL_KEEP {
+            self.pool.push(v);
+        }
+    }
+
+    /// Why no message matching `spec` can arrive any more, if that is certain (`blocked`: the
+    /// caller is this rank's only thread and waits, so it cannot send to itself meanwhile).
+    pub fn unreachable(&self, me: usize, spec: MatchSpec, blocked: bool) -> Option<Error> {
+        if let Some(e) = self.abort_error() {
+            return Some(e);
+        }
+        let deadlock = |reason| Error::Deadlock { rank: me, reason };
+        let self_silent = blocked && !self.self_sync_pending(me);
+        match spec.source {
+            Source::Rank(src) if src == me => {
+                self_silent.then(|| deadlock("a receive from itself with no matching send started"))
+            }
+            Source::Rank(src) => (self.peers[src] == PeerState::Exited).then_some(Error::PeerExited { rank: src }),
+            Source::Any if self_silent => {
+                let mut first = None;
+                for (peer, st) in self.peers.iter().enumerate().filter(|&(p, _)| p != me) {
+                    if *st != PeerState::Exited {
+                        return None;
+                    }
+                    first.get_or_insert(peer);
+                }
+                Some(match first {
+                    Some(rank) => Error::PeerExited { rank },
+                    None => deadlock("an ANY_SOURCE receive no rank can still match"),
+                })
+            }
+            Source::Any => None,
+        }
+    }
+
+    fn self_sync_pending(&self, me: usize) -> bool {
+        self.unexpected.iter().any(|u| u.source == me && matches!(u.body, Body::SelfSync(_)))
+    }
+}
+
+/// Status or truncation error of a receive of `len` bytes into `capacity`.
+pub(super) fn receive_result(source: usize, tag: i32, len: usize, capacity: usize) -> Result<RawStatus> {
+    if len > capacity {
+        Err(Error::Truncated { message_bytes: len, capacity, source_rank: source, tag })
+    } else {
+        Ok(RawStatus { source, tag, bytes: len, cancelled: false })
+    }
+}
+
+/// The wire form of a request handle (index and generation), so stale ids are recognized.
+pub(super) fn wire_id(id: ReqId) -> u64 {
+    (u64::from(id.generation) << 32) | u64::from(id.index)
+}
+
+pub(super) fn from_wire(id: u64) -> ReqId {
+    ReqId { index: id as u32, generation: (id >> 32) as u32 }
+}

@@ -1,0 +1,225 @@
+//! Running a job on the tcp device: as this process's one rank (under a launcher), or as thread
+//! ranks joined over loopback TCP (no launcher: tests and single-process use).
+
+use std::net::{SocketAddr, TcpListener, ToSocketAddrs};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::rc::Rc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use super::config::{Config, Pin, ProcessPlace};
+use super::{affinity, panic_message};
+use crate::coll::Tuning;
+use crate::comm::Comm;
+use crate::device::tcp::bootstrap::{Bootstrap, Rendezvous};
+use crate::device::tcp::handshake::JobSecret;
+use crate::device::tcp::{TcpEndpoint, TcpOptions};
+use crate::error::{Error, Result};
+
+/// Start-up timeout unless `FASTMP_CONNECT_TIMEOUT` (seconds) says otherwise.
+const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The first failure of a job, as `run` reports it.
+type FirstFailure = Mutex<Option<(usize, String)>>;
+
+/// Runs one rank's program on its endpoint and ends the rank: a clean shutdown after success,
+/// an abort (telling every peer why) after an error or a panic.
+fn run_rank<F, R>(rank: usize, endpoint: TcpEndpoint, tuning: Arc<Tuning>, f: &F, first: &FirstFailure) -> Result<R>
+where
+    F: Fn(Comm) -> Result<R>,
+{
+    let endpoint = Rc::new(endpoint);
+    let outcome = catch_unwind(AssertUnwindSafe(|| f(Comm::world(endpoint.clone(), tuning))));
+    let failure = match outcome {
+        Ok(Ok(value)) => {
+            endpoint.shutdown()?;
+            return Ok(value);
+        }
+        Ok(Err(e)) => (e.to_string(), e),
+        Err(payload) => {
+            let cause = format!("panicked: {}", panic_message(payload.as_ref()));
+            (cause.clone(), Error::RankFailed { rank, cause })
+        }
+    };
+    // Record before telling the peers, so the originator is recorded before its consequences.
+    super::lock_ignoring_poison(first).get_or_insert((rank, failure.0.clone()));
+    endpoint.abort(&failure.0);
+    Err(failure.1)
+}
+
+impl Config {
+    /// Thread ranks over loopback TCP: the device's full protocol stack inside one process.
+    pub(super) fn run_tcp_threads<F, R>(&self, f: &F) -> Result<Vec<R>>
+    where
+        F: Fn(Comm) -> Result<R> + Sync,
+        R: Send,
+    {
+        let tuning = Arc::new(self.resolved_tuning()?);
+        let secret = JobSecret::random()?;
+        let listener = TcpListener::bind(("127.0.0.1", 0))
+            .map_err(|e| Error::other(format!("tcp: binding the rendezvous: {e}")))?;
+        let address = listener.local_addr().map_err(|e| Error::other(format!("tcp: rendezvous address: {e}")))?;
+        let rank0_listener = Mutex::new(Some(listener));
+        let deadline = Instant::now() + connect_timeout()?;
+        let first: FirstFailure = Mutex::new(None);
+        let cpus = if self.pin == Pin::None { Vec::new() } else { affinity::allowed_cpus() };
+        let rank_main = |rank: usize| -> Result<R> {
+            if let Some(cpu) = affinity::cpu_for(self.pin, rank, self.np, &cpus) {
+                affinity::pin_current_thread(cpu)?;
+            }
+            let listener = if rank == 0 { super::lock_ignoring_poison(&rank0_listener).take() } else { None };
+            let rendezvous = match listener {
+                Some(l) => Rendezvous::Listen(l),
+                None => Rendezvous::Connect(address),
+            };
+            let bootstrap =
+                Bootstrap { rank, size: self.np, rendezvous, secret: secret.clone(), deadline, sockets: self.sockets };
+            let endpoint = bootstrap
+                .connect()
+                .and_then(|streams| TcpEndpoint::new(rank, streams, TcpOptions { eager_limit: self.eager_limit }));
+            match endpoint {
+                Ok(endpoint) => run_rank(rank, endpoint, tuning.clone(), f, &first),
+                Err(e) => {
+                    super::lock_ignoring_poison(&first).get_or_insert((rank, e.to_string()));
+                    Err(e)
+                }
+            }
+        };
+        let results: Vec<Result<R>> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..self.np)
+                .map(|rank| {
+                    let mut builder = std::thread::Builder::new().name(format!("fastmp-rank-{rank}"));
+                    if let Some(bytes) = self.stack_size {
+                        builder = builder.stack_size(bytes);
+                    }
+                    let rank_main = &rank_main;
+                    builder.spawn_scoped(s, move || rank_main(rank))
+                })
+                .collect();
+            handles
+                .into_iter()
+                .enumerate()
+                .map(|(rank, h)| match h {
+                    Ok(h) => h.join().unwrap_or_else(|_| {
+                        Err(Error::RankFailed { rank, cause: "rank thread could not be joined".into() })
+                    }),
+                    Err(e) => Err(Error::RankFailed { rank, cause: format!("could not start its thread: {e}") }),
+                })
+                .collect()
+        });
+        if let Some((rank, cause)) = super::lock_ignoring_poison(&first).take() {
+            return Err(Error::RankFailed { rank, cause });
+        }
+        results.into_iter().collect()
+    }
+
+    /// This process is rank `place.rank` of a multi-process job: join the mesh through the
+    /// rendezvous named in the environment, run `f` once, and return its result alone.
+    pub(super) fn run_tcp_process<F, R>(&self, place: ProcessPlace, f: &F) -> Result<Vec<R>>
+    where
+        F: Fn(Comm) -> Result<R>,
+    {
+        let tuning = Arc::new(self.resolved_tuning()?);
+        if self.pin != Pin::None {
+            let cpus = affinity::allowed_cpus();
+            if let Some(cpu) = affinity::cpu_for(self.pin, place.rank, place.size, &cpus) {
+                // Before the input thread starts, so it inherits the placement.
+                affinity::pin_current_thread(cpu)?;
+            }
+        }
+        let bootstrap = Bootstrap {
+            rank: place.rank,
+            size: place.size,
+            rendezvous: rendezvous_from_env(place)?,
+            secret: secret_from_env(place)?,
+            deadline: Instant::now() + connect_timeout()?,
+            sockets: self.sockets,
+        };
+        let streams = bootstrap.connect()?;
+        let endpoint = TcpEndpoint::new(place.rank, streams, TcpOptions { eager_limit: self.eager_limit })?;
+        let first = Mutex::new(None);
+        run_rank(place.rank, endpoint, tuning, f, &first).map(|value| vec![value])
+    }
+}
+
+fn connect_timeout() -> Result<Duration> {
+    Ok(super::config::env_parse::<f64>("FASTMP_CONNECT_TIMEOUT")?
+        .filter(|s| s.is_finite() && *s > 0.0)
+        .map_or(DEFAULT_CONNECT_TIMEOUT, Duration::from_secs_f64))
+}
+
+fn secret_from_env(place: ProcessPlace) -> Result<JobSecret> {
+    match std::env::var("FASTMP_JOB_SECRET") {
+        Ok(hex) => JobSecret::from_hex(hex.trim()),
+        // A one-rank job has no connections to protect.
+        Err(_) if place.size == 1 => JobSecret::random(),
+        Err(_) => Err(Error::InvalidArgument(
+            "FASTMP_JOB_SECRET is not set: every rank of a tcp job needs the same 64-hex-digit secret \
+             (fastmprun sets it; under mpirun/srun export e.g. FASTMP_JOB_SECRET=$(openssl rand -hex 32))"
+                .into(),
+        )),
+    }
+}
+
+/// Rank 0 listens (on the launcher's inherited socket, or on `FASTMP_RENDEZVOUS` itself);
+/// every other rank connects to `FASTMP_RENDEZVOUS`.
+fn rendezvous_from_env(place: ProcessPlace) -> Result<Rendezvous> {
+    if place.rank == 0
+        && let Some(fd) = super::config::env_parse::<i32>("FASTMP_RENDEZVOUS_FD")?
+    {
+        return listener_from_fd(fd).map(Rendezvous::Listen);
+    }
+    let text = std::env::var("FASTMP_RENDEZVOUS").map_err(|_| {
+        Error::InvalidArgument(
+            "FASTMP_RENDEZVOUS is not set: every rank of a tcp job needs rank 0's rendezvous address as HOST:PORT \
+             (fastmprun sets it; under mpirun/srun export it, e.g. FASTMP_RENDEZVOUS=node01:47000)"
+                .into(),
+        )
+    })?;
+    let address = resolve(&text)?;
+    if place.rank == 0 {
+        let bind = match std::env::var("FASTMP_TCP_ADDRESS") {
+            Ok(ip) => resolve(&format!("{ip}:{}", address.port()))?,
+            Err(_) => address,
+        };
+        return bind_listener(bind).map(Rendezvous::Listen);
+    }
+    Ok(Rendezvous::Connect(address))
+}
+
+fn resolve(text: &str) -> Result<SocketAddr> {
+    text.to_socket_addrs()
+        .map_err(|e| Error::InvalidArgument(format!("rendezvous address '{text}': {e}")))?
+        .next()
+        .ok_or_else(|| Error::InvalidArgument(format!("rendezvous address '{text}' resolves to nothing")))
+}
+
+/// Binds the rendezvous with `SO_REUSEADDR`, so a job can restart on the same port at once.
+fn bind_listener(address: SocketAddr) -> Result<TcpListener> {
+    let fail = |e: std::io::Error| Error::other(format!("tcp: rank 0 cannot listen on {address}: {e}"));
+    let socket =
+        socket2::Socket::new(socket2::Domain::for_address(address), socket2::Type::STREAM, None).map_err(fail)?;
+    socket.set_reuse_address(true).map_err(fail)?;
+    socket.bind(&address.into()).map_err(fail)?;
+    socket.listen(1024).map_err(fail)?;
+    Ok(socket.into())
+}
+
+/// The listening socket the launcher bound for rank 0 and passed down as descriptor `fd`.
+fn listener_from_fd(fd: i32) -> Result<TcpListener> {
+    use std::os::fd::FromRawFd;
+    let bad = |why: &str| Error::InvalidArgument(format!("FASTMP_RENDEZVOUS_FD={fd}: {why}"));
+    let mut kind: libc::c_int = 0;
+    let mut len = size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: getsockopt writes at most `len` bytes into `kind`; an invalid fd just fails.
+    let rc = unsafe { libc::getsockopt(fd, libc::SOL_SOCKET, libc::SO_ACCEPTCONN, (&raw mut kind).cast(), &mut len) };
+    if rc != 0 {
+        return Err(bad(&format!("not a socket: {}", std::io::Error::last_os_error())));
+    }
+    if kind == 0 {
+        return Err(bad("the socket is not listening"));
+    }
+    // SAFETY: `fd` is an open listening socket (checked above) that the launcher handed to this
+    // process for exactly this use; nothing else in the process owns it.
+    Ok(unsafe { TcpListener::from_raw_fd(fd) })
+}

@@ -1,0 +1,176 @@
+//! `fastmprun`: starts a fastmp program with N ranks, forwards its output and
+//! supervises it.
+//!
+//! ```text
+//! fastmprun -np N [--device shm|tcp] [--hostfile F | --hosts a:2,b:2] [--oversubscribe]
+//!           [--tag-output] [--timeout S] [--bind-to core|none] [--agent CMD]
+//!           [--rendezvous HOST:PORT] PROGRAM ARGS...
+//! ```
+//!
+//! # Environment contract
+//!
+//! The launcher talks to the ranks only through environment variables; the fastmp
+//! library reads them in `Config::from_env()`.
+//!
+//! `--device shm` runs PROGRAM once; its ranks are threads:
+//! - `FASTMP_DEVICE=shm`, `FASTMP_NP=N`.
+//!
+//! `--device tcp` (the default) runs one process per rank:
+//! - `FASTMP_DEVICE=tcp`, `FASTMP_RANK=i`, `FASTMP_SIZE=N`;
+//! - `FASTMP_RENDEZVOUS=host:port`, rank 0's rendezvous listener, for every rank;
+//! - `FASTMP_RENDEZVOUS_FD=n`, rank 0 only and only when every rank is local: the
+//!   launcher bound and listens on the rendezvous socket itself and rank 0 inherits it as
+//!   descriptor `n` (so the port cannot be taken by someone else before rank 0 starts);
+//!   with remote hosts rank 0 binds `FASTMP_RENDEZVOUS` itself;
+//! - `FASTMP_JOB_SECRET`: 64 lowercase hex digits (32 random bytes), the same for every
+//!   rank of a job; each connection proves it knows it.
+//!
+//! Both devices: `FASTMP_PIN=compact` with `--bind-to core`, `FASTMP_PIN=none` with
+//! `--bind-to none`; without `--bind-to` an exported `FASTMP_PIN` is left as it is.
+//! The other variables above are removed from what the processes inherit, so a value
+//! from an enclosing job never leaks in. Remote ranks start as
+//! `AGENT HOST env K=V... PROGRAM ARGS...` and also receive the launcher's other
+//! `FASTMP_*` settings (e.g. `FASTMP_EAGER_LIMIT`) that way.
+//!
+//! # Output and exit status
+//!
+//! Every process's stdout and stderr are forwarded line by line (`--tag-output` prefixes
+//! `[i] `; on shm all thread ranks share one stdout, so the prefix is `[shm] `). The
+//! launcher exits 0 if every process exits 0; otherwise with the status of the first one
+//! to fail (128+signal if it was killed), after terminating the others; 124 after
+//! `--timeout`; 128+signal when the launcher itself gets SIGINT/SIGTERM/SIGHUP, which it
+//! forwards to the ranks first.
+
+mod cli;
+mod hosts;
+mod os;
+mod output;
+mod rendezvous;
+mod spawn;
+mod supervise;
+
+use std::io::ErrorKind;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use cli::{Device, Options};
+use hosts::{LocalNames, Placement};
+use rendezvous::Rendezvous;
+use spawn::{ProcessSpec, Program, TcpJob};
+use supervise::Supervisor;
+
+/// Exit status for command-line and configuration mistakes (as clap uses).
+const USAGE_EXIT: u8 = 2;
+
+/// How long the output threads may keep running after every process is gone
+/// (something that escaped its process group may hold a pipe open).
+const OUTPUT_DRAIN_PATIENCE: Duration = Duration::from_secs(5);
+
+fn main() -> ExitCode {
+    ExitCode::from(run())
+}
+
+fn run() -> u8 {
+    let argv: Vec<_> = std::env::args_os().collect();
+    let options = match cli::parse(argv, std::env::var_os("FASTMP_AGENT")) {
+        Ok(options) => options,
+        Err(cli::CliError::Clap(error)) => {
+            // Prints help/version to stdout (status 0) or the error to stderr (status 2).
+            let _ = error.print();
+            return u8::try_from(error.exit_code()).unwrap_or(USAGE_EXIT);
+        }
+        Err(cli::CliError::Invalid(message)) => return fail(&message, USAGE_EXIT),
+    };
+    // Before any other thread exists, so every thread inherits the blocked signals.
+    let wakeups = match os::watch_signals() {
+        Ok(wakeups) => wakeups,
+        Err(error) => return fail(&format!("cannot watch signals: {error}"), 1),
+    };
+    let (processes, rendezvous) = match plan(&options) {
+        Ok(plan) => plan,
+        Err(message) => return fail(&message, USAGE_EXIT),
+    };
+    let program = Program { program: options.program, args: options.args, agent: options.agent };
+    let mut listener = rendezvous.and_then(|rendezvous| rendezvous.listener);
+    let mut forwarders = output::Forwarders::new(options.tag_output);
+    let mut supervisor = Supervisor::new(wakeups, options.timeout);
+    for spec in &processes {
+        let mut child = match spawn::spawn(spec, &program) {
+            Ok(child) => child,
+            Err(error) => {
+                supervisor.abort();
+                forwarders.finish(OUTPUT_DRAIN_PATIENCE);
+                let name = program.program.to_string_lossy();
+                let what = match &spec.placement {
+                    Placement::Local => format!("cannot start `{name}` for {}", spec.label),
+                    Placement::Remote(host) => format!(
+                        "cannot start the agent `{}` for {} on {host}",
+                        program.agent.first().map_or("".into(), |a| a.to_string_lossy()),
+                        spec.label
+                    ),
+                };
+                return fail(&format!("{what}: {error}"), spawn_failure_exit(&error));
+            }
+        };
+        if spec.inherit.is_some() {
+            // Rank 0 has its copy; the launcher's would keep the port open after rank 0 exits.
+            listener = None;
+        }
+        if let Err(error) = forwarders.attach(&mut child, spec.label) {
+            eprintln!("fastmprun: cannot forward the output of {}: {error}", spec.label);
+        }
+        supervisor.add(spec.label, child);
+    }
+    drop(listener);
+    let status = supervisor.run();
+    if !forwarders.finish(OUTPUT_DRAIN_PATIENCE) {
+        eprintln!("fastmprun: some output was still open after every rank exited; dropped it");
+    }
+    status
+}
+
+/// Decides where every process runs and what it is told.
+fn plan(options: &Options) -> Result<(Vec<ProcessSpec>, Option<Rendezvous>), String> {
+    if options.device == Device::Shm {
+        return Ok((vec![spawn::shm_process(options.np, options.bind_to)], None));
+    }
+    let this_machine = LocalNames::detect();
+    let placements = match &options.hosts {
+        Some(source) => hosts::assign(&hosts::load(source)?, options.np, options.oversubscribe, &this_machine)?,
+        None => vec![Placement::Local; options.np],
+    };
+    let requested = options.rendezvous.as_deref();
+    let rendezvous = if placements.iter().all(|p| *p == Placement::Local) {
+        rendezvous::bind_local(requested)?
+    } else {
+        let rank0_host = match placements.first() {
+            Some(Placement::Remote(host)) => Some(host.as_str()),
+            // Remote ranks must reach rank 0 by a name that is not "localhost".
+            Some(Placement::Local) | None => this_machine.hostname(),
+        };
+        rendezvous::choose_remote(requested, rank0_host)?
+    };
+    let secret = rendezvous::job_secret()?;
+    let job = TcpJob {
+        placements: &placements,
+        rendezvous: &rendezvous.address,
+        secret: &secret,
+        rank0_listener: rendezvous.listener.as_ref().map(std::os::fd::AsRawFd::as_raw_fd),
+        bind_to: options.bind_to,
+    };
+    Ok((spawn::tcp_processes(&job), Some(rendezvous)))
+}
+
+/// Shell convention: 127 for a program that does not exist, 126 for one that cannot run.
+fn spawn_failure_exit(error: &std::io::Error) -> u8 {
+    match error.kind() {
+        ErrorKind::NotFound => 127,
+        ErrorKind::PermissionDenied => 126,
+        _ => 1,
+    }
+}
+
+fn fail(message: &str, status: u8) -> u8 {
+    eprintln!("fastmprun: {message}");
+    status
+}
