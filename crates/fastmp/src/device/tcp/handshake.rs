@@ -66,13 +66,13 @@ impl JobSecret {
         let char_count = hex.chars().count();
         if char_count != 2 * SECRET_LEN {
             return Err(Error::InvalidArgument(format!(
-                "job secret must be {} hex characters ({SECRET_LEN} bytes), got {char_count} characters",
+                "job secret (FASTMP_JOB_SECRET) must be {} hex characters ({SECRET_LEN} bytes), got {char_count} characters",
                 2 * SECRET_LEN
             )));
         }
         if let Some((position, bad)) = hex.chars().enumerate().find(|(_, c)| !c.is_ascii_hexdigit()) {
             return Err(Error::InvalidArgument(format!(
-                "job secret has a non-hex character {bad:?} at position {position} (expected 0-9, a-f)"
+                "job secret (FASTMP_JOB_SECRET) has a non-hex character {bad:?} at position {position} (expected 0-9, a-f)"
             )));
         }
         // All characters are ASCII hex digits now, so the string is exactly 64 bytes long.
