@@ -17,6 +17,9 @@
 
 pub(crate) mod bootstrap;
 pub(crate) mod frame;
+#[cfg(test)]
+mod frame_props;
+pub(crate) mod fuzzing;
 pub(crate) mod handshake;
 mod rx;
 mod state;

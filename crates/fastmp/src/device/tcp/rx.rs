@@ -6,7 +6,6 @@
 //! ([`RxHandler`]); this module only moves bytes.
 
 use std::io::{self, Read};
-use std::net::TcpStream;
 
 use super::frame::{Frame, FrameError, HeaderReader, Limits};
 use crate::device::ReqId;
@@ -102,7 +101,10 @@ impl Rx {
     }
 
     /// Reads everything the socket has now, handing complete frames to `handler`.
-    pub(super) fn pump(&mut self, mut stream: &TcpStream, handler: &mut dyn RxHandler) -> Result<Pumped, RxError> {
+    ///
+    /// Generic over the reader (the device passes `&TcpStream`) so the fuzz target and property
+    /// tests drive exactly this code with scripted byte pieces and `WouldBlock`s.
+    pub(super) fn pump(&mut self, mut stream: impl Read, handler: &mut dyn RxHandler) -> Result<Pumped, RxError> {
         let mut moved = false;
         let frames_before = self.frames;
         loop {
@@ -214,6 +216,6 @@ impl Rx {
     }
 }
 
-fn read_some(stream: &mut &TcpStream, buf: &mut [u8]) -> io::Result<usize> {
+fn read_some(stream: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
     stream.read(buf)
 }
