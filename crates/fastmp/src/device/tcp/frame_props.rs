@@ -23,9 +23,11 @@ fn valid_frame(max_payload: u64) -> impl Strategy<Value = Frame> {
     ]
 }
 
-/// A small byte-stream's worth of valid frames.
+/// A stream's worth of valid frames: mostly short ones, sometimes a rendezvous payload long
+/// enough (>= 16 KiB) for the receive path to read it straight into the user buffer.
 fn valid_frames() -> impl Strategy<Value = Vec<Frame>> {
-    prop::collection::vec(valid_frame(300), 0..12)
+    let long_data = (any::<u64>(), 16_384u64..40_000).prop_map(|(recv_id, len)| Frame::Data { recv_id, len });
+    prop::collection::vec(prop_oneof![12 => valid_frame(300), 1 => long_data], 0..12)
 }
 
 fn any_reading() -> impl Strategy<Value = Reading> {
