@@ -29,6 +29,22 @@ if ! cargo fuzz --version >/dev/null 2>&1; then
     cargo install cargo-fuzz --locked
 fi
 
+# Seeds: libFuzzer grows inputs slowly, so it rarely builds a rendezvous payload long enough
+# (>= 16 KiB) to be read straight into the user buffer by itself. Hand it such streams.
+CORPUS=fuzz/corpus/frame_decode
+mkdir -p "$CORPUS"
+byte() { printf "\\x$(printf %02x "$1")"; }
+le64() { for shift in 0 8 16 24 32 40 48 56; do byte $((($1 >> shift) & 255)); done; }
+header() { # KIND A B: a frame header (magic 0xF4574D50) with zero flags, context and tag
+    byte "$1"; printf '\0\0\0PMW\xf4'; le64 0; le64 "$2"; le64 "$3"
+}
+seed() { # NAME CONTROL-BYTE: eager "abc", a 20000-byte rendezvous payload, bye
+    { byte "$2"; header 1 3 0; printf abc; header 4 20000 7
+      head -c 20000 /dev/zero | tr '\0' 'x'; header 5 0 0; } > "$CORPUS/seed-$1"
+}
+seed long-data-big-reads 0x60        # control: full-size receive buffers, 33 KiB reads
+seed long-data-small-reads 0xc0      # control: full-size buffers, 1 KiB reads, WouldBlock between
+
 # -a: debug assertions on (integer overflow panics too), as in the test profile.
 # -max_len: inputs long enough for a rendezvous payload that skips the staging buffer (>= 16 KiB).
 # -rss_limit_mb: a run that needs more memory than this is a finding (an unpaid allocation).

@@ -32,7 +32,12 @@ pub fn fuzz_decode_frames(data: &[u8]) {
     let sinks = SinkPolicy::from_control(control);
     let pieces = receive(stream, Reading::from_control(control), sinks);
     let whole = receive(stream, Reading::WHOLE, sinks);
-    assert_eq!(pieces, whole, "the outcome depends on how the stream was split into reads");
+    assert!(
+        pieces == whole,
+        "the outcome depends on how the stream was split into reads: {} vs {}",
+        pieces.summary(),
+        whole.summary()
+    );
     check_against_decode_stream(stream, &whole);
 }
 
@@ -68,6 +73,21 @@ pub(crate) struct Received {
     /// Every completed frame with the payload bytes that landed in its sink.
     pub completed: Vec<(Frame, Vec<u8>)>,
     pub end: End,
+}
+
+impl Received {
+    /// A failure message's view: payloads as lengths and checksums (they can be 64 KiB long).
+    fn summary(&self) -> String {
+        let completed: Vec<_> = self
+            .completed
+            .iter()
+            .map(|(frame, payload)| {
+                let checksum = payload.iter().fold(0u32, |sum, &b| sum.rotate_left(5) ^ u32::from(b));
+                format!("{frame:?} with {} bytes (checksum {checksum:#x})", payload.len())
+            })
+            .collect();
+        format!("headers {:?}, completed [{}], end {:?}", self.headers, completed.join(", "), self.end)
+    }
 }
 
 /// How the stream ended for the receive path.
