@@ -174,3 +174,17 @@ proptest! {
         fuzz_decode_frames(&[&[control][..], &bytes, &tail].concat());
     }
 }
+
+/// Deterministic cases for Miri (`scripts/miri.sh`): a payload longer than its receive buffer,
+/// arriving in pieces, so the receive path runs past the buffer's end without touching it.
+#[test]
+fn payload_longer_than_its_buffer_is_cut_in_place() {
+    let frames = [Frame::Eager { context: 1, tag: 2, len: 100 }, Frame::Data { recv_id: 3, len: 20_000 }, Frame::Bye];
+    let (bytes, _) = encode_stream(&frames);
+    for max_piece in [7, 4096, usize::MAX] {
+        let reading = Reading { max_piece, would_block_between: max_piece == 7 };
+        let received = receive(&bytes, reading, SinkPolicy::HalfBuffers);
+        assert_eq!(received.completed, expected_completions(&frames, SinkPolicy::HalfBuffers));
+        assert_eq!(received.end, End::Closed);
+    }
+}

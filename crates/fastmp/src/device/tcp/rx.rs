@@ -194,8 +194,12 @@ impl Rx {
                 match &mut d.sink {
                     Sink::User { ptr, capacity, .. } => {
                         let fit = (*capacity).saturating_sub(d.done).min(n);
-                        // SAFETY: as in `direct_target`; `d.done + fit <= capacity`.
-                        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), ptr.add(d.done), fit) };
+                        // Past the buffer's end (a truncated receive) nothing is copied, and even
+                        // forming `ptr.add(d.done)` there would be undefined behaviour (Miri).
+                        if fit > 0 {
+                            // SAFETY: as in `direct_target`; `d.done < d.done + fit <= capacity`.
+                            unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), ptr.add(d.done), fit) };
+                        }
                     }
                     Sink::Owned(buf) => buf.extend_from_slice(src),
                     Sink::Discard => {}
