@@ -1891,13 +1891,12 @@ device_suite! {
         single_rank_sends_to_itself,
         probe_of_an_exited_rank,
         receiver_first_respects_posting_order_under_concurrent_posts,
+        blocking_receive_from_self_without_a_send_is_a_deadlock_error,
+        ordering_with_many_senders,
+        sixteen_ranks_ring_and_all_to_all,
+        sendrecv_and_replace_in_a_ring,
+        dead_peer_is_reported_not_waited_for,
     ],
-    // Known tcp device defects (see the reasons); they still run on shm.
-    tcp_ignored: [
-        blocking_receive_from_self_without_a_send_is_a_deadlock_error = "tcp: probe(ANY_SOURCE) with no possible sender hangs instead of failing with Deadlock (iprobe passes blocked=false)",
-        ordering_with_many_senders = "tcp: shutdown hangs intermittently (a rank that reads a peer's Bye and EOF before shutting its write side never shuts it)",
-        sixteen_ranks_ring_and_all_to_all = "tcp: shutdown hangs (a rank that reads a peer's Bye and EOF before shutting its write side never shuts it)",
-        sendrecv_and_replace_in_a_ring = "tcp: shutdown hangs intermittently (a rank that reads a peer's Bye and EOF before shutting its write side never shuts it)",
-        dead_peer_is_reported_not_waited_for = "tcp: shutdown hangs intermittently (a rank that reads a peer's Bye and EOF before shutting its write side never shuts it)",
-    ],
+    // Tests the tcp device cannot run yet would be listed here with a reason.
+    tcp_ignored: [],
 }

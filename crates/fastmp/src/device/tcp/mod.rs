@@ -227,10 +227,16 @@ impl TcpEndpoint {
                     st.reqs.remove(id);
                     return Ok(Some(status));
                 }
-                SendPhase::SelfQueued => blocked.then_some(Error::Deadlock {
-                    rank: sh.rank,
-                    reason: "a send to itself that no posted receive matches",
-                }),
+                SendPhase::SelfQueued if blocked => {
+                    // Withdrawn, not left behind: the message never happened.
+                    st.unexpected.retain(|u| !matches!(u.body, Body::SelfSync(x) if x == id));
+                    st.reqs.remove(id);
+                    return Err(Error::Deadlock {
+                        rank: sh.rank,
+                        reason: "a send to itself that no posted receive matches",
+                    });
+                }
+                SendPhase::SelfQueued => None,
                 // A receiver that said `Bye` before answering our ready-to-send never will.
                 SendPhase::AwaitCts | SendPhase::CancelRequested => st
                     .abort_error()
@@ -252,7 +258,8 @@ impl TcpEndpoint {
         if self.shared.finalized.load(Ordering::Acquire) { Err(Error::Finalized("device")) } else { Ok(()) }
     }
 
-    /// A message to this rank itself: matched in memory, never through a socket.
+    /// A message to this rank itself: matched in memory, never through a socket. Eager-sized
+    /// standard sends are copied and complete at once; the others wait for their receive.
     fn send_to_self(&self, buf: *const u8, len: usize, tag: i32, context: ContextId, mode: SendMode) -> Started {
         let sh = &*self.shared;
         let me = sh.rank;
@@ -271,7 +278,8 @@ impl TcpEndpoint {
             sh.wake_waiters();
             return Started::Complete(Ok(status));
         }
-        if mode == SendMode::Synchronous {
+        // Like a rendezvous: the receive copies straight from the sender's buffer.
+        if mode == SendMode::Synchronous || len > sh.eager_limit {
             let id = st.reqs.insert(Req::Send(SendReq {
                 dest: me,
                 tag,
@@ -419,14 +427,12 @@ impl Shared {
     /// written, and it closed its side. Shuts our write side once the first two hold.
     fn try_close(&self, p: usize) -> bool {
         let peer = self.peer(p);
-        if peer.closed.load(Ordering::Acquire) {
-            return true;
-        }
+        // Shut our side even if the peer's EOF is already here: it waits for ours.
         let exited = lock(&self.state).peers[p] == PeerState::Exited;
         if exited && !peer.tx_busy.load(Ordering::Acquire) && !peer.write_shut.swap(true, Ordering::AcqRel) {
             let _ = peer.stream.shutdown(Shutdown::Write);
         }
-        false
+        peer.closed.load(Ordering::Acquire)
     }
 
     /// One round of progress on every connection this thread can get at; `true` if bytes moved.
@@ -781,7 +787,7 @@ impl Device for TcpEndpoint {
         // A non-blocking probe answers "no message" even if none can come any more, unless the
         // job is aborted; a blocked one (`probe`) fails instead of waiting forever.
         let blocked = sh.active.load(Ordering::Acquire) > 0;
-        let hopeless = st.abort_error().or_else(|| blocked.then(|| st.unreachable(sh.rank, spec, false)).flatten());
+        let hopeless = st.abort_error().or_else(|| blocked.then(|| st.unreachable(sh.rank, spec, true)).flatten());
         match hopeless {
             Some(e) => Err(e),
             None => Ok(None),

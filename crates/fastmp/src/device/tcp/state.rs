@@ -19,7 +19,7 @@ pub(super) enum SendPhase {
     CancelRequested,
     /// Payload queued on the connection.
     Transferring,
-    /// A synchronous send to this rank itself, waiting in the unexpected queue.
+    /// A synchronous or rendezvous-sized send to this rank itself, waiting in the unexpected queue.
     SelfQueued,
     Done(RawStatus),
 }
@@ -64,7 +64,7 @@ pub(super) enum Body {
     Rts {
         send_id: u64,
     },
-    /// A synchronous send to this rank itself; taking it copies from the sender's request.
+    /// A synchronous or rendezvous-sized send to this rank itself; taking it copies from the sender's request.
     SelfSync(ReqId),
 }
 
