@@ -210,6 +210,9 @@ fn fail(world: &Comm, failing: usize) -> Result<()> {
     let rank = world.rank();
     world.barrier()?;
     if rank == failing {
+        // Printed before failing: once its peers learn of the failure and exit, a launcher may
+        // stop this process before its error reaches stderr.
+        say(&format!("rank {rank}: failing on purpose"));
         return Err(Error::other(format!("testprog: rank {rank} fails on purpose")));
     }
     let mut never = [0u8; 1];
