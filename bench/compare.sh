@@ -14,7 +14,7 @@
 #                cores both sides run unpinned (MPI: --oversubscribe
 #                --bind-to none; fastmp: --pin none), e.g. NP=4 or NP=8 on 2 cores
 #   --tcp        compare over TCP: MPI runs with `--mca btl tcp,self`; fastmp
-#                runs through target/release/fastmprun --device tcp, if built
+#                runs its processes through fastmprun --device tcp (built here)
 #   --min-size B / --max-size B
 #                message size range, forwarded to both sides
 #   --iterations N
@@ -159,11 +159,12 @@ fastmp_mode=none # shm | tcp | none
 fastmp_bin=""
 fastmprun_bin=${FASTMPRUN_BIN:-target/release/fastmprun}
 if ((tcp)); then
-    if [[ -x $fastmprun_bin ]]; then
-        fastmp_mode=tcp
-    else
-        note "the fastmp tcp device is not built yet ($fastmprun_bin missing): running MPI over tcp only"
+    fastmp_mode=tcp
+    if [[ -z ${FASTMPRUN_BIN:-} ]]; then
+        note "cargo build --release -p fastmprun"
+        cargo build --release -p fastmprun >&2
     fi
+    [[ -x $fastmprun_bin ]] || die "fastmprun launcher '$fastmprun_bin' is missing or not executable"
 else
     fastmp_mode=shm
 fi

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs fastmp's unsafe core under Miri (undefined behaviour, data races, leaks):
 #   1. the unit tests of the ring, board, send record and request table (two-thread tests
-#      included), under Stacked Borrows and again under Tree Borrows;
+#      included) and the tcp receive path's truncating copy, under Stacked Borrows and again
+#      under Tree Borrows;
 #   2. the same modules with several scheduler seeds (different thread interleavings and
 #      weak-memory outcomes);
 #   3. tests/miri_smoke.rs: tiny jobs through the public API (eager, rendezvous,
@@ -25,7 +26,10 @@ rustup component add --toolchain nightly miri rust-src >/dev/null 2>&1 \
     || rustup component add --toolchain nightly miri rust-src
 cargo +nightly miri setup >/dev/null
 
-MODULES=(device::shm::ring device::shm::board device::shm::record device::slab)
+# frame_props::payload_longer...: the tcp receive path's raw-pointer copies into a receive buffer
+# shorter than the payload (Miri caught a pointer formed past such a buffer's end there).
+MODULES=(device::shm::ring device::shm::board device::shm::record device::slab
+    device::tcp::frame_props::payload_longer_than_its_buffer_is_cut_in_place)
 BASE_FLAGS="${MIRIFLAGS:-}"
 
 step() { printf '\n==== %s\n' "$*"; }

@@ -54,6 +54,11 @@ pub enum Error {
     #[error("serialization failed: {0}")]
     Serialization(String),
 
+    /// A TCP connection failed the job handshake (a stranger, a wrong job secret, a silent or
+    /// broken peer) and was closed before any message could pass over it.
+    #[error("connection rejected: {0}")]
+    Rejected(String),
+
     /// A rank of [`crate::run`] failed; `cause` is its error or panic message.
     #[error("rank {rank} failed: {cause}")]
     RankFailed { rank: usize, cause: String },

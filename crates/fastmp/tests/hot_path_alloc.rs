@@ -1,5 +1,6 @@
 //! Small messages allocate nothing on the hot path: after warm-up, a ping-pong of eager messages
-//! (blocking and nonblocking) performs zero heap allocations on either rank thread.
+//! (blocking and nonblocking) performs zero heap allocations on either rank thread, on the shm
+//! and tcp devices.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
@@ -54,24 +55,41 @@ fn ping_pong(world: &fastmp::Comm, rounds: usize, out: &[u8], inc: &mut [u8]) ->
     Ok(())
 }
 
-#[test]
-fn eager_messages_do_not_allocate_after_warm_up() {
-    let counts = fastmp::run(2, |world| {
-        let mut per_size = Vec::new();
-        for size in [0usize, 8, 24, 25, 1024, 4096] {
-            let out = vec![world.rank() as u8; size];
-            let mut inc = vec![0u8; size];
-            ping_pong(&world, 50, &out, &mut inc)?; // warm-up: pools and spill buffers fill here
-            let before = allocations();
-            ping_pong(&world, 500, &out, &mut inc)?;
-            per_size.push((size, allocations() - before));
-        }
-        Ok(per_size)
-    })
-    .unwrap();
+/// Allocations per size during 500 round trips after a warm-up, per rank.
+fn allocations_per_size(config: fastmp::Config, sizes: &[usize]) -> Vec<Vec<(usize, u64)>> {
+    config
+        .run(|world| {
+            let mut per_size = Vec::new();
+            for &size in sizes {
+                let out = vec![world.rank() as u8; size];
+                let mut inc = vec![0u8; size];
+                ping_pong(&world, 50, &out, &mut inc)?; // warm-up: pools and spill buffers fill here
+                let before = allocations();
+                ping_pong(&world, 500, &out, &mut inc)?;
+                per_size.push((size, allocations() - before));
+            }
+            Ok(per_size)
+        })
+        .unwrap()
+}
+
+fn assert_no_allocations(counts: &[Vec<(usize, u64)>]) {
     for (rank, per_size) in counts.iter().enumerate() {
         for &(size, n) in per_size {
             assert_eq!(n, 0, "rank {rank}: {n} allocations during 500 round trips of {size} bytes");
         }
     }
+}
+
+#[test]
+fn eager_messages_do_not_allocate_after_warm_up() {
+    assert_no_allocations(&allocations_per_size(fastmp::Config::new().np(2), &[0, 8, 24, 25, 1024, 4096]));
+}
+
+/// On tcp the rank thread receives directly from its sockets; rendezvous sizes are included
+/// because their requests and queues are recycled too.
+#[test]
+fn tcp_messages_do_not_allocate_after_warm_up() {
+    let config = fastmp::Config::new().device(fastmp::DeviceKind::Tcp).np(2);
+    assert_no_allocations(&allocations_per_size(config, &[0, 8, 1024, 8192, 65536]));
 }

@@ -1,5 +1,9 @@
-//! Point-to-point integration tests on the shm device: matching rules, every protocol path with
-//! exact byte checks, nonblocking requests, combined operations, probes, objects and errors.
+//! Point-to-point integration tests: matching rules, every protocol path with exact byte checks,
+//! nonblocking requests, combined operations, probes, objects and errors.
+//!
+//! One suite for every device: each test body takes the device, and `device_suite!` (bottom of
+//! the file) generates `shm::<name>` and `tcp::<name>`. On tcp the ranks are threads of this
+//! process joined by loopback TCP connections, so the whole tcp protocol stack is exercised.
 //!
 //! Tests never depend on timing for their verdict: where an ordering matters (a send posted before
 //! its receive, a receive posted before its send) it is enforced with messages, probes or shared
@@ -12,10 +16,10 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Barrier, Mutex};
 use std::time::Duration;
 
-use common::{assert_bytes_eq, check_pattern, mix, pattern};
+use common::{assert_bytes_eq, check_pattern, device_suite, mix, pattern};
 use fastmp::{
-    ANY_SOURCE, ANY_TAG, Config, DEFAULT_EAGER_LIMIT, Error, Request, Result, Status, TAG_UB, testall, testany,
-    waitall, waitany,
+    ANY_SOURCE, ANY_TAG, Comm, Config, DEFAULT_EAGER_LIMIT, DeviceKind, Error, Request, Result, Status, TAG_UB,
+    testall, testany, waitall, waitany,
 };
 use serde::{Deserialize, Serialize};
 
@@ -27,8 +31,18 @@ const MIB: usize = 1 << 20;
 /// The largest message of the suite.
 const BIG: usize = 3 * MIB + 5;
 
-fn cfg(np: usize, eager_limit: usize) -> Config {
-    Config::new().np(np).eager_limit(eager_limit)
+/// A job of `np` ranks on `dev` with the given eager limit.
+fn cfg(dev: DeviceKind, np: usize, eager_limit: usize) -> Config {
+    Config::new().device(dev).np(np).eager_limit(eager_limit)
+}
+
+/// `fastmp::run` on `dev`: `np` ranks, default settings.
+fn run<F, R>(dev: DeviceKind, np: usize, f: F) -> Result<Vec<R>>
+where
+    F: Fn(Comm) -> Result<R> + Sync,
+    R: Send,
+{
+    cfg(dev, np, DEFAULT_EAGER_LIMIT).run(f)
 }
 
 fn pause() {
@@ -59,9 +73,8 @@ fn assert_status(st: &Status, source: usize, tag: i32, bytes: usize) {
 
 // ------------------------------------------------------------------------------------- matching
 
-#[test]
-fn match_specific_source_and_tag() {
-    fastmp::run(3, |world| {
+fn match_specific_source_and_tag(dev: DeviceKind) {
+    run(dev, 3, |world| {
         if world.rank() == 0 {
             for (src, tag) in [(2, 20), (1, 10), (2, 10), (1, 20)] {
                 let mut buf = [0i32; 2];
@@ -80,9 +93,8 @@ fn match_specific_source_and_tag() {
     .unwrap();
 }
 
-#[test]
-fn match_any_source() {
-    fastmp::run(4, |world| {
+fn match_any_source(dev: DeviceKind) {
+    run(dev, 4, |world| {
         let rank = world.rank();
         if rank == 0 {
             let mut sources = Vec::new();
@@ -114,9 +126,8 @@ fn match_any_source() {
     .unwrap();
 }
 
-#[test]
-fn match_any_tag_follows_send_order() {
-    fastmp::run(3, |world| {
+fn match_any_tag_follows_send_order(dev: DeviceKind) {
+    run(dev, 3, |world| {
         match world.rank() {
             0 => {
                 // Rank 2's message must never satisfy a receive from rank 1.
@@ -145,9 +156,8 @@ fn match_any_tag_follows_send_order() {
     .unwrap();
 }
 
-#[test]
-fn match_both_wildcards() {
-    fastmp::run(4, |world| {
+fn match_both_wildcards(dev: DeviceKind) {
+    run(dev, 4, |world| {
         let rank = world.rank();
         if rank == 0 {
             let mut next = [0u32; 4];
@@ -172,10 +182,10 @@ fn match_both_wildcards() {
 }
 
 /// Messages with different tags are received in the opposite order of sending.
-fn tags_out_of_send_order(limit: usize, base: usize) {
+fn tags_out_of_send_order(dev: DeviceKind, limit: usize, base: usize) {
     const N: usize = 6;
     let seed = |t: usize| mix(&[0x7A65, base as u64, t as u64]);
-    cfg(2, limit)
+    cfg(dev, 2, limit)
         .run(|world| {
             if world.rank() == 1 {
                 let bufs: Vec<Vec<u8>> = (0..N).map(|t| pattern(seed(t), base + t)).collect();
@@ -200,19 +210,16 @@ fn tags_out_of_send_order(limit: usize, base: usize) {
         .unwrap();
 }
 
-#[test]
-fn tags_received_out_of_send_order_eager_inline() {
-    tags_out_of_send_order(1000, 3);
+fn tags_received_out_of_send_order_eager_inline(dev: DeviceKind) {
+    tags_out_of_send_order(dev, 1000, 3);
 }
 
-#[test]
-fn tags_received_out_of_send_order_eager_spilled() {
-    tags_out_of_send_order(1000, 300);
+fn tags_received_out_of_send_order_eager_spilled(dev: DeviceKind) {
+    tags_out_of_send_order(dev, 1000, 300);
 }
 
-#[test]
-fn tags_received_out_of_send_order_rendezvous() {
-    tags_out_of_send_order(1000, 5000);
+fn tags_received_out_of_send_order_rendezvous(dev: DeviceKind) {
+    tags_out_of_send_order(dev, 1000, 5000);
 }
 
 /// Size of message `seq` in the ordering tests: cycles through every protocol for limit 1000.
@@ -224,10 +231,9 @@ fn seq_seed(seq: usize) -> u64 {
     mix(&[0x5E9, seq as u64])
 }
 
-#[test]
-fn non_overtaking_same_source_same_tag() {
+fn non_overtaking_same_source_same_tag(dev: DeviceKind) {
     const N: usize = 300;
-    cfg(2, 1000)
+    cfg(dev, 2, 1000)
         .run(|world| {
             if world.rank() == 1 {
                 for seq in 0..N {
@@ -252,11 +258,10 @@ fn non_overtaking_same_source_same_tag() {
         .unwrap();
 }
 
-#[test]
-fn non_overtaking_into_preposted_receives() {
+fn non_overtaking_into_preposted_receives(dev: DeviceKind) {
     // More receives than the posted-receive board holds, so later ones go private.
     const N: usize = 150;
-    cfg(2, 1000)
+    cfg(dev, 2, 1000)
         .run(|world| {
             if world.rank() == 1 {
                 wait_go(&world, 0)?;
@@ -300,11 +305,10 @@ fn numbered(src: usize, seq: usize) -> Vec<u64> {
         .collect()
 }
 
-#[test]
-fn ordering_with_many_senders() {
+fn ordering_with_many_senders(dev: DeviceKind) {
     const NP: usize = 8;
     const PER: usize = 200;
-    cfg(NP, 1024)
+    cfg(dev, NP, 1024)
         .run(|world| {
             let rank = world.rank();
             if rank != 0 {
@@ -343,9 +347,9 @@ fn ordering_with_many_senders() {
 /// arrived when rank 0 posts its receive (eager unexpected / rendezvous; enforced by probing),
 /// then into receives rank 0 posted before rank 1 started sending (posted / receiver-first).
 /// Every byte is checked, and receive space past the message must stay untouched.
-fn exchange_both_orders(limit: usize, sizes: &[usize]) {
+fn exchange_both_orders(dev: DeviceKind, limit: usize, sizes: &[usize]) {
     let seed = |phase: u64, i: usize| mix(&[limit as u64, phase, i as u64, sizes[i] as u64]);
-    cfg(2, limit)
+    cfg(dev, 2, limit)
         .run(|world| {
             if world.rank() == 1 {
                 for (i, &n) in sizes.iter().enumerate() {
@@ -388,35 +392,31 @@ fn exchange_both_orders(limit: usize, sizes: &[usize]) {
         .unwrap();
 }
 
-#[test]
-fn eager_inline_and_spilled_sizes() {
+fn eager_inline_and_spilled_sizes(dev: DeviceKind) {
     let sizes = [0, 1, 7, 8, 23, 24, 25, 31, 32, 63, 64, 100, 999, 1000];
-    exchange_both_orders(1000, &sizes);
+    exchange_both_orders(dev, 1000, &sizes);
     let l = DEFAULT_EAGER_LIMIT;
-    exchange_both_orders(l, &[0, 1, 24, 25, 4096, l - 1, l]);
+    exchange_both_orders(dev, l, &[0, 1, 24, 25, 4096, l - 1, l]);
 }
 
-#[test]
-fn sizes_around_the_eager_limit() {
+fn sizes_around_the_eager_limit(dev: DeviceKind) {
     for limit in [0, 1, 24, 25, 64, 1000, DEFAULT_EAGER_LIMIT] {
         let mut sizes = vec![limit.saturating_sub(1), limit, limit + 1, 0];
         sizes.dedup();
-        exchange_both_orders(limit, &sizes);
+        exchange_both_orders(dev, limit, &sizes);
     }
 }
 
-#[test]
-fn rendezvous_and_receiver_first_large_sizes() {
-    exchange_both_orders(1000, &[1001, 2003, 65_536, 200_000, BIG]);
-    exchange_both_orders(DEFAULT_EAGER_LIMIT, &[DEFAULT_EAGER_LIMIT + 1, 100_000, BIG]);
+fn rendezvous_and_receiver_first_large_sizes(dev: DeviceKind) {
+    exchange_both_orders(dev, 1000, &[1001, 2003, 65_536, 200_000, BIG]);
+    exchange_both_orders(dev, DEFAULT_EAGER_LIMIT, &[DEFAULT_EAGER_LIMIT + 1, 100_000, BIG]);
 }
 
-#[test]
-fn rendezvous_send_posted_before_receive() {
+fn rendezvous_send_posted_before_receive(dev: DeviceKind) {
     for limit in [1000, DEFAULT_EAGER_LIMIT] {
         let sizes = [limit + 1, 2 * limit + 3, 65_536, BIG];
         let seed = |i: usize| mix(&[0x4E2, limit as u64, i as u64]);
-        cfg(2, limit)
+        cfg(dev, 2, limit)
             .run(|world| {
                 if world.rank() == 1 {
                     for (i, &n) in sizes.iter().enumerate() {
@@ -441,12 +441,11 @@ fn rendezvous_send_posted_before_receive() {
     }
 }
 
-#[test]
-fn receiver_first_direct_copy() {
+fn receiver_first_direct_copy(dev: DeviceKind) {
     for limit in [1000, DEFAULT_EAGER_LIMIT] {
         let sizes = [limit + 1, 100_000, BIG];
         let seed = |i: usize| mix(&[0x4F1, limit as u64, i as u64]);
-        cfg(2, limit)
+        cfg(dev, 2, limit)
             .run(|world| {
                 for (i, &n) in sizes.iter().enumerate() {
                     let tag = i as i32 + 3;
@@ -476,12 +475,11 @@ fn receiver_first_direct_copy() {
     }
 }
 
-#[test]
-fn issend_incomplete_until_receiver_matches() {
+fn issend_incomplete_until_receiver_matches(dev: DeviceKind) {
     let limit = 1000;
     let sizes = [0, 10, 24, 500, limit, limit + 1, 100_000];
     let seed = |i: usize| mix(&[0x155, i as u64]);
-    cfg(2, limit)
+    cfg(dev, 2, limit)
         .run(|world| {
             for (i, &n) in sizes.iter().enumerate() {
                 let tag = i as i32;
@@ -513,13 +511,12 @@ fn issend_incomplete_until_receiver_matches() {
         .unwrap();
 }
 
-#[test]
-fn ssend_returns_only_after_receive_is_posted() {
+fn ssend_returns_only_after_receive_is_posted(dev: DeviceKind) {
     let limit = 1000;
     let sizes = [0, 16, 700, limit + 1, 50_000];
     for (i, &n) in sizes.iter().enumerate() {
         let posting = AtomicBool::new(false);
-        cfg(2, limit)
+        cfg(dev, 2, limit)
             .run(|world| {
                 let data = pattern(mix(&[0x55E, i as u64]), n);
                 if world.rank() == 0 {
@@ -539,9 +536,8 @@ fn ssend_returns_only_after_receive_is_posted() {
     }
 }
 
-#[test]
-fn ssend_into_preposted_receive() {
-    cfg(2, 1000)
+fn ssend_into_preposted_receive(dev: DeviceKind) {
+    cfg(dev, 2, 1000)
         .run(|world| {
             let sizes = [3usize, 800, 1001, 30_000];
             if world.rank() == 0 {
@@ -568,9 +564,8 @@ fn ssend_into_preposted_receive() {
         .unwrap();
 }
 
-#[test]
-fn zero_byte_messages() {
-    cfg(2, 0)
+fn zero_byte_messages(dev: DeviceKind) {
+    cfg(dev, 2, 0)
         .run(|world| {
             if world.rank() == 1 {
                 world.send::<u8>(&[], 0, 1)?;
@@ -601,9 +596,8 @@ fn zero_byte_messages() {
         .unwrap();
 }
 
-#[test]
-fn status_counts_for_element_types() {
-    fastmp::run(2, |world| {
+fn status_counts_for_element_types(dev: DeviceKind) {
+    run(dev, 2, |world| {
         if world.rank() == 1 {
             world.send(&[1.5f64, -2.0, 3.25, 0.0, 1e300], 0, 0)?;
             world.send(&[1u16, 2, 3], 0, 1)?;
@@ -642,11 +636,10 @@ fn status_counts_for_element_types() {
 
 // ---------------------------------------------------------------------------------- nonblocking
 
-#[test]
-fn waitall_many_mixed_sizes() {
+fn waitall_many_mixed_sizes(dev: DeviceKind) {
     const N: usize = 60;
     let size = |i: usize| [0, 9, 24, 600, 1024, 1025, 9000, 70_000][i % 8];
-    cfg(2, 1024)
+    cfg(dev, 2, 1024)
         .run(|world| {
             let rank = world.rank();
             let peer = 1 - rank;
@@ -678,11 +671,10 @@ fn waitall_many_mixed_sizes() {
         .unwrap();
 }
 
-#[test]
-fn waitany_returns_each_index_once() {
+fn waitany_returns_each_index_once(dev: DeviceKind) {
     const N: usize = 20;
     let size = |i: usize| if i % 4 == 1 { 20_000 } else { 8 * i };
-    cfg(2, 4096)
+    cfg(dev, 2, 4096)
         .run(|world| {
             if world.rank() == 1 {
                 wait_go(&world, 0)?;
@@ -728,10 +720,9 @@ fn waitany_returns_each_index_once() {
         .unwrap();
 }
 
-#[test]
-fn testany_and_testall() {
+fn testany_and_testall(dev: DeviceKind) {
     const N: usize = 5;
-    cfg(2, 1000)
+    cfg(dev, 2, 1000)
         .run(|world| {
             if world.rank() == 1 {
                 wait_go(&world, 0)?;
@@ -799,9 +790,8 @@ fn testany_and_testall() {
         .unwrap();
 }
 
-#[test]
-fn test_on_an_inactive_request_is_an_error() {
-    fastmp::run(1, |world| {
+fn test_on_an_inactive_request_is_an_error(dev: DeviceKind) {
+    run(dev, 1, |world| {
         let mut buf = [0u8; 2];
         let sent = [4u8, 2];
         world.scope(|s| {
@@ -822,9 +812,8 @@ fn test_on_an_inactive_request_is_an_error() {
     .unwrap();
 }
 
-#[test]
-fn cancel_unmatched_irecv() {
-    fastmp::run(2, |world| {
+fn cancel_unmatched_irecv(dev: DeviceKind) {
+    run(dev, 2, |world| {
         if world.rank() == 1 {
             wait_go(&world, 0)?;
             world.send(&[1u8, 2, 3, 4], 0, 42)?;
@@ -857,9 +846,8 @@ fn cancel_unmatched_irecv() {
     .unwrap();
 }
 
-#[test]
-fn cancel_after_match_has_no_effect() {
-    fastmp::run(2, |world| {
+fn cancel_after_match_has_no_effect(dev: DeviceKind) {
+    run(dev, 2, |world| {
         if world.rank() == 1 {
             wait_go(&world, 0)?;
             world.send(&[9u8, 9, 9], 0, 42)?;
@@ -884,10 +872,9 @@ fn cancel_after_match_has_no_effect() {
     .unwrap();
 }
 
-#[test]
-fn dropped_and_forgotten_irecv_are_released_at_scope_end() {
+fn dropped_and_forgotten_irecv_are_released_at_scope_end(dev: DeviceKind) {
     let sizes = [10usize, 3000, 24, 0, 5000];
-    cfg(2, 1000)
+    cfg(dev, 2, 1000)
         .run(|world| {
             if world.rank() == 1 {
                 wait_go(&world, 0)?;
@@ -924,9 +911,9 @@ fn dropped_and_forgotten_irecv_are_released_at_scope_end() {
 /// A forgotten rendezvous isend (and a forgotten eager issend) still deliver the right data after
 /// the sender's scope ended and its buffer was overwritten and freed; with `sender_exits` the
 /// sending rank has even finished its program before the receiver asks.
-fn forgotten_sends(sender_exits: bool) {
+fn forgotten_sends(dev: DeviceKind, sender_exits: bool) {
     let big_seed = 0xF0F0;
-    cfg(2, 1000)
+    cfg(dev, 2, 1000)
         .run(|world| {
             if world.rank() == 0 {
                 let mut data = pattern(big_seed, BIG);
@@ -974,22 +961,19 @@ fn forgotten_sends(sender_exits: bool) {
         .unwrap();
 }
 
-#[test]
-fn forgotten_large_isend_still_delivers() {
-    forgotten_sends(false);
+fn forgotten_large_isend_still_delivers(dev: DeviceKind) {
+    forgotten_sends(dev, false);
 }
 
-#[test]
-fn forgotten_large_isend_delivers_after_sender_exited() {
-    forgotten_sends(true);
+fn forgotten_large_isend_delivers_after_sender_exited(dev: DeviceKind) {
+    forgotten_sends(dev, true);
 }
 
 /// A request started on an outer scope while an inner scope is open belongs to the outer scope
 /// (its type says so: `Request<'outer>` can leave the inner closure), so the inner scope's end
 /// must not release it.
-#[test]
-fn outer_scope_request_started_inside_inner_scope() {
-    fastmp::run(2, |world| {
+fn outer_scope_request_started_inside_inner_scope(dev: DeviceKind) {
+    run(dev, 2, |world| {
         if world.rank() == 1 {
             wait_go(&world, 0)?;
             world.send(&[5u8, 6, 7], 0, 3)?;
@@ -1010,9 +994,8 @@ fn outer_scope_request_started_inside_inner_scope() {
 }
 
 /// Same for a rendezvous send started on the outer scope inside an inner one.
-#[test]
-fn outer_scope_send_started_inside_inner_scope() {
-    cfg(2, 1000)
+fn outer_scope_send_started_inside_inner_scope(dev: DeviceKind) {
+    cfg(dev, 2, 1000)
         .run(|world| {
             if world.rank() == 1 {
                 let mut buf = vec![0u8; 5000];
@@ -1034,11 +1017,10 @@ fn outer_scope_send_started_inside_inner_scope() {
 /// A rank that polls a request with `test` (instead of blocking in `wait`) must also learn that
 /// the job was aborted, or it spins forever: here rank 0 polls a receive from ANY_SOURCE while
 /// rank 1 panics and rank 2 stays alive (so the receive is not impossible by liveness alone).
-#[test]
-fn polling_with_test_notices_an_aborted_job() {
+fn polling_with_test_notices_an_aborted_job(dev: DeviceKind) {
     let done = Barrier::new(2);
     let polled = Mutex::new(None);
-    let err = fastmp::run(3, |world| {
+    let err = run(dev, 3, |world| {
         let mut buf = [0u8; 1];
         match world.rank() {
             1 => panic!("gone"),
@@ -1071,9 +1053,8 @@ fn polling_with_test_notices_an_aborted_job() {
     assert!(matches!(&polled, Some(Outcome::PeerFailed { rank: 1, .. })), "rank 0's test() returned {polled:?}");
 }
 
-#[test]
-fn cancel_unmatched_sends() {
-    cfg(2, 1000)
+fn cancel_unmatched_sends(dev: DeviceKind) {
+    cfg(dev, 2, 1000)
         .run(|world| {
             if world.rank() == 1 {
                 wait_go(&world, 0)?;
@@ -1106,9 +1087,8 @@ fn cancel_unmatched_sends() {
 
 /// With every other rank gone, a rank can still receive from itself: an ANY_SOURCE receive must
 /// not be declared impossible.
-#[test]
-fn any_source_receive_from_self_after_others_exited() {
-    fastmp::run(2, |world| {
+fn any_source_receive_from_self_after_others_exited(dev: DeviceKind) {
+    run(dev, 2, |world| {
         if world.rank() == 1 {
             return Ok(());
         }
@@ -1131,9 +1111,8 @@ fn any_source_receive_from_self_after_others_exited() {
 
 /// Same, with the matching self-message still waiting in the sender queue (more self-sends than
 /// the ring holds) when the blocking ANY_SOURCE receive starts.
-#[test]
-fn any_source_receive_of_queued_self_send_after_others_exited() {
-    fastmp::run(2, |world| {
+fn any_source_receive_of_queued_self_send_after_others_exited(dev: DeviceKind) {
+    run(dev, 2, |world| {
         if world.rank() == 1 {
             return Ok(());
         }
@@ -1164,9 +1143,8 @@ fn any_source_receive_of_queued_self_send_after_others_exited() {
     .unwrap();
 }
 
-#[test]
-fn waitall_reports_first_error_and_completes_the_rest() {
-    fastmp::run(2, |world| {
+fn waitall_reports_first_error_and_completes_the_rest(dev: DeviceKind) {
+    run(dev, 2, |world| {
         if world.rank() == 1 {
             for tag in 0..3 {
                 world.send(&[tag as u8 + 1; 8], 0, tag)?;
@@ -1191,11 +1169,10 @@ fn waitall_reports_first_error_and_completes_the_rest() {
 
 // -------------------------------------------------------------------- sendrecv and friends
 
-#[test]
-fn sendrecv_and_replace_in_a_ring() {
+fn sendrecv_and_replace_in_a_ring(dev: DeviceKind) {
     for np in [2, 3, 5] {
         for len in [3usize, 3000] {
-            fastmp::run(np, |world| {
+            run(dev, np, |world| {
                 let (rank, n) = (world.rank(), world.size());
                 let (right, left) = ((rank + 1) % n, (rank + n - 1) % n);
                 let block = |r: usize| -> Vec<u64> { (0..len).map(|k| (r * 1_000_000 + k) as u64).collect() };
@@ -1226,9 +1203,8 @@ fn sendrecv_and_replace_in_a_ring() {
     }
 }
 
-#[test]
-fn sendrecv_with_itself() {
-    fastmp::run(1, |world| {
+fn sendrecv_with_itself(dev: DeviceKind) {
+    run(dev, 1, |world| {
         let mut got = [0u32; 3];
         let st = world.sendrecv(&[1u32, 2, 3], 0, 1, &mut got, 0, 1)?;
         assert_eq!((st.source, st.count, got), (0, 3, [1, 2, 3]));
@@ -1242,9 +1218,8 @@ fn sendrecv_with_itself() {
 
 // ------------------------------------------------------------------------------------- probes
 
-#[test]
-fn probe_and_iprobe_report_envelope_and_size() {
-    cfg(2, 8192)
+fn probe_and_iprobe_report_envelope_and_size(dev: DeviceKind) {
+    cfg(dev, 2, 8192)
         .run(|world| {
             if world.rank() == 1 {
                 wait_go(&world, 0)?;
@@ -1319,9 +1294,8 @@ fn record(rank: usize, n: usize) -> Record {
     }
 }
 
-#[test]
-fn objects_roundtrip() {
-    cfg(3, 1000)
+fn objects_roundtrip(dev: DeviceKind) {
+    cfg(dev, 3, 1000)
         .run(|world| {
             let rank = world.rank();
             if rank != 0 {
@@ -1364,9 +1338,8 @@ fn objects_roundtrip() {
 
 // ------------------------------------------------------------------------------------- errors
 
-#[test]
-fn rank_out_of_range() {
-    fastmp::run(2, |world| {
+fn rank_out_of_range(dev: DeviceKind) {
+    run(dev, 2, |world| {
         let out_of_range = |r: Result<_>, rank: usize| {
             assert!(matches!(r, Err(Error::RankOutOfRange { rank: got, size: 2 }) if got == rank), "{r:?}");
         };
@@ -1390,9 +1363,8 @@ fn rank_out_of_range() {
     .unwrap();
 }
 
-#[test]
-fn tag_out_of_range() {
-    fastmp::run(2, |world| {
+fn tag_out_of_range(dev: DeviceKind) {
+    run(dev, 2, |world| {
         let bad_tag = |r: Result<_>, tag: i32| {
             assert!(matches!(r, Err(Error::TagOutOfRange { tag: got, max: TAG_UB }) if got == tag), "{r:?}");
         };
@@ -1424,9 +1396,9 @@ fn tag_out_of_range() {
 
 /// Rank 1 sends `len` bytes that rank 0 receives into the first `cap` bytes of a larger buffer,
 /// either after the message arrived (`recv_first == false`) or with the receive posted first.
-fn truncation_case(limit: usize, len: usize, cap: usize, recv_first: bool) {
+fn truncation_case(dev: DeviceKind, limit: usize, len: usize, cap: usize, recv_first: bool) {
     let what = format!("limit {limit}, {len} bytes into {cap}, receive first: {recv_first}");
-    cfg(2, limit)
+    cfg(dev, 2, limit)
         .run(|world| {
             let data = pattern(mix(&[len as u64, cap as u64]), len);
             if world.rank() == 1 {
@@ -1465,22 +1437,20 @@ fn truncation_case(limit: usize, len: usize, cap: usize, recv_first: bool) {
         .unwrap();
 }
 
-#[test]
-fn truncation_on_every_path() {
+fn truncation_on_every_path(dev: DeviceKind) {
     for recv_first in [false, true] {
-        truncation_case(1000, 20, 10, recv_first); // inline eager
-        truncation_case(1000, 24, 0, recv_first);
-        truncation_case(1000, 500, 300, recv_first); // spilled eager
-        truncation_case(1000, 1000, 999, recv_first); // eager at the limit
-        truncation_case(1000, 5000, 3000, recv_first); // rendezvous / receiver-first
-        truncation_case(1000, 5000, 999, recv_first); // buffer below the eager limit
-        truncation_case(1000, BIG, MIB, recv_first);
+        truncation_case(dev, 1000, 20, 10, recv_first); // inline eager
+        truncation_case(dev, 1000, 24, 0, recv_first);
+        truncation_case(dev, 1000, 500, 300, recv_first); // spilled eager
+        truncation_case(dev, 1000, 1000, 999, recv_first); // eager at the limit
+        truncation_case(dev, 1000, 5000, 3000, recv_first); // rendezvous / receiver-first
+        truncation_case(dev, 1000, 5000, 999, recv_first); // buffer below the eager limit
+        truncation_case(dev, 1000, BIG, MIB, recv_first);
     }
 }
 
-#[test]
-fn truncation_of_typed_receive() {
-    fastmp::run(2, |world| {
+fn truncation_of_typed_receive(dev: DeviceKind) {
+    run(dev, 2, |world| {
         if world.rank() == 1 {
             world.send(&[1u32, 2, 3, 4, 5], 0, 0)?;
             return Ok(());
@@ -1497,9 +1467,8 @@ fn truncation_of_typed_receive() {
     .unwrap();
 }
 
-#[test]
-fn element_size_mismatch() {
-    fastmp::run(2, |world| {
+fn element_size_mismatch(dev: DeviceKind) {
+    run(dev, 2, |world| {
         if world.rank() == 1 {
             world.send(&[1u8, 2, 3, 4, 5, 6], 0, 0)?;
             world.send(&[1u8, 2, 3, 4, 5, 6], 0, 1)?;
@@ -1515,9 +1484,8 @@ fn element_size_mismatch() {
     .unwrap();
 }
 
-#[test]
-fn use_after_finalize() {
-    fastmp::run(2, |world| {
+fn use_after_finalize(dev: DeviceKind) {
+    run(dev, 2, |world| {
         let peer = 1 - world.rank();
         let clone = world.clone();
         world.finalize()?;
@@ -1542,9 +1510,8 @@ fn use_after_finalize() {
     .unwrap();
 }
 
-#[test]
-fn dead_peer_is_reported_not_waited_for() {
-    cfg(3, 1000)
+fn dead_peer_is_reported_not_waited_for(dev: DeviceKind) {
+    cfg(dev, 3, 1000)
         .run(|world| {
             match world.rank() {
                 0 => {
@@ -1578,10 +1545,9 @@ fn dead_peer_is_reported_not_waited_for() {
         .unwrap();
 }
 
-#[test]
-fn dead_peer_simple() {
+fn dead_peer_simple(dev: DeviceKind) {
     // Rank 1 returns at once; rank 0's receive from it fails (Ok is returned either way).
-    let results = fastmp::run(2, |world| {
+    let results = run(dev, 2, |world| {
         if world.rank() == 1 {
             return Ok(None);
         }
@@ -1609,10 +1575,10 @@ fn outcome<T: std::fmt::Debug>(r: Result<T>) -> Outcome {
 /// Rank 1 fails (panics or returns an error) while ranks 0, 2 and 3 are blocked; the survivors
 /// record what their blocked operation returned and wait for each other before returning, so no
 /// survivor sees another one exit.
-fn failing_rank(panics: bool, blocked_on_failed_rank: bool) -> (Error, Vec<(usize, Outcome)>) {
+fn failing_rank(dev: DeviceKind, panics: bool, blocked_on_failed_rank: bool) -> (Error, Vec<(usize, Outcome)>) {
     let outcomes = Mutex::new(Vec::new());
     let survivors = Barrier::new(3);
-    let err = fastmp::run(4, |world| {
+    let err = run(dev, 4, |world| {
         let mut buf = [0u8; 4];
         let got = match world.rank() {
             1 => {
@@ -1647,33 +1613,29 @@ fn assert_survivors_got_peer_failed(outcomes: &[(usize, Outcome)], cause: &str) 
     }
 }
 
-#[test]
-fn panicking_rank_fails_the_run_and_unblocks_others() {
-    let (err, outcomes) = failing_rank(true, false);
+fn panicking_rank_fails_the_run_and_unblocks_others(dev: DeviceKind) {
+    let (err, outcomes) = failing_rank(dev, true, false);
     assert!(matches!(&err, Error::RankFailed { rank: 1, cause } if cause.contains("kaboom from rank 1")), "{err:?}");
     assert_survivors_got_peer_failed(&outcomes, "kaboom from rank 1");
 }
 
-#[test]
-fn failing_rank_error_is_reported_with_its_message() {
-    let (err, outcomes) = failing_rank(false, false);
+fn failing_rank_error_is_reported_with_its_message(dev: DeviceKind) {
+    let (err, outcomes) = failing_rank(dev, false, false);
     assert!(matches!(&err, Error::RankFailed { rank: 1, cause } if cause.contains("boom")), "{err:?}");
     assert_survivors_got_peer_failed(&outcomes, "boom");
 }
 
 /// A rank blocked in a receive from the rank that panicked must get `PeerFailed` like every other
 /// blocked rank (docs of `run` and `Error::PeerFailed`).
-#[test]
-fn receive_from_the_panicking_rank_gets_peer_failed() {
-    let (err, outcomes) = failing_rank(true, true);
+fn receive_from_the_panicking_rank_gets_peer_failed(dev: DeviceKind) {
+    let (err, outcomes) = failing_rank(dev, true, true);
     assert!(matches!(&err, Error::RankFailed { rank: 1, .. }), "{err:?}");
     assert_survivors_got_peer_failed(&outcomes, "kaboom from rank 1");
 }
 
-#[test]
-fn run_returns_the_first_failure_when_others_fail_after_it() {
+fn run_returns_the_first_failure_when_others_fail_after_it(dev: DeviceKind) {
     // Survivors propagate their PeerFailed errors with `?`; the run still names rank 2's panic.
-    let err = fastmp::run(3, |world| {
+    let err = run(dev, 3, |world| {
         let mut buf = [0u8; 1];
         match world.rank() {
             2 => panic!("first failure"),
@@ -1685,20 +1647,18 @@ fn run_returns_the_first_failure_when_others_fail_after_it() {
     assert!(matches!(&err, Error::RankFailed { rank: 2, cause } if cause.contains("first failure")), "{err:?}");
 }
 
-#[test]
-fn invalid_configuration() {
-    let got = Config::new().np(0).run(|_| Ok(()));
+fn invalid_configuration(dev: DeviceKind) {
+    let got = Config::new().device(dev).np(0).run(|_| Ok(()));
     assert!(matches!(got, Err(Error::InvalidArgument(_))), "{got:?}");
 }
 
 // -------------------------------------------------------------------------------- rank counts
 
-#[test]
-fn sixteen_ranks_ring_and_all_to_all() {
+fn sixteen_ranks_ring_and_all_to_all(dev: DeviceKind) {
     const NP: usize = 16;
     let size = |src: usize, dst: usize| (src * NP + dst) * 37 % 3000;
     let seed = |src: usize, dst: usize| mix(&[0xA2A, src as u64, dst as u64]);
-    let sums = cfg(NP, 1024)
+    let sums = cfg(dev, NP, 1024)
         .run(|world| {
             let (rank, n) = (world.rank(), world.size());
             assert_eq!(n, NP);
@@ -1747,11 +1707,14 @@ fn sixteen_ranks_ring_and_all_to_all() {
     }
 }
 
-#[test]
-fn single_rank_sends_to_itself() {
-    cfg(1, 1000)
+fn single_rank_sends_to_itself(dev: DeviceKind) {
+    cfg(dev, 1, 1000)
         .run(|world| {
-            assert_eq!((world.rank(), world.size(), world.device_name()), (0, 1, "shm"));
+            let name = match dev {
+                DeviceKind::Shm => "shm",
+                DeviceKind::Tcp => "tcp",
+            };
+            assert_eq!((world.rank(), world.size(), world.device_name()), (0, 1, name));
             for (i, n) in [0usize, 5, 500, 1001, 100_000].into_iter().enumerate() {
                 let data = pattern(i as u64, n);
                 // Send first (eager or rendezvous), then receive.
@@ -1789,9 +1752,8 @@ fn single_rank_sends_to_itself() {
 }
 
 /// A blocking receive only the rank itself could satisfy fails instead of hanging.
-#[test]
-fn blocking_receive_from_self_without_a_send_is_a_deadlock_error() {
-    let out = fastmp::run(1, |world| {
+fn blocking_receive_from_self_without_a_send_is_a_deadlock_error(dev: DeviceKind) {
+    let out = run(dev, 1, |world| {
         let mut buf = [0u8; 4];
         let specific = world.recv(&mut buf, 0, 1).unwrap_err();
         let any = world.recv(&mut buf, ANY_SOURCE, ANY_TAG).unwrap_err();
@@ -1819,9 +1781,8 @@ fn blocking_receive_from_self_without_a_send_is_a_deadlock_error() {
 }
 
 /// A blocking probe on a rank that has exited reports it; a non-blocking one just finds nothing.
-#[test]
-fn probe_of_an_exited_rank() {
-    let out = fastmp::run(2, |world| {
+fn probe_of_an_exited_rank(dev: DeviceKind) {
+    let out = run(dev, 2, |world| {
         if world.rank() == 1 {
             return Ok(None);
         }
@@ -1836,12 +1797,11 @@ fn probe_of_an_exited_rank() {
 /// Non-overtaking across the receiver-first path while receives are being posted: two receives
 /// posted in order, two large messages sent in order; the first message lands in the first
 /// receive (regression: a sender could claim the just-posted second receive first).
-#[test]
-fn receiver_first_respects_posting_order_under_concurrent_posts() {
+fn receiver_first_respects_posting_order_under_concurrent_posts(dev: DeviceKind) {
     const ITERS: usize = 20_000;
     const WORDS: usize = 32; // 256 bytes > the eager limit below
     let go = AtomicUsize::new(0);
-    let bad = cfg(2, 64)
+    let bad = cfg(dev, 2, 64)
         .run(|world| {
             let mut bad = 0usize;
             if world.rank() == 0 {
@@ -1872,4 +1832,72 @@ fn receiver_first_respects_posting_order_under_concurrent_posts() {
         })
         .unwrap();
     assert_eq!(bad[0], 0, "{} of {ITERS} iterations delivered out of order", bad[0]);
+}
+
+// ------------------------------------------------------------------------------ test wrappers
+
+device_suite! {
+    both: [
+        match_specific_source_and_tag,
+        match_any_source,
+        match_any_tag_follows_send_order,
+        match_both_wildcards,
+        tags_received_out_of_send_order_eager_inline,
+        tags_received_out_of_send_order_eager_spilled,
+        tags_received_out_of_send_order_rendezvous,
+        non_overtaking_same_source_same_tag,
+        non_overtaking_into_preposted_receives,
+        eager_inline_and_spilled_sizes,
+        sizes_around_the_eager_limit,
+        rendezvous_and_receiver_first_large_sizes,
+        rendezvous_send_posted_before_receive,
+        receiver_first_direct_copy,
+        issend_incomplete_until_receiver_matches,
+        ssend_returns_only_after_receive_is_posted,
+        ssend_into_preposted_receive,
+        zero_byte_messages,
+        status_counts_for_element_types,
+        waitall_many_mixed_sizes,
+        waitany_returns_each_index_once,
+        testany_and_testall,
+        test_on_an_inactive_request_is_an_error,
+        cancel_unmatched_irecv,
+        cancel_after_match_has_no_effect,
+        dropped_and_forgotten_irecv_are_released_at_scope_end,
+        forgotten_large_isend_still_delivers,
+        forgotten_large_isend_delivers_after_sender_exited,
+        outer_scope_request_started_inside_inner_scope,
+        outer_scope_send_started_inside_inner_scope,
+        polling_with_test_notices_an_aborted_job,
+        cancel_unmatched_sends,
+        any_source_receive_from_self_after_others_exited,
+        any_source_receive_of_queued_self_send_after_others_exited,
+        waitall_reports_first_error_and_completes_the_rest,
+        sendrecv_with_itself,
+        probe_and_iprobe_report_envelope_and_size,
+        objects_roundtrip,
+        rank_out_of_range,
+        tag_out_of_range,
+        truncation_on_every_path,
+        truncation_of_typed_receive,
+        element_size_mismatch,
+        use_after_finalize,
+        dead_peer_simple,
+        panicking_rank_fails_the_run_and_unblocks_others,
+        failing_rank_error_is_reported_with_its_message,
+        receive_from_the_panicking_rank_gets_peer_failed,
+        run_returns_the_first_failure_when_others_fail_after_it,
+        invalid_configuration,
+        single_rank_sends_to_itself,
+        probe_of_an_exited_rank,
+        receiver_first_respects_posting_order_under_concurrent_posts,
+    ],
+    // Known tcp device defects (see the reasons); they still run on shm.
+    tcp_ignored: [
+        blocking_receive_from_self_without_a_send_is_a_deadlock_error = "tcp: probe(ANY_SOURCE) with no possible sender hangs instead of failing with Deadlock (iprobe passes blocked=false)",
+        ordering_with_many_senders = "tcp: shutdown hangs intermittently (a rank that reads a peer's Bye and EOF before shutting its write side never shuts it)",
+        sixteen_ranks_ring_and_all_to_all = "tcp: shutdown hangs (a rank that reads a peer's Bye and EOF before shutting its write side never shuts it)",
+        sendrecv_and_replace_in_a_ring = "tcp: shutdown hangs intermittently (a rank that reads a peer's Bye and EOF before shutting its write side never shuts it)",
+        dead_peer_is_reported_not_waited_for = "tcp: shutdown hangs intermittently (a rank that reads a peer's Bye and EOF before shutting its write side never shuts it)",
+    ],
 }

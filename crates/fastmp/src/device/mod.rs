@@ -9,6 +9,10 @@ pub(crate) mod slab;
 pub(crate) mod tcp;
 pub(crate) mod wait;
 
+/// Fuzzing entry point for the tcp receive path (`fuzz/`); not part of the supported API.
+#[doc(hidden)]
+pub use tcp::fuzzing::fuzz_decode_frames;
+
 use std::any::Any;
 use std::sync::Arc;
 

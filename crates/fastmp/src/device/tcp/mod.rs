@@ -17,9 +17,14 @@
 
 pub(crate) mod bootstrap;
 pub(crate) mod frame;
+#[cfg(test)]
+mod frame_props;
+pub(crate) mod fuzzing;
 pub(crate) mod handshake;
 mod rx;
 mod state;
+#[cfg(test)]
+mod tests;
 mod tx;
 
 use std::net::{Shutdown, TcpStream};
@@ -137,7 +142,7 @@ impl TcpEndpoint {
             size,
             eager_limit: options.eager_limit,
             peers,
-            state: Mutex::new(State::new(size)),
+            state: Mutex::new(State::new(size, options.eager_limit)),
             policy: WaitPolicy::for_ranks(size),
             epoch: Mutex::new(0),
             woken: Condvar::new(),

@@ -9,6 +9,8 @@ use crate::error::{Error, Result};
 
 /// Buffers kept for unexpected eager messages; beyond this, freed.
 const POOL_KEEP: usize = 64;
+/// Buffers allocated up front, so a steady stream never allocates its first few.
+const POOL_START: usize = 4;
 
 pub(super) enum SendPhase {
     /// Ready-to-send is out; waiting for the receiver's ready-to-receive.
@@ -98,6 +100,8 @@ pub(super) struct State {
     /// The first failure this rank heard of: the job is aborted.
     pub aborted: Option<(usize, String)>,
     pool: Vec<Vec<u8>>,
+    /// Smallest capacity of a pooled buffer: any eager message fits any pooled buffer.
+    buffer_floor: usize,
 }
 
 // SAFETY: the raw buffer pointers in requests are only dereferenced by the endpoint under the
@@ -106,14 +110,17 @@ pub(super) struct State {
 unsafe impl Send for State {}
 
 impl State {
-    pub fn new(size: usize) -> Self {
+    pub fn new(size: usize, eager_limit: usize) -> Self {
+        let mut pool = Vec::with_capacity(POOL_KEEP);
+        pool.extend((0..POOL_START).map(|_| Vec::with_capacity(eager_limit)));
         State {
             reqs: Slab::with_capacity(64),
             posted: VecDeque::with_capacity(64),
             unexpected: VecDeque::with_capacity(64),
             peers: vec![PeerState::Live; size],
             aborted: None,
-            pool: Vec::new(),
+            pool,
+            buffer_floor: eager_limit,
         }
     }
 
@@ -176,7 +183,7 @@ impl State {
                 v.reserve(len);
                 v
             }
-            None => Vec::with_capacity(len),
+            None => Vec::with_capacity(len.max(self.buffer_floor)),
         }
     }
 
