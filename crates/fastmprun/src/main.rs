@@ -37,7 +37,8 @@
 //! Every process's stdout and stderr are forwarded line by line (`--tag-output` prefixes
 //! `[i] `; on shm all thread ranks share one stdout, so the prefix is `[shm] `). The
 //! launcher exits 0 if every process exits 0; otherwise with the status of the first one
-//! to fail (128+signal if it was killed), after terminating the others; 124 after
+//! to fail (128+signal if it was killed), after terminating the others (any other rank that a
+//! signal from outside killed is named as well: its peers may fail and be noticed first); 124 after
 //! `--timeout`; 128+signal when the launcher itself gets SIGINT/SIGTERM/SIGHUP, which it
 //! forwards to the ranks first.
 

@@ -6,6 +6,7 @@
 //! fallback tick) wakes it. Keeping the reaping and the signalling in one thread means a
 //! pid is never signalled after it was reaped (and possibly reused).
 
+use std::cell::Cell;
 use std::process::{Child, ExitStatus};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
@@ -73,11 +74,13 @@ struct Stopping {
     exit_code: u8,
     kill_at: Instant,
     killed: bool,
+    /// The process whose failure stopped the job, if one did.
+    culprit: Option<usize>,
 }
 
 impl Stopping {
-    fn new(exit_code: u8) -> Self {
-        Stopping { exit_code, kill_at: Instant::now() + TERMINATION_GRACE, killed: false }
+    fn new(exit_code: u8, culprit: Option<usize>) -> Self {
+        Stopping { exit_code, kill_at: Instant::now() + TERMINATION_GRACE, killed: false, culprit }
     }
 }
 
@@ -86,12 +89,15 @@ pub struct Supervisor {
     wakeups: Receiver<Wakeup>,
     started: Instant,
     timeout: Option<Duration>,
+    /// Bit `s` is set once the launcher has sent signal `s` to the processes, so that deaths it
+    /// did not cause can be told apart.
+    signals_sent: Cell<u64>,
 }
 
 impl Supervisor {
     /// `wakeups` comes from [`os::watch_signals`]; the timeout counts from now.
     pub fn new(wakeups: Receiver<Wakeup>, timeout: Option<Duration>) -> Self {
-        Supervisor { processes: Vec::new(), wakeups, started: Instant::now(), timeout }
+        Supervisor { processes: Vec::new(), wakeups, started: Instant::now(), timeout, signals_sent: Cell::new(0) }
     }
 
     pub fn add(&mut self, label: Label, child: Child) {
@@ -116,8 +122,8 @@ impl Supervisor {
         loop {
             let newly_exited = self.reap();
             if stopping.is_none()
-                && let Some(&index) =
-                    newly_exited.iter().find(|&&index| self.processes[index].outcome.is_some_and(Outcome::failed))
+                && let Some(index) =
+                    culprit(newly_exited.iter().filter_map(|&index| Some((index, self.processes[index].outcome?))))
             {
                 stopping = Some(self.stop_after_failure(index));
             }
@@ -155,8 +161,35 @@ impl Supervisor {
                 Err(RecvTimeoutError::Disconnected) => std::thread::sleep(wait),
             }
         }
+        self.report_other_signal_deaths(stopping.as_ref().and_then(|stop| stop.culprit));
         self.kill_leftovers();
         stopping.map_or(0, |stop| stop.exit_code)
+    }
+
+    /// Names every process, besides the one already reported, that a signal the launcher did not
+    /// send killed: when such a rank dies, its peers may fail and be noticed first, and the
+    /// report must still name the rank that was killed.
+    fn report_other_signal_deaths(&self, reported: Option<usize>) {
+        for (index, process) in self.processes.iter().enumerate() {
+            if let Some(Outcome::Killed(signal)) = process.outcome
+                && Some(index) != reported
+                && !self.was_sent(signal)
+            {
+                let pid = process.child.id();
+                eprintln!(
+                    "fastmprun: {} (pid {pid}) was killed by signal {}",
+                    process.label,
+                    os::describe_signal(signal)
+                );
+            }
+        }
+    }
+
+    fn was_sent(&self, signal: c_int) -> bool {
+        u32::try_from(signal)
+            .ok()
+            .and_then(|bit| 1u64.checked_shl(bit))
+            .is_some_and(|bit| self.signals_sent.get() & bit != 0)
     }
 
     /// Collects processes that ended since the last call; returns their indices.
@@ -186,6 +219,9 @@ impl Supervisor {
 
     /// Signals the process group of every process still running; returns how many.
     fn signal_running(&self, signal: c_int) -> usize {
+        if let Some(bit) = u32::try_from(signal).ok().and_then(|bit| 1u64.checked_shl(bit)) {
+            self.signals_sent.set(self.signals_sent.get() | bit);
+        }
         let mut signalled = 0;
         for process in self.processes.iter().filter(|p| p.outcome.is_none()) {
             os::signal_group(process.child.id(), signal);
@@ -218,14 +254,14 @@ impl Supervisor {
         if others > 0 {
             eprintln!("fastmprun: terminating {}", count_ranks(others, "other "));
         }
-        Stopping::new(outcome.exit_code())
+        Stopping::new(outcome.exit_code(), Some(index))
     }
 
     fn stop_after_timeout(&self) -> Stopping {
         let running = self.signal_running(libc::SIGTERM);
         let seconds = self.timeout.unwrap_or_default().as_secs_f64();
         eprintln!("fastmprun: timed out after {seconds} s; terminated {}", count_ranks(running, ""));
-        Stopping::new(TIMEOUT_EXIT)
+        Stopping::new(TIMEOUT_EXIT, None)
     }
 
     fn stop_after_signal(&self, signal: c_int) -> Stopping {
@@ -235,8 +271,18 @@ impl Supervisor {
             os::describe_signal(signal),
             count_ranks(running, "")
         );
-        Stopping::new(signal_exit_code(signal))
+        Stopping::new(signal_exit_code(signal), None)
     }
+}
+
+/// The failure to report among processes found ended in the same reaping pass, where the order
+/// in which they ended is lost: one killed by a signal comes before one that exited with an error
+/// status, since the peers of a killed rank exit with errors of their own as a consequence.
+fn culprit(ended: impl Iterator<Item = (usize, Outcome)>) -> Option<usize> {
+    ended
+        .filter(|(_, outcome)| outcome.failed())
+        .min_by_key(|(_, outcome)| !matches!(outcome, Outcome::Killed(_)))
+        .map(|(index, _)| index)
 }
 
 /// `1 rank`, `3 other ranks`.
@@ -256,5 +302,17 @@ mod tests {
         assert_eq!(Outcome::Unknown.exit_code(), 1);
         assert!(!Outcome::Exited(0).failed());
         assert!(Outcome::Killed(libc::SIGTERM).failed());
+    }
+
+    #[test]
+    fn a_killed_process_is_blamed_before_peers_that_exited_with_errors() {
+        let killed = Outcome::Killed(libc::SIGKILL);
+        let ended = [(0, Outcome::Exited(1)), (1, killed), (2, Outcome::Exited(0))];
+        assert_eq!(culprit(ended.into_iter()), Some(1));
+        assert_eq!(
+            culprit([(3, Outcome::Exited(0)), (4, Outcome::Exited(2)), (5, Outcome::Exited(1))].into_iter()),
+            Some(4)
+        );
+        assert_eq!(culprit([(0, Outcome::Exited(0))].into_iter()), None);
     }
 }
