@@ -6,6 +6,7 @@
 //! on its own short-lived thread, so a silent stranger cannot stall the accept loop.
 
 use std::collections::BTreeMap;
+use std::collections::btree_map::Entry;
 use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::sync::mpsc;
@@ -197,10 +198,13 @@ impl Bootstrap {
                     }
                     Ok((stream, hello)) => {
                         let rank = hello.rank as usize;
-                        if got.contains_key(&rank) {
-                            self.reject(from, &format!("a second connection claiming rank {rank}"));
-                        } else {
-                            got.insert(rank, (stream, hello));
+                        match got.entry(rank) {
+                            Entry::Occupied(_) => {
+                                self.reject(from, &format!("a second connection claiming rank {rank}"))
+                            }
+                            Entry::Vacant(slot) => {
+                                slot.insert((stream, hello));
+                            }
                         }
                     }
                     Err(e) => self.reject(from, &e.to_string()),

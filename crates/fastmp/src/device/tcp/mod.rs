@@ -172,7 +172,7 @@ impl TcpEndpoint {
             sh.send_frame(p, Frame::Bye, &[]);
         }
         // Every peer is visited each round (no short-circuit): each needs its write side shut.
-        let result = self.wait_until(&mut || Ok(sh.peer_ranks().fold(true, |all, p| sh.try_close(p) && all)));
+        let result = self.wait_until(&mut || Ok(sh.peer_ranks().filter(|&p| !sh.try_close(p)).count() == 0));
         self.stop_input();
         result
     }
