@@ -312,6 +312,18 @@ fn ring_runs_unchanged_on_tcp_and_shm() {
     }
 }
 
+/// Every rank's shutdown waits for its peers' goodbyes and closed connections; with many ranks
+/// and no traffic, a peer whose `Bye` and end-of-stream are read before it shut its own write
+/// side used to leave a cycle of half-closed connections (CLOSE-WAIT / FIN-WAIT-2) and hang.
+#[test]
+#[ignore = "tcp shutdown can hang (about 1 run in 10 at -np 8): a connection marked closed on EOF never shuts its write side"]
+fn many_ranks_without_traffic_shut_down() {
+    for attempt in 0..10 {
+        let job = run(&format!("env of 8, attempt {attempt}"), &mut fastmprun(&["-np", "8", TESTPROG, "env"]));
+        job.assert_success();
+    }
+}
+
 #[test]
 fn failing_rank_fails_the_job() {
     let job = run("fail 1", &mut fastmprun(&["-np", "3", "--device", "tcp", "--tag-output", TESTPROG, "fail", "1"]));
@@ -376,7 +388,7 @@ fn timeout_stops_a_hanging_job() {
     job.assert_stderr_has("timed out");
 }
 
-/// First bytes of a fastmp connection in the security branch's handshake: magic, version byte.
+/// First bytes of every fastmp connection (`MAGIC` in crates/fastmp/src/device/tcp/handshake.rs).
 const HANDSHAKE_MAGIC: &[u8; 8] = b"FASTMP\0\x01";
 
 /// Connects to `address`, retrying while nothing listens there yet.
@@ -422,10 +434,12 @@ fn handshake_rejects_strangers_and_the_job_still_completes() {
     let _ = impostor.write_all(&[0x17; 32]);
     let _ = impostor.read_to_end(&mut Vec::new());
 
-    job.wait_for_stderr("two rejections", |stderr| stderr.matches("rejected").count() >= 2);
+    job.wait_for_stderr("two rejections", |stderr| stderr.matches("rejected a connection").count() >= 2);
     std::fs::write(&gate, b"").expect("open the start gate");
     let job = job.finish();
     job.assert_success();
+    // The impostor got as far as its proof, and that is what gave it away.
+    job.assert_stderr_has("does not know the job secret");
     for rank in 0..2 {
         job.assert_stdout_has(&format!("rank {rank} of 2 device tcp rank-from FASTMP_RANK"));
     }

@@ -12,7 +12,8 @@
 //!                             receive from R, print the error they get and fail too
 //! fastmp-testprog die R [MIB] rank R+1 sends MIB MiB (default 256) to rank R, which kills itself
 //!                             with SIGKILL once part of it has arrived; the others print the
-//!                             errors of their pending and later operations and fail
+//!                             errors of their pending and later operations and fail (with
+//!                             thread ranks the whole process dies: use one process per rank)
 //! fastmp-testprog hang        every rank waits for a message nobody sends (for --timeout)
 //! fastmp-testprog env         after an allreduce, every rank prints its rank, size, device and
 //!                             which launcher variable its rank came from
