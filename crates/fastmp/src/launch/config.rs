@@ -86,12 +86,13 @@ pub(crate) struct ProcessPlace {
     pub size: usize,
 }
 
-/// Rank/size variable pairs of the launchers fastmp understands, in order of preference.
+/// Rank/size variable pairs of the launchers fastmp understands, in order of preference. Slurm
+/// comes last: an `mpirun` inside an `sbatch` script inherits the batch step's `SLURM_PROCID`.
 const LAUNCHER_VARS: [(&str, &str); 4] = [
     ("FASTMP_RANK", "FASTMP_SIZE"),
-    ("SLURM_PROCID", "SLURM_NTASKS"),
     ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
     ("PMI_RANK", "PMI_SIZE"),
+    ("SLURM_PROCID", "SLURM_NTASKS"),
 ];
 
 /// Finds this process's rank and size in the environment of `fastmprun`, Slurm, Open MPI or
@@ -147,8 +148,8 @@ impl Config {
     /// (socket buffer bytes). Unset variables keep the defaults of [`Config::new`].
     ///
     /// A process started by a launcher is one rank of a multi-process job: its rank and size come
-    /// from `FASTMP_RANK`/`FASTMP_SIZE` (fastmprun), `SLURM_PROCID`/`SLURM_NTASKS`,
-    /// `OMPI_COMM_WORLD_RANK`/`OMPI_COMM_WORLD_SIZE` or `PMI_RANK`/`PMI_SIZE`, and the device
+    /// from `FASTMP_RANK`/`FASTMP_SIZE` (fastmprun), `OMPI_COMM_WORLD_RANK`/`OMPI_COMM_WORLD_SIZE`,
+    /// `PMI_RANK`/`PMI_SIZE` or `SLURM_PROCID`/`SLURM_NTASKS` (first found wins), and the device
     /// defaults to `tcp` (see the README for the rendezvous variables). Collective algorithm
     /// overrides (`FASTMP_TUNING_FILE`, `FASTMP_<COLLECTIVE>_ALGORITHM`) are read by
     /// [`Tuning::from_env`] when the job starts, unless [`Config::tuning`] set a table.

@@ -57,10 +57,16 @@ where
     F: Fn(Comm) -> Result<()> + Sync,
 {
     if let Err(e) = init().and_then(|config| config.run(f)) {
-        eprintln!("fastmp: {e}");
+        if !FAILURE_REPORTED.load(std::sync::atomic::Ordering::Acquire) {
+            eprintln!("fastmp: {e}");
+        }
         std::process::exit(1);
     }
 }
+
+/// Set once this process printed its rank's failure (process ranks report before telling their
+/// peers), so `main` does not print it twice.
+pub(crate) static FAILURE_REPORTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// Locks a mutex whose data stays meaningful even if a holder panicked (failure records).
 pub(crate) fn lock_ignoring_poison<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {

@@ -22,12 +22,20 @@ const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(60);
 /// The first failure of a job, as `run` reports it.
 type FirstFailure = Mutex<Option<(usize, String)>>;
 
+/// Which rank runs, where its job records failures, and whether it is the whole process.
+struct Place<'a> {
+    rank: usize,
+    first: &'a FirstFailure,
+    own_process: bool,
+}
+
 /// Runs one rank's program on its endpoint and ends the rank: a clean shutdown after success,
 /// an abort (telling every peer why) after an error or a panic.
-fn run_rank<F, R>(rank: usize, endpoint: TcpEndpoint, tuning: Arc<Tuning>, f: &F, first: &FirstFailure) -> Result<R>
+fn run_rank<F, R>(place: Place<'_>, endpoint: TcpEndpoint, tuning: Arc<Tuning>, f: &F) -> Result<R>
 where
     F: Fn(Comm) -> Result<R>,
 {
+    let Place { rank, first, own_process } = place;
     let endpoint = Rc::new(endpoint);
     let outcome = catch_unwind(AssertUnwindSafe(|| f(Comm::world(endpoint.clone(), tuning))));
     let failure = match outcome {
@@ -43,6 +51,12 @@ where
     };
     // Record before telling the peers, so the originator is recorded before its consequences.
     super::lock_ignoring_poison(first).get_or_insert((rank, failure.0.clone()));
+    if own_process {
+        // Said before the peers hear of it: they exit at once, and a launcher then stops this
+        // process, possibly before `main` could print anything.
+        eprintln!("fastmp: rank {rank} failed: {}", failure.0);
+        super::FAILURE_REPORTED.store(true, std::sync::atomic::Ordering::Release);
+    }
     endpoint.abort(&failure.0);
     Err(failure.1)
 }
@@ -78,7 +92,9 @@ impl Config {
                 .connect()
                 .and_then(|streams| TcpEndpoint::new(rank, streams, TcpOptions { eager_limit: self.eager_limit }));
             match endpoint {
-                Ok(endpoint) => run_rank(rank, endpoint, tuning.clone(), f, &first),
+                Ok(endpoint) => {
+                    run_rank(Place { rank, first: &first, own_process: false }, endpoint, tuning.clone(), f)
+                }
                 Err(e) => {
                     super::lock_ignoring_poison(&first).get_or_insert((rank, e.to_string()));
                     Err(e)
@@ -138,7 +154,8 @@ impl Config {
         let streams = bootstrap.connect()?;
         let endpoint = TcpEndpoint::new(place.rank, streams, TcpOptions { eager_limit: self.eager_limit })?;
         let first = Mutex::new(None);
-        run_rank(place.rank, endpoint, tuning, f, &first).map(|value| vec![value])
+        run_rank(Place { rank: place.rank, first: &first, own_process: true }, endpoint, tuning, f)
+            .map(|value| vec![value])
     }
 }
 

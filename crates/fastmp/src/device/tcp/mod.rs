@@ -440,9 +440,8 @@ impl Shared {
         let mut moved = false;
         for p in self.peer_ranks() {
             let peer = self.peer(p);
-            if peer.closed.load(Ordering::Acquire) {
-                continue;
-            }
+            // A peer whose EOF is here may still be owed queued bytes (its reading side is open
+            // until our EOF), so writing continues after reading has stopped.
             if peer.tx_busy.load(Ordering::Acquire)
                 && let Ok(mut tx) = peer.tx.try_lock()
             {
@@ -453,6 +452,9 @@ impl Shared {
                     self.connection_lost(p, &format!("sending to it failed: {e}"));
                     continue;
                 }
+            }
+            if peer.closed.load(Ordering::Acquire) {
+                continue;
             }
             let Ok(mut rx) = peer.rx.try_lock() else { continue };
             let mut handler = PeerHandler { sh: self, peer: p };
@@ -669,9 +671,10 @@ fn input_loop(sh: &Shared) {
         fds.push(libc::pollfd { fd: sh.wake_fd.as_raw_fd(), events: libc::POLLIN, revents: 0 });
         for p in sh.peer_ranks() {
             let peer = sh.peer(p);
-            if !peer.closed.load(Ordering::Acquire) {
-                let out = if peer.tx_busy.load(Ordering::Acquire) { libc::POLLOUT } else { 0 };
-                fds.push(libc::pollfd { fd: peer.stream.as_raw_fd(), events: libc::POLLIN | out, revents: 0 });
+            let input = if peer.closed.load(Ordering::Acquire) { 0 } else { libc::POLLIN };
+            let output = if peer.tx_busy.load(Ordering::Acquire) { libc::POLLOUT } else { 0 };
+            if input | output != 0 {
+                fds.push(libc::pollfd { fd: peer.stream.as_raw_fd(), events: input | output, revents: 0 });
             }
         }
         // SAFETY: `fds` is a live array of `fds.len()` pollfd structs.
