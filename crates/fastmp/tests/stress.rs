@@ -394,18 +394,17 @@ fn stress_np3_eager_0_all_rendezvous(dev: DeviceKind) {
 }
 
 device_suite! {
+    // Every multi-rank tcp job can hang at exit until this device defect is fixed; delete the
+    // line then.
+    all_tcp_ignored: "tcp: shutdown hangs intermittently (a rank that reads a peer's Bye and EOF before shutting its write side never shuts it)",
     both: [
         stress_np3_eager_0_all_rendezvous,
+        stress_np4_eager_256,
+        stress_np4_default_eager,
+        stress_np8_eager_1024,
+        stress_np8_default_eager,
+        stress_np16_eager_256,
+        stress_np6_eager_24_inline_only,
     ],
-    // Known tcp device defect (see the reason); they still run on shm.
-    tcp_ignored: [
-        "tcp: shutdown hangs intermittently (a rank that reads a peer's Bye and EOF before shutting its write side never shuts it)" => [
-            stress_np4_eager_256,
-            stress_np4_default_eager,
-            stress_np8_eager_1024,
-            stress_np8_default_eager,
-            stress_np16_eager_256,
-            stress_np6_eager_24_inline_only,
-        ],
-    ],
+    tcp_ignored: [],
 }
