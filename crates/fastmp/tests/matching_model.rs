@@ -4,8 +4,9 @@
 //! send rank 0 a few messages (random tag in 0..4, random size across the inline / spilled-eager /
 //! rendezvous boundaries, standard or synchronous mode), each carrying a unique id. Rank 0 first
 //! pre-posts some nonblocking receives (before any of the phase's messages exists), then releases
-//! the senders, waits until every sender has *started* all its sends (a shared counter: the ranks
-//! are threads, and a handshake message could be stolen by an `ANY_TAG` receive), and then runs a
+//! the senders, waits until every sender has *started* all its sends and they have reached rank 0
+//! (each sender then sends a marker on a duplicate communicator, which no `ANY_TAG` receive of the
+//! world can steal, and a connection delivers in order), and then runs a
 //! random sequence of `irecv`, blocking `recv` (only when an `iprobe` of the same pattern says a
 //! message is there, so it cannot block forever) and `iprobe`. At the end of the phase one
 //! `iprobe` forces every message to arrive; receives still incomplete are cancelled, and messages
@@ -25,12 +26,17 @@
 //!   a search over interleavings, pruned by the observations.
 //!
 //! Every received message is also checked for its payload, length, source and tag.
+//!
+//! Both devices run it (`shm::<name>`, `tcp::<name>`). One difference is allowed: on tcp a
+//! receive matched by a rendezvous message may still wait for the payload's round trip when
+//! the phase ends, so cancelling it has no effect and it completes; shm completes it on arrival.
+
+mod common;
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
 
-use fastmp::{ANY_SOURCE, ANY_TAG, Config, Error, Request, Source, Status};
+use common::device_suite;
+use fastmp::{ANY_SOURCE, ANY_TAG, Comm, Config, DeviceKind, Error, Request, Source, Status};
 use proptest::prelude::*;
 
 /// Eager limit of the jobs: messages above it use rendezvous or receiver-first direct copy.
@@ -176,20 +182,20 @@ struct PhaseTrace {
 
 // ---------------------------------------------------------------------------------------- job
 
-fn run_plan(plan: &Plan) -> Result<Vec<PhaseTrace>, Error> {
-    let np = plan.np;
-    let started = AtomicUsize::new(0);
-    let mut results = Config::new().np(np).eager_limit(EAGER_LIMIT).run(|world| {
+fn run_plan(dev: DeviceKind, plan: &Plan) -> Result<Vec<PhaseTrace>, Error> {
+    let mut results = Config::new().device(dev).np(plan.np).eager_limit(EAGER_LIMIT).run(|world| {
+        // Carries the "sends started" markers, apart from the traffic under test.
+        let markers = world.dup()?;
         if world.rank() == 0 {
-            receiver(&world, plan, &started)
+            receiver(dev, &world, &markers, plan)
         } else {
-            sender(&world, plan, &started).map(|()| Vec::new())
+            sender(&world, &markers, plan).map(|()| Vec::new())
         }
     })?;
     Ok(results.swap_remove(0))
 }
 
-fn sender(world: &fastmp::Comm, plan: &Plan, started: &AtomicUsize) -> fastmp::Result<()> {
+fn sender(world: &Comm, markers: &Comm, plan: &Plan) -> fastmp::Result<()> {
     let me = world.rank();
     for (p, phase) in plan.phases.iter().enumerate() {
         let mine: Vec<(u64, &MsgPlan)> =
@@ -201,7 +207,7 @@ fn sender(world: &fastmp::Comm, plan: &Plan, started: &AtomicUsize) -> fastmp::R
             for (&(_, m), buf) in mine.iter().zip(&payloads) {
                 reqs.push(if m.sync { s.issend(buf, 0, m.tag)? } else { s.isend(buf, 0, m.tag)? });
             }
-            started.fetch_add(1, Ordering::Release);
+            markers.send::<u8>(&[], 0, 0)?;
             for st in fastmp::waitall(&mut reqs)? {
                 assert!(!st.cancelled);
             }
@@ -214,7 +220,7 @@ fn sender(world: &fastmp::Comm, plan: &Plan, started: &AtomicUsize) -> fastmp::R
     Ok(())
 }
 
-fn receiver(world: &fastmp::Comm, plan: &Plan, started: &AtomicUsize) -> fastmp::Result<Vec<PhaseTrace>> {
+fn receiver(dev: DeviceKind, world: &Comm, markers: &Comm, plan: &Plan) -> fastmp::Result<Vec<PhaseTrace>> {
     let np = plan.np;
     let mut traces = Vec::new();
     for (p, phase) in plan.phases.iter().enumerate() {
@@ -234,15 +240,11 @@ fn receiver(world: &fastmp::Comm, plan: &Plan, started: &AtomicUsize) -> fastmp:
                 world.send(&[p as u8], dest, GO_TAG)?;
             }
             let wait_for_senders = |trace: &mut PhaseTrace| {
-                let deadline = Instant::now() + Duration::from_secs(60);
-                while started.load(Ordering::Acquire) < (np - 1) * (p + 1) {
-                    if Instant::now() > deadline {
-                        return Err(Error::other("senders did not start their sends within 60 s"));
-                    }
-                    std::thread::yield_now();
+                for sender in 1..np {
+                    markers.recv::<u8>(&mut [], sender, 0)?;
                 }
                 trace.post.push(Ev::Synced);
-                Ok(())
+                Ok::<_, Error>(())
             };
             if !phase.concurrent {
                 wait_for_senders(&mut trace)?;
@@ -285,7 +287,12 @@ fn receiver(world: &fastmp::Comm, plan: &Plan, started: &AtomicUsize) -> fastmp:
                     None => {
                         req.cancel()?;
                         let status = req.wait()?;
-                        trace.post.push(Ev::Cancel { r, status });
+                        if dev == DeviceKind::Tcp && !status.cancelled {
+                            // Matched, its rendezvous payload was still on the way (see the top).
+                            completed.push((r, slot, status));
+                        } else {
+                            trace.post.push(Ev::Cancel { r, status });
+                        }
                     }
                 }
             }
@@ -610,25 +617,28 @@ fn check(plan: &Plan, traces: &[PhaseTrace]) -> Result<(), TestCaseError> {
     Ok(())
 }
 
-proptest! {
-    // 256 cases take well under a second; PROPTEST_CASES overrides (e.g. 20000 for a soak).
-    #![proptest_config(ProptestConfig {
+/// Random plans against the model; 256 cases take about a second on shm (each case is a job:
+/// on tcp that means connecting the ranks). `PROPTEST_CASES` overrides (e.g. 20000 for a soak).
+fn matching_follows_the_mpi_model(dev: DeviceKind) {
+    let config = ProptestConfig {
         cases: std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(256),
+        source_file: Some(file!()),
         ..ProptestConfig::default()
-    })]
-
-    #[test]
-    fn matching_follows_the_mpi_model(plan in plan_strategy()) {
-        let traces = run_plan(&plan).map_err(|e| TestCaseError::fail(format!("job failed: {e}")))?;
-        check(&plan, &traces)?;
+    };
+    let mut runner = proptest::test_runner::TestRunner::new(config);
+    let result = runner.run(&plan_strategy(), |plan| {
+        let traces = run_plan(dev, &plan).map_err(|e| TestCaseError::fail(format!("job failed: {e}")))?;
+        check(&plan, &traces)
+    });
+    if let Err(e) = result {
+        panic!("{dev:?}: {e}");
     }
 }
 
 /// A fixed multi-phase case covering every path once, so a regression shows up even without the
 /// random cases: pre-posted wildcard receives, receiver-first rendezvous, unexpected eager and
 /// rendezvous messages, a synchronous send, probes, and a cancelled receive.
-#[test]
-fn fixed_scenario() {
+fn fixed_scenario(dev: DeviceKind) {
     let s = |source: Option<usize>, tag: Option<i32>| Spec { source, tag };
     let m = |tag, len, sync| MsgPlan { sender: 1, tag, len, sync };
     let plan = Plan {
@@ -648,6 +658,16 @@ fn fixed_scenario() {
             },
         ],
     };
-    let traces = run_plan(&plan).expect("job");
+    let traces = run_plan(dev, &plan).expect("job");
     check(&plan, &traces).expect("model");
+}
+
+device_suite! {
+    // Every multi-rank tcp job can hang at exit until this device defect is fixed; delete the
+    // line then.
+    both: [
+        fixed_scenario,
+        matching_follows_the_mpi_model,
+    ],
+    tcp_ignored: [],
 }

@@ -671,6 +671,40 @@ fn waitall_many_mixed_sizes(dev: DeviceKind) {
         .unwrap();
 }
 
+/// Both ranks keep windows of rendezvous messages in flight towards each other (OSU bibw's
+/// pattern) for several rounds; every message arrives intact and every request completes.
+/// (On tcp, payloads written on the way while a later control frame was sent used to leave
+/// their send requests unfinished.)
+fn windows_of_rendezvous_messages_in_both_directions(dev: DeviceKind) {
+    const WINDOW: usize = 16;
+    const SIZE: usize = 200_000;
+    cfg(dev, 2, 1024)
+        .run(|world| {
+            let rank = world.rank();
+            let peer = 1 - rank;
+            for round in 0..4u64 {
+                let out: Vec<Vec<u8>> =
+                    (0..WINDOW).map(|i| pattern(mix(&[rank as u64, round, i as u64]), SIZE)).collect();
+                let mut inc = vec![vec![0u8; SIZE]; WINDOW];
+                world.scope(|s| {
+                    let mut reqs = Vec::new();
+                    for b in inc.iter_mut() {
+                        reqs.push(s.irecv(b, peer, 4)?);
+                    }
+                    for o in &out {
+                        reqs.push(s.isend(o, peer, 4)?);
+                    }
+                    waitall(&mut reqs).map(drop)
+                })?;
+                for (i, b) in inc.iter().enumerate() {
+                    check_pattern(b, mix(&[peer as u64, round, i as u64]), "window");
+                }
+            }
+            Ok(())
+        })
+        .unwrap();
+}
+
 fn waitany_returns_each_index_once(dev: DeviceKind) {
     const N: usize = 20;
     let size = |i: usize| if i % 4 == 1 { 20_000 } else { 8 * i };
@@ -1798,7 +1832,13 @@ fn probe_of_an_exited_rank(dev: DeviceKind) {
 /// posted in order, two large messages sent in order; the first message lands in the first
 /// receive (regression: a sender could claim the just-posted second receive first).
 fn receiver_first_respects_posting_order_under_concurrent_posts(dev: DeviceKind) {
-    const ITERS: usize = 20_000;
+    // The race guarded here is shm's receiver-first claim; on tcp every iteration is several
+    // loopback round trips with thread wake-ups (seconds per thousand on a loaded 2-core
+    // machine), so fewer iterations keep the suite fast while still checking the ordering.
+    let iters = match dev {
+        DeviceKind::Shm => 20_000,
+        DeviceKind::Tcp => 2_000,
+    };
     const WORDS: usize = 32; // 256 bytes > the eager limit below
     let go = AtomicUsize::new(0);
     let bad = cfg(dev, 2, 64)
@@ -1806,7 +1846,7 @@ fn receiver_first_respects_posting_order_under_concurrent_posts(dev: DeviceKind)
             let mut bad = 0usize;
             if world.rank() == 0 {
                 let (mut a, mut b) = ([0u64; WORDS], [0u64; WORDS]);
-                for it in 0..ITERS {
+                for it in 0..iters {
                     go.store(it + 1, Ordering::Release);
                     world.scope(|s| {
                         let ra = s.irecv(&mut a, 1, 0)?;
@@ -1818,7 +1858,7 @@ fn receiver_first_respects_posting_order_under_concurrent_posts(dev: DeviceKind)
                 }
             } else {
                 let (mut m1, mut m2) = ([0u64; WORDS], [0u64; WORDS]);
-                for it in 0..ITERS {
+                for it in 0..iters {
                     while go.load(Ordering::Acquire) <= it {
                         std::thread::yield_now();
                     }
@@ -1831,12 +1871,14 @@ fn receiver_first_respects_posting_order_under_concurrent_posts(dev: DeviceKind)
             Ok(bad)
         })
         .unwrap();
-    assert_eq!(bad[0], 0, "{} of {ITERS} iterations delivered out of order", bad[0]);
+    assert_eq!(bad[0], 0, "{} of {iters} iterations delivered out of order", bad[0]);
 }
 
 // ------------------------------------------------------------------------------ test wrappers
 
 device_suite! {
+    // Every multi-rank tcp job can hang at exit until this device defect is fixed; delete the
+    // line then.
     both: [
         match_specific_source_and_tag,
         match_any_source,
@@ -1858,6 +1900,7 @@ device_suite! {
         zero_byte_messages,
         status_counts_for_element_types,
         waitall_many_mixed_sizes,
+        windows_of_rendezvous_messages_in_both_directions,
         waitany_returns_each_index_once,
         testany_and_testall,
         test_on_an_inactive_request_is_an_error,
@@ -1897,6 +1940,6 @@ device_suite! {
         sendrecv_and_replace_in_a_ring,
         dead_peer_is_reported_not_waited_for,
     ],
-    // Tests the tcp device cannot run yet would be listed here with a reason.
+    // Tests the tcp device cannot run (yet) would be listed here, grouped by reason.
     tcp_ignored: [],
 }

@@ -1,4 +1,4 @@
-//! Randomized point-to-point stress test on the shm device.
+//! Randomized point-to-point stress test, run on both devices (`shm::<name>`, `tcp::<name>`).
 //!
 //! A seed determines a plan: for every rank, a sequence of messages with random destinations
 //! (itself included, rarely), tags `0..8`, sizes `0..=200 KiB` (mostly small; with a small eager
@@ -20,10 +20,10 @@ mod common;
 
 use std::collections::{BTreeMap, VecDeque};
 
-use common::{Rng, check_pattern, mix, pattern};
+use common::{Rng, check_pattern, device_suite, mix, pattern};
 use fastmp::{
-    ANY_SOURCE, ANY_TAG, Comm, Config, DEFAULT_EAGER_LIMIT, Error, Request, Result, Source, Status, testall, testany,
-    waitall, waitany,
+    ANY_SOURCE, ANY_TAG, Comm, Config, DEFAULT_EAGER_LIMIT, DeviceKind, Error, Request, Result, Source, Status,
+    testall, testany, waitall, waitany,
 };
 
 const TAGS: u64 = 8;
@@ -347,54 +347,63 @@ fn rank_main(world: &Comm, plan: &Plan, seed: u64) -> Result<(usize, usize)> {
     Ok((out.len(), expected))
 }
 
-fn stress(np: usize, eager_limit: usize, total: usize, seed: u64) {
+fn stress(dev: DeviceKind, np: usize, eager_limit: usize, total: usize, seed: u64) {
     let seed = match std::env::var("FASTMP_STRESS_SEED") {
         Ok(s) => mix(&[seed, s.parse::<u64>().expect("FASTMP_STRESS_SEED is a number")]),
         Err(_) => seed,
     };
     let plan = Plan::new(seed, np, total / np);
     let counts = Config::new()
+        .device(dev)
         .np(np)
         .eager_limit(eager_limit)
         .run(|world| rank_main(&world, &plan, seed))
-        .unwrap_or_else(|e| panic!("np {np}, eager limit {eager_limit}, seed {seed}: {e}"));
+        .unwrap_or_else(|e| panic!("{dev:?}, np {np}, eager limit {eager_limit}, seed {seed}: {e}"));
     let sent: usize = counts.iter().map(|c| c.0).sum();
     let received: usize = counts.iter().map(|c| c.1).sum();
     assert_eq!((sent, received), (total / np * np, total / np * np));
 }
 
-#[test]
-fn stress_np4_eager_256() {
-    stress(4, 256, 3000, 1);
+fn stress_np4_eager_256(dev: DeviceKind) {
+    stress(dev, 4, 256, 3000, 1);
 }
 
-#[test]
-fn stress_np4_default_eager() {
-    stress(4, DEFAULT_EAGER_LIMIT, 3000, 2);
+fn stress_np4_default_eager(dev: DeviceKind) {
+    stress(dev, 4, DEFAULT_EAGER_LIMIT, 3000, 2);
 }
 
-#[test]
-fn stress_np8_eager_1024() {
-    stress(8, 1024, 3000, 3);
+fn stress_np8_eager_1024(dev: DeviceKind) {
+    stress(dev, 8, 1024, 3000, 3);
 }
 
-#[test]
-fn stress_np8_default_eager() {
-    stress(8, DEFAULT_EAGER_LIMIT, 3000, 4);
+fn stress_np8_default_eager(dev: DeviceKind) {
+    stress(dev, 8, DEFAULT_EAGER_LIMIT, 3000, 4);
 }
 
-#[test]
-fn stress_np16_eager_256() {
-    stress(16, 256, 3000, 5);
+fn stress_np16_eager_256(dev: DeviceKind) {
+    stress(dev, 16, 256, 3000, 5);
 }
 
-#[test]
-fn stress_np6_eager_24_inline_only() {
+fn stress_np6_eager_24_inline_only(dev: DeviceKind) {
     // Everything above the inline size goes rendezvous / receiver-first.
-    stress(6, 24, 3000, 6);
+    stress(dev, 6, 24, 3000, 6);
 }
 
-#[test]
-fn stress_np3_eager_0_all_rendezvous() {
-    stress(3, 0, 3000, 7);
+fn stress_np3_eager_0_all_rendezvous(dev: DeviceKind) {
+    stress(dev, 3, 0, 3000, 7);
+}
+
+device_suite! {
+    // Every multi-rank tcp job can hang at exit until this device defect is fixed; delete the
+    // line then.
+    both: [
+        stress_np3_eager_0_all_rendezvous,
+        stress_np4_eager_256,
+        stress_np4_default_eager,
+        stress_np8_eager_1024,
+        stress_np8_default_eager,
+        stress_np16_eager_256,
+        stress_np6_eager_24_inline_only,
+    ],
+    tcp_ignored: [],
 }

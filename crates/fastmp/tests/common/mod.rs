@@ -83,21 +83,38 @@ pub fn assert_bytes_eq(got: &[u8], want: &[u8], what: &str) {
 
 /// Generates the `#[test]` wrappers of a suite whose test bodies take the device as a parameter:
 /// `shm::name` runs `name(DeviceKind::Shm)` and `tcp::name` runs `name(DeviceKind::Tcp)`, so one
-/// body serves both devices. Tests under `tcp_ignored` run on shm and are ignored on tcp with the
-/// given reason (known tcp device defects, to be un-ignored once fixed).
+/// body serves both devices. Tests under `tcp_ignored` (grouped by reason) run on shm and are
+/// ignored on tcp with that reason: known tcp device defects, to be un-ignored once fixed. An
+/// optional leading `all_tcp_ignored: "reason",` ignores every tcp test (a defect that can hit
+/// any job).
 #[allow(unused_macros)]
 macro_rules! device_suite {
     (
+        $(all_tcp_ignored: $all:literal,)?
+        both: $both:tt,
+        tcp_ignored: $ignored:tt $(,)?
+    ) => {
+        crate::common::device_suite!(@suite { $(#[ignore = $all])? } both: $both, tcp_ignored: $ignored);
+    };
+    (
+        @suite $tcp_attrs:tt
         both: [$($both:ident),* $(,)?],
-        tcp_ignored: [$($ignored:ident = $reason:literal),* $(,)?] $(,)?
+        tcp_ignored: [$($reason:literal => [$($ignored:ident),* $(,)?]),* $(,)?]
     ) => {
         mod shm {
             $( #[test] fn $both() { super::$both(fastmp::DeviceKind::Shm) } )*
-            $( #[test] fn $ignored() { super::$ignored(fastmp::DeviceKind::Shm) } )*
+            $( $( #[test] fn $ignored() { super::$ignored(fastmp::DeviceKind::Shm) } )* )*
         }
         mod tcp {
-            $( #[test] fn $both() { super::$both(fastmp::DeviceKind::Tcp) } )*
-            $( #[test] #[ignore = $reason] fn $ignored() { super::$ignored(fastmp::DeviceKind::Tcp) } )*
+            $( crate::common::device_suite!(@tcp $tcp_attrs $both); )*
+            $( $( crate::common::device_suite!(@tcp { #[ignore = $reason] } $ignored); )* )*
+        }
+    };
+    (@tcp { $(#[$attr:meta])* } $name:ident) => {
+        #[test]
+        $(#[$attr])*
+        fn $name() {
+            super::$name(fastmp::DeviceKind::Tcp)
         }
     };
 }
