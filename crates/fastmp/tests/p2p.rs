@@ -678,11 +678,15 @@ fn waitall_many_mixed_sizes(dev: DeviceKind) {
 fn windows_of_rendezvous_messages_in_both_directions(dev: DeviceKind) {
     const WINDOW: usize = 16;
     const SIZE: usize = 200_000;
+    // Small socket buffers (tcp) keep payloads queued while control frames go out. (Not below
+    // the 64 KiB loopback MSS: a receive window that cannot reopen to one MSS stalls the link.)
     cfg(dev, 2, 1024)
+        .tcp_send_buffer(128 * 1024)
+        .tcp_recv_buffer(128 * 1024)
         .run(|world| {
             let rank = world.rank();
             let peer = 1 - rank;
-            for round in 0..4u64 {
+            for round in 0..12u64 {
                 let out: Vec<Vec<u8>> =
                     (0..WINDOW).map(|i| pattern(mix(&[rank as u64, round, i as u64]), SIZE)).collect();
                 let mut inc = vec![vec![0u8; SIZE]; WINDOW];

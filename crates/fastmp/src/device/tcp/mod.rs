@@ -387,7 +387,7 @@ impl Shared {
             return;
         }
         let mut tx = lock(&peer.tx);
-        let result = tx.send_copied(&peer.stream, frame, payload);
+        let result = tx.send_copied(&peer.stream, frame, payload, &mut |id| self.sent(id));
         peer.tx_busy.store(!tx.is_empty(), Ordering::Release);
         drop(tx);
         if let Err(e) = result {

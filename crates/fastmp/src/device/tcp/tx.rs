@@ -60,8 +60,15 @@ impl Tx {
     }
 
     /// Sends a frame whose payload the caller owns only for the duration of the call: written now
-    /// if possible, otherwise what is left is copied and queued.
-    pub(super) fn send_copied(&mut self, stream: &TcpStream, frame: Frame, payload: &[u8]) -> io::Result<()> {
+    /// if possible, otherwise what is left is copied and queued. Frames queued before it may be
+    /// completed on the way; `done` hears of their requests.
+    pub(super) fn send_copied(
+        &mut self,
+        stream: &TcpStream,
+        frame: Frame,
+        payload: &[u8],
+        done: &mut dyn FnMut(ReqId),
+    ) -> io::Result<()> {
         let header = frame.encode();
         let mut written = 0;
         if self.queue.is_empty() {
@@ -79,7 +86,7 @@ impl Tx {
             written: written.min(HEADER_LEN),
             completes: None,
         });
-        self.flush(stream, &mut |_| {})
+        self.flush(stream, done)
     }
 
     /// Queues a frame whose payload is a live send request's buffer; the request completes when
