@@ -47,7 +47,7 @@ pub use comm::{Comm, Status};
 pub use device::{ANY_SOURCE, ANY_TAG, Source, TAG_UB};
 pub use error::{Error, Result};
 pub use group::{Group, GroupOrdering};
-pub use launch::config::{Config, DEFAULT_EAGER_LIMIT, DeviceKind, Pin};
+pub use launch::config::{Config, DEFAULT_EAGER_LIMIT, DEFAULT_TCP_EAGER_LIMIT, DeviceKind, Pin};
 pub use launch::{init, main, run};
 pub use scope::{Request, Scope, testall, testany, waitall, waitany};
 pub use topology::{CartComm, dims_create};

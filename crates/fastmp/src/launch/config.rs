@@ -7,8 +7,13 @@ use crate::device::tcp::bootstrap::SocketOptions;
 
 use crate::error::{Error, Result};
 
-/// Default eager/rendezvous switch point in bytes.
+/// Default eager/rendezvous switch point of the shm device, in bytes.
 pub const DEFAULT_EAGER_LIMIT: usize = 8192;
+
+/// Default eager/rendezvous switch point of the tcp device: a rendezvous costs a round trip
+/// (~9 µs on loopback), which only pays once the payload's own transfer time dominates; the
+/// socket buffers absorb eager messages this size (Open MPI's tcp BTL uses 64 KiB too).
+pub const DEFAULT_TCP_EAGER_LIMIT: usize = 64 * 1024;
 
 /// The transport carrying a job's messages, chosen at launch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -69,7 +74,9 @@ impl FromStr for Pin {
 pub struct Config {
     pub(crate) device: DeviceKind,
     pub(crate) np: usize,
-    pub(crate) eager_limit: usize,
+    /// `None`: the device's own default ([`DEFAULT_EAGER_LIMIT`] on shm,
+    /// [`DEFAULT_TCP_EAGER_LIMIT`] on tcp).
+    pub(crate) eager_limit: Option<usize>,
     pub(crate) pin: Pin,
     pub(crate) stack_size: Option<usize>,
     /// Collective algorithm selection; `None` reads it from the environment at run time.
@@ -133,7 +140,7 @@ impl Config {
         Config {
             device: DeviceKind::Shm,
             np: 1,
-            eager_limit: DEFAULT_EAGER_LIMIT,
+            eager_limit: None,
             pin: Pin::None,
             stack_size: None,
             tuning: None,
@@ -176,7 +183,7 @@ impl Config {
         c.sockets.send_buffer = env_parse::<usize>("FASTMP_TCP_SNDBUF")?;
         c.sockets.recv_buffer = env_parse::<usize>("FASTMP_TCP_RCVBUF")?;
         if let Some(limit) = env_parse::<usize>("FASTMP_EAGER_LIMIT")? {
-            c.eager_limit = limit;
+            c.eager_limit = Some(limit);
         }
         if let Some(pin) = env_parse::<Pin>("FASTMP_PIN")? {
             c.pin = pin;
@@ -212,9 +219,10 @@ impl Config {
         self
     }
 
-    /// Largest message (bytes) sent eagerly; larger ones use rendezvous / direct copy.
+    /// Largest message (bytes) sent eagerly; larger ones use rendezvous / direct copy. The
+    /// default depends on the device (8 KiB on shm, 64 KiB on tcp).
     pub fn eager_limit(mut self, bytes: usize) -> Self {
-        self.eager_limit = bytes;
+        self.eager_limit = Some(bytes);
         self
     }
 
@@ -247,6 +255,14 @@ impl Config {
         self.np
     }
 
+    /// The eager limit in force for this configuration's device.
+    pub(crate) fn effective_eager_limit(&self) -> usize {
+        self.eager_limit.unwrap_or(match self.device {
+            DeviceKind::Shm => DEFAULT_EAGER_LIMIT,
+            DeviceKind::Tcp => DEFAULT_TCP_EAGER_LIMIT,
+        })
+    }
+
     pub fn get_device(&self) -> DeviceKind {
         self.device
     }
@@ -258,8 +274,10 @@ impl Config {
         if self.np > 4096 {
             return Err(Error::InvalidArgument(format!("np = {} exceeds fastmp's limit of 4096 ranks", self.np)));
         }
-        if self.eager_limit > (1 << 30) {
-            return Err(Error::InvalidArgument(format!("eager limit {} bytes is larger than 1 GiB", self.eager_limit)));
+        if let Some(limit) = self.eager_limit
+            && limit > (1 << 30)
+        {
+            return Err(Error::InvalidArgument(format!("eager limit {limit} bytes is larger than 1 GiB")));
         }
         Ok(())
     }

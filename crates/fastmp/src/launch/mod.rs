@@ -104,7 +104,7 @@ impl Config {
         R: Send,
     {
         let tuning = Arc::new(self.resolved_tuning()?);
-        let world = ShmWorld::new(self.np, self.eager_limit);
+        let world = ShmWorld::new(self.np, self.effective_eager_limit());
         let cpus = if self.pin == Pin::None { Vec::new() } else { affinity::allowed_cpus() };
         let rank_main = |rank: usize| -> Result<R> {
             let outcome = catch_unwind(AssertUnwindSafe(|| {

@@ -88,9 +88,9 @@ impl Config {
             };
             let bootstrap =
                 Bootstrap { rank, size: self.np, rendezvous, secret: secret.clone(), deadline, sockets: self.sockets };
-            let endpoint = bootstrap
-                .connect()
-                .and_then(|streams| TcpEndpoint::new(rank, streams, TcpOptions { eager_limit: self.eager_limit }));
+            let endpoint = bootstrap.connect().and_then(|streams| {
+                TcpEndpoint::new(rank, streams, TcpOptions { eager_limit: self.effective_eager_limit() })
+            });
             match endpoint {
                 Ok(endpoint) => {
                     run_rank(Place { rank, first: &first, own_process: false }, endpoint, tuning.clone(), f)
@@ -152,7 +152,7 @@ impl Config {
             sockets: self.sockets,
         };
         let streams = bootstrap.connect()?;
-        let endpoint = TcpEndpoint::new(place.rank, streams, TcpOptions { eager_limit: self.eager_limit })?;
+        let endpoint = TcpEndpoint::new(place.rank, streams, TcpOptions { eager_limit: self.effective_eager_limit() })?;
         let first = Mutex::new(None);
         run_rank(Place { rank: place.rank, first: &first, own_process: true }, endpoint, tuning, f)
             .map(|value| vec![value])

@@ -91,6 +91,8 @@ struct Shared {
     parked: AtomicUsize,
     /// User threads currently polling inside a wait (the input thread stays out of their way).
     active: AtomicUsize,
+    /// Counts user-thread progress calls: the input thread takes over only after a quiet spell.
+    user_polls: AtomicU64,
     /// The input thread rests here while `active > 0`.
     idle: Mutex<()>,
     idle_cv: Condvar,
@@ -148,6 +150,7 @@ impl TcpEndpoint {
             woken: Condvar::new(),
             parked: AtomicUsize::new(0),
             active: AtomicUsize::new(0),
+            user_polls: AtomicU64::new(0),
             idle: Mutex::new(()),
             idle_cv: Condvar::new(),
             wake_fd,
@@ -435,6 +438,12 @@ impl Shared {
         peer.closed.load(Ordering::Acquire)
     }
 
+    /// Progress made by a user thread (counted, see `user_polls`).
+    fn user_progress(&self) -> bool {
+        self.user_polls.fetch_add(1, Ordering::Relaxed);
+        self.progress_once()
+    }
+
     /// One round of progress on every connection this thread can get at; `true` if bytes moved.
     fn progress_once(&self) -> bool {
         let mut moved = false;
@@ -661,8 +670,15 @@ impl PeerHandler<'_> {
 /// The input-handler thread: progresses the connections while no user thread does.
 fn input_loop(sh: &Shared) {
     let mut fds: Vec<libc::pollfd> = Vec::with_capacity(sh.size + 1);
+    let mut last_polls = u64::MAX;
     while !sh.stop.load(Ordering::Acquire) {
-        if sh.active.load(Ordering::Acquire) > 0 {
+        // Rest while a user thread progresses by itself (spinning in a wait, or calling in
+        // often): sharing its core would cost it a context switch per message. A parked waiter
+        // hands over at once.
+        let polls = sh.user_polls.load(Ordering::Relaxed);
+        let user_busy = sh.active.load(Ordering::Acquire) > 0 || polls != last_polls;
+        last_polls = polls;
+        if user_busy && sh.parked.load(Ordering::Acquire) == 0 {
             let guard = lock(&sh.idle);
             let _ = sh.idle_cv.wait_timeout(guard, IDLE_CHECK);
             continue;
@@ -782,7 +798,7 @@ impl Device for TcpEndpoint {
     fn iprobe(&self, spec: MatchSpec) -> Result<Option<RawStatus>> {
         self.check_live()?;
         let sh = &*self.shared;
-        sh.progress_once();
+        sh.user_progress();
         let st = lock(&sh.state);
         if let Some(found) = st.peek_unexpected(spec) {
             return Ok(Some(found));
@@ -799,7 +815,7 @@ impl Device for TcpEndpoint {
 
     fn test(&self, id: ReqId) -> Result<Option<RawStatus>> {
         self.check_live()?;
-        self.shared.progress_once();
+        self.shared.user_progress();
         self.try_complete(id, false)
     }
 
@@ -912,7 +928,7 @@ impl Device for TcpEndpoint {
         let _active = Active(&sh.active);
         let mut backoff = Backoff::new(sh.policy);
         loop {
-            sh.progress_once();
+            sh.user_progress();
             if poll()? {
                 return Ok(());
             }
@@ -946,7 +962,7 @@ impl Device for TcpEndpoint {
     }
 
     fn progress(&self) {
-        self.shared.progress_once();
+        self.shared.user_progress();
     }
 
     fn finalize(&self) {
