@@ -98,6 +98,40 @@ impl Config {
         }
     }
 
+    /// Runs `rank_main(rank)` on one named thread per rank (with the configured stack size) and
+    /// collects the results in rank order; `start_failed` hears of a thread that could not start.
+    pub(crate) fn run_rank_threads<R: Send>(
+        &self,
+        rank_main: &(dyn Fn(usize) -> Result<R> + Sync),
+        start_failed: impl Fn(usize, String),
+    ) -> Vec<Result<R>> {
+        std::thread::scope(|s| {
+            let handles: Vec<_> = (0..self.np)
+                .map(|rank| {
+                    let mut builder = std::thread::Builder::new().name(format!("fastmp-rank-{rank}"));
+                    if let Some(bytes) = self.stack_size {
+                        builder = builder.stack_size(bytes);
+                    }
+                    builder.spawn_scoped(s, move || rank_main(rank))
+                })
+                .collect();
+            handles
+                .into_iter()
+                .enumerate()
+                .map(|(rank, h)| match h {
+                    Ok(h) => h.join().unwrap_or_else(|_| {
+                        Err(Error::RankFailed { rank, cause: "rank thread could not be joined".into() })
+                    }),
+                    Err(e) => {
+                        let cause = format!("could not start its thread: {e}");
+                        start_failed(rank, cause.clone());
+                        Err(Error::RankFailed { rank, cause })
+                    }
+                })
+                .collect()
+        })
+    }
+
     fn run_shm<F, R>(&self, f: &F) -> Result<Vec<R>>
     where
         F: Fn(Comm) -> Result<R> + Sync,
@@ -130,31 +164,7 @@ impl Config {
                 }
             }
         };
-        let results: Vec<Result<R>> = std::thread::scope(|s| {
-            let handles: Vec<_> = (0..self.np)
-                .map(|rank| {
-                    let mut builder = std::thread::Builder::new().name(format!("fastmp-rank-{rank}"));
-                    if let Some(bytes) = self.stack_size {
-                        builder = builder.stack_size(bytes);
-                    }
-                    let rank_main = &rank_main;
-                    builder.spawn_scoped(s, move || rank_main(rank))
-                })
-                .collect();
-            handles
-                .into_iter()
-                .enumerate()
-                .map(|(rank, h)| match h {
-                    Ok(h) => h.join().unwrap_or_else(|_| {
-                        Err(Error::RankFailed { rank, cause: "rank thread could not be joined".into() })
-                    }),
-                    Err(e) => {
-                        world.mark_failed(rank, format!("could not start its thread: {e}"));
-                        Err(Error::RankFailed { rank, cause: format!("could not start its thread: {e}") })
-                    }
-                })
-                .collect()
-        });
+        let results = self.run_rank_threads(&rank_main, |rank, cause| world.mark_failed(rank, cause));
         if let Some((rank, cause)) = world.first_failure() {
             return Err(Error::RankFailed { rank, cause });
         }

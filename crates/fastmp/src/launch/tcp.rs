@@ -101,27 +101,8 @@ impl Config {
                 }
             }
         };
-        let results: Vec<Result<R>> = std::thread::scope(|s| {
-            let handles: Vec<_> = (0..self.np)
-                .map(|rank| {
-                    let mut builder = std::thread::Builder::new().name(format!("fastmp-rank-{rank}"));
-                    if let Some(bytes) = self.stack_size {
-                        builder = builder.stack_size(bytes);
-                    }
-                    let rank_main = &rank_main;
-                    builder.spawn_scoped(s, move || rank_main(rank))
-                })
-                .collect();
-            handles
-                .into_iter()
-                .enumerate()
-                .map(|(rank, h)| match h {
-                    Ok(h) => h.join().unwrap_or_else(|_| {
-                        Err(Error::RankFailed { rank, cause: "rank thread could not be joined".into() })
-                    }),
-                    Err(e) => Err(Error::RankFailed { rank, cause: format!("could not start its thread: {e}") }),
-                })
-                .collect()
+        let results = self.run_rank_threads(&rank_main, |rank, cause| {
+            super::lock_ignoring_poison(&first).get_or_insert((rank, cause));
         });
         if let Some((rank, cause)) = super::lock_ignoring_poison(&first).take() {
             return Err(Error::RankFailed { rank, cause });
