@@ -1607,3 +1607,61 @@ fn kary_bcast_with_other_arities() {
         }
     }
 }
+
+/// Every collective gives the same results on the tcp device (thread ranks over loopback
+/// sockets, default selection, so the point-to-point algorithms run) as the arithmetic says,
+/// for small and rendezvous-sized data and non-power-of-two rank counts.
+#[test]
+fn every_collective_runs_on_tcp() {
+    use fastmp::op::Sum;
+    for np in [1usize, 3, 4] {
+        for n in [1usize, 3000, 70_000] {
+            let config = fastmp::Config::new().device(fastmp::DeviceKind::Tcp).np(np);
+            job(config, &format!("tcp collectives np={np} n={n}"), move |world| {
+                let (rank, size) = (world.rank(), world.size());
+                let value = |r: usize, i: usize| (r * 7 + i) as u64;
+                world.barrier()?;
+                let mut b: Vec<u64> = if rank == size - 1 { (0..n).map(|i| value(9, i)).collect() } else { vec![0; n] };
+                world.bcast(&mut b, size - 1)?;
+                assert!(b.iter().enumerate().all(|(i, &x)| x == value(9, i)), "bcast");
+                let mine: Vec<u64> = (0..n).map(|i| value(rank, i)).collect();
+                let mut sum = vec![0u64; n];
+                world.allreduce(&mine, &mut sum, Sum)?;
+                assert!(
+                    sum.iter().enumerate().all(|(i, &x)| x == (0..size).map(|r| value(r, i)).sum::<u64>()),
+                    "allreduce"
+                );
+                let mut all = vec![0u64; n * size];
+                world.allgather(&mine, &mut all)?;
+                assert!(
+                    (0..size).all(|r| all[r * n..(r + 1) * n] == (0..n).map(|i| value(r, i)).collect::<Vec<_>>()[..]),
+                    "allgather"
+                );
+                let send: Vec<u64> = (0..n * size).map(|i| value(rank, i)).collect();
+                let mut got = vec![0u64; n * size];
+                world.alltoall(&send, &mut got)?;
+                assert!((0..size).all(|r| (0..n).all(|i| got[r * n + i] == value(r, rank * n + i))), "alltoall");
+                let mut block = vec![0u64; n];
+                world.reduce_scatter_block(&send, &mut block, Sum)?;
+                assert!(
+                    (0..n).all(|i| block[i] == (0..size).map(|r| value(r, rank * n + i)).sum::<u64>()),
+                    "reduce_scatter_block"
+                );
+                let mut prefix = vec![0u64; n];
+                world.scan(&mine, &mut prefix, Sum)?;
+                assert!((0..n).all(|i| prefix[i] == (0..=rank).map(|r| value(r, i)).sum::<u64>()), "scan");
+                let mut gathered = if rank == 0 { vec![0u64; n * size] } else { Vec::new() };
+                world.gather(&mine, &mut gathered, 0)?;
+                if rank == 0 {
+                    assert_eq!(gathered, all, "gather");
+                }
+                let mut part = vec![0u64; n];
+                let source = if rank == 0 { all.clone() } else { Vec::new() };
+                world.scatter(&source, &mut part, 0)?;
+                assert_eq!(part, mine, "scatter");
+                Ok(())
+            })
+            .unwrap();
+        }
+    }
+}
