@@ -1,8 +1,20 @@
 //! # fastmp — message passing for Rust, MPI style
 //!
 //! The same SPMD program runs with its ranks as threads of one process (the `shm` device: plain
-//! data moves with a single copy, no serialization) or, later, as processes over TCP; the device
-//! is chosen at launch, not in the code.
+//! data moves with a single copy, no serialization) or as processes over TCP (the `tcp` device,
+//! started by `fastmprun`, `mpirun` or `srun`); the device is chosen at launch, not in the code.
+//! Without a launcher, a tcp job runs its ranks as threads that still talk over loopback sockets:
+//!
+//! ```
+//! use fastmp::{Config, DeviceKind};
+//! let sums = Config::new().device(DeviceKind::Tcp).np(3).run(|world| {
+//!     let mut total = [0u64];
+//!     world.allreduce(&[world.rank() as u64], &mut total, fastmp::op::Sum)?;
+//!     Ok(total[0])
+//! })?;
+//! assert_eq!(sums, vec![3, 3, 3]);
+//! # Ok::<(), fastmp::Error>(())
+//! ```
 //!
 //! ```
 //! let got = fastmp::run(4, |world| {
@@ -29,7 +41,7 @@
 //!
 //! ## Layers
 //! [`Comm`] (typed point-to-point, [`Comm::scope`] for nonblocking requests) sits on the narrow
-//! [`device::Device`] trait; the `shm` device implements it.
+//! [`device::Device`] trait; the `shm` and `tcp` devices implement it.
 
 pub mod coll;
 mod comm;
