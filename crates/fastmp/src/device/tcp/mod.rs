@@ -383,18 +383,23 @@ impl Shared {
         }
     }
 
-    /// Writes a frame with a payload the caller keeps (copied if the socket is full).
-    fn send_frame(&self, p: usize, frame: Frame, payload: &[u8]) {
+    /// Writes a frame with a payload the caller keeps (copied if the socket is full); `false` if
+    /// the connection broke (the job is then aborted).
+    fn send_frame(&self, p: usize, frame: Frame, payload: &[u8]) -> bool {
         let peer = self.peer(p);
         if peer.write_shut.load(Ordering::Acquire) {
-            return;
+            return true;
         }
         let mut tx = lock(&peer.tx);
         let result = tx.send_copied(&peer.stream, frame, payload, &mut |id| self.sent(id));
         peer.tx_busy.store(!tx.is_empty(), Ordering::Release);
         drop(tx);
-        if let Err(e) = result {
-            self.connection_lost(p, &format!("sending to it failed: {e}"));
+        match result {
+            Ok(()) => true,
+            Err(e) => {
+                self.connection_lost(p, &format!("sending to it failed: {e}"));
+                false
+            }
         }
     }
 
@@ -753,11 +758,11 @@ impl Device for TcpEndpoint {
             // SAFETY: `buf` is readable for `len` bytes for the duration of this call (caller
             // contract); `send_frame` copies whatever it cannot write now.
             let payload = unsafe { std::slice::from_raw_parts(buf, len) };
-            sh.send_frame(dest, Frame::Eager { context, tag, len: len as u64 }, payload);
-            return match lock(&sh.state).abort_error() {
-                Some(e) => Err(e),
-                None => Ok(Started::Complete(Ok(RawStatus { source: sh.rank, tag, bytes: len, cancelled: false }))),
-            };
+            if !sh.send_frame(dest, Frame::Eager { context, tag, len: len as u64 }, payload) {
+                let lost = Error::PeerFailed { rank: dest, cause: "the connection broke while sending".into() };
+                return Err(lock(&sh.state).abort_error().unwrap_or(lost));
+            }
+            return Ok(Started::Complete(Ok(RawStatus { source: sh.rank, tag, bytes: len, cancelled: false })));
         }
         let id = lock(&sh.state).reqs.insert(Req::Send(SendReq {
             dest,
