@@ -18,6 +18,21 @@ use std::sync::Arc;
 
 use crate::error::Result;
 
+/// Status of a completed receive of `len` bytes into `capacity`, or its truncation error.
+pub(crate) fn receive_result(source: usize, tag: i32, len: usize, capacity: usize) -> Result<RawStatus> {
+    if len > capacity {
+        Err(crate::Error::Truncated { message_bytes: len, capacity, source_rank: source, tag })
+    } else {
+        Ok(RawStatus { source, tag, bytes: len, cancelled: false })
+    }
+}
+
+/// Locks a mutex whose data stays meaningful even if a holder panicked (every update under it
+/// is a single step, and a panicking rank aborts the job anyway): no cascade of poison panics.
+pub(crate) fn lock_ignoring_poison<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// Identifies a communicator's traffic; messages only match receives of the same context.
 pub type ContextId = u32;
 

@@ -11,6 +11,7 @@ use super::config::{Config, Pin, ProcessPlace};
 use super::{affinity, panic_message};
 use crate::coll::Tuning;
 use crate::comm::Comm;
+use crate::device::lock_ignoring_poison;
 use crate::device::tcp::bootstrap::{Bootstrap, Rendezvous};
 use crate::device::tcp::handshake::JobSecret;
 use crate::device::tcp::{TcpEndpoint, TcpOptions};
@@ -50,7 +51,7 @@ where
         }
     };
     // Record before telling the peers, so the originator is recorded before its consequences.
-    super::lock_ignoring_poison(first).get_or_insert((rank, failure.0.clone()));
+    lock_ignoring_poison(first).get_or_insert((rank, failure.0.clone()));
     if own_process {
         // Said before the peers hear of it: they exit at once, and a launcher then stops this
         // process, possibly before `main` could print anything.
@@ -81,7 +82,7 @@ impl Config {
             if let Some(cpu) = affinity::cpu_for(self.pin, rank, self.np, &cpus) {
                 affinity::pin_current_thread(cpu)?;
             }
-            let listener = if rank == 0 { super::lock_ignoring_poison(&rank0_listener).take() } else { None };
+            let listener = if rank == 0 { lock_ignoring_poison(&rank0_listener).take() } else { None };
             let rendezvous = match listener {
                 Some(l) => Rendezvous::Listen(l),
                 None => Rendezvous::Connect(address),
@@ -96,15 +97,15 @@ impl Config {
                     run_rank(Place { rank, first: &first, own_process: false }, endpoint, tuning.clone(), f)
                 }
                 Err(e) => {
-                    super::lock_ignoring_poison(&first).get_or_insert((rank, e.to_string()));
+                    lock_ignoring_poison(&first).get_or_insert((rank, e.to_string()));
                     Err(e)
                 }
             }
         };
         let results = self.run_rank_threads(&rank_main, |rank, cause| {
-            super::lock_ignoring_poison(&first).get_or_insert((rank, cause));
+            lock_ignoring_poison(&first).get_or_insert((rank, cause));
         });
-        if let Some((rank, cause)) = super::lock_ignoring_poison(&first).take() {
+        if let Some((rank, cause)) = lock_ignoring_poison(&first).take() {
             return Err(Error::RankFailed { rank, cause });
         }
         results.into_iter().collect()

@@ -10,7 +10,9 @@ use super::record::{self, SendRecord};
 use super::ring::{Header, INLINE_BYTES, Kind, SlotView};
 use crate::device::slab::Slab;
 use crate::device::wait::{Backoff, Pause};
-use crate::device::{ContextId, Device, MatchSpec, RawStatus, ReqId, SendMode, Source, Started, TAG_UB};
+use crate::device::{
+    ContextId, Device, MatchSpec, RawStatus, ReqId, SendMode, Source, Started, TAG_UB, receive_result,
+};
 use crate::error::{Error, Result};
 
 /// Records kept for reuse; beyond this, finished records are freed.
@@ -142,15 +144,6 @@ fn copy_into(dst: *mut u8, capacity: usize, src: &[u8]) {
         // `capacity` bytes and exclusively ours while the receive is claimed; `src` is a distinct
         // live slice (sender buffer, ring slot or pooled buffer).
         unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst, n) };
-    }
-}
-
-/// Status or truncation error of a completed receive.
-fn receive_result(source: usize, tag: i32, len: usize, capacity: usize) -> Result<RawStatus> {
-    if len > capacity {
-        Err(Error::Truncated { message_bytes: len, capacity, source_rank: source, tag })
-    } else {
-        Ok(RawStatus { source, tag, bytes: len, cancelled: false })
     }
 }
 

@@ -30,13 +30,16 @@ mod tx;
 use std::net::{Shutdown, TcpStream};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use super::slab::NO_OWNER;
 use super::wait::{Backoff, Pause, WaitPolicy};
-use super::{ContextId, Device, MatchSpec, RawStatus, ReqId, SendMode, Source, Started, TAG_UB};
+use super::{
+    ContextId, Device, MatchSpec, RawStatus, ReqId, SendMode, Source, Started, TAG_UB, lock_ignoring_poison as lock,
+    receive_result,
+};
 use crate::error::{Error, Result};
 use frame::{Frame, Limits};
 use rx::{Delivery, Pumped, Rx, RxError, RxHandler, Sink};
@@ -51,12 +54,6 @@ const POLL_TIMEOUT_MS: i32 = 100;
 const PARK_TIMEOUT: Duration = Duration::from_millis(20);
 /// How long an aborting rank tries to get its abort notice out.
 const ABORT_FLUSH: Duration = Duration::from_secs(1);
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // A panic while holding a device lock leaves consistent-enough bookkeeping (every update is a
-    // single step), and the job is being aborted anyway: keep going rather than cascade panics.
-    m.lock().unwrap_or_else(PoisonError::into_inner)
-}
 
 /// One connection to a peer.
 struct Peer {
@@ -275,7 +272,7 @@ impl TcpEndpoint {
             // receive's buffer writable for `capacity` (its request is live); distinct requests
             // own non-overlapping buffers.
             unsafe { std::ptr::copy_nonoverlapping(buf, r.buf, fit) };
-            let result = state::receive_result(me, tag, len, r.capacity);
+            let result = receive_result(me, tag, len, r.capacity);
             st.finish_recv(rid, result);
             drop(st);
             sh.wake_waiters();
@@ -304,7 +301,7 @@ impl TcpEndpoint {
     /// Receives a queued message into `buf` (or, for a rendezvous, starts its transfer).
     fn take_queued(&self, mut st: MutexGuard<'_, State>, msg: Unexpected, buf: *mut u8, capacity: usize) -> Started {
         let sh = &*self.shared;
-        let result = state::receive_result(msg.source, msg.tag, msg.len, capacity);
+        let result = receive_result(msg.source, msg.tag, msg.len, capacity);
         match msg.body {
             Body::Eager(data) => {
                 drop(st);
@@ -596,13 +593,13 @@ impl RxHandler for PeerHandler<'_> {
         let (sh, p) = (self.sh, self.peer);
         match (d.frame, d.sink) {
             (Frame::Eager { tag, .. }, Sink::User { id, capacity, .. }) => {
-                lock(&sh.state).finish_recv(id, state::receive_result(p, tag, d.len, capacity));
+                lock(&sh.state).finish_recv(id, receive_result(p, tag, d.len, capacity));
             }
             (Frame::Eager { context, tag, .. }, Sink::Owned(data)) => self.eager_arrived(context, tag, data),
             (Frame::Data { .. }, Sink::User { id, capacity, .. }) => {
                 let mut st = lock(&sh.state);
                 if let Some(Req::Recv(RecvReq { phase: RecvPhase::Matched { source, tag }, .. })) = st.reqs.get(id) {
-                    let result = state::receive_result(*source, *tag, d.len, capacity);
+                    let result = receive_result(*source, *tag, d.len, capacity);
                     st.finish_recv(id, result);
                 }
             }
@@ -634,7 +631,7 @@ impl PeerHandler<'_> {
         // buffer is writable for `capacity` bytes.
         unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), buf, len.min(capacity)) };
         let mut st = lock(&sh.state);
-        st.finish_recv(id, state::receive_result(p, tag, len, capacity));
+        st.finish_recv(id, receive_result(p, tag, len, capacity));
         st.recycle(data);
     }
 
@@ -654,7 +651,7 @@ impl PeerHandler<'_> {
             Some(data) => {
                 let data = std::mem::take(data);
                 drop(st);
-                tx.send_owned(&peer.stream, data_frame, data, Some(id), &mut |done| sh.sent(done))
+                tx.send_owned(&peer.stream, data_frame, data, id, &mut |done| sh.sent(done))
             }
             None => {
                 let (ptr, len) = (s.buf, s.len);

@@ -228,15 +228,6 @@ impl State {
     }
 }
 
-/// Status or truncation error of a receive of `len` bytes into `capacity`.
-pub(super) fn receive_result(source: usize, tag: i32, len: usize, capacity: usize) -> Result<RawStatus> {
-    if len > capacity {
-        Err(Error::Truncated { message_bytes: len, capacity, source_rank: source, tag })
-    } else {
-        Ok(RawStatus { source, tag, bytes: len, cancelled: false })
-    }
-}
-
 /// The wire form of a request handle (index and generation), so stale ids are recognized.
 pub(super) fn wire_id(id: ReqId) -> u64 {
     (u64::from(id.generation) << 32) | u64::from(id.index)

@@ -119,10 +119,15 @@ impl Tx {
         stream: &TcpStream,
         frame: Frame,
         data: Vec<u8>,
-        id: Option<ReqId>,
+        id: ReqId,
         done: &mut dyn FnMut(ReqId),
     ) -> io::Result<()> {
-        self.queue.push_back(Queued { header: frame.encode(), body: Body::Owned(data), written: 0, completes: id });
+        self.queue.push_back(Queued {
+            header: frame.encode(),
+            body: Body::Owned(data),
+            written: 0,
+            completes: Some(id),
+        });
         self.flush(stream, done)
     }
 
