@@ -5,7 +5,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 use crate::coll::select::Tuning;
-use crate::device::shm::native::NativeArea;
+use crate::device::shm::native::{LANES, NativeArea};
 use crate::device::{ANY_TAG, ContextId, Device, MatchSpec, RawStatus, Source, TAG_UB};
 use crate::error::{Error, Result};
 use crate::group::Group;
@@ -45,7 +45,7 @@ pub struct Comm {
     pub(crate) native: Option<Rc<NativeHandle>>,
     /// Collectives this rank has issued on the communicator (shared by its clones); numbers
     /// each operation's messages so outstanding nonblocking ones never match each other's.
-    pub(crate) coll_seq: Rc<Cell<u32>>,
+    pub(crate) coll_seq: Rc<Cell<u64>>,
 }
 
 /// State of one process (rank thread) shared by all its communicators.
@@ -60,8 +60,8 @@ pub(crate) struct ProcessState {
 /// A communicator's native-collective area plus this rank's count of native operations on it.
 pub(crate) struct NativeHandle {
     pub(crate) area: Arc<NativeArea>,
-    /// Number of native collectives this rank has started on the area (the next epoch is this + 1).
-    pub(crate) epoch: Cell<u64>,
+    /// Lanes in which this rank has an operation open (see `device::shm::native::LANES`).
+    pub(crate) lanes_open: [Cell<bool>; LANES],
     /// A native collective of this rank is in progress on the area.
     pub(crate) busy: Cell<bool>,
 }
@@ -111,7 +111,7 @@ impl Comm {
         let native = dev
             .native_area(context, group.members())
             .and_then(|area| area.downcast::<NativeArea>().ok())
-            .map(|area| Rc::new(NativeHandle { area, epoch: Cell::new(0), busy: Cell::new(false) }));
+            .map(|area| Rc::new(NativeHandle { area, lanes_open: Default::default(), busy: Cell::new(false) }));
         Comm { dev, context, group, rank, tuning, process, native, coll_seq: Rc::default() }
     }
 

@@ -14,7 +14,7 @@ use std::rc::Rc;
 use std::task::{Context, Poll, Waker};
 
 use crate::device::{ContextId, Device, MatchSpec, RawStatus, ReqId, SendMode, Started};
-use crate::error::{Error, Result};
+use crate::error::Result;
 
 /// A collective's remaining stages, with the borrow of its buffers erased (see [`Engine::start`]).
 type Schedule = Pin<Box<dyn Future<Output = Result<()>>>>;
@@ -122,11 +122,6 @@ impl Engine {
         entries.remove(index).outcome
     }
 
-    /// Whether `id` has finished (or is unknown).
-    pub(crate) fn is_finished(&self, id: OpId) -> bool {
-        self.entries.borrow().iter().find(|e| e.id == id).is_none_or(|e| e.outcome.is_some())
-    }
-
     /// Nobody will collect `id`'s outcome: it keeps running and is forgotten once finished.
     pub(crate) fn detach(&self, id: OpId) {
         let mut entries = self.entries.borrow_mut();
@@ -162,11 +157,6 @@ impl Engine {
         // Dropping the futures here, outside the list's borrow, releases their requests.
         drop(dropped);
     }
-}
-
-/// Error of a collective request whose outcome was already collected.
-pub(crate) fn stale_request() -> Error {
-    Error::InvalidArgument("the collective request was already completed".into())
 }
 
 /// A rank's device with its [`Engine`]: every wait inside the device also polls the rank's

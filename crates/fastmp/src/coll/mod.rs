@@ -99,7 +99,7 @@ impl Comm {
     /// # Ok::<(), fastmp::Error>(())
     /// ```
     pub fn barrier(&self) -> Result<()> {
-        let run = Run::new(self, true);
+        let run = Run::new(self, true)?;
         run.finish(run.barrier())
     }
 
@@ -115,14 +115,14 @@ impl Comm {
     /// # Ok::<(), fastmp::Error>(())
     /// ```
     pub fn bcast<T: Pod>(&self, buf: &mut [T], root: usize) -> Result<()> {
-        let run = Run::new(self, true);
+        let run = Run::new(self, true)?;
         run.finish(run.bcast(buf, root))
     }
 
     /// Sends block `i` of `root`'s `send` (`size()` blocks of `recv.len()` elements) to rank `i`
     /// (MPI_Scatter). `send` is only read at the root; other ranks may pass `&[]`.
     pub fn scatter<T: Pod>(&self, send: &[T], recv: &mut [T], root: usize) -> Result<()> {
-        let run = Run::new(self, true);
+        let run = Run::new(self, true)?;
         run.finish(run.scatter(send, recv, root))
     }
 
@@ -137,7 +137,7 @@ impl Comm {
         recv: &mut [T],
         root: usize,
     ) -> Result<()> {
-        let run = Run::new(self, true);
+        let run = Run::new(self, true)?;
         run.finish(run.scatterv(send, counts, displs, recv, root))
     }
 
@@ -155,7 +155,7 @@ impl Comm {
     /// # Ok::<(), fastmp::Error>(())
     /// ```
     pub fn gather<T: Pod>(&self, send: &[T], recv: &mut [T], root: usize) -> Result<()> {
-        let run = Run::new(self, true);
+        let run = Run::new(self, true)?;
         run.finish(run.gather(send, recv, root))
     }
 
@@ -169,27 +169,27 @@ impl Comm {
         displs: &[usize],
         root: usize,
     ) -> Result<()> {
-        let run = Run::new(self, true);
+        let run = Run::new(self, true)?;
         run.finish(run.gatherv(send, recv, counts, displs, root))
     }
 
     /// Gathers every rank's `send` into `recv` on every rank (MPI_Allgather).
     pub fn allgather<T: Pod>(&self, send: &[T], recv: &mut [T]) -> Result<()> {
-        let run = Run::new(self, true);
+        let run = Run::new(self, true)?;
         run.finish(run.allgather(send, recv))
     }
 
     /// Like [`Comm::allgather`] with per-rank `counts` and `displs` into `recv`, which every
     /// rank passes (MPI_Allgatherv).
     pub fn allgatherv<T: Pod>(&self, send: &[T], recv: &mut [T], counts: &[usize], displs: &[usize]) -> Result<()> {
-        let run = Run::new(self, true);
+        let run = Run::new(self, true)?;
         run.finish(run.allgatherv(send, recv, counts, displs))
     }
 
     /// Block `j` of `send` goes to rank `j`, which stores it as block `i` (this rank) of its
     /// `recv` (MPI_Alltoall). Both buffers hold `size()` equal blocks.
     pub fn alltoall<T: Pod>(&self, send: &[T], recv: &mut [T]) -> Result<()> {
-        let run = Run::new(self, true);
+        let run = Run::new(self, true)?;
         run.finish(run.alltoall(send, recv))
     }
 
@@ -205,7 +205,7 @@ impl Comm {
         recv_counts: &[usize],
         recv_displs: &[usize],
     ) -> Result<()> {
-        let run = Run::new(self, true);
+        let run = Run::new(self, true)?;
         run.finish(run.alltoallv(send, send_counts, send_displs, recv, recv_counts, recv_displs))
     }
 
@@ -223,7 +223,7 @@ impl Comm {
     /// # Ok::<(), fastmp::Error>(())
     /// ```
     pub fn reduce<T: Pod, O: Op<T>>(&self, send: &[T], recv: &mut [T], op: O, root: usize) -> Result<()> {
-        let run = Run::new(self, true);
+        let run = Run::new(self, true)?;
         run.finish(run.reduce(send, recv, &op, root))
     }
 
@@ -241,21 +241,21 @@ impl Comm {
     /// # Ok::<(), fastmp::Error>(())
     /// ```
     pub fn allreduce<T: Pod, O: Op<T>>(&self, send: &[T], recv: &mut [T], op: O) -> Result<()> {
-        let run = Run::new(self, true);
+        let run = Run::new(self, true)?;
         run.finish(run.allreduce(send, recv, &op))
     }
 
     /// Reduces `send` element-wise over all ranks and scatters the result: rank `i` receives
     /// `counts[i]` elements into `recv` (MPI_Reduce_scatter). `send` holds `sum(counts)`.
     pub fn reduce_scatter<T: Pod, O: Op<T>>(&self, send: &[T], recv: &mut [T], counts: &[usize], op: O) -> Result<()> {
-        let run = Run::new(self, true);
+        let run = Run::new(self, true)?;
         run.finish(run.reduce_scatter(send, recv, counts, &op))
     }
 
     /// [`Comm::reduce_scatter`] with `recv.len()` elements for every rank
     /// (MPI_Reduce_scatter_block).
     pub fn reduce_scatter_block<T: Pod, O: Op<T>>(&self, send: &[T], recv: &mut [T], op: O) -> Result<()> {
-        let run = Run::new(self, true);
+        let run = Run::new(self, true)?;
         run.finish(run.reduce_scatter_block(send, recv, &op))
     }
 
@@ -272,14 +272,14 @@ impl Comm {
     /// # Ok::<(), fastmp::Error>(())
     /// ```
     pub fn scan<T: Pod, O: Op<T>>(&self, send: &[T], recv: &mut [T], op: O) -> Result<()> {
-        let run = Run::new(self, true);
+        let run = Run::new(self, true)?;
         run.finish(run.scan(send, recv, &op))
     }
 
     /// Exclusive prefix reduction: rank `i > 0` gets `send(0) ∘ … ∘ send(i-1)`; rank 0's `recv`
     /// is left unchanged (MPI_Exscan).
     pub fn exscan<T: Pod, O: Op<T>>(&self, send: &[T], recv: &mut [T], op: O) -> Result<()> {
-        let run = Run::new(self, true);
+        let run = Run::new(self, true)?;
         run.finish(run.exscan(send, recv, &op))
     }
 }

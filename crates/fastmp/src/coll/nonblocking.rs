@@ -45,7 +45,7 @@ impl<'scope, 'env> Scope<'scope, 'env> {
     /// # Ok::<(), fastmp::Error>(())
     /// ```
     pub fn ibarrier(&'scope self) -> Result<Request<'scope>> {
-        let run = Run::new(self.comm, false);
+        let run = Run::new(self.comm, false)?;
         self.start_collective(async move { run.barrier().await })
     }
 
@@ -67,7 +67,7 @@ impl<'scope, 'env> Scope<'scope, 'env> {
     /// # Ok::<(), fastmp::Error>(())
     /// ```
     pub fn ibcast<T: Pod>(&'scope self, buf: &'scope mut [T], root: usize) -> Result<Request<'scope>> {
-        let run = Run::new(self.comm, false);
+        let run = Run::new(self.comm, false)?;
         self.start_collective(async move { run.bcast(buf, root).await })
     }
 
@@ -78,7 +78,7 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         recv: &'scope mut [T],
         root: usize,
     ) -> Result<Request<'scope>> {
-        let run = Run::new(self.comm, false);
+        let run = Run::new(self.comm, false)?;
         self.start_collective(async move { run.scatter(send, recv, root).await })
     }
 
@@ -91,7 +91,7 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         recv: &'scope mut [T],
         root: usize,
     ) -> Result<Request<'scope>> {
-        let run = Run::new(self.comm, false);
+        let run = Run::new(self.comm, false)?;
         let (counts, displs) = (counts.to_vec(), displs.to_vec());
         self.start_collective(async move { run.scatterv(send, &counts, &displs, recv, root).await })
     }
@@ -103,7 +103,7 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         recv: &'scope mut [T],
         root: usize,
     ) -> Result<Request<'scope>> {
-        let run = Run::new(self.comm, false);
+        let run = Run::new(self.comm, false)?;
         self.start_collective(async move { run.gather(send, recv, root).await })
     }
 
@@ -116,14 +116,14 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         displs: &[usize],
         root: usize,
     ) -> Result<Request<'scope>> {
-        let run = Run::new(self.comm, false);
+        let run = Run::new(self.comm, false)?;
         let (counts, displs) = (counts.to_vec(), displs.to_vec());
         self.start_collective(async move { run.gatherv(send, recv, &counts, &displs, root).await })
     }
 
     /// Nonblocking [`crate::Comm::allgather`] (MPI_Iallgather).
     pub fn iallgather<T: Pod>(&'scope self, send: &'scope [T], recv: &'scope mut [T]) -> Result<Request<'scope>> {
-        let run = Run::new(self.comm, false);
+        let run = Run::new(self.comm, false)?;
         self.start_collective(async move { run.allgather(send, recv).await })
     }
 
@@ -136,14 +136,14 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         counts: &[usize],
         displs: &[usize],
     ) -> Result<Request<'scope>> {
-        let run = Run::new(self.comm, false);
+        let run = Run::new(self.comm, false)?;
         let (counts, displs) = (counts.to_vec(), displs.to_vec());
         self.start_collective(async move { run.allgatherv(send, recv, &counts, &displs).await })
     }
 
     /// Nonblocking [`crate::Comm::alltoall`] (MPI_Ialltoall).
     pub fn ialltoall<T: Pod>(&'scope self, send: &'scope [T], recv: &'scope mut [T]) -> Result<Request<'scope>> {
-        let run = Run::new(self.comm, false);
+        let run = Run::new(self.comm, false)?;
         self.start_collective(async move { run.alltoall(send, recv).await })
     }
 
@@ -159,7 +159,7 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         recv_counts: &[usize],
         recv_displs: &[usize],
     ) -> Result<Request<'scope>> {
-        let run = Run::new(self.comm, false);
+        let run = Run::new(self.comm, false)?;
         let send_layout = (send_counts.to_vec(), send_displs.to_vec());
         let recv_layout = (recv_counts.to_vec(), recv_displs.to_vec());
         self.start_collective(async move {
@@ -175,7 +175,7 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         op: O,
         root: usize,
     ) -> Result<Request<'scope>> {
-        let run = Run::new(self.comm, false);
+        let run = Run::new(self.comm, false)?;
         self.start_collective(async move { run.reduce(send, recv, &op, root).await })
     }
 
@@ -197,7 +197,7 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         recv: &'scope mut [T],
         op: O,
     ) -> Result<Request<'scope>> {
-        let run = Run::new(self.comm, false);
+        let run = Run::new(self.comm, false)?;
         self.start_collective(async move { run.allreduce(send, recv, &op).await })
     }
 
@@ -209,7 +209,7 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         counts: &[usize],
         op: O,
     ) -> Result<Request<'scope>> {
-        let run = Run::new(self.comm, false);
+        let run = Run::new(self.comm, false)?;
         let counts = counts.to_vec();
         self.start_collective(async move { run.reduce_scatter(send, recv, &counts, &op).await })
     }
@@ -221,7 +221,7 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         recv: &'scope mut [T],
         op: O,
     ) -> Result<Request<'scope>> {
-        let run = Run::new(self.comm, false);
+        let run = Run::new(self.comm, false)?;
         self.start_collective(async move { run.reduce_scatter_block(send, recv, &op).await })
     }
 
@@ -232,7 +232,7 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         recv: &'scope mut [T],
         op: O,
     ) -> Result<Request<'scope>> {
-        let run = Run::new(self.comm, false);
+        let run = Run::new(self.comm, false)?;
         self.start_collective(async move { run.scan(send, recv, &op).await })
     }
 
@@ -243,7 +243,7 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         recv: &'scope mut [T],
         op: O,
     ) -> Result<Request<'scope>> {
-        let run = Run::new(self.comm, false);
+        let run = Run::new(self.comm, false)?;
         self.start_collective(async move { run.exscan(send, recv, &op).await })
     }
 }

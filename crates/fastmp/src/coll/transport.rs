@@ -8,6 +8,7 @@
 //! yields until the device completes it, so the rank's progress engine can interleave it with
 //! computation and other operations.
 
+use std::cell::Cell;
 use std::future::{Future, poll_fn};
 use std::ops::Deref;
 use std::pin::pin;
@@ -15,18 +16,25 @@ use std::task::{Context, Poll, Waker};
 
 use crate::coll::select::Collective;
 use crate::comm::Comm;
+use crate::device::shm::native::LANES;
 use crate::device::{MatchSpec, RawStatus, ReqId, SendMode, Source, Started};
 use crate::error::{Error, Result};
 
 /// Bits of a tag that name the collective (tags are `seq << COLL_BITS | coll + 1`).
 const COLL_BITS: u32 = 5;
 const _: () = assert!((Collective::Scan as u32) < (1 << COLL_BITS) - 1);
-/// Operation numbers wrap here; more outstanding operations than this cannot exist.
+/// Operation numbers wrap here in tags; more outstanding operations than this cannot exist.
 const SEQ_MASK: u32 = (1 << (31 - COLL_BITS)) - 1;
+/// Native operations one collective may run (composites run one per phase, at most 3).
+const NATIVE_PARTS: u64 = 8;
 
 /// One collective operation of this rank on a communicator.
 pub(crate) struct Run<'c> {
     comm: &'c Comm,
+    /// Number of the operation on the communicator (the same on every rank).
+    seq: u64,
+    /// Native (shared-memory) operations this run has started: composites run several.
+    native_started: Cell<u64>,
     /// Sequence number of the operation on the communicator (the same on every rank, since all
     /// ranks issue collectives in the same order), shifted into tag position.
     tag_base: i32,
@@ -59,16 +67,32 @@ fn outcome(result: Result<RawStatus>, peer: usize, expected: Option<usize>) -> R
 }
 
 impl<'c> Run<'c> {
-    /// Starts the next collective on `comm`.
-    pub(crate) fn new(comm: &'c Comm, blocking: bool) -> Self {
+    /// Starts the next collective on `comm`. Fails, without taking a number, when called from
+    /// inside a native collective's synchronous work on `comm` (a user op calling a collective).
+    pub(crate) fn new(comm: &'c Comm, blocking: bool) -> Result<Self> {
+        comm.check_live()?;
+        if comm.native.as_ref().is_some_and(|native| native.busy.get()) {
+            return Err(super::native::nested_call());
+        }
         let seq = comm.coll_seq.get();
-        comm.coll_seq.set(seq.wrapping_add(1));
-        Run { comm, tag_base: ((seq & SEQ_MASK) << COLL_BITS) as i32, blocking }
+        comm.coll_seq.set(seq + 1);
+        let tag_base = ((seq as u32 & SEQ_MASK) << COLL_BITS) as i32;
+        Ok(Run { comm, seq, native_started: Cell::new(0), tag_base, blocking })
     }
 
-    /// The communicator.
-    pub(crate) fn comm(&self) -> &'c Comm {
-        self.comm
+    /// Lane and epoch of this run's next native operation: lanes take operations in turn, and
+    /// each operation numbers its native parts within its own epoch range, so every rank
+    /// derives the same pair however its progress interleaves outstanding operations.
+    pub(crate) fn native_ticket(&self) -> Result<(usize, u64)> {
+        let part = self.native_started.get();
+        if part >= NATIVE_PARTS {
+            return Err(Error::InvalidArgument(format!(
+                "a collective ran more than {NATIVE_PARTS} native parts (a tuning loop between composites?)"
+            )));
+        }
+        self.native_started.set(part + 1);
+        let lanes = LANES as u64;
+        Ok(((self.seq % lanes) as usize, (self.seq / lanes) * NATIVE_PARTS + part + 1))
     }
 
     /// Whether each step finishes before the next starts (no progress engine involved).
