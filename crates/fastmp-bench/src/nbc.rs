@@ -52,9 +52,9 @@ pub fn has_size(coll: Collective) -> bool {
     coll != Collective::Barrier
 }
 
-/// Floating-point steps between two reads of the clock in [`compute_for`]: a few tens of
+/// Floating-point steps between two reads of the clock in [`compute_for`]: some tens of
 /// nanoseconds, so the compute overshoots its target by about that much.
-const COMPUTE_STEPS: usize = 64;
+const COMPUTE_STEPS: usize = 8;
 
 /// Busy-computes until `target` of wall-clock time has passed and returns the time spent; calls
 /// nothing in fastmp, so no communication progresses on this thread meanwhile (OSU's
