@@ -302,28 +302,43 @@ pub fn forcing(comm: &Comm, coll: Collective, algorithm: Algorithm) -> Result<Co
     Ok(comm.with_tuning(comm.tuning().clone().force(coll, algorithm)?))
 }
 
+/// What a collective benchmark (blocking or nonblocking) measures, from the command line.
+pub struct Spec<'a> {
+    pub coll: Collective,
+    /// `--algorithm`: force this one (default: the tuning rules choose).
+    pub forced: Option<Algorithm>,
+    pub sizes: &'a Sizes,
+    pub iterations: Iterations,
+}
+
+impl Spec<'_> {
+    /// The communicator the measured calls use: `world`, with the forced algorithm if any.
+    pub fn comm(&self, world: &Comm) -> Result<Comm> {
+        match self.forced {
+            Some(algorithm) => forcing(world, self.coll, algorithm),
+            None => Ok(world.clone()),
+        }
+    }
+
+    /// The header line naming the algorithm.
+    pub fn algorithm_line(&self) -> String {
+        match self.forced {
+            Some(a) => format!("# Algorithm: {a} (forced)"),
+            None => "# Algorithm: chosen per size by the tuning rules".to_string(),
+        }
+    }
+}
+
 /// The `fastmp-bench <collective>` benchmark.
-pub fn bench(
-    world: &Comm,
-    coll: Collective,
-    forced: Option<Algorithm>,
-    sizes: &Sizes,
-    iterations: Iterations,
-    out: &Reporter,
-) -> Result<()> {
-    let comm = match forced {
-        Some(algorithm) => forcing(world, coll, algorithm)?,
-        None => world.clone(),
-    };
+pub fn bench(world: &Comm, spec: &Spec, out: &Reporter) -> Result<()> {
+    let Spec { coll, sizes, iterations, .. } = *spec;
+    let comm = spec.comm(world)?;
     let np = world.size();
     let mut work = Workload::new(coll, np, world.rank(), sizes.max)?;
     let factor = bandwidth_power(coll).map(|p| (p, (np as f64).powi(p)));
     let datatype = if is_reduction(coll) { "f32 (MPI_FLOAT), op Sum" } else { "u8 (MPI_CHAR)" };
     let mut extra = vec![format!("# Datatype: {datatype}; root {ROOT}")];
-    extra.push(match forced {
-        Some(a) => format!("# Algorithm: {a} (forced)"),
-        None => "# Algorithm: chosen per size by the tuning rules".to_string(),
-    });
+    extra.push(spec.algorithm_line());
     let mut columns = vec!["Avg Latency(us)", "Min Latency(us)", "Max Latency(us)"];
     if let Some((power, _)) = factor {
         let np_term = if power == 1 { "np".to_string() } else { format!("np^{power}") };

@@ -253,15 +253,17 @@ fn run(args: &Args) -> Result<(), String> {
             return tune::run(&config, &plan, &args.output);
         }
         Bench::Pt2pt(p) => p,
-        Bench::Coll(c) => {
-            let forced = args.algorithm.as_deref().map(|name| parse_algorithm(c, name)).transpose()?;
-            let iterations = args.iterations(Iterations::OSU)?;
-            return launch(config, args, |world, out| coll::bench(world, c, forced, &sizes, iterations, out));
-        }
-        Bench::Nbc(c) => {
-            let forced = args.algorithm.as_deref().map(|name| parse_algorithm(c, name)).transpose()?;
-            let iterations = args.iterations(Iterations::OSU)?;
-            return launch(config, args, |world, out| nbc::bench(world, c, forced, &sizes, iterations, out));
+        Bench::Coll(c) | Bench::Nbc(c) => {
+            let spec = coll::Spec {
+                coll: c,
+                forced: args.algorithm.as_deref().map(|name| parse_algorithm(c, name)).transpose()?,
+                sizes: &sizes,
+                iterations: args.iterations(Iterations::OSU)?,
+            };
+            let nonblocking = matches!(args.bench, Bench::Nbc(_));
+            return launch(config, args, |world, out| {
+                if nonblocking { nbc::bench(world, &spec, out) } else { coll::bench(world, &spec, out) }
+            });
         }
     };
     bench.check_np(config.get_np())?;

@@ -13,12 +13,12 @@
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
-use fastmp::coll::{Algorithm, Collective};
+use fastmp::coll::Collective;
 use fastmp::{Comm, Result};
 
-use crate::coll::{self, Iterations, Workload, forcing, is_reduction, measure, sizes_for};
+use crate::coll::{self, Spec, Workload, is_reduction, measure, sizes_for};
 use crate::report::{Cell, Reporter};
-use crate::support::{Sizes, mean_over_ranks};
+use crate::support::mean_over_ranks;
 
 /// The collectives with a nonblocking benchmark, in `fastmp-bench --help` order.
 pub const NONBLOCKING: [Collective; 8] = [
@@ -128,18 +128,9 @@ fn time_overlap(
 }
 
 /// The `fastmp-bench i<collective>` benchmark.
-pub fn bench(
-    world: &Comm,
-    coll: Collective,
-    forced: Option<Algorithm>,
-    sizes: &Sizes,
-    iterations: Iterations,
-    out: &Reporter,
-) -> Result<()> {
-    let comm = match forced {
-        Some(algorithm) => forcing(world, coll, algorithm)?,
-        None => world.clone(),
-    };
+pub fn bench(world: &Comm, spec: &Spec, out: &Reporter) -> Result<()> {
+    let Spec { coll, sizes, iterations, .. } = *spec;
+    let comm = spec.comm(world)?;
     // osu_ibarrier runs the large-message counts; so does its blocking twin here.
     let iterations = if coll == Collective::Barrier { iterations.large_only() } else { iterations };
     let mut work = Workload::new(coll, world.size(), world.rank(), sizes.max)?;
@@ -149,10 +140,7 @@ pub fn bench(
         "# Overall = start + compute + wait; Compute = busy loop as long as Pure Comm., no probes".to_string(),
         "# Overlap = max(0, 100 - (Overall - Compute) / Pure Comm. x 100); JSON adds blocking_us".to_string(),
     ];
-    extra.push(match forced {
-        Some(a) => format!("# Algorithm: {a} (forced)"),
-        None => "# Algorithm: chosen by the tuning rules".to_string(),
-    });
+    extra.push(spec.algorithm_line());
     let columns = ["Overall(us)", "Compute(us)", "Pure Comm.(us)", "Overlap(%)"];
     out.header(&format!("Non-blocking {}", coll::title(coll)), &extra, &columns);
     for size in sizes_for(coll, sizes) {
