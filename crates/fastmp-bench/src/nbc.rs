@@ -8,7 +8,9 @@
 //! The blocking twin is measured at the same size too (as `fastmp-bench <collective>` does), for
 //! the JSON key `blocking_us`. Warm-ups and iterations as the collective benchmarks (ibarrier
 //! uses OSU's large-message counts, 100 and 10). Compute is a wall-clock busy loop that calls
-//! nothing in fastmp, like OSU's dummy_compute without probes (the default).
+//! nothing in fastmp, like OSU's dummy_compute without probes (the default). Each call runs in
+//! its own `Comm::scope`, opened and closed outside the timed part (one scope can hold many
+//! operations, so its cost is not part of a collective's).
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
