@@ -19,6 +19,7 @@ use super::op::Op;
 use super::reduce::fold_in_rank_order;
 use super::reduce_scatter::even_block;
 use super::select::Collective;
+use super::transport::Run;
 use crate::comm::{Comm, NativeHandle};
 use crate::device::shm::native::{Buffers, Session};
 use crate::error::{Error, Result};
@@ -153,13 +154,13 @@ fn check_len(peer: usize, what: &str, actual: usize, expected: usize) -> Result<
     }
 }
 
-pub(super) fn barrier(comm: &Comm) -> Result<()> {
+pub(super) async fn barrier(comm: &Run<'_>) -> Result<()> {
     let (handle, epoch, _busy) = next_epoch(comm)?;
     handle.area.barrier(comm.rank(), epoch, &|| comm.dev.progress())
 }
 
 /// Listing 4.1: the root publishes its buffer, everyone copies it, the root waits for all.
-pub(super) fn bcast(comm: &Comm, buf: &mut [u8], root: usize) -> Result<()> {
+pub(super) async fn bcast(comm: &Run<'_>, buf: &mut [u8], root: usize) -> Result<()> {
     let (sources, accessors) = rooted(comm, root);
     if comm.rank() == root {
         // The root's closure must not capture `buf`: a new `&mut` reborrow after publishing
@@ -235,11 +236,17 @@ unsafe fn source_layout<'s>(_session: &'s Session, src: &Buffers) -> &'s Layout 
     unsafe { &*src.extra.cast::<Layout>() }
 }
 
-pub(super) fn scatter(comm: &Comm, send: &[u8], recv: &mut [u8], root: usize) -> Result<()> {
+pub(super) async fn scatter(comm: &Run<'_>, send: &[u8], recv: &mut [u8], root: usize) -> Result<()> {
     scatter_blocks(comm, send, Blocks::Equal(recv.len()), recv, root)
 }
 
-pub(super) fn scatterv(comm: &Comm, send: &[u8], layout: Option<&Layout>, recv: &mut [u8], root: usize) -> Result<()> {
+pub(super) async fn scatterv(
+    comm: &Run<'_>,
+    send: &[u8],
+    layout: Option<&Layout>,
+    recv: &mut [u8],
+    root: usize,
+) -> Result<()> {
     scatter_blocks(comm, send, root_layout(comm, layout, root)?, recv, root)
 }
 
@@ -277,11 +284,17 @@ fn scatter_blocks(comm: &Comm, send: &[u8], blocks: Blocks, recv: &mut [u8], roo
     })
 }
 
-pub(super) fn gather(comm: &Comm, send: &[u8], recv: &mut [u8], root: usize) -> Result<()> {
+pub(super) async fn gather(comm: &Run<'_>, send: &[u8], recv: &mut [u8], root: usize) -> Result<()> {
     gather_blocks(comm, send, recv, Blocks::Equal(send.len()), root)
 }
 
-pub(super) fn gatherv(comm: &Comm, send: &[u8], recv: &mut [u8], layout: Option<&Layout>, root: usize) -> Result<()> {
+pub(super) async fn gatherv(
+    comm: &Run<'_>,
+    send: &[u8],
+    recv: &mut [u8],
+    layout: Option<&Layout>,
+    root: usize,
+) -> Result<()> {
     gather_blocks(comm, send, recv, root_layout(comm, layout, root)?, root)
 }
 
@@ -312,11 +325,11 @@ fn gather_blocks(comm: &Comm, send: &[u8], recv: &mut [u8], blocks: Blocks, root
     })
 }
 
-pub(super) fn allgather(comm: &Comm, send: &[u8], recv: &mut [u8]) -> Result<()> {
+pub(super) async fn allgather(comm: &Run<'_>, send: &[u8], recv: &mut [u8]) -> Result<()> {
     allgather_blocks(comm, send, recv, Blocks::Equal(send.len()))
 }
 
-pub(super) fn allgatherv(comm: &Comm, send: &[u8], recv: &mut [u8], layout: &Layout) -> Result<()> {
+pub(super) async fn allgatherv(comm: &Run<'_>, send: &[u8], recv: &mut [u8], layout: &Layout) -> Result<()> {
     allgather_blocks(comm, send, recv, Blocks::Layout(layout))
 }
 
@@ -339,13 +352,13 @@ fn allgather_blocks(comm: &Comm, send: &[u8], recv: &mut [u8], blocks: Blocks) -
     })
 }
 
-pub(super) fn alltoall(comm: &Comm, send: &[u8], recv: &mut [u8]) -> Result<()> {
+pub(super) async fn alltoall(comm: &Run<'_>, send: &[u8], recv: &mut [u8]) -> Result<()> {
     let blocks = Blocks::Equal(send.len() / comm.size());
     alltoall_blocks(comm, send, blocks, recv, blocks)
 }
 
-pub(super) fn alltoallv(
-    comm: &Comm,
+pub(super) async fn alltoallv(
+    comm: &Run<'_>,
     send: &[u8],
     send_layout: &Layout,
     recv: &mut [u8],
@@ -418,7 +431,13 @@ fn check_sends(comm: &Comm, s: &Session, bytes: usize) -> Result<()> {
 
 /// Rank i reduces chunk i over all send buffers straight into chunk i of the root's receive
 /// buffer.
-pub(super) fn reduce<T: Pod>(comm: &Comm, send: &[T], recv: &mut [T], op: &dyn Op<T>, root: usize) -> Result<()> {
+pub(super) async fn reduce<T: Pod>(
+    comm: &Run<'_>,
+    send: &[T],
+    recv: &mut [T],
+    op: &dyn Op<T>,
+    root: usize,
+) -> Result<()> {
     let (me, np) = (comm.rank(), comm.size());
     let len = reducible_len(send);
     let bytes = size_of_val(send);
@@ -442,7 +461,7 @@ pub(super) fn reduce<T: Pod>(comm: &Comm, send: &[T], recv: &mut [T], op: &dyn O
 
 /// Rank i reduces chunk i into its own receive buffer and announces it; then every rank copies
 /// the other chunks from their owners' receive buffers.
-pub(super) fn allreduce<T: Pod>(comm: &Comm, send: &[T], recv: &mut [T], op: &dyn Op<T>) -> Result<()> {
+pub(super) async fn allreduce<T: Pod>(comm: &Run<'_>, send: &[T], recv: &mut [T], op: &dyn Op<T>) -> Result<()> {
     let (me, np) = (comm.rank(), comm.size());
     let len = reducible_len(send);
     let bytes = size_of_val(send);
@@ -483,8 +502,8 @@ pub(super) fn allreduce<T: Pod>(comm: &Comm, send: &[T], recv: &mut [T], op: &dy
 }
 
 /// Rank i reduces its own block over all send buffers into its receive buffer.
-pub(super) fn reduce_scatter<T: Pod>(
-    comm: &Comm,
+pub(super) async fn reduce_scatter<T: Pod>(
+    comm: &Run<'_>,
     send: &[T],
     recv: &mut [T],
     counts: &[usize],
@@ -511,7 +530,13 @@ pub(super) fn reduce_scatter<T: Pod>(
 }
 
 /// Rank i combines the send buffers of ranks 0..=i (0..i for exscan) in place.
-pub(super) fn scan<T: Pod>(comm: &Comm, send: &[T], recv: &mut [T], op: &dyn Op<T>, exclusive: bool) -> Result<()> {
+pub(super) async fn scan<T: Pod>(
+    comm: &Run<'_>,
+    send: &[T],
+    recv: &mut [T],
+    op: &dyn Op<T>,
+    exclusive: bool,
+) -> Result<()> {
     let (me, np) = (comm.rank(), comm.size());
     let len = reducible_len(send);
     let bytes = size_of_val(send);
