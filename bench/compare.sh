@@ -146,6 +146,15 @@ while (($# > 0)); do
 done
 
 ((${#benches[@]} > 0)) || benches=(latency bw bibw)
+# Each benchmark once, in the order first named: runs are stored per name, so a name given twice
+# (alone and in a group) would overwrite its own results.
+declare -A seen=()
+unique=()
+for bench in "${benches[@]}"; do
+    [[ -n ${seen[$bench]:-} ]] || unique+=("$bench")
+    seen[$bench]=1
+done
+benches=("${unique[@]}")
 if ! is_uint "$np" || ((np < 1)); then
     die "--np must be a positive integer, got '$np'"
 fi
