@@ -37,6 +37,9 @@ use fastmp::{Comm, Config, DeviceKind, Error, Request, Result, Scope, testall, t
 const BIG: usize = 70_001;
 /// Fill of receive space that must not be written (gaps, rank 0's exscan output, ...).
 const SENTINEL: u32 = 0xDEAD_BEEF;
+/// Point-to-point choices of [`Tunings::P2p`]: as many as the collective with the most
+/// point-to-point algorithms has, so every algorithm is checked.
+const P2P_VARIANTS: usize = 6;
 /// First tag of the point-to-point messages mixed into the random rounds.
 const P2P_TAG: i32 = 700;
 
@@ -196,7 +199,7 @@ impl Case {
     /// a quarter, otherwise between `n` and `2n`.
     fn count(&self, rank: usize, to: usize) -> usize {
         let x = val(self.seed as u32 ^ 0x5A5A, rank, to) as usize;
-        if self.n == 0 || x % 4 == 0 { 0 } else { self.n + (x >> 2) % (self.n + 1) }
+        if self.n == 0 || x.is_multiple_of(4) { 0 } else { self.n + (x >> 2) % (self.n + 1) }
     }
 
     /// This rank's buffers for the call, receive space filled with [`SENTINEL`].
@@ -458,10 +461,10 @@ fn spin(mut done: impl FnMut() -> Result<bool>) -> Result<()> {
     Ok(())
 }
 
-/// The cases of the twin sweep at `np` ranks: every collective, size, reduction and two roots
-/// other than 0 (where there are such).
+/// The cases of the twin sweep at `np` ranks: every collective, size, reduction and the roots
+/// 0, the middle rank and the last.
 fn twin_cases(np: usize) -> Vec<Case> {
-    let mut roots = vec![np - 1, np / 2];
+    let mut roots = vec![np - 1, np / 2, 0];
     roots.dedup();
     let mut cases = Vec::new();
     for kind in Kind::ALL {
@@ -478,23 +481,30 @@ fn twin_cases(np: usize) -> Vec<Case> {
     cases
 }
 
-/// Every nonblocking collective gives its blocking twin's result, under `tunings`, at the
-/// process counts of the device, completed by each completion call in turn.
+/// Every nonblocking collective gives its blocking twin's result, under `tunings` (for
+/// [`Tunings::P2p`] each of the `P2P_VARIANTS` choices in turn), at the process counts of the
+/// device, completed by each completion call in turn.
 fn twins(dev: DeviceKind, tunings: Tunings) {
     let nps: &[usize] = match dev {
         DeviceKind::Shm => &[1, 2, 3, 4, 7, 8],
         _ => &[1, 3, 4],
     };
-    for (k, &np) in nps.iter().enumerate() {
-        let tuning = tunings.tuning(k);
+    let variants = match tunings {
+        Tunings::P2p => P2P_VARIANTS,
+        _ => 1,
+    };
+    for &np in nps {
         run_job(dev, np, &format!("twins under {tunings:?} tuning"), move |world| {
-            let comm = world.with_tuning(tuning.clone());
-            for (i, case) in twin_cases(np).iter().enumerate() {
-                let how = COMPLETIONS[i % COMPLETIONS.len()];
-                let want = twin_result(&comm, case)?;
-                let mut got = case.bufs(np, comm.rank());
-                comm.scope(|s| complete(start(s, case, &mut got)?, how)).ctx(|| format!("nonblocking {case}"))?;
-                same(&got, &want, || format!("{case} completed by {how:?} on rank {}", comm.rank()))?;
+            for k in 0..variants {
+                let comm = world.with_tuning(tunings.tuning(k));
+                for (i, case) in twin_cases(np).iter().enumerate() {
+                    let how = COMPLETIONS[i % COMPLETIONS.len()];
+                    let what = || format!("{case} (variant {k}) completed by {how:?} on rank {}", comm.rank());
+                    let want = twin_result(&comm, case)?;
+                    let mut got = case.bufs(np, comm.rank());
+                    comm.scope(|s| complete(start(s, case, &mut got)?, how)).ctx(what)?;
+                    same(&got, &want, what)?;
+                }
             }
             Ok(())
         });
@@ -518,6 +528,14 @@ fn the_affine_op_is_associative_and_not_commutative() {
     let (f, g, h) = (0x0003_0007, 0x0010_0101, 0xFFFE_1234);
     assert_eq!(compose(compose(f, g), h), compose(f, compose(g, h)));
     assert_ne!(compose(f, g), compose(g, f));
+}
+
+#[test]
+fn the_point_to_point_variants_cover_every_algorithm() {
+    for c in Collective::ALL {
+        let p2p = c.algorithms().iter().filter(|&&a| a != Algorithm::Native).count();
+        assert!(p2p <= P2P_VARIANTS, "{c} has {p2p} point-to-point algorithms");
+    }
 }
 
 // ---------------------------------------------------------------- 2. random interleavings
@@ -593,11 +611,12 @@ fn run_interleaved<'a>(
     })
 }
 
-/// Completes every request, one way or another, in an order drawn from `rng`.
+/// Completes every request, one way or another, in an order drawn from `rng`; a few are dropped
+/// unwaited (the scopes' ends finish them).
 fn complete_randomly(mut reqs: Vec<Request<'_>>, mut labels: Vec<String>, rng: &mut Rng) -> Result<()> {
     while !reqs.is_empty() {
         let i = rng.below(reqs.len() as u64) as usize;
-        let done = match rng.below(12) {
+        let done = match rng.below(14) {
             0..=3 => {
                 let label = labels.swap_remove(i);
                 reqs.swap_remove(i).wait().ctx(|| format!("wait for {label}"))?;
@@ -615,6 +634,14 @@ fn complete_randomly(mut reqs: Vec<Request<'_>>, mut labels: Vec<String>, rng: &
                     Ok(found.is_some())
                 })?;
                 found
+            }
+            // Dropped unwaited.
+            11 => Some(i),
+            12 => {
+                spin(|| Ok(testall(&mut reqs).ctx(|| format!("testall over {labels:?}"))?.is_some()))?;
+                reqs.clear();
+                labels.clear();
+                continue;
             }
             _ => {
                 waitall(&mut reqs).ctx(|| format!("waitall over {labels:?}"))?;
@@ -689,13 +716,17 @@ fn random_interleavings(dev: DeviceKind) {
         DeviceKind::Shm => &[1, 2, 3, 4, 7],
         _ => &[2, 4],
     };
+    let rounds = match dev {
+        DeviceKind::Shm => 30,
+        _ => 12,
+    };
     for &np in nps {
-        random_rounds(dev, np, 12, 6, true);
+        random_rounds(dev, np, rounds, 6, true);
     }
 }
 
 fn random_interleavings_on_16_ranks(dev: DeviceKind) {
-    random_rounds(dev, 16, 3, 4, false);
+    random_rounds(dev, 16, 6, 4, false);
 }
 
 // ---------------------------------------------------------------- 3. forgotten requests
