@@ -11,8 +11,12 @@
 //! shared-memory slot algorithm (`native`) and forced to point-to-point schedules; random
 //! interleavings of several outstanding collectives on two communicators with point-to-point
 //! traffic, completed in random order by every completion call (including 16 ranks on few
-//! cores); requests leaked with `mem::forget` or dropped; argument errors; and MPI's progress
+//! cores); more outstanding collectives than the shared-memory device has slots; requests
+//! leaked with `mem::forget` or dropped; argument errors and request states; and MPI's progress
 //! rule (a rank blocked in `recv` still forwards a collective's data).
+//!
+//! Every expected result comes from the blocking twin, which must in turn agree with a
+//! sequential reference computed from all ranks' buffers.
 //!
 //! Every job runs under the watchdog of `coll_common::job`, so a hang fails the test.
 
@@ -790,6 +794,44 @@ fn random_interleavings_on_16_ranks(dev: DeviceKind) {
     random_rounds(dev, 16, 6, 4, false);
 }
 
+/// More collectives outstanding at once than the shared-memory device has slots (a bounded
+/// number), under the slot and the default tunings, completed newest first: the ones waiting for
+/// a slot must start as earlier ones finish, and the earliest must progress while the newest are
+/// waited for.
+fn many_outstanding_newest_first(dev: DeviceKind) {
+    const OPS: usize = 80;
+    let nps: &[usize] = match dev {
+        DeviceKind::Shm => &[2, 4, 8],
+        _ => &[3],
+    };
+    for &np in nps {
+        run_job(dev, np, &format!("{OPS} outstanding collectives"), move |world| {
+            let me = world.rank();
+            for tunings in [Tunings::Native, Tunings::Default] {
+                let comm = world.with_tuning(tunings.tuning(0));
+                let mut shared = Rng::new(mix(&[np as u64, OPS as u64]));
+                let cases: Vec<Case> = (0..OPS).map(|_| random_case(&mut shared, np, false)).collect();
+                let mut bufs: Vec<Bufs> = cases.iter().map(|case| case.bufs(np, me)).collect();
+                comm.scope(|s| {
+                    let mut reqs = Vec::new();
+                    for (case, b) in cases.iter().zip(bufs.iter_mut()) {
+                        reqs.push(start(s, case, b).ctx(|| format!("starting {case}"))?);
+                    }
+                    while let Some(req) = reqs.pop() {
+                        req.wait().ctx(|| format!("waiting for collective {}", reqs.len()))?;
+                    }
+                    Ok(())
+                })
+                .ctx(|| format!("{tunings:?} tuning"))?;
+                for (case, got) in cases.iter().zip(&bufs) {
+                    same(got, &twin_result(&comm, case)?, || format!("{case} under {tunings:?} on rank {me}"))?;
+                }
+            }
+            Ok(())
+        });
+    }
+}
+
 // ---------------------------------------------------------------- 3. forgotten requests
 
 /// The collectives whose requests are leaked or dropped, rendezvous sizes included.
@@ -1076,6 +1118,7 @@ device_suite!(
         twins_point_to_point,
         random_interleavings,
         random_interleavings_on_16_ranks,
+        many_outstanding_newest_first,
         forgotten_requests,
         forgotten_then_waited,
         bad_arguments_fail_at_the_call,
