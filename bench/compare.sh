@@ -10,6 +10,8 @@
 #                collectives: barrier bcast scatter scatterv gather gatherv
 #                  allgather allgatherv alltoall alltoallv reduce allreduce
 #                  reduce_scatter scan (or "collectives" for all of them)
+#                nonblocking collectives: ibarrier ibcast iscatter igather
+#                  iallgather ialltoall ireduce iallreduce (or "nbc" for all)
 #   --np N       number of ranks (default $NP, else 2); with more ranks than
 #                cores both sides run unpinned (MPI: --oversubscribe
 #                --bind-to none; fastmp: --pin none), e.g. NP=4 or NP=8 on 2 cores
@@ -18,8 +20,9 @@
 #   --min-size B / --max-size B
 #                message size range, forwarded to both sides
 #   --iterations N
-#                collectives only: timed iterations per size, forwarded to both
-#                sides (default: OSU's 1000, 100 above 8 KiB)
+#                collectives only (blocking and nonblocking): timed iterations
+#                per size, forwarded to both sides (default: OSU's 1000, 100
+#                above 8 KiB; ibarrier 100)
 #
 # environment:
 #   REPEAT            runs per side, alternating fastmp and MPI (default 3);
@@ -37,8 +40,14 @@
 #   {"bench":"bw","device":"mpi","np":2,"size":8,"mb_s":123.45}
 #   {"bench":"bcast","device":"shm","np":4,"size":8,"avg_us":0.4,"min_us":0.3,
 #    "max_us":0.5,"mb_s":80.0,"algorithm":"native"}
+#   {"bench":"ibcast","device":"shm","np":2,"size":8,"overall_us":2.5,"compute_us":1.2,
+#    "pure_comm_us":1.25,"overlap_pct":0.0,"blocking_us":1.1}   (ibarrier: no "size")
 # Collectives are compared on avg_us (the average over ranks, as OSU prints);
-# the algorithm fastmp used is shown beside the ratio.
+# the algorithm fastmp used is shown beside the ratio. Nonblocking collectives
+# show OSU's four columns (Overall, Compute, Pure Comm., Overlap %) of both
+# sides, the pure-communication ratio fastmp/mpi, and fastmp's pure
+# communication over its blocking latency measured in the same run (pure/blk;
+# the goal is <= 1.1); each column is the median of its own values over the runs.
 # Latency-like metrics (avg_us, any *_us) are lower-is-better; bandwidth-like
 # (mb_s and others) higher-is-better. The ratio column is always fastmp/mpi.
 set -euo pipefail
@@ -70,6 +79,7 @@ max_size=""
 iterations=""
 collectives=(barrier bcast scatter scatterv gather gatherv allgather allgatherv alltoall alltoallv
     reduce allreduce reduce_scatter scan)
+nonblocking=(ibarrier ibcast iscatter igather iallgather ialltoall ireduce iallreduce)
 
 while (($# > 0)); do
     case $1 in
@@ -121,6 +131,10 @@ while (($# > 0)); do
             benches+=("${collectives[@]}")
             shift
             ;;
+        nbc)
+            benches+=("${nonblocking[@]}")
+            shift
+            ;;
         -*)
             die "unknown option '$1' (see --help)"
             ;;
@@ -132,6 +146,15 @@ while (($# > 0)); do
 done
 
 ((${#benches[@]} > 0)) || benches=(latency bw bibw)
+# Each benchmark once, in the order first named: runs are stored per name, so a name given twice
+# (alone and in a group) would overwrite its own results.
+declare -A seen=()
+unique=()
+for bench in "${benches[@]}"; do
+    [[ -n ${seen[$bench]:-} ]] || unique+=("$bench")
+    seen[$bench]=1
+done
+benches=("${unique[@]}")
 if ! is_uint "$np" || ((np < 1)); then
     die "--np must be a positive integer, got '$np'"
 fi
@@ -306,10 +329,8 @@ def pick_metric(obj):
     return None, None
 
 
-def load(side, bench):
-    """size -> list of metric values over all runs; plus metric info and, per size, the
-    algorithms the runs report (collectives)."""
-    values, metric, lower, devices, algorithms = {}, None, None, set(), {}
+def rows(side, bench):
+    """Every JSON object the runs of `bench` on `side` printed."""
     for path in sorted(glob.glob(os.path.join(results, side, f"{bench}.*.jsonl"))):
         with open(path) as f:
             for line in f:
@@ -317,19 +338,28 @@ def load(side, bench):
                     obj = json.loads(line)
                 except ValueError:
                     continue
-                if not isinstance(obj, dict) or "size" not in obj:
-                    continue
-                key, low = pick_metric(obj)
-                if key is None:
-                    continue
-                if metric is None:
-                    metric, lower = key, low
-                if key != metric:
-                    continue
-                devices.add(str(obj.get("device", "?")))
-                values.setdefault(int(obj["size"]), []).append(float(obj[metric]))
-                if "algorithm" in obj:
-                    algorithms.setdefault(int(obj["size"]), set()).add(str(obj["algorithm"]))
+                if isinstance(obj, dict):
+                    yield obj
+
+
+def load(side, bench):
+    """size -> list of metric values over all runs; plus metric info and, per size, the
+    algorithms the runs report (collectives)."""
+    values, metric, lower, devices, algorithms = {}, None, None, set(), {}
+    for obj in rows(side, bench):
+        if "size" not in obj:
+            continue
+        key, low = pick_metric(obj)
+        if key is None:
+            continue
+        if metric is None:
+            metric, lower = key, low
+        if key != metric:
+            continue
+        devices.add(str(obj.get("device", "?")))
+        values.setdefault(int(obj["size"]), []).append(float(obj[metric]))
+        if "algorithm" in obj:
+            algorithms.setdefault(int(obj["size"]), set()).add(str(obj["algorithm"]))
     return values, metric, lower, devices, algorithms
 
 
@@ -339,8 +369,71 @@ def fmt(v, lower):
     return f"{v:.3f}" if lower else f"{v:.2f}"
 
 
+NBC_KEYS = ("overall_us", "compute_us", "pure_comm_us", "overlap_pct", "blocking_us")
+
+
+def load_nbc(side, bench):
+    """Nonblocking rows: size (None for ibarrier) -> key -> values over all runs; devices."""
+    values, devices = {}, set()
+    for obj in rows(side, bench):
+        if not isinstance(obj.get("overlap_pct"), (int, float)):
+            continue
+        devices.add(str(obj.get("device", "?")))
+        per_key = values.setdefault(obj.get("size"), {})
+        for key in NBC_KEYS:
+            if isinstance(obj.get(key), (int, float)):
+                per_key.setdefault(key, []).append(float(obj[key]))
+    return values, devices
+
+
+def quotient(a, b):
+    return f"{a / b:.3f}" if a is not None and b else "-"
+
+
+def print_nbc(bench, data):
+    """OSU's four columns of both sides (medians over the runs), the pure-communication
+    ratio fastmp/mpi and fastmp's pure communication over its blocking latency."""
+    devs = ", ".join(f"{s}={'/'.join(sorted(data[s][1])) or 'n/a'}" for s in SIDES)
+    print(f"# {bench}  np={np_}  transport={transport}  median of {repeat} run(s)  [{devs}]")
+    print("# times in us (lower is better), overlap in % (higher is better); f = fastmp, m = mpi;")
+    print("# pure f/m = pure comm. fastmp/mpi; pure/blk = fastmp pure comm. / fastmp blocking latency")
+    columns = ["overall f", "overall m", "compute f", "compute m", "pure f", "pure m", "pure f/m",
+               "ovl% f", "ovl% m", "pure/blk"]
+    print(f"{'size':<10}" + "".join(f"{c:>11}" for c in columns))
+    short = False
+    sizes = sorted(set(data["fastmp"][0]) | set(data["mpi"][0]), key=lambda s: -1 if s is None else s)
+    for size in sizes:
+        med = {}
+        for side in SIDES:
+            per_key = data[side][0].get(size, {})
+            for key in NBC_KEYS:
+                vals = per_key.get(key)
+                med[side, key] = statistics.median(vals) if vals else None
+                if vals and len(vals) < repeat:
+                    short = True
+        cells = []
+        for key in ("overall_us", "compute_us", "pure_comm_us"):
+            cells += [fmt(med["fastmp", key], True), fmt(med["mpi", key], True)]
+        cells.append(quotient(med["fastmp", "pure_comm_us"], med["mpi", "pure_comm_us"]))
+        cells += [fmt(med["fastmp", "overlap_pct"], False), fmt(med["mpi", "overlap_pct"], False)]
+        cells.append(quotient(med["fastmp", "pure_comm_us"], med["fastmp", "blocking_us"]))
+        label = "-" if size is None else str(size)
+        print(f"{label:<10}" + "".join(f"{c:>11}" for c in cells))
+    if not sizes:
+        print("# no results")
+    if short:
+        print(f"# note: some sizes have fewer than {repeat} samples (failed runs)")
+
+
 first = True
 for bench in benches:
+    nbc = {side: load_nbc(side, bench) for side in SIDES}
+    if nbc["fastmp"][0] or nbc["mpi"][0]:
+        if not first:
+            print()
+        first = False
+        print_nbc(bench, nbc)
+        continue
     data = {side: load(side, bench) for side in SIDES}
     metric = data["fastmp"][1] or data["mpi"][1]
     lower = data["fastmp"][2] if data["fastmp"][1] else data["mpi"][2]

@@ -8,7 +8,9 @@
  *                [--min-size B] [--max-size B] [--iterations N] [--json]
  *         BENCH: latency|bw|bibw|mbw_mr, or a collective: barrier|bcast|
  *         scatter|scatterv|gather|gatherv|allgather|allgatherv|alltoall|
- *         alltoallv|reduce|allreduce|reduce_scatter|scan
+ *         alltoallv|reduce|allreduce|reduce_scatter|scan, or a nonblocking
+ *         one: ibarrier|ibcast|iscatter|igather|iallgather|ialltoall|ireduce|
+ *         iallreduce
  *
  * Methodology follows OSU 7.4 (osu_latency, osu_bw, osu_bibw, osu_mbw_mr):
  *   - sizes: min, then doubling up to max (0 -> 1 -> 2 -> 4 ...);
@@ -45,12 +47,29 @@
  *     factor np^2 for allgather(v) and alltoall(v), np otherwise, none for
  *     barrier (the metric of the PGAS-collectives seed; see fastmp-bench).
  *
+ * Nonblocking collectives follow OSU 7.4's osu_ibcast, osu_iallreduce, ...
+ * (fastmp-bench's nbc.rs does the same); sizes, iterations and buffers as the
+ * blocking ones (ibarrier: one size, OSU's 100 / 10 iterations). Per size:
+ *   - the blocking twin, measured as above (JSON key blocking_us);
+ *   - pure communication: MPI_I<coll> + MPI_Wait, each followed by
+ *     MPI_Barrier (none for ibarrier), mean over the timed iterations;
+ *   - overlap loop: MPI_I<coll>, busy compute for this rank's pure
+ *     communication time (a wall-clock loop of floating-point steps that
+ *     calls no MPI function: OSU's dummy_compute without probes), MPI_Wait,
+ *     MPI_Barrier; Overall = mean of start..wait, Compute = mean compute part;
+ *   - Overall, Compute and Pure Comm. are averaged over the ranks (MPI_Reduce
+ *     sum / np) and Overlap(%) = max(0, 100 - (Overall - Compute) / Pure
+ *     Comm. * 100).
+ *
  * --json prints one object per size instead of the OSU table:
  *   {"bench":"latency","device":"mpi","np":2,"size":8,"avg_us":0.153}
  *   {"bench":"bw","device":"mpi","np":2,"size":8,"mb_s":123.45}
  *   {"bench":"mbw_mr","device":"mpi","np":2,"size":8,"mb_s":123.45,"msg_s":15430625.00}
  *   {"bench":"bcast","device":"mpi","np":4,"size":8,"avg_us":1.234,"min_us":1.1,
  *    "max_us":1.3,"mb_s":25.93}
+ *   {"bench":"ibcast","device":"mpi","np":2,"size":8,"overall_us":2.5,
+ *    "compute_us":1.2,"pure_comm_us":1.25,"overlap_pct":0.00,"blocking_us":1.1}
+ *   (ibarrier's objects have no "size")
  */
 #define _POSIX_C_SOURCE 200809L /* posix_memalign under -std=c99 */
 #include <mpi.h>
@@ -60,6 +79,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define OSU_VERSION "7.4"
 #define WINDOW_SIZE 64
@@ -85,22 +105,28 @@
 #define TAG_DATA 100
 #define TAG_ACK 101
 #define TAG_BIBW 10
+/* Floating-point steps between two clock reads of the compute loop. */
+#define COMPUTE_STEPS 8
 
 enum bench {
     B_LATENCY, B_BW, B_BIBW, B_MBW_MR,
     /* collectives, in fastmp's order; reductions last */
     B_BARRIER, B_BCAST, B_SCATTER, B_SCATTERV, B_GATHER, B_GATHERV, B_ALLGATHER,
     B_ALLGATHERV, B_ALLTOALL, B_ALLTOALLV, B_REDUCE, B_ALLREDUCE, B_REDUCE_SCATTER,
-    B_SCAN, B_COUNT
+    B_SCAN,
+    /* nonblocking collectives, in fastmp-bench's order */
+    B_IBARRIER, B_IBCAST, B_ISCATTER, B_IGATHER, B_IALLGATHER, B_IALLTOALL, B_IREDUCE,
+    B_IALLREDUCE, B_COUNT
 };
 
 static const char *bench_names[B_COUNT] = {
     "latency", "bw", "bibw", "mbw_mr", "barrier", "bcast", "scatter", "scatterv",
     "gather", "gatherv", "allgather", "allgatherv", "alltoall", "alltoallv",
-    "reduce", "allreduce", "reduce_scatter", "scan"};
+    "reduce", "allreduce", "reduce_scatter", "scan", "ibarrier", "ibcast", "iscatter",
+    "igather", "iallgather", "ialltoall", "ireduce", "iallreduce"};
 
 /* OSU's test titles of the collectives, indexed by bench - B_BARRIER. */
-static const char *coll_titles[B_COUNT - B_BARRIER] = {
+static const char *coll_titles[B_IBARRIER - B_BARRIER] = {
     "Barrier Latency Test", "Broadcast Latency Test", "Scatter Latency Test",
     "Scatterv Latency Test", "Gather Latency Test", "Gatherv Latency Test",
     "Allgather Latency Test", "Allgatherv Latency Test",
@@ -108,8 +134,18 @@ static const char *coll_titles[B_COUNT - B_BARRIER] = {
     "All-to-Allv Personalized Exchange Latency Test", "Reduce Latency Test",
     "Allreduce Latency Test", "Reduce_scatter Latency Test", "Scan Latency Test"};
 
+/* The blocking collective of a nonblocking benchmark (b itself otherwise). */
+static const enum bench nbc_twins[B_COUNT - B_IBARRIER] = {
+    B_BARRIER, B_BCAST, B_SCATTER, B_GATHER, B_ALLGATHER, B_ALLTOALL, B_REDUCE, B_ALLREDUCE};
+
+static enum bench blocking_twin(enum bench b)
+{
+    return b >= B_IBARRIER ? nbc_twins[b - B_IBARRIER] : b;
+}
+
 #define IS_COLL(b) ((b) >= B_BARRIER)
-#define IS_REDUCTION(b) ((b) >= B_REDUCE)
+#define IS_NBC(b) ((b) >= B_IBARRIER)
+#define IS_REDUCTION(b) (IS_COLL(b) && blocking_twin(b) >= B_REDUCE)
 
 struct options {
     enum bench bench;
@@ -133,9 +169,13 @@ static void usage(FILE *f)
             "  alltoall|alltoallv|reduce|allreduce|reduce_scatter|scan\n"
             "                 collective latency (avg/min/max over ranks), any number of ranks\n"
             "                 (default sizes 1..1048576; 4..1048576 for the reductions)\n"
+            "  ibarrier|ibcast|iscatter|igather|iallgather|ialltoall|ireduce|iallreduce\n"
+            "                 nonblocking collective: overall, compute, pure communication\n"
+            "                 and overlap (OSU method), any number of ranks\n"
             "  --min-size B   smallest message size in bytes\n"
             "  --max-size B   largest message size in bytes (default 4194304 point-to-point)\n"
-            "  --iterations N collectives: N timed iterations per size (default OSU's 1000 / 100)\n"
+            "  --iterations N collectives: N timed iterations per size (default OSU's 1000 / 100;\n"
+            "                 ibarrier 100)\n"
             "  --json         one JSON object per size instead of the OSU table\n");
 }
 
@@ -306,9 +346,38 @@ static void print_coll_header(const struct options *o, int np)
     fflush(stdout);
 }
 
+/* The nonblocking table: OSU's four columns; ibarrier has no size column. */
+static void print_nbc_header(const struct options *o, int np)
+{
+    enum bench twin = blocking_twin(o->bench);
+    char columns[4 * FIELD_WIDTH + 1];
+
+    printf("# OSU MPI Non-blocking %s v" OSU_VERSION " (np %d)\n", coll_titles[twin - B_BARRIER],
+           np);
+    printf("# Datatype: %s; root %d\n", IS_REDUCTION(o->bench) ? "MPI_FLOAT, op MPI_SUM" : "MPI_CHAR",
+           ROOT);
+    printf("# Overall = start + compute + wait; Compute = busy loop as long as Pure Comm., no "
+           "probes\n");
+    printf("# Overlap = max(0, 100 - (Overall - Compute) / Pure Comm. x 100); JSON adds "
+           "blocking_us\n");
+    snprintf(columns, sizeof columns, "%*s%*s%*s%*s", FIELD_WIDTH, "Overall(us)", FIELD_WIDTH,
+             "Compute(us)", FIELD_WIDTH, "Pure Comm.(us)", FIELD_WIDTH, "Overlap(%)");
+    if (twin == B_BARRIER) {
+        columns[0] = '#'; /* no size column: the padded first name starts the comment */
+        printf("%s\n", columns);
+    } else {
+        printf("%-10s%s\n", "# Size", columns);
+    }
+    fflush(stdout);
+}
+
 static void print_header(const struct options *o, int np)
 {
     if (g_rank != 0 || o->json) {
+        return;
+    }
+    if (IS_NBC(o->bench)) {
+        print_nbc_header(o, np);
         return;
     }
     if (IS_COLL(o->bench)) {
@@ -610,19 +679,29 @@ static void coll_call(enum bench b, int size, int np, char *s, char *r, const in
     (void)np;
 }
 
-static void run_coll(const struct options *o, int np, int size, char *s, char *r, int *counts,
-                     int *displs, struct coll_stats *st)
+/* Timed iterations and warm-ups: --iterations N gives N / max(1, N/10);
+ * otherwise OSU's counts for small or `large` messages. */
+static void coll_iterations(const struct options *o, int large, long *iters, long *skip)
 {
-    int large = size > LARGE_MESSAGE_SIZE;
-    long iters = o->iterations > 0 ? o->iterations : (large ? COLL_ITERS_LARGE : COLL_ITERS);
-    long skip = o->iterations > 0 ? (o->iterations / 10 > 0 ? o->iterations / 10 : 1)
-                                  : (large ? COLL_SKIP_LARGE : COLL_SKIP);
+    if (o->iterations > 0) {
+        *iters = o->iterations;
+        *skip = o->iterations / 10 > 0 ? o->iterations / 10 : 1;
+    } else {
+        *iters = large ? COLL_ITERS_LARGE : COLL_ITERS;
+        *skip = large ? COLL_SKIP_LARGE : COLL_SKIP;
+    }
+}
+
+/* Blocking collective `b` at `size`: avg/min/max over the ranks' mean latencies. */
+static void run_coll(enum bench b, long iters, long skip, int np, int size, char *s, char *r,
+                     int *counts, int *displs, struct coll_stats *st)
+{
     double timer = 0.0, t_start = 0.0, t_stop, latency, sum = 0.0;
     long i;
 
-    set_counts(o->bench, np, size, counts, displs);
+    set_counts(b, np, size, counts, displs);
     MPI_Barrier(MPI_COMM_WORLD);
-    if (o->bench == B_BARRIER) {
+    if (b == B_BARRIER) {
         /* osu_barrier: the whole loop of back-to-back barriers is timed */
         for (i = 0; i < iters + skip; i++) {
             if (i == skip) {
@@ -634,7 +713,7 @@ static void run_coll(const struct options *o, int np, int size, char *s, char *r
     } else {
         for (i = 0; i < iters + skip; i++) {
             t_start = MPI_Wtime();
-            coll_call(o->bench, size, np, s, r, counts, displs);
+            coll_call(b, size, np, s, r, counts, displs);
             t_stop = MPI_Wtime();
             if (i >= skip) {
                 timer += t_stop - t_start;
@@ -649,6 +728,157 @@ static void run_coll(const struct options *o, int np, int size, char *s, char *r
     st->avg = sum / np;
 }
 
+/* ---- nonblocking collectives (osu_ibcast, osu_iallreduce, ...) ---------- */
+static double now_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Busy-computes until `target` seconds of wall-clock time have passed and
+ * returns the seconds spent; calls no MPI function, so MPI makes no progress
+ * on this rank meanwhile (OSU's dummy_compute without MPI_Test probes). */
+static double compute_for(double target)
+{
+    double start = now_seconds();
+    volatile double x = 1.0; /* one memory round trip per step, as fastmp-bench's black_box */
+    int k;
+
+    while (now_seconds() - start < target) {
+        for (k = 0; k < COMPUTE_STEPS; k++) {
+            x = x * 1.0000001 + 1e-9;
+        }
+    }
+    return now_seconds() - start;
+}
+
+/* Starts nonblocking collective `b` at `size` bytes. */
+static void nbc_start(enum bench b, int size, char *s, char *r, MPI_Request *req)
+{
+    MPI_Comm w = MPI_COMM_WORLD;
+    int n = size / (int)sizeof(float);
+
+    switch (b) {
+    case B_IBARRIER:
+        MPI_Ibarrier(w, req);
+        break;
+    case B_IBCAST:
+        MPI_Ibcast(r, size, MPI_CHAR, ROOT, w, req);
+        break;
+    case B_ISCATTER:
+        MPI_Iscatter(s, size, MPI_CHAR, r, size, MPI_CHAR, ROOT, w, req);
+        break;
+    case B_IGATHER:
+        MPI_Igather(s, size, MPI_CHAR, r, size, MPI_CHAR, ROOT, w, req);
+        break;
+    case B_IALLGATHER:
+        MPI_Iallgather(s, size, MPI_CHAR, r, size, MPI_CHAR, w, req);
+        break;
+    case B_IALLTOALL:
+        MPI_Ialltoall(s, size, MPI_CHAR, r, size, MPI_CHAR, w, req);
+        break;
+    case B_IREDUCE:
+        MPI_Ireduce(s, r, n, MPI_FLOAT, MPI_SUM, ROOT, w, req);
+        break;
+    case B_IALLREDUCE:
+        MPI_Iallreduce(s, r, n, MPI_FLOAT, MPI_SUM, w, req);
+        break;
+    default:
+        *req = MPI_REQUEST_NULL;
+        break;
+    }
+}
+
+struct nbc_stats {
+    double overall, compute, pure_comm, overlap; /* us and %, averaged over the ranks */
+    double blocking;                             /* us, the blocking twin's avg latency */
+};
+
+static void run_nbc(const struct options *o, int np, int size, char *s, char *r, int *counts,
+                    int *displs, struct nbc_stats *st)
+{
+    enum bench twin = blocking_twin(o->bench);
+    long iters, skip, i;
+    double t_start, t_compute, pure = 0.0, overall = 0.0, compute = 0.0;
+    double mine[3], sums[3] = {0.0, 0.0, 0.0};
+    struct coll_stats blocking;
+    MPI_Request req;
+
+    /* osu_ibarrier runs the large-message counts; so does its blocking twin here */
+    coll_iterations(o, size > LARGE_MESSAGE_SIZE || twin == B_BARRIER, &iters, &skip);
+    run_coll(twin, iters, skip, np, size, s, r, counts, displs, &blocking);
+    st->blocking = blocking.avg;
+
+    /* pure communication (osu_ibarrier has no barrier between its calls here) */
+    MPI_Barrier(MPI_COMM_WORLD);
+    for (i = 0; i < iters + skip; i++) {
+        t_start = MPI_Wtime();
+        nbc_start(o->bench, size, s, r, &req);
+        MPI_Wait(&req, MPI_STATUS_IGNORE);
+        if (i >= skip) {
+            pure += MPI_Wtime() - t_start;
+        }
+        if (twin != B_BARRIER) {
+            MPI_Barrier(MPI_COMM_WORLD);
+        }
+    }
+    pure /= (double)iters;
+    /* the same with compute as long as this rank's pure communication */
+    MPI_Barrier(MPI_COMM_WORLD);
+    for (i = 0; i < iters + skip; i++) {
+        t_start = MPI_Wtime();
+        nbc_start(o->bench, size, s, r, &req);
+        t_compute = compute_for(pure);
+        MPI_Wait(&req, MPI_STATUS_IGNORE);
+        if (i >= skip) {
+            overall += MPI_Wtime() - t_start;
+            compute += t_compute;
+        }
+        MPI_Barrier(MPI_COMM_WORLD);
+    }
+    mine[0] = overall * 1e6 / (double)iters;
+    mine[1] = compute * 1e6 / (double)iters;
+    mine[2] = pure * 1e6;
+    MPI_Reduce(mine, sums, 3, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
+    st->overall = sums[0] / np;
+    st->compute = sums[1] / np;
+    st->pure_comm = sums[2] / np;
+    st->overlap = 0.0;
+    if (st->pure_comm > 0.0) {
+        st->overlap = 100.0 - (st->overall - st->compute) / st->pure_comm * 100.0;
+        if (st->overlap < 0.0) {
+            st->overlap = 0.0;
+        }
+    }
+}
+
+static void report_nbc(const struct options *o, int np, long size, const struct nbc_stats *st)
+{
+    int sized = blocking_twin(o->bench) != B_BARRIER;
+
+    if (g_rank != 0) {
+        return;
+    }
+    if (o->json) {
+        printf("{\"bench\":\"%s\",\"device\":\"mpi\",\"np\":%d", bench_names[o->bench], np);
+        if (sized) {
+            printf(",\"size\":%ld", size);
+        }
+        printf(",\"overall_us\":%.3f,\"compute_us\":%.3f,\"pure_comm_us\":%.3f,"
+               "\"overlap_pct\":%.2f,\"blocking_us\":%.3f}\n",
+               st->overall, st->compute, st->pure_comm, st->overlap, st->blocking);
+    } else {
+        if (sized) {
+            printf("%-10ld", size);
+        }
+        printf("%*.*f%*.*f%*.*f%*.*f\n", FIELD_WIDTH, FLOAT_PRECISION, st->overall, FIELD_WIDTH,
+               FLOAT_PRECISION, st->compute, FIELD_WIDTH, FLOAT_PRECISION, st->pure_comm,
+               FIELD_WIDTH, FLOAT_PRECISION, st->overlap);
+    }
+    fflush(stdout);
+}
+
 /* The whole collective benchmark: buffers of np * max bytes, then each size. */
 static int run_collective_bench(const struct options *o, int np)
 {
@@ -656,7 +886,9 @@ static int run_collective_bench(const struct options *o, int np)
     char *s_buf, *r_buf;
     int *counts, *displs;
     long size;
+    int one_size = blocking_twin(o->bench) == B_BARRIER;
     struct coll_stats st;
+    struct nbc_stats nst;
 
     if (len > INT_MAX) {
         fatal(1, "%s", "np * --max-size exceeds an MPI count (2147483647)");
@@ -680,13 +912,19 @@ static int run_collective_bench(const struct options *o, int np)
     memset(r_buf, 'b', (size_t)len);
 
     print_header(o, np);
-    for (size = o->bench == B_BARRIER ? 0 : o->min_size; size <= o->max_size;
-         size = (size ? size * 2 : 1)) {
-        if (!IS_REDUCTION(o->bench) || size % (long)sizeof(float) == 0) {
-            run_coll(o, np, (int)size, s_buf, r_buf, counts, displs, &st);
+    for (size = one_size ? 0 : o->min_size; size <= o->max_size; size = (size ? size * 2 : 1)) {
+        if (IS_REDUCTION(o->bench) && size % (long)sizeof(float) != 0) {
+            /* not a whole number of floats */
+        } else if (IS_NBC(o->bench)) {
+            run_nbc(o, np, (int)size, s_buf, r_buf, counts, displs, &nst);
+            report_nbc(o, np, size, &nst);
+        } else {
+            long iters, skip;
+            coll_iterations(o, size > LARGE_MESSAGE_SIZE, &iters, &skip);
+            run_coll(o->bench, iters, skip, np, (int)size, s_buf, r_buf, counts, displs, &st);
             report_coll(o, np, size, &st);
         }
-        if (o->bench == B_BARRIER || size > INT_MAX / 2) {
+        if (one_size || size > INT_MAX / 2) {
             break; /* barrier has one size; or the next doubling would overflow */
         }
     }

@@ -9,13 +9,13 @@ use std::time::{Duration, Instant};
 
 use fastmp::coll::{Algorithm, Collective};
 use fastmp::op::Sum;
-use fastmp::{Comm, Error, Result};
+use fastmp::{Comm, Error, Request, Result, Scope};
 
 use crate::report::{Cell, Reporter};
 use crate::support::{AlignedBuf, Sizes, gather_f64};
 
 /// Root of the rooted collectives (OSU uses 0).
-const ROOT: usize = 0;
+pub const ROOT: usize = 0;
 /// Element type of the reductions, as OSU's MPI_FLOAT.
 type Elem = f32;
 const ELEM: usize = size_of::<Elem>();
@@ -40,7 +40,12 @@ impl Iterations {
         Iterations { small: pair, large: pair }
     }
 
-    fn at(self, size: usize) -> (usize, usize) {
+    /// The large-message counts at every size.
+    pub fn large_only(self) -> Iterations {
+        Iterations { small: self.large, large: self.large }
+    }
+
+    pub fn at(self, size: usize) -> (usize, usize) {
         if size <= LARGE_MESSAGE_SIZE { self.small } else { self.large }
     }
 }
@@ -71,7 +76,7 @@ fn bandwidth_power(coll: Collective) -> Option<i32> {
 }
 
 /// OSU's title of the test.
-fn title(coll: Collective) -> &'static str {
+pub fn title(coll: Collective) -> &'static str {
     match coll {
         Collective::Barrier => "Barrier Latency Test",
         Collective::Bcast => "Broadcast Latency Test",
@@ -99,6 +104,19 @@ pub fn sizes_for(coll: Collective, sizes: &Sizes) -> Vec<usize> {
     sizes.iter().filter(|s| !is_reduction(coll) || s.is_multiple_of(ELEM)).collect()
 }
 
+/// Bytes of the send and receive buffers of `coll` with `size` bytes per rank and `all` = np ·
+/// `size` (reduce_scatter receives only its own block: see `Workload::parts`).
+fn buffer_lens(coll: Collective, size: usize, all: usize) -> (usize, usize) {
+    match coll {
+        Collective::Barrier => (0, 0),
+        Collective::Bcast => (0, size),
+        Collective::Scatter | Collective::Scatterv => (all, size),
+        Collective::Gather | Collective::Gatherv | Collective::Allgather | Collective::Allgatherv => (size, all),
+        Collective::Alltoall | Collective::Alltoallv => (all, all),
+        Collective::Reduce | Collective::Allreduce | Collective::ReduceScatter | Collective::Scan => (size, size),
+    }
+}
+
 /// Buffers and counts for one collective, allocated once for the largest size.
 pub struct Workload {
     coll: Collective,
@@ -118,18 +136,7 @@ impl Workload {
             .checked_mul(max_size)
             .filter(|&all| all <= isize::MAX as usize / 2)
             .ok_or_else(|| Error::other(format!("{np} ranks x --max-size {max_size} do not fit in memory")))?;
-        let (send_len, recv_len) = match coll {
-            Collective::Barrier => (0, 0),
-            Collective::Bcast => (0, max_size),
-            Collective::Scatter | Collective::Scatterv => (all, max_size),
-            Collective::Gather | Collective::Gatherv | Collective::Allgather | Collective::Allgatherv => {
-                (max_size, all)
-            }
-            Collective::Alltoall | Collective::Alltoallv => (all, all),
-            Collective::Reduce | Collective::Allreduce | Collective::ReduceScatter | Collective::Scan => {
-                (max_size, max_size)
-            }
-        };
+        let (send_len, recv_len) = buffer_lens(coll, max_size, all);
         let mut send = AlignedBuf::new(send_len.next_multiple_of(ELEM), b'a');
         if is_reduction(coll) {
             bytemuck::cast_slice_mut::<u8, Elem>(send.as_mut_slice()).fill(1.0);
@@ -152,32 +159,68 @@ impl Workload {
         }
     }
 
-    /// One call of the collective on `comm` at the current size.
-    pub fn call(&mut self, comm: &Comm) -> Result<()> {
-        let (size, all) = (self.size, self.size * self.np);
-        let (counts, displs) = (&self.counts[..], &self.displs[..]);
-        let send = self.send.as_slice();
-        let recv = self.recv.as_mut_slice();
-        match self.coll {
-            Collective::Barrier => comm.barrier(),
-            Collective::Bcast => comm.bcast(&mut recv[..size], ROOT),
-            Collective::Scatter => comm.scatter(&send[..all], &mut recv[..size], ROOT),
-            Collective::Scatterv => comm.scatterv(&send[..all], counts, displs, &mut recv[..size], ROOT),
-            Collective::Gather => comm.gather(&send[..size], &mut recv[..all], ROOT),
-            Collective::Gatherv => comm.gatherv(&send[..size], &mut recv[..all], counts, displs, ROOT),
-            Collective::Allgather => comm.allgather(&send[..size], &mut recv[..all]),
-            Collective::Allgatherv => comm.allgatherv(&send[..size], &mut recv[..all], counts, displs),
-            Collective::Alltoall => comm.alltoall(&send[..all], &mut recv[..all]),
-            Collective::Alltoallv => comm.alltoallv(&send[..all], counts, displs, &mut recv[..all], counts, displs),
-            Collective::Reduce => comm.reduce(floats(&send[..size]), floats_mut(&mut recv[..size]), Sum, ROOT),
-            Collective::Allreduce => comm.allreduce(floats(&send[..size]), floats_mut(&mut recv[..size]), Sum),
-            Collective::ReduceScatter => {
-                let mine = counts[self.rank] * ELEM;
-                comm.reduce_scatter(floats(&send[..size]), floats_mut(&mut recv[..mine]), counts, Sum)
-            }
-            Collective::Scan => comm.scan(floats(&send[..size]), floats_mut(&mut recv[..size]), Sum),
+    /// The parts of the buffers one call at the current size uses, as the collective takes them.
+    fn parts(&mut self) -> Parts<'_> {
+        let (send_len, mut recv_len) = buffer_lens(self.coll, self.size, self.size * self.np);
+        if self.coll == Collective::ReduceScatter {
+            recv_len = self.counts[self.rank] * ELEM;
+        }
+        Parts {
+            send: &self.send.as_slice()[..send_len],
+            recv: &mut self.recv.as_mut_slice()[..recv_len],
+            counts: &self.counts,
+            displs: &self.displs,
         }
     }
+
+    /// One call of the collective on `comm` at the current size.
+    pub fn call(&mut self, comm: &Comm) -> Result<()> {
+        let coll = self.coll;
+        let Parts { send, recv, counts, displs } = self.parts();
+        match coll {
+            Collective::Barrier => comm.barrier(),
+            Collective::Bcast => comm.bcast(recv, ROOT),
+            Collective::Scatter => comm.scatter(send, recv, ROOT),
+            Collective::Scatterv => comm.scatterv(send, counts, displs, recv, ROOT),
+            Collective::Gather => comm.gather(send, recv, ROOT),
+            Collective::Gatherv => comm.gatherv(send, recv, counts, displs, ROOT),
+            Collective::Allgather => comm.allgather(send, recv),
+            Collective::Allgatherv => comm.allgatherv(send, recv, counts, displs),
+            Collective::Alltoall => comm.alltoall(send, recv),
+            Collective::Alltoallv => comm.alltoallv(send, counts, displs, recv, counts, displs),
+            Collective::Reduce => comm.reduce(floats(send), floats_mut(recv), Sum, ROOT),
+            Collective::Allreduce => comm.allreduce(floats(send), floats_mut(recv), Sum),
+            Collective::ReduceScatter => comm.reduce_scatter(floats(send), floats_mut(recv), counts, Sum),
+            Collective::Scan => comm.scan(floats(send), floats_mut(recv), Sum),
+        }
+    }
+
+    /// Starts the nonblocking twin of the collective at the current size in scope `s`; only the
+    /// collectives of [`crate::nbc::NONBLOCKING`] have a benchmark.
+    pub fn start<'s>(&'s mut self, s: &'s Scope<'s, '_>) -> Result<Request<'s>> {
+        let coll = self.coll;
+        let Parts { send, recv, .. } = self.parts();
+        match coll {
+            Collective::Barrier => s.ibarrier(),
+            Collective::Bcast => s.ibcast(recv, ROOT),
+            Collective::Scatter => s.iscatter(send, recv, ROOT),
+            Collective::Gather => s.igather(send, recv, ROOT),
+            Collective::Allgather => s.iallgather(send, recv),
+            Collective::Alltoall => s.ialltoall(send, recv),
+            Collective::Reduce => s.ireduce(floats(send), floats_mut(recv), Sum, ROOT),
+            Collective::Allreduce => s.iallreduce(floats(send), floats_mut(recv), Sum),
+            other => Err(Error::other(format!("no nonblocking benchmark of {other}"))),
+        }
+    }
+}
+
+/// Borrowed buffers and counts of one call (see [`Workload::parts`]).
+struct Parts<'a> {
+    send: &'a [u8],
+    recv: &'a mut [u8],
+    /// Per-rank counts and displacements (elements) of the `v` variants and reduce_scatter.
+    counts: &'a [usize],
+    displs: &'a [usize],
 }
 
 /// The reduction elements in `bytes` (whole elements, 64-byte aligned: see `Workload::new`).
@@ -259,28 +302,43 @@ pub fn forcing(comm: &Comm, coll: Collective, algorithm: Algorithm) -> Result<Co
     Ok(comm.with_tuning(comm.tuning().clone().force(coll, algorithm)?))
 }
 
+/// What a collective benchmark (blocking or nonblocking) measures, from the command line.
+pub struct Spec<'a> {
+    pub coll: Collective,
+    /// `--algorithm`: force this one (default: the tuning rules choose).
+    pub forced: Option<Algorithm>,
+    pub sizes: &'a Sizes,
+    pub iterations: Iterations,
+}
+
+impl Spec<'_> {
+    /// The communicator the measured calls use: `world`, with the forced algorithm if any.
+    pub fn comm(&self, world: &Comm) -> Result<Comm> {
+        match self.forced {
+            Some(algorithm) => forcing(world, self.coll, algorithm),
+            None => Ok(world.clone()),
+        }
+    }
+
+    /// The header line naming the algorithm.
+    pub fn algorithm_line(&self) -> String {
+        match self.forced {
+            Some(a) => format!("# Algorithm: {a} (forced)"),
+            None => "# Algorithm: chosen per size by the tuning rules".to_string(),
+        }
+    }
+}
+
 /// The `fastmp-bench <collective>` benchmark.
-pub fn bench(
-    world: &Comm,
-    coll: Collective,
-    forced: Option<Algorithm>,
-    sizes: &Sizes,
-    iterations: Iterations,
-    out: &Reporter,
-) -> Result<()> {
-    let comm = match forced {
-        Some(algorithm) => forcing(world, coll, algorithm)?,
-        None => world.clone(),
-    };
+pub fn bench(world: &Comm, spec: &Spec, out: &Reporter) -> Result<()> {
+    let Spec { coll, sizes, iterations, .. } = *spec;
+    let comm = spec.comm(world)?;
     let np = world.size();
     let mut work = Workload::new(coll, np, world.rank(), sizes.max)?;
     let factor = bandwidth_power(coll).map(|p| (p, (np as f64).powi(p)));
     let datatype = if is_reduction(coll) { "f32 (MPI_FLOAT), op Sum" } else { "u8 (MPI_CHAR)" };
     let mut extra = vec![format!("# Datatype: {datatype}; root {ROOT}")];
-    extra.push(match forced {
-        Some(a) => format!("# Algorithm: {a} (forced)"),
-        None => "# Algorithm: chosen per size by the tuning rules".to_string(),
-    });
+    extra.push(spec.algorithm_line());
     let mut columns = vec!["Avg Latency(us)", "Min Latency(us)", "Max Latency(us)"];
     if let Some((power, _)) = factor {
         let np_term = if power == 1 { "np".to_string() } else { format!("np^{power}") };

@@ -3,6 +3,7 @@
 //! With no launcher environment, `--np` starts that many thread ranks on the shm device.
 
 mod coll;
+mod nbc;
 mod pt2pt;
 mod report;
 mod support;
@@ -27,26 +28,36 @@ enum Pt2pt {
     MbwMr,
 }
 
-/// What to run: a point-to-point benchmark, a collective benchmark, or the tuner.
+/// What to run: a point-to-point benchmark, a collective benchmark, the nonblocking twin of a
+/// collective (one of `nbc::NONBLOCKING`), or the tuner.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Bench {
     Pt2pt(Pt2pt),
     Coll(Collective),
+    Nbc(Collective),
     Tune,
 }
 
+const PT2PT: [Pt2pt; 4] = [Pt2pt::Latency, Pt2pt::Bw, Pt2pt::Bibw, Pt2pt::MbwMr];
+const BENCH_COUNT: usize = PT2PT.len() + Collective::ALL.len() + nbc::NONBLOCKING.len() + 1;
+
 /// Every benchmark name, in the order `--help` lists them.
-const BENCHES: [Bench; 19] = {
-    let mut all = [Bench::Tune; 19];
-    let pt2pt = [Pt2pt::Latency, Pt2pt::Bw, Pt2pt::Bibw, Pt2pt::MbwMr];
+const BENCHES: [Bench; BENCH_COUNT] = {
+    let mut all = [Bench::Tune; BENCH_COUNT];
     let mut i = 0;
-    while i < pt2pt.len() {
-        all[i] = Bench::Pt2pt(pt2pt[i]);
+    while i < PT2PT.len() {
+        all[i] = Bench::Pt2pt(PT2PT[i]);
         i += 1;
     }
-    while i < pt2pt.len() + Collective::ALL.len() {
-        all[i] = Bench::Coll(Collective::ALL[i - pt2pt.len()]);
-        i += 1;
+    let mut j = 0;
+    while j < Collective::ALL.len() {
+        all[i] = Bench::Coll(Collective::ALL[j]);
+        (i, j) = (i + 1, j + 1);
+    }
+    j = 0;
+    while j < nbc::NONBLOCKING.len() {
+        all[i] = Bench::Nbc(nbc::NONBLOCKING[j]);
+        (i, j) = (i + 1, j + 1);
     }
     all
 };
@@ -91,11 +102,12 @@ struct Args {
     /// Eager/rendezvous switch point in bytes (default: the library's).
     #[arg(long)]
     eager_limit: Option<usize>,
-    /// Collectives: force this algorithm (default: the tuning rules choose per size).
+    /// Collectives (blocking and nonblocking): force this algorithm (default: the tuning rules
+    /// choose per size).
     #[arg(long, value_name = "NAME")]
     algorithm: Option<String>,
     /// Collectives and tune: timed iterations per size (default: OSU's 1000, 100 above 8 KiB;
-    /// tune uses a tenth of that).
+    /// ibarrier 100; tune uses a tenth of that).
     #[arg(long, value_name = "N")]
     iterations: Option<usize>,
     /// Tune: process counts to measure.
@@ -137,6 +149,7 @@ impl Bench {
         match self {
             Bench::Pt2pt(p) => p.name(),
             Bench::Coll(c) => c.name(),
+            Bench::Nbc(c) => nbc::name(c),
             Bench::Tune => "tune",
         }
     }
@@ -147,7 +160,7 @@ impl Args {
     fn sizes(&self) -> Result<Sizes, String> {
         let min = self.min_size.unwrap_or(match self.bench {
             Bench::Pt2pt(Pt2pt::Latency) => 0,
-            Bench::Coll(c) if coll::is_reduction(c) => 4,
+            Bench::Coll(c) | Bench::Nbc(c) if coll::is_reduction(c) => 4,
             _ => 1,
         });
         let max = self.max_size.unwrap_or(match self.bench {
@@ -174,7 +187,8 @@ impl Args {
         let given = |flag: &str, set: bool, applies: bool| {
             if set && !applies { Err(format!("{flag} does not apply to {name}")) } else { Ok(()) }
         };
-        let (is_coll, is_tune) = (matches!(self.bench, Bench::Coll(_)), self.bench == Bench::Tune);
+        let is_coll = matches!(self.bench, Bench::Coll(_) | Bench::Nbc(_));
+        let is_tune = self.bench == Bench::Tune;
         given("--algorithm", self.algorithm.is_some(), is_coll)?;
         given("--iterations", self.iterations.is_some(), is_coll || is_tune)?;
         given("--collectives", !self.collectives.is_empty(), is_tune)?;
@@ -239,10 +253,17 @@ fn run(args: &Args) -> Result<(), String> {
             return tune::run(&config, &plan, &args.output);
         }
         Bench::Pt2pt(p) => p,
-        Bench::Coll(c) => {
-            let forced = args.algorithm.as_deref().map(|name| parse_algorithm(c, name)).transpose()?;
-            let iterations = args.iterations(Iterations::OSU)?;
-            return launch(config, args, |world, out| coll::bench(world, c, forced, &sizes, iterations, out));
+        Bench::Coll(c) | Bench::Nbc(c) => {
+            let spec = coll::Spec {
+                coll: c,
+                forced: args.algorithm.as_deref().map(|name| parse_algorithm(c, name)).transpose()?,
+                sizes: &sizes,
+                iterations: args.iterations(Iterations::OSU)?,
+            };
+            let nonblocking = matches!(args.bench, Bench::Nbc(_));
+            return launch(config, args, |world, out| {
+                if nonblocking { nbc::bench(world, &spec, out) } else { coll::bench(world, &spec, out) }
+            });
         }
     };
     bench.check_np(config.get_np())?;
@@ -267,6 +288,7 @@ where
                 np: world.size(),
                 json: args.json,
                 printer: world.rank() == 0,
+                sized: !matches!(args.bench, Bench::Nbc(c) if !nbc::has_size(c)),
             };
             body(&world, &out)
         })

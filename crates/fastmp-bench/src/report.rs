@@ -12,6 +12,8 @@ pub struct Reporter {
     pub json: bool,
     /// Only rank 0 prints.
     pub printer: bool,
+    /// Whether rows have a size (table column and JSON key); OSU's osu_ibarrier has none.
+    pub sized: bool,
 }
 
 impl Reporter {
@@ -24,9 +26,13 @@ impl Reporter {
         for line in extra {
             println!("{line}");
         }
-        let mut head = format!("{:<10}", "# Size");
+        let mut head = if self.sized { format!("{:<10}", "# Size") } else { String::new() };
         for c in columns {
             head.push_str(&format!("{c:>20}"));
+        }
+        if !self.sized {
+            // Without a size column the line starts with a padded column name: mark it a comment.
+            head.replace_range(..1, "#");
         }
         println!("{head}");
     }
@@ -37,7 +43,8 @@ impl Reporter {
         self.row_cells(size, &cells);
     }
 
-    /// One row of numbers and labels: (json key, cell) pairs in column order.
+    /// One row of numbers and labels: (json key, cell) pairs in column order (`size` is left out
+    /// when the table has no size column).
     pub fn row_cells(&self, size: usize, cells: &[(&str, Cell)]) {
         if !self.printer {
             return;
@@ -47,10 +54,12 @@ impl Reporter {
             obj.insert("bench".into(), json!(self.bench));
             obj.insert("device".into(), json!(self.device));
             obj.insert("np".into(), json!(self.np));
-            obj.insert("size".into(), json!(size));
+            if self.sized {
+                obj.insert("size".into(), json!(size));
+            }
             for (key, cell) in cells {
                 let value = match cell {
-                    Cell::Num(v) => {
+                    Cell::Num(v) | Cell::JsonNum(v) => {
                         let digits = if key.ends_with("_us") { 3 } else { 2 };
                         let scale = 10f64.powi(digits);
                         json!((v * scale).round() / scale)
@@ -61,11 +70,12 @@ impl Reporter {
             }
             println!("{}", serde_json::Value::Object(obj));
         } else {
-            let mut line = format!("{size:<10}");
+            let mut line = if self.sized { format!("{size:<10}") } else { String::new() };
             for (_, cell) in cells {
                 match cell {
                     Cell::Num(v) => line.push_str(&format!("{v:>20.2}")),
                     Cell::Text(t) => line.push_str(&format!("{t:>20}")),
+                    Cell::JsonNum(_) => {}
                 }
             }
             println!("{line}");
@@ -77,4 +87,6 @@ impl Reporter {
 pub enum Cell<'a> {
     Num(f64),
     Text(&'a str),
+    /// A number in the JSON object only, not in the table.
+    JsonNum(f64),
 }

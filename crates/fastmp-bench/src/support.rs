@@ -64,15 +64,29 @@ pub fn barrier(world: &Comm) -> Result<()> {
 
 /// Every rank's value at rank 0 (others get an empty vector).
 pub fn gather_f64(world: &Comm, value: f64) -> Result<Vec<f64>> {
+    Ok(gather_f64s(world, &[value])?.into_iter().map(|values| values[0]).collect())
+}
+
+/// Every rank's `values` at rank 0, in rank order (others get an empty vector); all ranks pass
+/// the same number of values.
+pub fn gather_f64s(world: &Comm, values: &[f64]) -> Result<Vec<Vec<f64>>> {
     if world.rank() != 0 {
-        world.send(&[value], 0, TAG_GATHER)?;
+        world.send(values, 0, TAG_GATHER)?;
         return Ok(Vec::new());
     }
-    let mut all = vec![value];
+    let mut all = vec![values.to_vec()];
     for r in 1..world.size() {
-        let mut v = [0f64];
-        world.recv(&mut v, r, TAG_GATHER)?;
-        all.push(v[0]);
+        let mut theirs = vec![0f64; values.len()];
+        world.recv(&mut theirs, r, TAG_GATHER)?;
+        all.push(theirs);
     }
     Ok(all)
+}
+
+/// The average over ranks of each of `values` at rank 0 (`None` elsewhere), as OSU's
+/// MPI_Reduce(MPI_SUM) / np.
+pub fn mean_over_ranks(world: &Comm, values: &[f64]) -> Result<Option<Vec<f64>>> {
+    let all = gather_f64s(world, values)?;
+    Ok((world.rank() == 0)
+        .then(|| (0..values.len()).map(|i| all.iter().map(|rank| rank[i]).sum::<f64>() / all.len() as f64).collect()))
 }

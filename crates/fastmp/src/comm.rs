@@ -5,10 +5,11 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 use crate::coll::select::Tuning;
-use crate::device::shm::native::NativeArea;
+use crate::device::shm::native::{LANES, NativeArea};
 use crate::device::{ANY_TAG, ContextId, Device, MatchSpec, RawStatus, Source, TAG_UB};
 use crate::error::{Error, Result};
 use crate::group::Group;
+use crate::progress::{Engine, Progressing};
 
 /// Context of the world communicator's point-to-point traffic. Every communicator owns two
 /// consecutive contexts: an even one for point-to-point and the next for collective traffic.
@@ -42,6 +43,9 @@ pub struct Comm {
     pub(crate) process: Rc<ProcessState>,
     /// Shared-memory area for device-native collectives (shm device only).
     pub(crate) native: Option<Rc<NativeHandle>>,
+    /// Collectives this rank has issued on the communicator (shared by its clones); numbers
+    /// each operation's messages so outstanding nonblocking ones never match each other's.
+    pub(crate) coll_seq: Rc<Cell<u64>>,
 }
 
 /// State of one process (rank thread) shared by all its communicators.
@@ -49,13 +53,15 @@ pub(crate) struct ProcessState {
     /// Lowest context id this process has not used yet; new communicators agree on the maximum
     /// over their members, so two communicators sharing a process never share a context.
     pub(crate) next_context: Cell<ContextId>,
+    /// The rank's outstanding nonblocking collectives.
+    pub(crate) engine: Rc<Engine>,
 }
 
 /// A communicator's native-collective area plus this rank's count of native operations on it.
 pub(crate) struct NativeHandle {
     pub(crate) area: Arc<NativeArea>,
-    /// Number of native collectives this rank has started on the area (the next epoch is this + 1).
-    pub(crate) epoch: Cell<u64>,
+    /// Lanes in which this rank has an operation open (see `device::shm::native::LANES`).
+    pub(crate) lanes_open: [Cell<bool>; LANES],
     /// A native collective of this rank is in progress on the area.
     pub(crate) busy: Cell<bool>,
 }
@@ -84,9 +90,12 @@ impl Status {
 }
 
 impl Comm {
-    pub(crate) fn world(dev: Rc<dyn Device>, tuning: Arc<Tuning>) -> Self {
+    /// The world communicator of the rank whose endpoint is `dev`.
+    pub(crate) fn world<D: Device + ?Sized + 'static>(dev: Rc<D>, tuning: Arc<Tuning>) -> Self {
         let group = Group::world(dev.size(), dev.rank());
-        let process = Rc::new(ProcessState { next_context: Cell::new(WORLD_CONTEXT + 2) });
+        let engine = Rc::new(Engine::default());
+        let dev: Rc<dyn Device> = Rc::new(Progressing::new(dev, engine.clone()));
+        let process = Rc::new(ProcessState { next_context: Cell::new(WORLD_CONTEXT + 2), engine });
         Comm::with_context(dev, WORLD_CONTEXT, group, tuning, process)
     }
 
@@ -102,8 +111,8 @@ impl Comm {
         let native = dev
             .native_area(context, group.members())
             .and_then(|area| area.downcast::<NativeArea>().ok())
-            .map(|area| Rc::new(NativeHandle { area, epoch: Cell::new(0), busy: Cell::new(false) }));
-        Comm { dev, context, group, rank, tuning, process, native }
+            .map(|area| Rc::new(NativeHandle { area, lanes_open: Default::default(), busy: Cell::new(false) }));
+        Comm { dev, context, group, rank, tuning, process, native, coll_seq: Rc::default() }
     }
 
     /// This rank's number, `0..size()`.

@@ -51,6 +51,7 @@ mod error;
 mod group;
 mod launch;
 mod p2p;
+mod progress;
 mod scope;
 mod sync;
 mod topology;

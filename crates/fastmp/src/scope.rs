@@ -13,12 +13,13 @@ use bytemuck::Pod;
 use crate::comm::{Comm, Status};
 use crate::device::{ANY_TAG, ReqId, SendMode, Source, Started};
 use crate::error::{Error, Result};
+use crate::progress::OpId;
 
 /// Nonblocking operations whose buffers must live until the scope ends. See [`Comm::scope`].
 pub struct Scope<'scope, 'env: 'scope> {
-    comm: &'env Comm,
-    /// Device token owning the requests started through this scope.
-    token: u64,
+    pub(crate) comm: &'env Comm,
+    /// Device (and progress engine) token owning the requests started through this scope.
+    pub(crate) token: u64,
     scope: PhantomData<&'scope mut &'scope ()>,
     env: PhantomData<&'env mut &'env ()>,
 }
@@ -34,12 +35,16 @@ pub struct Request<'scope> {
 
 enum ReqState {
     Active(ReqId),
+    /// A nonblocking collective in the rank's progress engine.
+    Collective(OpId),
     Complete(Result<Status>),
     Inactive,
 }
 
-/// Status reported for requests that were already inactive (MPI's empty status).
-const EMPTY_STATUS: Status = Status { source: usize::MAX, tag: ANY_TAG, count: 0, bytes: 0, cancelled: false };
+/// Status reported for requests that were already inactive (MPI's empty status), and for
+/// completed collectives.
+pub(crate) const EMPTY_STATUS: Status =
+    Status { source: usize::MAX, tag: ANY_TAG, count: 0, bytes: 0, cancelled: false };
 
 impl Comm {
     /// Runs `f` with a [`Scope`] in which nonblocking operations can be started; returns once all
@@ -67,6 +72,8 @@ impl Comm {
         let token = self.dev.new_scope();
         let scope = Scope { comm: self, token, scope: PhantomData, env: PhantomData };
         let result = catch_unwind(AssertUnwindSafe(|| f(&scope)));
+        // Collectives first: dropping an abandoned one releases its device requests itself.
+        self.process.engine.finish_scope(&*self.dev, token, result.is_err());
         self.dev.release_scope(token);
         match result {
             Ok(value) => value,
@@ -154,6 +161,16 @@ impl<'scope> Scope<'scope, '_> {
 }
 
 impl<'scope> Request<'scope> {
+    /// A request that already finished with `result`.
+    pub(crate) fn completed(comm: &'scope Comm, result: Result<Status>) -> Self {
+        Request { comm, state: ReqState::Complete(result), elem_size: 0 }
+    }
+
+    /// A request for a nonblocking collective registered with the engine as `id`.
+    pub(crate) fn collective(comm: &'scope Comm, id: OpId) -> Self {
+        Request { comm, state: ReqState::Collective(id), elem_size: 0 }
+    }
+
     fn new(comm: &'scope Comm, started: Started, elem_size: usize) -> Self {
         let state = match started {
             Started::Complete(result) => ReqState::Complete(result.and_then(|raw| comm.status(raw, elem_size))),
@@ -181,6 +198,13 @@ impl<'scope> Request<'scope> {
                     true
                 }
             },
+            ReqState::Collective(id) => {
+                let engine = &self.comm.process.engine;
+                engine.progress();
+                let Some(outcome) = engine.take_outcome(id) else { return false };
+                self.state = ReqState::Complete(outcome.map(|()| EMPTY_STATUS));
+                true
+            }
             ReqState::Complete(_) => true,
             ReqState::Inactive => false,
         }
@@ -190,8 +214,8 @@ impl<'scope> Request<'scope> {
         match std::mem::replace(&mut self.state, ReqState::Inactive) {
             ReqState::Complete(result) => result,
             ReqState::Inactive => Ok(EMPTY_STATUS),
-            ReqState::Active(id) => {
-                self.state = ReqState::Active(id);
+            state @ (ReqState::Active(_) | ReqState::Collective(_)) => {
+                self.state = state;
                 unreachable!("take() on an active request")
             }
         }
@@ -204,7 +228,7 @@ impl<'scope> Request<'scope> {
 
     fn wait_in_place(&mut self) -> Result<Status> {
         // Completed at start (eager sends, receives matched on posting) or inactive: no waiting.
-        if matches!(self.state, ReqState::Active(_)) && !self.poll() {
+        if matches!(self.state, ReqState::Active(_) | ReqState::Collective(_)) && !self.poll() {
             let comm = self.comm;
             comm.dev.wait_until(&mut || Ok(self.poll()))?;
         }
@@ -224,6 +248,9 @@ impl<'scope> Request<'scope> {
     pub fn cancel(&self) -> Result<()> {
         match self.state {
             ReqState::Active(id) => self.comm.dev.cancel(id),
+            ReqState::Collective(_) => {
+                Err(Error::InvalidArgument("a nonblocking collective cannot be cancelled (as in MPI)".into()))
+            }
             _ => Ok(()),
         }
     }
@@ -231,8 +258,11 @@ impl<'scope> Request<'scope> {
 
 impl Drop for Request<'_> {
     fn drop(&mut self) {
-        if let ReqState::Active(id) = self.state {
-            self.comm.dev.release(id);
+        match self.state {
+            ReqState::Active(id) => self.comm.dev.release(id),
+            // Peers rely on this rank's part: it runs on, finished by the scope's end at the latest.
+            ReqState::Collective(id) => self.comm.process.engine.detach(id),
+            _ => {}
         }
     }
 }

@@ -11,13 +11,13 @@ use std::ops::Range;
 
 use super::Layout;
 use super::select::{Algorithm, Collective};
+use super::transport::Run;
 use super::tree::{binomial_children, binomial_parent, binomial_subtree};
 use super::vector::{equal_blocks, equal_chunks};
 use super::{bcast, native, scatter_gather};
-use crate::comm::Comm;
 use crate::error::{Error, Result};
 
-pub(super) fn allgather(comm: &Comm, send: &[u8], recv: &mut [u8], algorithm: Algorithm) -> Result<()> {
+pub(super) async fn allgather(comm: &Run<'_>, send: &[u8], recv: &mut [u8], algorithm: Algorithm) -> Result<()> {
     let coll = Collective::Allgather;
     let (np, me, block) = (comm.size(), comm.rank(), send.len());
     // Equal blocks by arithmetic: no layout tables on the small-message path.
@@ -27,25 +27,25 @@ pub(super) fn allgather(comm: &Comm, send: &[u8], recv: &mut [u8], algorithm: Al
         Algorithm::Nbft => {
             let (below, from_me) = recv.split_at_mut(me * block);
             let rotated = equal_chunks(from_me, block, np - me).chain(equal_chunks(below, block, me));
-            flat_nonblocking(comm, send, rotated, coll)
+            flat_nonblocking(comm, send, rotated, coll).await
         }
-        Algorithm::Bt => in_place(recv).and(binomial(comm, recv, bytes, coll)),
-        Algorithm::Bde => in_place(recv).and(bde(comm, recv, bytes, coll)),
-        Algorithm::Bkt => in_place(recv).and(ring(comm, recv, |rank| bytes(rank..rank + 1), coll)),
+        Algorithm::Bt => in_place(recv).and(binomial(comm, recv, bytes, coll).await),
+        Algorithm::Bde => in_place(recv).and(bde(comm, recv, bytes, coll).await),
+        Algorithm::Bkt => in_place(recv).and(ring(comm, recv, |rank| bytes(rank..rank + 1), coll).await),
         Algorithm::GatherBcast => {
             let gathered = match comm.algorithm_for(Collective::Gather, send.len(), true) {
-                Algorithm::Native => native::gather(comm, send, recv, 0),
-                algorithm => scatter_gather::gather(comm, send, recv, 0, algorithm),
+                Algorithm::Native => native::gather(comm, send, recv, 0).await,
+                algorithm => scatter_gather::gather(comm, send, recv, 0, algorithm).await,
             };
             // Both phases always run (see the module docs).
-            gathered.and(bcast_from_rank0(comm, recv))
+            gathered.and(bcast_from_rank0(comm, recv).await)
         }
         other => Err(coll.unsupported(other)),
     }
 }
 
-pub(super) fn allgatherv(
-    comm: &Comm,
+pub(super) async fn allgatherv(
+    comm: &Run<'_>,
     send: &[u8],
     recv: &mut [u8],
     layout: &Layout,
@@ -57,14 +57,17 @@ pub(super) fn allgatherv(
         Algorithm::Nbft => {
             let mut blocks = carve_blocks(recv, layout, np);
             blocks.rotate_left(me);
-            flat_nonblocking(comm, send, blocks, coll)
+            flat_nonblocking(comm, send, blocks, coll).await
         }
-        Algorithm::Bt => in_rank_order(comm, send, recv, layout, |buf, bytes| binomial(comm, buf, bytes, coll)),
-        Algorithm::Bde => in_rank_order(comm, send, recv, layout, |buf, bytes| bde(comm, buf, bytes, coll)),
-        Algorithm::Bkt => {
-            copy_own_block(&mut recv[layout.block(me)], send, coll).and(ring(comm, recv, |r| layout.block(r), coll))
+        Algorithm::Bt => {
+            in_rank_order(comm, send, recv, layout, async |buf, bytes| binomial(comm, buf, bytes, coll).await).await
         }
-        Algorithm::GatherBcast => gatherv_bcast(comm, send, recv, layout),
+        Algorithm::Bde => {
+            in_rank_order(comm, send, recv, layout, async |buf, bytes| bde(comm, buf, bytes, coll).await).await
+        }
+        Algorithm::Bkt => copy_own_block(&mut recv[layout.block(me)], send, coll)
+            .and(ring(comm, recv, |r| layout.block(r), coll).await),
+        Algorithm::GatherBcast => gatherv_bcast(comm, send, recv, layout).await,
         other => Err(coll.unsupported(other)),
     }
 }
@@ -74,12 +77,12 @@ pub(super) fn allgatherv(
 /// itself when the layout already is so (the usual case), otherwise a packed copy that is
 /// unpacked into the blocks of `recv` afterwards (bytes between the blocks are never written).
 /// Every rank knows the layout, so all pick the same message pattern.
-fn in_rank_order(
-    comm: &Comm,
+async fn in_rank_order(
+    comm: &Run<'_>,
     send: &[u8],
     recv: &mut [u8],
     layout: &Layout,
-    gather: impl FnOnce(&mut [u8], &dyn Fn(Range<usize>) -> Range<usize>) -> Result<()>,
+    gather: impl AsyncFnOnce(&mut [u8], &dyn Fn(Range<usize>) -> Range<usize>) -> Result<()>,
 ) -> Result<()> {
     let (np, me) = (comm.size(), comm.rank());
     let offsets = layout.packed_offsets();
@@ -87,10 +90,12 @@ fn in_rank_order(
     let own = |buf: &mut [u8]| copy_own_block(&mut buf[bytes(me..me + 1)], send, Collective::Allgatherv);
     if let Some(span) = layout.span(0..np) {
         let buf = &mut recv[span];
-        return own(buf).and(gather(buf, &bytes));
+        let own_copied = own(buf);
+        return own_copied.and(gather(buf, &bytes).await);
     }
     let mut packed = vec![0u8; offsets[np]];
-    own(&mut packed).and(gather(&mut packed, &bytes))?;
+    let own_copied = own(&mut packed);
+    own_copied.and(gather(&mut packed, &bytes).await)?;
     for rank in 0..np {
         recv[layout.block(rank)].copy_from_slice(&packed[bytes(rank..rank + 1)]);
     }
@@ -113,10 +118,13 @@ pub(super) fn copy_own_block(dst: &mut [u8], src: &[u8], coll: Collective) -> Re
 
 /// Runs every step even after one fails and returns the first error, so this rank still does
 /// its part of the message pattern for the others.
-pub(super) fn all_steps(steps: impl IntoIterator<Item = Result<()>>) -> Result<()> {
+pub(super) async fn all_steps<S>(
+    steps: impl IntoIterator<Item = S>,
+    mut step: impl AsyncFnMut(S) -> Result<()>,
+) -> Result<()> {
     let mut first = Ok(());
-    for step in steps {
-        first = first.and(step);
+    for s in steps {
+        first = first.and(step(s).await);
     }
     first
 }
@@ -174,8 +182,8 @@ pub(super) fn carve_blocks<'a>(buf: &'a mut [u8], layout: &Layout, np: usize) ->
 /// nbFT: every rank starts receives of all other blocks and sends of its own to all others.
 /// `rotated` yields the blocks of `recv` starting with this rank's own, then those of the ranks
 /// above it (wrapping around), so the ranks do not all send to rank 0 first.
-fn flat_nonblocking<'a>(
-    comm: &Comm,
+async fn flat_nonblocking<'a>(
+    comm: &Run<'_>,
     send: &[u8],
     rotated: impl IntoIterator<Item = &'a mut [u8]>,
     coll: Collective,
@@ -183,62 +191,78 @@ fn flat_nonblocking<'a>(
     let (np, me) = (comm.size(), comm.rank());
     let mut blocks = rotated.into_iter();
     let copied = blocks.next().map_or(Ok(()), |own| copy_own_block(own, send, coll));
-    let mut pending = comm.pending();
+    let mut pending = comm.batch();
     for (k, block) in (1..np).zip(blocks) {
         let peer = (me + k) % np;
         pending.irecv(block, peer, coll)?;
         pending.isend(send, peer, coll)?;
     }
-    copied.and(pending.wait_all())
+    copied.and(pending.wait_all().await)
 }
 
 /// BKT (ring): in step `s` each rank passes the block it received in step `s - 1` (its own in
 /// step 0) to its right neighbour and receives the next one from its left: np - 1 steps.
 /// `block_of(rank)` is the byte range of `rank`'s block in `recv`, which holds this rank's own.
-fn ring(comm: &Comm, recv: &mut [u8], block_of: impl Fn(usize) -> Range<usize>, coll: Collective) -> Result<()> {
+async fn ring(
+    comm: &Run<'_>,
+    recv: &mut [u8],
+    block_of: impl Fn(usize) -> Range<usize>,
+    coll: Collective,
+) -> Result<()> {
     let (np, me) = (comm.size(), comm.rank());
     let (right, left) = ((me + 1) % np, (me + np - 1) % np);
-    all_steps((0..np.saturating_sub(1)).map(|step| {
+    all_steps(0..np.saturating_sub(1), async |step| {
         let outgoing = (me + np - step) % np;
         let incoming = (me + np - step - 1) % np;
         let [out, inc] = carve(recv, [block_of(outgoing), block_of(incoming)]);
-        comm.coll_sendrecv(out, right, inc, left, coll)
-    }))
+        comm.coll_sendrecv(out, right, inc, left, coll).await
+    })
+    .await
 }
 
 /// BT: binomial gather to rank 0 (each child sends its whole subtree's blocks in one message),
 /// then binomial bcast of the whole buffer from rank 0. `buf` holds the blocks in rank order,
 /// this rank's own already in place; `bytes(ranks)` is the byte range of an interval of ranks.
-fn binomial(comm: &Comm, buf: &mut [u8], bytes: impl Fn(Range<usize>) -> Range<usize>, coll: Collective) -> Result<()> {
+async fn binomial(
+    comm: &Run<'_>,
+    buf: &mut [u8],
+    bytes: impl Fn(Range<usize>) -> Range<usize>,
+    coll: Collective,
+) -> Result<()> {
     let (np, me) = (comm.size(), comm.rank());
     let mut status = Ok(());
     for child in binomial_children(me, np) {
-        status = status.and(comm.coll_recv(&mut buf[bytes(binomial_subtree(child, np))], child, coll));
+        status = status.and(comm.coll_recv(&mut buf[bytes(binomial_subtree(child, np))], child, coll).await);
     }
     if let Some(parent) = binomial_parent(me) {
-        status = status.and(comm.coll_send(&buf[bytes(binomial_subtree(me, np))], parent, coll));
-        status = status.and(comm.coll_recv(buf, parent, coll));
+        status = status.and(comm.coll_send(&buf[bytes(binomial_subtree(me, np))], parent, coll).await);
+        status = status.and(comm.coll_recv(buf, parent, coll).await);
     }
     for child in binomial_children(me, np).rev() {
-        status = status.and(comm.coll_send(buf, child, coll));
+        status = status.and(comm.coll_send(buf, child, coll).await);
     }
     status
 }
 
 /// BDE: recursive doubling when np is a power of two, Bruck's algorithm otherwise (same
 /// arguments as [`binomial`]).
-fn bde(comm: &Comm, buf: &mut [u8], bytes: impl Fn(Range<usize>) -> Range<usize>, coll: Collective) -> Result<()> {
+async fn bde(
+    comm: &Run<'_>,
+    buf: &mut [u8],
+    bytes: impl Fn(Range<usize>) -> Range<usize>,
+    coll: Collective,
+) -> Result<()> {
     if comm.size().is_power_of_two() {
-        recursive_doubling(comm, buf, bytes, coll)
+        recursive_doubling(comm, buf, bytes, coll).await
     } else {
-        bruck(comm, buf, bytes, coll)
+        bruck(comm, buf, bytes, coll).await
     }
 }
 
 /// Recursive doubling for a power-of-two np: in step `k` each rank swaps the `2^k` blocks it has
 /// gathered so far with partner `rank ^ 2^k`; log2(np) steps.
-fn recursive_doubling(
-    comm: &Comm,
+async fn recursive_doubling(
+    comm: &Run<'_>,
     buf: &mut [u8],
     bytes: impl Fn(Range<usize>) -> Range<usize>,
     coll: Collective,
@@ -250,7 +274,7 @@ fn recursive_doubling(
         let partner = me ^ dist;
         let group = |rank: usize| bytes(rank & !(dist - 1)..(rank & !(dist - 1)) + dist);
         let [out, inc] = carve(buf, [group(me), group(partner)]);
-        status = status.and(comm.coll_sendrecv(out, partner, inc, partner, coll));
+        status = status.and(comm.coll_sendrecv(out, partner, inc, partner, coll).await);
         dist *= 2;
     }
     status
@@ -262,7 +286,12 @@ fn recursive_doubling(
 /// from `rank + d`. Blocks stay at their final positions in `buf`, so no rotation is needed;
 /// a run of blocks that wraps past the end goes as two messages (split at the same block
 /// index on both sides, decided by ranks alone so both sides agree even on empty blocks).
-fn bruck(comm: &Comm, buf: &mut [u8], bytes: impl Fn(Range<usize>) -> Range<usize>, coll: Collective) -> Result<()> {
+async fn bruck(
+    comm: &Run<'_>,
+    buf: &mut [u8],
+    bytes: impl Fn(Range<usize>) -> Range<usize>,
+    coll: Collective,
+) -> Result<()> {
     let (np, me) = (comm.size(), comm.rank());
     // The at most two intervals of ranks `first..first + count` (mod np).
     let wrapped = |first: usize, count: usize| {
@@ -279,7 +308,7 @@ fn bruck(comm: &Comm, buf: &mut [u8], bytes: impl Fn(Range<usize>) -> Range<usiz
         let (send_wraps, recv_wraps) = (!out_b.is_empty(), !in_b.is_empty());
         let [out_a, out_b, in_a, in_b] = carve(buf, [out_a, out_b, in_a, in_b].map(&bytes));
         // Starting only fails if the job is aborted; length mismatches show up in `wait_all`.
-        let mut pending = comm.pending();
+        let mut pending = comm.batch();
         pending.irecv(in_a, from, coll)?;
         if recv_wraps {
             pending.irecv(in_b, from, coll)?;
@@ -288,7 +317,7 @@ fn bruck(comm: &Comm, buf: &mut [u8], bytes: impl Fn(Range<usize>) -> Range<usiz
         if send_wraps {
             pending.isend(out_b, to, coll)?;
         }
-        status = status.and(pending.wait_all());
+        status = status.and(pending.wait_all().await);
         dist *= 2;
     }
     status
@@ -296,25 +325,25 @@ fn bruck(comm: &Comm, buf: &mut [u8], bytes: impl Fn(Range<usize>) -> Range<usiz
 
 /// Bcast of `buf` from rank 0 with the configured algorithm. Scatter+allgather is replaced by
 /// the bcast fallback: it could select gather+bcast allgather again and recurse forever.
-fn bcast_from_rank0(comm: &Comm, buf: &mut [u8]) -> Result<()> {
+async fn bcast_from_rank0(comm: &Run<'_>, buf: &mut [u8]) -> Result<()> {
     match comm.algorithm_for(Collective::Bcast, buf.len(), true) {
-        Algorithm::Native => native::bcast(comm, buf, 0),
-        Algorithm::ScatterAllgather => bcast::bcast(comm, buf, 0, Collective::Bcast.fallback()),
-        algorithm => bcast::bcast(comm, buf, 0, algorithm),
+        Algorithm::Native => native::bcast(comm, buf, 0).await,
+        Algorithm::ScatterAllgather => bcast::bcast(comm, buf, 0, Collective::Bcast.fallback()).await,
+        algorithm => bcast::bcast(comm, buf, 0, algorithm).await,
     }
 }
 
 /// Gatherv to rank 0, then bcast. A layout whose blocks follow each other in rank order is
 /// broadcast in place; any other is packed at rank 0 and unpacked after the bcast, so bytes of
 /// `recv` outside the blocks are never written.
-fn gatherv_bcast(comm: &Comm, send: &[u8], recv: &mut [u8], layout: &Layout) -> Result<()> {
+async fn gatherv_bcast(comm: &Run<'_>, send: &[u8], recv: &mut [u8], layout: &Layout) -> Result<()> {
     let (np, me) = (comm.size(), comm.rank());
     let gathered = match comm.algorithm_for(Collective::Gatherv, 0, true) {
-        Algorithm::Native => native::gatherv(comm, send, recv, (me == 0).then_some(layout), 0),
-        algorithm => scatter_gather::gatherv(comm, send, recv, (me == 0).then_some(layout), 0, algorithm),
+        Algorithm::Native => native::gatherv(comm, send, recv, (me == 0).then_some(layout), 0).await,
+        algorithm => scatter_gather::gatherv(comm, send, recv, (me == 0).then_some(layout), 0, algorithm).await,
     };
     if let Some(span) = layout.span(0..np) {
-        return gathered.and(bcast_from_rank0(comm, &mut recv[span]));
+        return gathered.and(bcast_from_rank0(comm, &mut recv[span]).await);
     }
     let offsets = layout.packed_offsets();
     let packed_block = |rank: usize| offsets[rank]..offsets[rank + 1];
@@ -322,7 +351,7 @@ fn gatherv_bcast(comm: &Comm, send: &[u8], recv: &mut [u8], layout: &Layout) -> 
     if me == 0 {
         (0..np).for_each(|r| packed[packed_block(r)].copy_from_slice(&recv[layout.block(r)]));
     }
-    let status = gathered.and(bcast_from_rank0(comm, &mut packed));
+    let status = gathered.and(bcast_from_rank0(comm, &mut packed).await);
     if me != 0 {
         (0..np).for_each(|r| recv[layout.block(r)].copy_from_slice(&packed[packed_block(r)]));
     }

@@ -9,20 +9,20 @@
 use super::Layout;
 use super::allgather::{all_steps, carve_blocks, copy_own_block};
 use super::select::{Algorithm, Collective};
+use super::transport::Run;
 use super::vector::{equal_blocks, equal_chunks};
-use crate::comm::Comm;
 use crate::error::Result;
 
-pub(super) fn alltoall(comm: &Comm, send: &[u8], recv: &mut [u8], algorithm: Algorithm) -> Result<()> {
+pub(super) async fn alltoall(comm: &Run<'_>, send: &[u8], recv: &mut [u8], algorithm: Algorithm) -> Result<()> {
     let np = comm.size();
     let block = send.len() / np;
     // Equal blocks by arithmetic: no layout tables on the small-message path.
     let inbox = equal_chunks(recv, block, np).collect();
-    exchange(comm, send, |peer| equal_blocks(peer..peer + 1, block), inbox, algorithm, Collective::Alltoall)
+    exchange(comm, send, |peer| equal_blocks(peer..peer + 1, block), inbox, algorithm, Collective::Alltoall).await
 }
 
-pub(super) fn alltoallv(
-    comm: &Comm,
+pub(super) async fn alltoallv(
+    comm: &Run<'_>,
     send: &[u8],
     send_layout: &Layout,
     recv: &mut [u8],
@@ -30,13 +30,13 @@ pub(super) fn alltoallv(
     algorithm: Algorithm,
 ) -> Result<()> {
     let inbox = carve_blocks(recv, recv_layout, comm.size());
-    exchange(comm, send, |peer| send_layout.block(peer), inbox, algorithm, Collective::Alltoallv)
+    exchange(comm, send, |peer| send_layout.block(peer), inbox, algorithm, Collective::Alltoallv).await
 }
 
 /// Sends block `send_block(j)` of `send` to rank `j` and receives rank `j`'s block into
 /// `inbox[j]`.
-fn exchange(
-    comm: &Comm,
+async fn exchange(
+    comm: &Run<'_>,
     send: &[u8],
     send_block: impl Fn(usize) -> std::ops::Range<usize>,
     mut inbox: Vec<&mut [u8]>,
@@ -51,34 +51,37 @@ fn exchange(
     let exchanged = match algorithm {
         // bFT: np - 1 pairwise steps, each a combined send and receive.
         Algorithm::Bft => {
-            all_steps((1..np).map(|k| comm.coll_sendrecv(outbox(dest(k)), dest(k), inbox[source(k)], source(k), coll)))
+            all_steps(1..np, async |k| {
+                comm.coll_sendrecv(outbox(dest(k)), dest(k), inbox[source(k)], source(k), coll).await
+            })
+            .await
         }
         // nbFT: everything nonblocking at once.
         Algorithm::Nbft => {
-            let mut pending = comm.pending();
+            let mut pending = comm.batch();
             for k in 1..np {
                 pending.irecv(std::mem::take(&mut inbox[source(k)]), source(k), coll)?;
                 pending.isend(outbox(dest(k)), dest(k), coll)?;
             }
-            pending.wait_all()
+            pending.wait_all().await
         }
         // nb1FT: all receives posted first, then blocking sends.
         Algorithm::Nb1ft => {
-            let mut pending = comm.pending();
+            let mut pending = comm.batch();
             for k in 1..np {
                 pending.irecv(std::mem::take(&mut inbox[source(k)]), source(k), coll)?;
             }
-            let sent = all_steps((1..np).map(|k| comm.coll_send(outbox(dest(k)), dest(k), coll)));
-            sent.and(pending.wait_all())
+            let sent = all_steps(1..np, async |k| comm.coll_send(outbox(dest(k)), dest(k), coll).await).await;
+            sent.and(pending.wait_all().await)
         }
         // nb2FT: all sends started first, then blocking receives.
         Algorithm::Nb2ft => {
-            let mut pending = comm.pending();
+            let mut pending = comm.batch();
             for k in 1..np {
                 pending.isend(outbox(dest(k)), dest(k), coll)?;
             }
-            let received = all_steps((1..np).map(|k| comm.coll_recv(inbox[source(k)], source(k), coll)));
-            received.and(pending.wait_all())
+            let received = all_steps(1..np, async |k| comm.coll_recv(inbox[source(k)], source(k), coll).await).await;
+            received.and(pending.wait_all().await)
         }
         other => return Err(coll.unsupported(other)),
     };

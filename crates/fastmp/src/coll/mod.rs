@@ -15,6 +15,7 @@ mod alltoall;
 mod barrier;
 mod bcast;
 mod native;
+mod nonblocking;
 mod objects;
 pub(crate) mod op;
 mod reduce;
@@ -35,6 +36,7 @@ pub use select::{Algorithm, Collective, Rule, TUNING_FILE_VAR, Tuning};
 use crate::comm::Comm;
 use crate::error::{Error, Result};
 use op::Op;
+use transport::Run;
 pub(crate) use vector::Layout;
 
 impl Comm {
@@ -97,11 +99,8 @@ impl Comm {
     /// # Ok::<(), fastmp::Error>(())
     /// ```
     pub fn barrier(&self) -> Result<()> {
-        self.check_live()?;
-        match self.algorithm_for(Collective::Barrier, 0, true) {
-            Algorithm::Native => native::barrier(self),
-            algorithm => barrier::barrier(self, algorithm),
-        }
+        let run = Run::new(self, true)?;
+        run.finish(run.barrier())
     }
 
     /// Copies `root`'s `buf` into `buf` on every rank (MPI_Bcast).
@@ -116,22 +115,15 @@ impl Comm {
     /// # Ok::<(), fastmp::Error>(())
     /// ```
     pub fn bcast<T: Pod>(&self, buf: &mut [T], root: usize) -> Result<()> {
-        self.check_root(root)?;
-        self.bcast_bytes(bytemuck::cast_slice_mut(buf), root)
+        let run = Run::new(self, true)?;
+        run.finish(run.bcast(buf, root))
     }
 
     /// Sends block `i` of `root`'s `send` (`size()` blocks of `recv.len()` elements) to rank `i`
     /// (MPI_Scatter). `send` is only read at the root; other ranks may pass `&[]`.
     pub fn scatter<T: Pod>(&self, send: &[T], recv: &mut [T], root: usize) -> Result<()> {
-        self.check_root(root)?;
-        if self.rank() == root {
-            self.check_blocks("scatter send buffer", send.len(), recv.len())?;
-        }
-        let (send, recv): (&[u8], &mut [u8]) = (bytemuck::cast_slice(send), bytemuck::cast_slice_mut(recv));
-        match self.algorithm_for(Collective::Scatter, recv.len(), true) {
-            Algorithm::Native => native::scatter(self, send, recv, root),
-            algorithm => scatter_gather::scatter(self, send, recv, root, algorithm),
-        }
+        let run = Run::new(self, true)?;
+        run.finish(run.scatter(send, recv, root))
     }
 
     /// Like [`Comm::scatter`] with per-rank `counts` and `displs` (element offsets into `send`),
@@ -145,15 +137,8 @@ impl Comm {
         recv: &mut [T],
         root: usize,
     ) -> Result<()> {
-        self.check_root(root)?;
-        let layout = if self.rank() == root {
-            let layout = Layout::new::<T>(self, "scatterv", counts, displs, send.len())?;
-            self.check_len("scatterv receive buffer", recv.len(), counts[root])?;
-            Some(layout)
-        } else {
-            None
-        };
-        self.scatterv_bytes(bytemuck::cast_slice(send), layout.as_ref(), bytemuck::cast_slice_mut(recv), root)
+        let run = Run::new(self, true)?;
+        run.finish(run.scatterv(send, counts, displs, recv, root))
     }
 
     /// Collects every rank's `send` at `root`, in rank order, into `recv` (`size()` blocks of
@@ -170,11 +155,8 @@ impl Comm {
     /// # Ok::<(), fastmp::Error>(())
     /// ```
     pub fn gather<T: Pod>(&self, send: &[T], recv: &mut [T], root: usize) -> Result<()> {
-        self.check_root(root)?;
-        if self.rank() == root {
-            self.check_blocks("gather receive buffer", recv.len(), send.len())?;
-        }
-        self.gather_bytes(bytemuck::cast_slice(send), bytemuck::cast_slice_mut(recv), root)
+        let run = Run::new(self, true)?;
+        run.finish(run.gather(send, recv, root))
     }
 
     /// Like [`Comm::gather`] with per-rank `counts` and `displs` (element offsets into `recv`),
@@ -187,54 +169,28 @@ impl Comm {
         displs: &[usize],
         root: usize,
     ) -> Result<()> {
-        self.check_root(root)?;
-        let layout = if self.rank() == root {
-            let layout = Layout::new::<T>(self, "gatherv", counts, displs, recv.len())?;
-            self.check_len("gatherv send buffer", send.len(), counts[root])?;
-            Some(layout)
-        } else {
-            None
-        };
-        self.gatherv_bytes(bytemuck::cast_slice(send), bytemuck::cast_slice_mut(recv), layout.as_ref(), root)
+        let run = Run::new(self, true)?;
+        run.finish(run.gatherv(send, recv, counts, displs, root))
     }
 
     /// Gathers every rank's `send` into `recv` on every rank (MPI_Allgather).
     pub fn allgather<T: Pod>(&self, send: &[T], recv: &mut [T]) -> Result<()> {
-        self.check_live()?;
-        self.check_blocks("allgather receive buffer", recv.len(), send.len())?;
-        let (send, recv): (&[u8], &mut [u8]) = (bytemuck::cast_slice(send), bytemuck::cast_slice_mut(recv));
-        match self.algorithm_for(Collective::Allgather, send.len(), true) {
-            Algorithm::Native => native::allgather(self, send, recv),
-            algorithm => allgather::allgather(self, send, recv, algorithm),
-        }
+        let run = Run::new(self, true)?;
+        run.finish(run.allgather(send, recv))
     }
 
     /// Like [`Comm::allgather`] with per-rank `counts` and `displs` into `recv`, which every
     /// rank passes (MPI_Allgatherv).
     pub fn allgatherv<T: Pod>(&self, send: &[T], recv: &mut [T], counts: &[usize], displs: &[usize]) -> Result<()> {
-        self.check_live()?;
-        let layout = Layout::new::<T>(self, "allgatherv", counts, displs, recv.len())?;
-        self.check_len("allgatherv send buffer", send.len(), counts[self.rank()])?;
-        self.allgatherv_bytes(bytemuck::cast_slice(send), bytemuck::cast_slice_mut(recv), &layout)
+        let run = Run::new(self, true)?;
+        run.finish(run.allgatherv(send, recv, counts, displs))
     }
 
     /// Block `j` of `send` goes to rank `j`, which stores it as block `i` (this rank) of its
     /// `recv` (MPI_Alltoall). Both buffers hold `size()` equal blocks.
     pub fn alltoall<T: Pod>(&self, send: &[T], recv: &mut [T]) -> Result<()> {
-        self.check_live()?;
-        self.check_len("alltoall receive buffer", recv.len(), send.len())?;
-        if !send.len().is_multiple_of(self.size()) {
-            return Err(Error::InvalidArgument(format!(
-                "alltoall buffers of {} elements do not split into {} equal blocks",
-                send.len(),
-                self.size()
-            )));
-        }
-        let (send, recv): (&[u8], &mut [u8]) = (bytemuck::cast_slice(send), bytemuck::cast_slice_mut(recv));
-        match self.algorithm_for(Collective::Alltoall, send.len() / self.size(), true) {
-            Algorithm::Native => native::alltoall(self, send, recv),
-            algorithm => alltoall::alltoall(self, send, recv, algorithm),
-        }
+        let run = Run::new(self, true)?;
+        run.finish(run.alltoall(send, recv))
     }
 
     /// Like [`Comm::alltoall`] with per-peer counts and displacements on both sides
@@ -249,14 +205,8 @@ impl Comm {
         recv_counts: &[usize],
         recv_displs: &[usize],
     ) -> Result<()> {
-        self.check_live()?;
-        let send_layout = Layout::new::<T>(self, "alltoallv send", send_counts, send_displs, send.len())?;
-        let recv_layout = Layout::new::<T>(self, "alltoallv receive", recv_counts, recv_displs, recv.len())?;
-        let (send, recv): (&[u8], &mut [u8]) = (bytemuck::cast_slice(send), bytemuck::cast_slice_mut(recv));
-        match self.algorithm_for(Collective::Alltoallv, 0, true) {
-            Algorithm::Native => native::alltoallv(self, send, &send_layout, recv, &recv_layout),
-            algorithm => alltoall::alltoallv(self, send, &send_layout, recv, &recv_layout, algorithm),
-        }
+        let run = Run::new(self, true)?;
+        run.finish(run.alltoallv(send, send_counts, send_displs, recv, recv_counts, recv_displs))
     }
 
     /// Combines every rank's `send` element-wise with `op` into `recv` at `root` (MPI_Reduce).
@@ -273,15 +223,8 @@ impl Comm {
     /// # Ok::<(), fastmp::Error>(())
     /// ```
     pub fn reduce<T: Pod, O: Op<T>>(&self, send: &[T], recv: &mut [T], op: O, root: usize) -> Result<()> {
-        self.check_root(root)?;
-        if self.rank() == root {
-            self.check_len("reduce receive buffer", recv.len(), send.len())?;
-        }
-        let op: &dyn Op<T> = &op;
-        match self.algorithm_for(Collective::Reduce, size_of_val(send), op.is_commutative()) {
-            Algorithm::Native => native::reduce(self, send, recv, op, root),
-            algorithm => reduce::reduce(self, send, recv, op, root, algorithm),
-        }
+        let run = Run::new(self, true)?;
+        run.finish(run.reduce(send, recv, &op, root))
     }
 
     /// Combines every rank's `send` element-wise with `op` into `recv` on every rank
@@ -298,38 +241,22 @@ impl Comm {
     /// # Ok::<(), fastmp::Error>(())
     /// ```
     pub fn allreduce<T: Pod, O: Op<T>>(&self, send: &[T], recv: &mut [T], op: O) -> Result<()> {
-        self.check_live()?;
-        self.check_len("allreduce receive buffer", recv.len(), send.len())?;
-        let op: &dyn Op<T> = &op;
-        match self.algorithm_for(Collective::Allreduce, size_of_val(send), op.is_commutative()) {
-            Algorithm::Native => native::allreduce(self, send, recv, op),
-            algorithm => allreduce::allreduce(self, send, recv, op, algorithm),
-        }
+        let run = Run::new(self, true)?;
+        run.finish(run.allreduce(send, recv, &op))
     }
 
     /// Reduces `send` element-wise over all ranks and scatters the result: rank `i` receives
     /// `counts[i]` elements into `recv` (MPI_Reduce_scatter). `send` holds `sum(counts)`.
     pub fn reduce_scatter<T: Pod, O: Op<T>>(&self, send: &[T], recv: &mut [T], counts: &[usize], op: O) -> Result<()> {
-        self.check_live()?;
-        self.check_len("reduce_scatter counts", counts.len(), self.size())?;
-        let total = counts.iter().try_fold(0usize, |sum, &c| sum.checked_add(c));
-        let total = total.ok_or_else(|| Error::InvalidArgument("reduce_scatter counts overflow usize".into()))?;
-        self.check_len("reduce_scatter send buffer", send.len(), total)?;
-        self.check_len("reduce_scatter receive buffer", recv.len(), counts[self.rank()])?;
-        let op: &dyn Op<T> = &op;
-        match self.algorithm_for(Collective::ReduceScatter, size_of_val(send), op.is_commutative()) {
-            Algorithm::Native => native::reduce_scatter(self, send, recv, counts, op),
-            algorithm => reduce_scatter::reduce_scatter(self, send, recv, counts, op, algorithm),
-        }
+        let run = Run::new(self, true)?;
+        run.finish(run.reduce_scatter(send, recv, counts, &op))
     }
 
     /// [`Comm::reduce_scatter`] with `recv.len()` elements for every rank
     /// (MPI_Reduce_scatter_block).
     pub fn reduce_scatter_block<T: Pod, O: Op<T>>(&self, send: &[T], recv: &mut [T], op: O) -> Result<()> {
-        self.check_live()?;
-        self.check_blocks("reduce_scatter_block send buffer", send.len(), recv.len())?;
-        let counts = vec![recv.len(); self.size()];
-        self.reduce_scatter(send, recv, &counts, op)
+        let run = Run::new(self, true)?;
+        run.finish(run.reduce_scatter_block(send, recv, &op))
     }
 
     /// Inclusive prefix reduction: rank `i` gets `send(0) ∘ … ∘ send(i)` (MPI_Scan).
@@ -345,16 +272,207 @@ impl Comm {
     /// # Ok::<(), fastmp::Error>(())
     /// ```
     pub fn scan<T: Pod, O: Op<T>>(&self, send: &[T], recv: &mut [T], op: O) -> Result<()> {
-        self.scan_impl(send, recv, &op, false)
+        let run = Run::new(self, true)?;
+        run.finish(run.scan(send, recv, &op))
     }
 
     /// Exclusive prefix reduction: rank `i > 0` gets `send(0) ∘ … ∘ send(i-1)`; rank 0's `recv`
     /// is left unchanged (MPI_Exscan).
     pub fn exscan<T: Pod, O: Op<T>>(&self, send: &[T], recv: &mut [T], op: O) -> Result<()> {
-        self.scan_impl(send, recv, &op, true)
+        let run = Run::new(self, true)?;
+        run.finish(run.exscan(send, recv, &op))
+    }
+}
+
+/// The collectives as operations of a [`Run`]: argument checks, algorithm choice, dispatch.
+/// The blocking methods above and the nonblocking ones (`Scope::ibcast`, ...) both run these.
+impl Run<'_> {
+    pub(crate) async fn barrier(&self) -> Result<()> {
+        self.check_live()?;
+        match self.algorithm_for(Collective::Barrier, 0, true) {
+            Algorithm::Native => native::barrier(self).await,
+            algorithm => barrier::barrier(self, algorithm).await,
+        }
     }
 
-    fn scan_impl<T: Pod>(&self, send: &[T], recv: &mut [T], op: &dyn Op<T>, exclusive: bool) -> Result<()> {
+    pub(crate) async fn bcast<T: Pod>(&self, buf: &mut [T], root: usize) -> Result<()> {
+        self.check_root(root)?;
+        self.bcast_bytes(bytemuck::cast_slice_mut(buf), root).await
+    }
+
+    pub(crate) async fn scatter<T: Pod>(&self, send: &[T], recv: &mut [T], root: usize) -> Result<()> {
+        self.check_root(root)?;
+        if self.rank() == root {
+            self.check_blocks("scatter send buffer", send.len(), recv.len())?;
+        }
+        let (send, recv): (&[u8], &mut [u8]) = (bytemuck::cast_slice(send), bytemuck::cast_slice_mut(recv));
+        match self.algorithm_for(Collective::Scatter, recv.len(), true) {
+            Algorithm::Native => native::scatter(self, send, recv, root).await,
+            algorithm => scatter_gather::scatter(self, send, recv, root, algorithm).await,
+        }
+    }
+
+    pub(crate) async fn scatterv<T: Pod>(
+        &self,
+        send: &[T],
+        counts: &[usize],
+        displs: &[usize],
+        recv: &mut [T],
+        root: usize,
+    ) -> Result<()> {
+        self.check_root(root)?;
+        let layout = if self.rank() == root {
+            let layout = Layout::new::<T>(self, "scatterv", counts, displs, send.len())?;
+            self.check_len("scatterv receive buffer", recv.len(), counts[root])?;
+            Some(layout)
+        } else {
+            None
+        };
+        self.scatterv_bytes(bytemuck::cast_slice(send), layout.as_ref(), bytemuck::cast_slice_mut(recv), root).await
+    }
+
+    pub(crate) async fn gather<T: Pod>(&self, send: &[T], recv: &mut [T], root: usize) -> Result<()> {
+        self.check_root(root)?;
+        if self.rank() == root {
+            self.check_blocks("gather receive buffer", recv.len(), send.len())?;
+        }
+        self.gather_bytes(bytemuck::cast_slice(send), bytemuck::cast_slice_mut(recv), root).await
+    }
+
+    pub(crate) async fn gatherv<T: Pod>(
+        &self,
+        send: &[T],
+        recv: &mut [T],
+        counts: &[usize],
+        displs: &[usize],
+        root: usize,
+    ) -> Result<()> {
+        self.check_root(root)?;
+        let layout = if self.rank() == root {
+            let layout = Layout::new::<T>(self, "gatherv", counts, displs, recv.len())?;
+            self.check_len("gatherv send buffer", send.len(), counts[root])?;
+            Some(layout)
+        } else {
+            None
+        };
+        self.gatherv_bytes(bytemuck::cast_slice(send), bytemuck::cast_slice_mut(recv), layout.as_ref(), root).await
+    }
+
+    pub(crate) async fn allgather<T: Pod>(&self, send: &[T], recv: &mut [T]) -> Result<()> {
+        self.check_live()?;
+        self.check_blocks("allgather receive buffer", recv.len(), send.len())?;
+        let (send, recv): (&[u8], &mut [u8]) = (bytemuck::cast_slice(send), bytemuck::cast_slice_mut(recv));
+        match self.algorithm_for(Collective::Allgather, send.len(), true) {
+            Algorithm::Native => native::allgather(self, send, recv).await,
+            algorithm => allgather::allgather(self, send, recv, algorithm).await,
+        }
+    }
+
+    pub(crate) async fn allgatherv<T: Pod>(
+        &self,
+        send: &[T],
+        recv: &mut [T],
+        counts: &[usize],
+        displs: &[usize],
+    ) -> Result<()> {
+        self.check_live()?;
+        let layout = Layout::new::<T>(self, "allgatherv", counts, displs, recv.len())?;
+        self.check_len("allgatherv send buffer", send.len(), counts[self.rank()])?;
+        self.allgatherv_bytes(bytemuck::cast_slice(send), bytemuck::cast_slice_mut(recv), &layout).await
+    }
+
+    pub(crate) async fn alltoall<T: Pod>(&self, send: &[T], recv: &mut [T]) -> Result<()> {
+        self.check_live()?;
+        self.check_len("alltoall receive buffer", recv.len(), send.len())?;
+        if !send.len().is_multiple_of(self.size()) {
+            return Err(Error::InvalidArgument(format!(
+                "alltoall buffers of {} elements do not split into {} equal blocks",
+                send.len(),
+                self.size()
+            )));
+        }
+        let (send, recv): (&[u8], &mut [u8]) = (bytemuck::cast_slice(send), bytemuck::cast_slice_mut(recv));
+        match self.algorithm_for(Collective::Alltoall, send.len() / self.size(), true) {
+            Algorithm::Native => native::alltoall(self, send, recv).await,
+            algorithm => alltoall::alltoall(self, send, recv, algorithm).await,
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) async fn alltoallv<T: Pod>(
+        &self,
+        send: &[T],
+        send_counts: &[usize],
+        send_displs: &[usize],
+        recv: &mut [T],
+        recv_counts: &[usize],
+        recv_displs: &[usize],
+    ) -> Result<()> {
+        self.check_live()?;
+        let send_layout = Layout::new::<T>(self, "alltoallv send", send_counts, send_displs, send.len())?;
+        let recv_layout = Layout::new::<T>(self, "alltoallv receive", recv_counts, recv_displs, recv.len())?;
+        let (send, recv): (&[u8], &mut [u8]) = (bytemuck::cast_slice(send), bytemuck::cast_slice_mut(recv));
+        match self.algorithm_for(Collective::Alltoallv, 0, true) {
+            Algorithm::Native => native::alltoallv(self, send, &send_layout, recv, &recv_layout).await,
+            algorithm => alltoall::alltoallv(self, send, &send_layout, recv, &recv_layout, algorithm).await,
+        }
+    }
+
+    pub(crate) async fn reduce<T: Pod>(&self, send: &[T], recv: &mut [T], op: &dyn Op<T>, root: usize) -> Result<()> {
+        self.check_root(root)?;
+        if self.rank() == root {
+            self.check_len("reduce receive buffer", recv.len(), send.len())?;
+        }
+        match self.algorithm_for(Collective::Reduce, size_of_val(send), op.is_commutative()) {
+            Algorithm::Native => native::reduce(self, send, recv, op, root).await,
+            algorithm => reduce::reduce(self, send, recv, op, root, algorithm).await,
+        }
+    }
+
+    pub(crate) async fn allreduce<T: Pod>(&self, send: &[T], recv: &mut [T], op: &dyn Op<T>) -> Result<()> {
+        self.check_live()?;
+        self.check_len("allreduce receive buffer", recv.len(), send.len())?;
+        match self.algorithm_for(Collective::Allreduce, size_of_val(send), op.is_commutative()) {
+            Algorithm::Native => native::allreduce(self, send, recv, op).await,
+            algorithm => allreduce::allreduce(self, send, recv, op, algorithm).await,
+        }
+    }
+
+    pub(crate) async fn reduce_scatter<T: Pod>(
+        &self,
+        send: &[T],
+        recv: &mut [T],
+        counts: &[usize],
+        op: &dyn Op<T>,
+    ) -> Result<()> {
+        self.check_live()?;
+        self.check_len("reduce_scatter counts", counts.len(), self.size())?;
+        let total = counts.iter().try_fold(0usize, |sum, &c| sum.checked_add(c));
+        let total = total.ok_or_else(|| Error::InvalidArgument("reduce_scatter counts overflow usize".into()))?;
+        self.check_len("reduce_scatter send buffer", send.len(), total)?;
+        self.check_len("reduce_scatter receive buffer", recv.len(), counts[self.rank()])?;
+        match self.algorithm_for(Collective::ReduceScatter, size_of_val(send), op.is_commutative()) {
+            Algorithm::Native => native::reduce_scatter(self, send, recv, counts, op).await,
+            algorithm => reduce_scatter::reduce_scatter(self, send, recv, counts, op, algorithm).await,
+        }
+    }
+
+    pub(crate) async fn reduce_scatter_block<T: Pod>(&self, send: &[T], recv: &mut [T], op: &dyn Op<T>) -> Result<()> {
+        self.check_live()?;
+        self.check_blocks("reduce_scatter_block send buffer", send.len(), recv.len())?;
+        let counts = vec![recv.len(); self.size()];
+        self.reduce_scatter(send, recv, &counts, op).await
+    }
+
+    pub(crate) async fn scan<T: Pod>(&self, send: &[T], recv: &mut [T], op: &dyn Op<T>) -> Result<()> {
+        self.scan_impl(send, recv, op, false).await
+    }
+
+    pub(crate) async fn exscan<T: Pod>(&self, send: &[T], recv: &mut [T], op: &dyn Op<T>) -> Result<()> {
+        self.scan_impl(send, recv, op, true).await
+    }
+
+    async fn scan_impl<T: Pod>(&self, send: &[T], recv: &mut [T], op: &dyn Op<T>, exclusive: bool) -> Result<()> {
         self.check_live()?;
         self.check_len(
             if exclusive { "exscan receive buffer" } else { "scan receive buffer" },
@@ -362,24 +480,24 @@ impl Comm {
             send.len(),
         )?;
         match self.algorithm_for(Collective::Scan, size_of_val(send), op.is_commutative()) {
-            Algorithm::Native => native::scan(self, send, recv, op, exclusive),
-            algorithm => scan::scan(self, send, recv, op, exclusive, algorithm),
+            Algorithm::Native => native::scan(self, send, recv, op, exclusive).await,
+            algorithm => scan::scan(self, send, recv, op, exclusive, algorithm).await,
         }
     }
 }
 
 /// Byte-level dispatch (configured algorithm, native or point-to-point) shared by the public
 /// methods above and by composite algorithms that run one collective inside another.
-impl Comm {
-    pub(super) fn bcast_bytes(&self, buf: &mut [u8], root: usize) -> Result<()> {
+impl Run<'_> {
+    pub(super) async fn bcast_bytes(&self, buf: &mut [u8], root: usize) -> Result<()> {
         match self.algorithm_for(Collective::Bcast, buf.len(), true) {
-            Algorithm::Native => native::bcast(self, buf, root),
-            algorithm => bcast::bcast(self, buf, root, algorithm),
+            Algorithm::Native => native::bcast(self, buf, root).await,
+            algorithm => bcast::bcast(self, buf, root, algorithm).await,
         }
     }
 
     /// `layout` is only read at the root (`None` elsewhere).
-    pub(super) fn scatterv_bytes(
+    pub(super) async fn scatterv_bytes(
         &self,
         send: &[u8],
         layout: Option<&Layout>,
@@ -387,20 +505,20 @@ impl Comm {
         root: usize,
     ) -> Result<()> {
         match self.algorithm_for(Collective::Scatterv, 0, true) {
-            Algorithm::Native => native::scatterv(self, send, layout, recv, root),
-            algorithm => scatter_gather::scatterv(self, send, layout, recv, root, algorithm),
+            Algorithm::Native => native::scatterv(self, send, layout, recv, root).await,
+            algorithm => scatter_gather::scatterv(self, send, layout, recv, root, algorithm).await,
         }
     }
 
-    pub(super) fn gather_bytes(&self, send: &[u8], recv: &mut [u8], root: usize) -> Result<()> {
+    pub(super) async fn gather_bytes(&self, send: &[u8], recv: &mut [u8], root: usize) -> Result<()> {
         match self.algorithm_for(Collective::Gather, send.len(), true) {
-            Algorithm::Native => native::gather(self, send, recv, root),
-            algorithm => scatter_gather::gather(self, send, recv, root, algorithm),
+            Algorithm::Native => native::gather(self, send, recv, root).await,
+            algorithm => scatter_gather::gather(self, send, recv, root, algorithm).await,
         }
     }
 
     /// `layout` is only read at the root (`None` elsewhere).
-    pub(super) fn gatherv_bytes(
+    pub(super) async fn gatherv_bytes(
         &self,
         send: &[u8],
         recv: &mut [u8],
@@ -408,15 +526,15 @@ impl Comm {
         root: usize,
     ) -> Result<()> {
         match self.algorithm_for(Collective::Gatherv, 0, true) {
-            Algorithm::Native => native::gatherv(self, send, recv, layout, root),
-            algorithm => scatter_gather::gatherv(self, send, recv, layout, root, algorithm),
+            Algorithm::Native => native::gatherv(self, send, recv, layout, root).await,
+            algorithm => scatter_gather::gatherv(self, send, recv, layout, root, algorithm).await,
         }
     }
 
-    pub(super) fn allgatherv_bytes(&self, send: &[u8], recv: &mut [u8], layout: &Layout) -> Result<()> {
+    pub(super) async fn allgatherv_bytes(&self, send: &[u8], recv: &mut [u8], layout: &Layout) -> Result<()> {
         match self.algorithm_for(Collective::Allgatherv, layout.total_bytes() / self.size(), true) {
-            Algorithm::Native => native::allgatherv(self, send, recv, layout),
-            algorithm => allgather::allgatherv(self, send, recv, layout, algorithm),
+            Algorithm::Native => native::allgatherv(self, send, recv, layout).await,
+            algorithm => allgather::allgatherv(self, send, recv, layout, algorithm).await,
         }
     }
 }

@@ -10,7 +10,7 @@
 
 use std::cell::Cell;
 use std::ops::Range;
-use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
+use std::task::Poll;
 
 use bytemuck::Pod;
 
@@ -19,13 +19,21 @@ use super::op::Op;
 use super::reduce::fold_in_rank_order;
 use super::reduce_scatter::even_block;
 use super::select::Collective;
+use super::transport::Run;
 use crate::comm::{Comm, NativeHandle};
-use crate::device::shm::native::{Buffers, Session};
+use crate::device::shm::native::{Buffers, Session, Waiting};
 use crate::error::{Error, Result};
 
-/// Holds the communicator's native slot for one operation; dropping it (also while unwinding)
-/// frees the slot.
+/// Marks a stretch of synchronous work (copies, user reduction ops) of a native operation;
+/// dropping it (also while unwinding) ends the stretch.
 struct Busy<'a>(&'a Cell<bool>);
+
+impl<'a> Busy<'a> {
+    fn hold(flag: &'a Cell<bool>) -> Self {
+        flag.set(true);
+        Busy(flag)
+    }
+}
 
 impl Drop for Busy<'_> {
     fn drop(&mut self) {
@@ -33,56 +41,86 @@ impl Drop for Busy<'_> {
     }
 }
 
-/// The communicator's native area and the epoch of the operation being started. A second
-/// operation on the same communicator while one is open (a user op calling a collective) is an
-/// error: it would republish this rank's slot and tell peers it had left while the outer
-/// operation still reads their buffers.
-fn next_epoch(comm: &Comm) -> Result<(&NativeHandle, u64, Busy<'_>)> {
-    let handle = comm
-        .native
-        .as_deref()
-        .ok_or_else(|| Error::InvalidArgument("native collectives need the shm device".into()))?;
-    if handle.busy.replace(true) {
-        return Err(Error::InvalidArgument(
-            "a collective was called on a communicator from inside another collective on it (for example in a user op)"
-                .into(),
-        ));
+/// Holds this rank's lane of the area for one operation; dropping it frees the lane.
+struct LaneClaim<'a>(&'a Cell<bool>);
+
+impl Drop for LaneClaim<'_> {
+    fn drop(&mut self) {
+        self.0.set(false);
     }
-    let busy = Busy(&handle.busy);
-    let epoch = handle.epoch.get() + 1;
-    handle.epoch.set(epoch);
-    Ok((handle, epoch, busy))
 }
 
-/// This rank's part of one native operation: publish `buffers`, wait for `sources`, run `work`,
-/// then leave — also after an error or a panic (re-raised once no accessor can touch our
-/// buffers any more), so the borrowed buffers outlive every peer's access.
-fn collective(
-    comm: &Comm,
+/// The error of a collective started from inside another one's synchronous work (a user op
+/// calling a collective): it would run out of order with the other ranks.
+pub(super) fn nested_call() -> Error {
+    Error::InvalidArgument(
+        "a collective was called on a communicator from inside another collective on it (for example in a user op)"
+            .into(),
+    )
+}
+
+/// The communicator's native area, this operation's lane and epoch, and the claim on the lane:
+/// a rank's previous operation in the lane (a nonblocking one still open) must have left first.
+/// Waiting for it yields; a blocking operation then waits in the device, which drives it, except
+/// from inside an engine poll, where nothing would.
+async fn open_lane<'r>(run: &'r Run<'_>) -> Result<(&'r NativeHandle, Waiting<'static>, u64, LaneClaim<'r>)> {
+    let handle =
+        run.native.as_deref().ok_or_else(|| Error::InvalidArgument("native collectives need the shm device".into()))?;
+    let (lane, epoch) = run.native_ticket()?;
+    let open = &handle.lanes_open[lane];
+    if open.get() {
+        if run.is_blocking() && run.process.engine.is_polling() {
+            return Err(nested_call());
+        }
+        std::future::poll_fn(|_| if open.get() { Poll::Pending } else { Poll::Ready(()) }).await;
+    }
+    open.set(true);
+    let how = Waiting { me: run.rank(), lane, progress: &NO_PROGRESS, blocking: run.is_blocking() };
+    Ok((handle, how, epoch, LaneClaim(open)))
+}
+
+/// Placeholder replaced by the run's own progress closure (which borrows the run).
+static NO_PROGRESS: fn() = || {};
+
+/// This rank's part of one native operation: publish `buffers`, wait for `sources`, run `work`
+/// (synchronous: copies and reductions), then `then` (steps that wait for peers' intermediate
+/// results), then leave — also after an error, or when dropped or unwinding (the session leaves
+/// in place), so the borrowed buffers outlive every peer's access.
+async fn collective_then(
+    run: &Run<'_>,
+    kind: usize,
+    buffers: Buffers,
+    sources: Range<usize>,
+    accessors: Range<usize>,
+    work: impl FnOnce(&Session) -> Result<()>,
+    then: impl AsyncFnOnce(&Session) -> Result<()>,
+) -> Result<()> {
+    let (handle, how, epoch, _lane) = open_lane(run).await?;
+    let progress = || run.dev.progress();
+    let how = Waiting { progress: &progress, ..how };
+    let mut session = handle.area.enter(how, epoch, kind, buffers, (sources, accessors));
+    let mut outcome = session.await_sources().await;
+    if outcome.is_ok() {
+        let _busy = Busy::hold(&handle.busy);
+        outcome = work(&session);
+    }
+    if outcome.is_ok() {
+        outcome = then(&session).await;
+    }
+    let left = session.leave(outcome.is_ok()).await;
+    outcome.and(left)
+}
+
+/// [`collective_then`] without waiting steps.
+async fn collective(
+    run: &Run<'_>,
     kind: usize,
     buffers: Buffers,
     sources: Range<usize>,
     accessors: Range<usize>,
     work: impl FnOnce(&Session) -> Result<()>,
 ) -> Result<()> {
-    let (handle, epoch, _busy) = next_epoch(comm)?;
-    let progress = || comm.dev.progress();
-    let mut session = handle.area.enter(&progress, (comm.rank(), epoch), kind, buffers, (sources, accessors));
-    let outcome = catch_unwind(AssertUnwindSafe(|| {
-        session.await_sources()?;
-        work(&session)
-    }));
-    if let Err(panic) = &outcome {
-        // The panic will fail this rank anyway; recording it before leaving makes peers report
-        // it (PeerFailed naming this rank) instead of "rank abandoned the operation".
-        let cause = format!("panicked in a native collective: {}", crate::launch::panic_message(panic.as_ref()));
-        handle.area.fail_job(comm.rank(), cause);
-    }
-    let left = session.leave(matches!(outcome, Ok(Ok(()))));
-    match outcome {
-        Ok(result) => result.and(left),
-        Err(panic) => resume_unwind(panic),
-    }
+    collective_then(run, kind, buffers, sources, accessors, work, async |_| Ok(())).await
 }
 
 /// What peers must agree on before touching each other's buffers: the operation and, for
@@ -153,19 +191,20 @@ fn check_len(peer: usize, what: &str, actual: usize, expected: usize) -> Result<
     }
 }
 
-pub(super) fn barrier(comm: &Comm) -> Result<()> {
-    let (handle, epoch, _busy) = next_epoch(comm)?;
-    handle.area.barrier(comm.rank(), epoch, &|| comm.dev.progress())
+pub(super) async fn barrier(run: &Run<'_>) -> Result<()> {
+    let (handle, how, epoch, _lane) = open_lane(run).await?;
+    let progress = || run.dev.progress();
+    handle.area.barrier(Waiting { progress: &progress, ..how }, epoch).await
 }
 
 /// Listing 4.1: the root publishes its buffer, everyone copies it, the root waits for all.
-pub(super) fn bcast(comm: &Comm, buf: &mut [u8], root: usize) -> Result<()> {
+pub(super) async fn bcast(comm: &Run<'_>, buf: &mut [u8], root: usize) -> Result<()> {
     let (sources, accessors) = rooted(comm, root);
     if comm.rank() == root {
         // The root's closure must not capture `buf`: a new `&mut` reborrow after publishing
         // would invalidate the published pointer (Stacked Borrows).
         let buffers = Buffers { send: buf.as_ptr(), send_len: buf.len(), ..Buffers::default() };
-        return collective(comm, kind(Collective::Bcast, 1), buffers, sources, accessors, |_| Ok(()));
+        return collective(comm, kind(Collective::Bcast, 1), buffers, sources, accessors, |_| Ok(())).await;
     }
     collective(comm, kind(Collective::Bcast, 1), Buffers::default(), sources, accessors, |s| {
         let src = s.peer(root)?;
@@ -174,6 +213,7 @@ pub(super) fn bcast(comm: &Comm, buf: &mut [u8], root: usize) -> Result<()> {
         buf.copy_from_slice(unsafe { shared(s, src.send, src.send_len, 0..buf.len()) }?);
         Ok(())
     })
+    .await
 }
 
 /// How a buffer splits into per-rank blocks: equal blocks (implied by arguments every rank has,
@@ -235,12 +275,18 @@ unsafe fn source_layout<'s>(_session: &'s Session, src: &Buffers) -> &'s Layout 
     unsafe { &*src.extra.cast::<Layout>() }
 }
 
-pub(super) fn scatter(comm: &Comm, send: &[u8], recv: &mut [u8], root: usize) -> Result<()> {
-    scatter_blocks(comm, send, Blocks::Equal(recv.len()), recv, root)
+pub(super) async fn scatter(comm: &Run<'_>, send: &[u8], recv: &mut [u8], root: usize) -> Result<()> {
+    scatter_blocks(comm, send, Blocks::Equal(recv.len()), recv, root).await
 }
 
-pub(super) fn scatterv(comm: &Comm, send: &[u8], layout: Option<&Layout>, recv: &mut [u8], root: usize) -> Result<()> {
-    scatter_blocks(comm, send, root_layout(comm, layout, root)?, recv, root)
+pub(super) async fn scatterv(
+    comm: &Run<'_>,
+    send: &[u8],
+    layout: Option<&Layout>,
+    recv: &mut [u8],
+    root: usize,
+) -> Result<()> {
+    scatter_blocks(comm, send, root_layout(comm, layout, root)?, recv, root).await
 }
 
 /// The blocks of a rooted `v` collective: only the root has (and must have) a layout.
@@ -253,7 +299,7 @@ fn root_layout<'a>(comm: &Comm, layout: Option<&'a Layout>, root: usize) -> Resu
 }
 
 /// The root publishes its send buffer (and layout); every rank copies its own block.
-fn scatter_blocks(comm: &Comm, send: &[u8], blocks: Blocks, recv: &mut [u8], root: usize) -> Result<()> {
+async fn scatter_blocks(comm: &Run<'_>, send: &[u8], blocks: Blocks<'_>, recv: &mut [u8], root: usize) -> Result<()> {
     let (me, is_root) = (comm.rank(), comm.rank() == root);
     let buffers = if is_root {
         Buffers { send: send.as_ptr(), send_len: send.len(), extra: blocks.published(), ..Buffers::default() }
@@ -275,18 +321,25 @@ fn scatter_blocks(comm: &Comm, send: &[u8], blocks: Blocks, recv: &mut [u8], roo
         recv.copy_from_slice(unsafe { shared(s, src.send, src.send_len, mine) }?);
         Ok(())
     })
+    .await
 }
 
-pub(super) fn gather(comm: &Comm, send: &[u8], recv: &mut [u8], root: usize) -> Result<()> {
-    gather_blocks(comm, send, recv, Blocks::Equal(send.len()), root)
+pub(super) async fn gather(comm: &Run<'_>, send: &[u8], recv: &mut [u8], root: usize) -> Result<()> {
+    gather_blocks(comm, send, recv, Blocks::Equal(send.len()), root).await
 }
 
-pub(super) fn gatherv(comm: &Comm, send: &[u8], recv: &mut [u8], layout: Option<&Layout>, root: usize) -> Result<()> {
-    gather_blocks(comm, send, recv, root_layout(comm, layout, root)?, root)
+pub(super) async fn gatherv(
+    comm: &Run<'_>,
+    send: &[u8],
+    recv: &mut [u8],
+    layout: Option<&Layout>,
+    root: usize,
+) -> Result<()> {
+    gather_blocks(comm, send, recv, root_layout(comm, layout, root)?, root).await
 }
 
 /// The root publishes its receive buffer (and layout); every rank writes its own block into it.
-fn gather_blocks(comm: &Comm, send: &[u8], recv: &mut [u8], blocks: Blocks, root: usize) -> Result<()> {
+async fn gather_blocks(comm: &Run<'_>, send: &[u8], recv: &mut [u8], blocks: Blocks<'_>, root: usize) -> Result<()> {
     let (me, is_root) = (comm.rank(), comm.rank() == root);
     let buffers = if is_root {
         Buffers { recv: recv.as_mut_ptr(), recv_len: recv.len(), extra: blocks.published(), ..Buffers::default() }
@@ -310,18 +363,19 @@ fn gather_blocks(comm: &Comm, send: &[u8], recv: &mut [u8], blocks: Blocks, root
         unsafe { exclusive(s, dst.recv, dst.recv_len, mine) }?.copy_from_slice(send);
         Ok(())
     })
+    .await
 }
 
-pub(super) fn allgather(comm: &Comm, send: &[u8], recv: &mut [u8]) -> Result<()> {
-    allgather_blocks(comm, send, recv, Blocks::Equal(send.len()))
+pub(super) async fn allgather(comm: &Run<'_>, send: &[u8], recv: &mut [u8]) -> Result<()> {
+    allgather_blocks(comm, send, recv, Blocks::Equal(send.len())).await
 }
 
-pub(super) fn allgatherv(comm: &Comm, send: &[u8], recv: &mut [u8], layout: &Layout) -> Result<()> {
-    allgather_blocks(comm, send, recv, Blocks::Layout(layout))
+pub(super) async fn allgatherv(comm: &Run<'_>, send: &[u8], recv: &mut [u8], layout: &Layout) -> Result<()> {
+    allgather_blocks(comm, send, recv, Blocks::Layout(layout)).await
 }
 
 /// Every rank publishes its send buffer and copies every block into its own receive buffer.
-fn allgather_blocks(comm: &Comm, send: &[u8], recv: &mut [u8], blocks: Blocks) -> Result<()> {
+async fn allgather_blocks(comm: &Run<'_>, send: &[u8], recv: &mut [u8], blocks: Blocks<'_>) -> Result<()> {
     let me = comm.rank();
     let buffers = Buffers { send: send.as_ptr(), send_len: send.len(), ..Buffers::default() };
     let everyone = 0..comm.size();
@@ -337,25 +391,32 @@ fn allgather_blocks(comm: &Comm, send: &[u8], recv: &mut [u8], blocks: Blocks) -
         }
         Ok(())
     })
+    .await
 }
 
-pub(super) fn alltoall(comm: &Comm, send: &[u8], recv: &mut [u8]) -> Result<()> {
+pub(super) async fn alltoall(comm: &Run<'_>, send: &[u8], recv: &mut [u8]) -> Result<()> {
     let blocks = Blocks::Equal(send.len() / comm.size());
-    alltoall_blocks(comm, send, blocks, recv, blocks)
+    alltoall_blocks(comm, send, blocks, recv, blocks).await
 }
 
-pub(super) fn alltoallv(
-    comm: &Comm,
+pub(super) async fn alltoallv(
+    comm: &Run<'_>,
     send: &[u8],
     send_layout: &Layout,
     recv: &mut [u8],
     recv_layout: &Layout,
 ) -> Result<()> {
-    alltoall_blocks(comm, send, Blocks::Layout(send_layout), recv, Blocks::Layout(recv_layout))
+    alltoall_blocks(comm, send, Blocks::Layout(send_layout), recv, Blocks::Layout(recv_layout)).await
 }
 
 /// Every rank publishes its send buffer (and layout) and reads its block from every peer's.
-fn alltoall_blocks(comm: &Comm, send: &[u8], send_blocks: Blocks, recv: &mut [u8], recv_blocks: Blocks) -> Result<()> {
+async fn alltoall_blocks(
+    comm: &Run<'_>,
+    send: &[u8],
+    send_blocks: Blocks<'_>,
+    recv: &mut [u8],
+    recv_blocks: Blocks<'_>,
+) -> Result<()> {
     let (me, np) = (comm.rank(), comm.size());
     let buffers =
         Buffers { send: send.as_ptr(), send_len: send.len(), extra: send_blocks.published(), ..Buffers::default() };
@@ -375,6 +436,7 @@ fn alltoall_blocks(comm: &Comm, send: &[u8], send_blocks: Blocks, recv: &mut [u8
         }
         Ok(())
     })
+    .await
 }
 
 /// Elements to reduce: zero-sized types carry no data, so they reduce as empty vectors.
@@ -418,7 +480,13 @@ fn check_sends(comm: &Comm, s: &Session, bytes: usize) -> Result<()> {
 
 /// Rank i reduces chunk i over all send buffers straight into chunk i of the root's receive
 /// buffer.
-pub(super) fn reduce<T: Pod>(comm: &Comm, send: &[T], recv: &mut [T], op: &dyn Op<T>, root: usize) -> Result<()> {
+pub(super) async fn reduce<T: Pod>(
+    comm: &Run<'_>,
+    send: &[T],
+    recv: &mut [T],
+    op: &dyn Op<T>,
+    root: usize,
+) -> Result<()> {
     let (me, np) = (comm.rank(), comm.size());
     let len = reducible_len(send);
     let bytes = size_of_val(send);
@@ -438,11 +506,12 @@ pub(super) fn reduce<T: Pod>(comm: &Comm, send: &[T], recv: &mut [T], op: &dyn O
         let dest = unsafe { exclusive(s, dst.recv, dst.recv_len, mine.start * size..mine.end * size) }?;
         fold_in_rank_order(op, typed_mut(dest)?, everyone, |j| send_of(s, send, j, mine.clone()))
     })
+    .await
 }
 
 /// Rank i reduces chunk i into its own receive buffer and announces it; then every rank copies
 /// the other chunks from their owners' receive buffers.
-pub(super) fn allreduce<T: Pod>(comm: &Comm, send: &[T], recv: &mut [T], op: &dyn Op<T>) -> Result<()> {
+pub(super) async fn allreduce<T: Pod>(comm: &Run<'_>, send: &[T], recv: &mut [T], op: &dyn Op<T>) -> Result<()> {
     let (me, np) = (comm.rank(), comm.size());
     let len = reducible_len(send);
     let bytes = size_of_val(send);
@@ -455,15 +524,18 @@ pub(super) fn allreduce<T: Pod>(comm: &Comm, send: &[T], recv: &mut [T], op: &dy
         extra: std::ptr::null(),
     };
     let everyone = 0..np;
-    collective(comm, kind(Collective::Allreduce, size_of::<T>()), buffers, everyone.clone(), everyone.clone(), |s| {
+    let bytes_of = |elems: Range<usize>| elems.start * size..elems.end * size;
+    let reduce_own_chunk = |s: &Session| {
         check_sends(comm, s, bytes)?;
-        let bytes_of = |elems: Range<usize>| elems.start * size..elems.end * size;
         let mine = even_block(len, np, me);
         // SAFETY: our own receive buffer, published for this allreduce: peers read our chunk
         // only after `mark_done`, and every other chunk is written by us alone.
         let dest = unsafe { exclusive(s, buffers.recv, buffers.recv_len, bytes_of(mine.clone())) }?;
-        fold_in_rank_order(op, typed_mut(dest)?, everyone, |j| send_of(s, send, j, mine.clone()))?;
+        fold_in_rank_order(op, typed_mut(dest)?, everyone.clone(), |j| send_of(s, send, j, mine.clone()))?;
         s.mark_done();
+        Ok(())
+    };
+    let copy_their_chunks = async |s: &Session| {
         for p in others(comm) {
             let theirs = bytes_of(even_block(len, np, p));
             if theirs.is_empty() {
@@ -471,7 +543,7 @@ pub(super) fn allreduce<T: Pod>(comm: &Comm, send: &[T], recv: &mut [T], op: &dy
             }
             let src = s.peer(p)?;
             check_len(p, "receive buffer", src.recv_len, bytes)?;
-            s.await_done(p)?;
+            s.await_done(p).await?;
             // SAFETY: as above for our own buffer (chunk `p` is ours to write); `p`'s chunk `p`
             // is final since its `done` flag (Acquire) and nobody writes it any more.
             let into = unsafe { exclusive(s, buffers.recv, buffers.recv_len, theirs.clone()) }?;
@@ -479,12 +551,14 @@ pub(super) fn allreduce<T: Pod>(comm: &Comm, send: &[T], recv: &mut [T], op: &dy
             into.copy_from_slice(unsafe { shared(s, src.recv, src.recv_len, theirs) }?);
         }
         Ok(())
-    })
+    };
+    let kind = kind(Collective::Allreduce, size_of::<T>());
+    collective_then(comm, kind, buffers, everyone.clone(), everyone.clone(), reduce_own_chunk, copy_their_chunks).await
 }
 
 /// Rank i reduces its own block over all send buffers into its receive buffer.
-pub(super) fn reduce_scatter<T: Pod>(
-    comm: &Comm,
+pub(super) async fn reduce_scatter<T: Pod>(
+    comm: &Run<'_>,
     send: &[T],
     recv: &mut [T],
     counts: &[usize],
@@ -508,10 +582,17 @@ pub(super) fn reduce_scatter<T: Pod>(
             fold_in_rank_order(op, dest, everyone, |j| send_of(s, send, j, mine.clone()))
         },
     )
+    .await
 }
 
 /// Rank i combines the send buffers of ranks 0..=i (0..i for exscan) in place.
-pub(super) fn scan<T: Pod>(comm: &Comm, send: &[T], recv: &mut [T], op: &dyn Op<T>, exclusive: bool) -> Result<()> {
+pub(super) async fn scan<T: Pod>(
+    comm: &Run<'_>,
+    send: &[T],
+    recv: &mut [T],
+    op: &dyn Op<T>,
+    exclusive: bool,
+) -> Result<()> {
     let (me, np) = (comm.rank(), comm.size());
     let len = reducible_len(send);
     let bytes = size_of_val(send);
@@ -523,6 +604,7 @@ pub(super) fn scan<T: Pod>(comm: &Comm, send: &[T], recv: &mut [T], op: &dyn Op<
         }
         fold_in_rank_order(op, &mut recv[..len], inputs, |j| send_of(s, send, j, 0..len))
     })
+    .await
 }
 
 #[cfg(test)]

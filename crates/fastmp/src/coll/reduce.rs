@@ -7,14 +7,14 @@ use bytemuck::Pod;
 
 use super::op::Op;
 use super::select::{Algorithm, Collective};
+use super::transport::Run;
 use super::tree::Mst;
-use crate::comm::Comm;
 use crate::error::Result;
 
 const COLL: Collective = Collective::Reduce;
 
-pub(super) fn reduce<T: Pod>(
-    comm: &Comm,
+pub(super) async fn reduce<T: Pod>(
+    comm: &Run<'_>,
     send: &[T],
     recv: &mut [T],
     op: &dyn Op<T>,
@@ -22,9 +22,9 @@ pub(super) fn reduce<T: Pod>(
     algorithm: Algorithm,
 ) -> Result<()> {
     match algorithm {
-        Algorithm::Bft => flat_blocking(comm, send, recv, op, root),
-        Algorithm::Nbft => flat_nonblocking(comm, send, recv, op, root),
-        Algorithm::Mst => mst(comm, send, recv, op, root),
+        Algorithm::Bft => flat_blocking(comm, send, recv, op, root).await,
+        Algorithm::Nbft => flat_nonblocking(comm, send, recv, op, root).await,
+        Algorithm::Mst => mst(comm, send, recv, op, root).await,
         other => Err(Collective::Reduce.unsupported(other)),
     }
 }
@@ -56,8 +56,8 @@ pub(super) fn fold_in_rank_order<'v, T: Pod>(
 /// Posts nonblocking receives of the vectors of the ranks in `receive_from` into one temporary
 /// (`send.len()` elements per rank, in rank order), plus sends of `send` to the ranks in
 /// `send_to`, and waits. Both ranges skip this rank.
-pub(super) fn exchange_flat<T: Pod>(
-    comm: &Comm,
+pub(super) async fn exchange_flat<T: Pod>(
+    comm: &Run<'_>,
     send: &[T],
     receive_from: Range<usize>,
     send_to: Range<usize>,
@@ -68,14 +68,14 @@ pub(super) fn exchange_flat<T: Pod>(
     let mut received = zeroed::<T>(send.len() * sources);
     // `max(1)`: zero-byte vectors leave `received` empty, so each receive gets an empty slice.
     let mut blocks = bytemuck::cast_slice_mut::<T, u8>(&mut received).chunks_exact_mut(size_of_val(send).max(1));
-    let mut pending = comm.pending();
+    let mut pending = comm.batch();
     for peer in receive_from.filter(|&r| r != me) {
         pending.irecv(blocks.next().unwrap_or_default(), peer, coll)?;
     }
     for peer in send_to.filter(|&r| r != me) {
         pending.isend(bytemuck::cast_slice(send), peer, coll)?;
     }
-    pending.wait_all()?;
+    pending.wait_all().await?;
     Ok(received)
 }
 
@@ -91,23 +91,23 @@ pub(super) fn vector_of<'v, T>(rank: usize, me: usize, mine: &'v [T], others: &'
 
 /// Flat tree, blocking: the root receives the vectors from the highest rank down, folding each
 /// in as `inout = lower ∘ inout`, which keeps rank order with a single temporary.
-fn flat_blocking<T: Pod>(comm: &Comm, send: &[T], recv: &mut [T], op: &dyn Op<T>, root: usize) -> Result<()> {
+async fn flat_blocking<T: Pod>(comm: &Run<'_>, send: &[T], recv: &mut [T], op: &dyn Op<T>, root: usize) -> Result<()> {
     let (np, me) = (comm.size(), comm.rank());
     if me != root {
-        return comm.coll_send(bytemuck::cast_slice(send), root, COLL);
+        return comm.coll_send(bytemuck::cast_slice(send), root, COLL).await;
     }
     let last = np - 1;
     if last == root {
         recv.copy_from_slice(send);
     } else {
-        comm.coll_recv(bytemuck::cast_slice_mut(recv), last, COLL)?;
+        comm.coll_recv(bytemuck::cast_slice_mut(recv), last, COLL).await?;
     }
     let mut incoming = zeroed::<T>(if np > 1 { send.len() } else { 0 });
     for rank in (0..last).rev() {
         if rank == root {
             op.combine(send, recv);
         } else {
-            comm.coll_recv(bytemuck::cast_slice_mut(&mut incoming), rank, COLL)?;
+            comm.coll_recv(bytemuck::cast_slice_mut(&mut incoming), rank, COLL).await?;
             op.combine(&incoming, recv);
         }
     }
@@ -115,12 +115,18 @@ fn flat_blocking<T: Pod>(comm: &Comm, send: &[T], recv: &mut [T], op: &dyn Op<T>
 }
 
 /// Flat tree, nonblocking: the root posts every receive at once, then combines in rank order.
-fn flat_nonblocking<T: Pod>(comm: &Comm, send: &[T], recv: &mut [T], op: &dyn Op<T>, root: usize) -> Result<()> {
+async fn flat_nonblocking<T: Pod>(
+    comm: &Run<'_>,
+    send: &[T],
+    recv: &mut [T],
+    op: &dyn Op<T>,
+    root: usize,
+) -> Result<()> {
     let (np, me) = (comm.size(), comm.rank());
     if me != root {
-        return comm.coll_send(bytemuck::cast_slice(send), root, COLL);
+        return comm.coll_send(bytemuck::cast_slice(send), root, COLL).await;
     }
-    let others = exchange_flat(comm, send, 0..np, 0..0, COLL)?;
+    let others = exchange_flat(comm, send, 0..np, 0..0, COLL).await?;
     fold_in_rank_order(op, recv, 0..np, |r| vector_of(r, me, send, &others))
 }
 
@@ -172,14 +178,14 @@ impl<'a, T: Pod> Partial<'a, T> {
 /// Minimum spanning tree (recursive interval halving, [`Mst`]) rooted at `root`: every subtree is
 /// an interval of ranks, so folding in the children's results smallest subtree first (each one
 /// adjacent to what is held so far) keeps rank order for any root, without an extra hop.
-fn mst<T: Pod>(comm: &Comm, send: &[T], recv: &mut [T], op: &dyn Op<T>, root: usize) -> Result<()> {
+async fn mst<T: Pod>(comm: &Run<'_>, send: &[T], recv: &mut [T], op: &dyn Op<T>, root: usize) -> Result<()> {
     let me = comm.rank();
     let tree = Mst::new(comm.size(), root, me);
     let children = tree.children();
     if children.len() == 0 {
         // A leaf (or np == 1): nothing to combine.
         return match tree.parent {
-            Some(parent) => comm.coll_send(bytemuck::cast_slice(send), parent, COLL),
+            Some(parent) => comm.coll_send(bytemuck::cast_slice(send), parent, COLL).await,
             None => {
                 recv.copy_from_slice(send);
                 Ok(())
@@ -192,11 +198,11 @@ fn mst<T: Pod>(comm: &Comm, send: &[T], recv: &mut [T], op: &dyn Op<T>, root: us
     let mut spare = zeroed::<T>(send.len());
     let mut partial = Partial::new(held, &mut spare);
     for (child, _) in children.rev() {
-        comm.coll_recv(bytemuck::cast_slice_mut(partial.buffers().1), child, COLL)?;
+        comm.coll_recv(bytemuck::cast_slice_mut(partial.buffers().1), child, COLL).await?;
         partial.absorb(op, child < me);
     }
     if let Some(parent) = tree.parent {
-        comm.coll_send(bytemuck::cast_slice(partial.value()), parent, COLL)?;
+        comm.coll_send(bytemuck::cast_slice(partial.value()), parent, COLL).await?;
     }
     partial.settle();
     Ok(())

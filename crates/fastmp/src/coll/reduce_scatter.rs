@@ -10,13 +10,13 @@ use super::Layout;
 use super::op::Op;
 use super::reduce::zeroed;
 use super::select::{Algorithm, Collective};
-use crate::comm::Comm;
+use super::transport::Run;
 use crate::error::Result;
 
 const COLL: Collective = Collective::ReduceScatter;
 
-pub(super) fn reduce_scatter<T: Pod>(
-    comm: &Comm,
+pub(super) async fn reduce_scatter<T: Pod>(
+    comm: &Run<'_>,
     send: &[T],
     recv: &mut [T],
     counts: &[usize],
@@ -24,9 +24,9 @@ pub(super) fn reduce_scatter<T: Pod>(
     algorithm: Algorithm,
 ) -> Result<()> {
     match algorithm {
-        Algorithm::Bde => halving(comm, send, recv, counts, op),
-        Algorithm::Bkt => ring(comm, send, recv, counts, op),
-        Algorithm::ReduceScatter => reduce_then_scatterv(comm, send, recv, counts, op),
+        Algorithm::Bde => halving(comm, send, recv, counts, op).await,
+        Algorithm::Bkt => ring(comm, send, recv, counts, op).await,
+        Algorithm::ReduceScatter => reduce_then_scatterv(comm, send, recv, counts, op).await,
         other => Err(COLL.unsupported(other)),
     }
 }
@@ -101,9 +101,9 @@ impl Fold {
     }
 
     /// Folds the pairs: even ranks send `acc`, odd ranks set `acc = received ∘ acc`.
-    pub(super) fn fold_in<T: Pod>(
+    pub(super) async fn fold_in<T: Pod>(
         &self,
-        comm: &Comm,
+        comm: &Run<'_>,
         acc: &mut [T],
         spare: &mut [T],
         op: &dyn Op<T>,
@@ -111,9 +111,9 @@ impl Fold {
     ) -> Result<()> {
         let me = comm.rank();
         match self.pair(me) {
-            Some(odd) if odd > me => comm.coll_send(bytemuck::cast_slice(acc), odd, coll),
+            Some(odd) if odd > me => comm.coll_send(bytemuck::cast_slice(acc), odd, coll).await,
             Some(even) => {
-                comm.coll_recv(bytemuck::cast_slice_mut(spare), even, coll)?;
+                comm.coll_recv(bytemuck::cast_slice_mut(spare), even, coll).await?;
                 op.combine(spare, acc);
                 Ok(())
             }
@@ -122,11 +122,11 @@ impl Fold {
     }
 
     /// Unfolds the pairs: odd ranks send `result`, even ranks receive into it.
-    pub(super) fn unfold<T: Pod>(&self, comm: &Comm, result: &mut [T], coll: Collective) -> Result<()> {
+    pub(super) async fn unfold<T: Pod>(&self, comm: &Run<'_>, result: &mut [T], coll: Collective) -> Result<()> {
         let me = comm.rank();
         match self.pair(me) {
-            Some(odd) if odd > me => comm.coll_recv(bytemuck::cast_slice_mut(result), odd, coll),
-            Some(even) => comm.coll_send(bytemuck::cast_slice(result), even, coll),
+            Some(odd) if odd > me => comm.coll_recv(bytemuck::cast_slice_mut(result), odd, coll).await,
+            Some(even) => comm.coll_send(bytemuck::cast_slice(result), even, coll).await,
             None => Ok(()),
         }
     }
@@ -137,8 +137,8 @@ impl Fold {
 /// folds its own part of the next block into the one from its left, ending with the full
 /// reduction of block `rank` in `result`. Only two block-sized temporaries, whatever `np`.
 /// Commutative operations only.
-pub(super) fn ring_reduce_scatter<T: Pod>(
-    comm: &Comm,
+pub(super) async fn ring_reduce_scatter<T: Pod>(
+    comm: &Run<'_>,
     send: &[T],
     block: impl Fn(usize) -> Range<usize>,
     result: &mut [T],
@@ -160,7 +160,7 @@ pub(super) fn ring_reduce_scatter<T: Pod>(
         // The first step sends this rank's own part; later ones the partial received last.
         let out: &[T] = if step == 0 { &send[sent.clone()] } else { &outgoing[..sent.len()] };
         let into = &mut incoming[..folded.len()];
-        comm.coll_sendrecv(bytemuck::cast_slice(out), right, bytemuck::cast_slice_mut(into), left, coll)?;
+        comm.coll_sendrecv(bytemuck::cast_slice(out), right, bytemuck::cast_slice_mut(into), left, coll).await?;
         op.combine(&send[folded], into);
         std::mem::swap(&mut outgoing, &mut incoming);
     }
@@ -172,8 +172,8 @@ pub(super) fn ring_reduce_scatter<T: Pod>(
 /// virtual blocks (`bound(v)..bound(v + 1)` in elements) and sends the other half to the
 /// partner. On return block `v` of `acc` holds the full reduction. Commutative operations only.
 #[allow(clippy::too_many_arguments)]
-pub(super) fn recursive_halving<T: Pod>(
-    comm: &Comm,
+pub(super) async fn recursive_halving<T: Pod>(
+    comm: &Run<'_>,
     fold: &Fold,
     v: usize,
     acc: &mut [T],
@@ -197,7 +197,8 @@ pub(super) fn recursive_halving<T: Pod>(
             bytemuck::cast_slice_mut(incoming),
             peer,
             coll,
-        )?;
+        )
+        .await?;
         op.combine(incoming, &mut acc[kept]);
         (lo, hi) = keep;
         mask /= 2;
@@ -207,34 +208,34 @@ pub(super) fn recursive_halving<T: Pod>(
 
 /// Recursive halving after the fold; odd ranks of the folded pairs then return the even
 /// rank's block.
-fn halving<T: Pod>(comm: &Comm, send: &[T], recv: &mut [T], counts: &[usize], op: &dyn Op<T>) -> Result<()> {
+async fn halving<T: Pod>(comm: &Run<'_>, send: &[T], recv: &mut [T], counts: &[usize], op: &dyn Op<T>) -> Result<()> {
     let me = comm.rank();
     let fold = Fold::new(comm.size());
     let offsets = offsets_of(counts);
     let mut acc = send.to_vec();
     let mut spare = zeroed::<T>(send.len());
-    fold.fold_in(comm, &mut acc, &mut spare, op, COLL)?;
+    fold.fold_in(comm, &mut acc, &mut spare, op, COLL).await?;
     let Some(v) = fold.virtual_rank(me) else {
-        return fold.unfold(comm, recv, COLL);
+        return fold.unfold(comm, recv, COLL).await;
     };
     let bound = |u| offsets[fold.first_real(u)];
-    recursive_halving(comm, &fold, v, &mut acc, &mut spare, bound, op, COLL)?;
+    recursive_halving(comm, &fold, v, &mut acc, &mut spare, bound, op, COLL).await?;
     if fold.first_real(v) != me {
-        fold.unfold(comm, &mut acc[block(&offsets, me - 1)], COLL)?;
+        fold.unfold(comm, &mut acc[block(&offsets, me - 1)], COLL).await?;
     }
     recv.copy_from_slice(&acc[block(&offsets, me)]);
     Ok(())
 }
 
 /// Ring reduce-scatter over the `counts` blocks.
-fn ring<T: Pod>(comm: &Comm, send: &[T], recv: &mut [T], counts: &[usize], op: &dyn Op<T>) -> Result<()> {
+async fn ring<T: Pod>(comm: &Run<'_>, send: &[T], recv: &mut [T], counts: &[usize], op: &dyn Op<T>) -> Result<()> {
     let offsets = offsets_of(counts);
-    ring_reduce_scatter(comm, send, |i| block(&offsets, i), recv, op, COLL)
+    ring_reduce_scatter(comm, send, |i| block(&offsets, i), recv, op, COLL).await
 }
 
 /// Composite: MST reduce to rank 0 (order-correct), then scatterv of the blocks.
-fn reduce_then_scatterv<T: Pod>(
-    comm: &Comm,
+async fn reduce_then_scatterv<T: Pod>(
+    comm: &Run<'_>,
     send: &[T],
     recv: &mut [T],
     counts: &[usize],
@@ -242,14 +243,14 @@ fn reduce_then_scatterv<T: Pod>(
 ) -> Result<()> {
     let at_root = comm.rank() == 0;
     let mut reduced = zeroed::<T>(if at_root { send.len() } else { 0 });
-    super::reduce::reduce(comm, send, &mut reduced, op, 0, Algorithm::Mst)?;
+    super::reduce::reduce(comm, send, &mut reduced, op, 0, Algorithm::Mst).await?;
     let layout = if at_root {
         let offsets = offsets_of(counts);
         Some(Layout::new::<T>(comm, "reduce_scatter", counts, &offsets[..counts.len()], send.len())?)
     } else {
         None
     };
-    comm.scatterv_bytes(bytemuck::cast_slice(&reduced), layout.as_ref(), bytemuck::cast_slice_mut(recv), 0)
+    comm.scatterv_bytes(bytemuck::cast_slice(&reduced), layout.as_ref(), bytemuck::cast_slice_mut(recv), 0).await
 }
 
 #[cfg(test)]

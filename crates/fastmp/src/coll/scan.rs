@@ -5,13 +5,13 @@ use bytemuck::Pod;
 use super::op::Op;
 use super::reduce::{exchange_flat, fold_in_rank_order, vector_of, zeroed};
 use super::select::{Algorithm, Collective};
-use crate::comm::Comm;
+use super::transport::Run;
 use crate::error::Result;
 
 const COLL: Collective = Collective::Scan;
 
-pub(super) fn scan<T: Pod>(
-    comm: &Comm,
+pub(super) async fn scan<T: Pod>(
+    comm: &Run<'_>,
     send: &[T],
     recv: &mut [T],
     op: &dyn Op<T>,
@@ -19,18 +19,18 @@ pub(super) fn scan<T: Pod>(
     algorithm: Algorithm,
 ) -> Result<()> {
     match algorithm {
-        Algorithm::Nbft => flat(comm, send, recv, op, exclusive),
-        Algorithm::Linear => chain(comm, send, recv, op, exclusive),
-        Algorithm::Bde => recursive_doubling(comm, send, recv, op, exclusive),
+        Algorithm::Nbft => flat(comm, send, recv, op, exclusive).await,
+        Algorithm::Linear => chain(comm, send, recv, op, exclusive).await,
+        Algorithm::Bde => recursive_doubling(comm, send, recv, op, exclusive).await,
         other => Err(Collective::Scan.unsupported(other)),
     }
 }
 
 /// Every rank sends its vector to all higher ranks (nonblocking) and combines what it got from
 /// the lower ones in rank order.
-fn flat<T: Pod>(comm: &Comm, send: &[T], recv: &mut [T], op: &dyn Op<T>, exclusive: bool) -> Result<()> {
+async fn flat<T: Pod>(comm: &Run<'_>, send: &[T], recv: &mut [T], op: &dyn Op<T>, exclusive: bool) -> Result<()> {
     let (np, me) = (comm.size(), comm.rank());
-    let lower = exchange_flat(comm, send, 0..me, me + 1..np, COLL)?;
+    let lower = exchange_flat(comm, send, 0..me, me + 1..np, COLL).await?;
     // Ranks 0..=me (inclusive) or 0..me (exclusive) take part; `lower` holds ranks 0..me.
     let ranks = if exclusive { 0..me } else { 0..me + 1 };
     fold_in_rank_order(op, recv, ranks, |r| vector_of(r, me, send, &lower))
@@ -38,29 +38,32 @@ fn flat<T: Pod>(comm: &Comm, send: &[T], recv: &mut [T], op: &dyn Op<T>, exclusi
 
 /// Chain: receive the inclusive prefix of ranks `0..me` from the left, combine, pass the
 /// inclusive prefix on to the right.
-fn chain<T: Pod>(comm: &Comm, send: &[T], recv: &mut [T], op: &dyn Op<T>, exclusive: bool) -> Result<()> {
+async fn chain<T: Pod>(comm: &Run<'_>, send: &[T], recv: &mut [T], op: &dyn Op<T>, exclusive: bool) -> Result<()> {
     let (np, me) = (comm.size(), comm.rank());
     let next = (me + 1 < np).then_some(me + 1);
     if me == 0 {
         if !exclusive {
             recv.copy_from_slice(send);
         }
-        return next.map_or(Ok(()), |next| comm.coll_send(bytemuck::cast_slice(send), next, COLL));
+        return match next {
+            Some(next) => comm.coll_send(bytemuck::cast_slice(send), next, COLL).await,
+            None => Ok(()),
+        };
     }
     if exclusive {
-        comm.coll_recv(bytemuck::cast_slice_mut(recv), me - 1, COLL)?;
+        comm.coll_recv(bytemuck::cast_slice_mut(recv), me - 1, COLL).await?;
         if let Some(next) = next {
             let mut inclusive = send.to_vec();
             op.combine(recv, &mut inclusive);
-            comm.coll_send(bytemuck::cast_slice(&inclusive), next, COLL)?;
+            comm.coll_send(bytemuck::cast_slice(&inclusive), next, COLL).await?;
         }
     } else {
         let mut prefix = zeroed::<T>(send.len());
-        comm.coll_recv(bytemuck::cast_slice_mut(&mut prefix), me - 1, COLL)?;
+        comm.coll_recv(bytemuck::cast_slice_mut(&mut prefix), me - 1, COLL).await?;
         recv.copy_from_slice(send);
         op.combine(&prefix, recv);
         if let Some(next) = next {
-            comm.coll_send(bytemuck::cast_slice(recv), next, COLL)?;
+            comm.coll_send(bytemuck::cast_slice(recv), next, COLL).await?;
         }
     }
     Ok(())
@@ -69,7 +72,13 @@ fn chain<T: Pod>(comm: &Comm, send: &[T], recv: &mut [T], op: &dyn Op<T>, exclus
 /// Recursive doubling: at distance `mask` a rank swaps with `rank ^ mask` the reduction of its
 /// aligned run of `mask` ranks (clipped to `np`); runs from below extend the prefix and the
 /// run's total on the left, runs from above extend the total on the right. Any `np`.
-fn recursive_doubling<T: Pod>(comm: &Comm, send: &[T], recv: &mut [T], op: &dyn Op<T>, exclusive: bool) -> Result<()> {
+async fn recursive_doubling<T: Pod>(
+    comm: &Run<'_>,
+    send: &[T],
+    recv: &mut [T],
+    op: &dyn Op<T>,
+    exclusive: bool,
+) -> Result<()> {
     let (np, me) = (comm.size(), comm.rank());
     let mut total = send.to_vec();
     let mut incoming = zeroed::<T>(send.len());
@@ -88,7 +97,8 @@ fn recursive_doubling<T: Pod>(comm: &Comm, send: &[T], recv: &mut [T], op: &dyn 
                 bytemuck::cast_slice_mut(&mut incoming),
                 partner,
                 COLL,
-            )?;
+            )
+            .await?;
             if partner < me {
                 if have_prefix {
                     op.combine(&incoming, recv);

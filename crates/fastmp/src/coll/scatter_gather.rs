@@ -1,4 +1,4 @@
-//! Scatter(v) and gather(v) algorithms: flat trees and MST.
+//! Scatter(v) and gather(v).await algorithms: flat trees and MST.
 //!
 //! MST scatterv/gatherv: only the root knows the counts, but an inner node of the tree must
 //! know how many bytes each rank of its subtree gets or sends. So every message carrying a
@@ -13,25 +13,31 @@ use std::ops::Range;
 use super::Layout;
 use super::allgather::{carve_in_order, copy_own_block};
 use super::select::{Algorithm, Collective};
+use super::transport::Run;
 use super::tree::{Mst, send_from_root};
 use super::vector::equal_blocks;
-use crate::comm::Comm;
 use crate::error::{Error, Result};
 
-pub(super) fn scatter(comm: &Comm, send: &[u8], recv: &mut [u8], root: usize, algorithm: Algorithm) -> Result<()> {
+pub(super) async fn scatter(
+    comm: &Run<'_>,
+    send: &[u8],
+    recv: &mut [u8],
+    root: usize,
+    algorithm: Algorithm,
+) -> Result<()> {
     let coll = Collective::Scatter;
     if algorithm == Algorithm::Mst {
-        return scatter_mst(comm, send, recv, root);
+        return scatter_mst(comm, send, recv, root).await;
     }
     let nonblocking = nonblocking(coll, algorithm)?;
     if comm.rank() != root {
-        return comm.coll_recv(recv, root, coll);
+        return comm.coll_recv(recv, root, coll).await;
     }
-    scatter_flat_root(comm, send, uniform_blocks(recv.len()), recv, nonblocking, coll)
+    scatter_flat_root(comm, send, uniform_blocks(recv.len()), recv, nonblocking, coll).await
 }
 
-pub(super) fn scatterv(
-    comm: &Comm,
+pub(super) async fn scatterv(
+    comm: &Run<'_>,
     send: &[u8],
     layout: Option<&Layout>,
     recv: &mut [u8],
@@ -40,30 +46,36 @@ pub(super) fn scatterv(
 ) -> Result<()> {
     let coll = Collective::Scatterv;
     if algorithm == Algorithm::Mst {
-        return scatterv_mst(comm, send, layout, recv, root);
+        return scatterv_mst(comm, send, layout, recv, root).await;
     }
     let nonblocking = nonblocking(coll, algorithm)?;
     if comm.rank() != root {
-        return comm.coll_recv(recv, root, coll);
+        return comm.coll_recv(recv, root, coll).await;
     }
     let layout = root_layout(layout, coll)?;
-    scatter_flat_root(comm, send, |rank| layout.block(rank), recv, nonblocking, coll)
+    scatter_flat_root(comm, send, |rank| layout.block(rank), recv, nonblocking, coll).await
 }
 
-pub(super) fn gather(comm: &Comm, send: &[u8], recv: &mut [u8], root: usize, algorithm: Algorithm) -> Result<()> {
+pub(super) async fn gather(
+    comm: &Run<'_>,
+    send: &[u8],
+    recv: &mut [u8],
+    root: usize,
+    algorithm: Algorithm,
+) -> Result<()> {
     let coll = Collective::Gather;
     if algorithm == Algorithm::Mst {
-        return gather_mst(comm, send, recv, root);
+        return gather_mst(comm, send, recv, root).await;
     }
     let nonblocking = nonblocking(coll, algorithm)?;
     if comm.rank() != root {
-        return comm.coll_send(send, root, coll);
+        return comm.coll_send(send, root, coll).await;
     }
-    gather_flat_root(comm, send, recv, uniform_blocks(send.len()), 0..comm.size(), nonblocking, coll)
+    gather_flat_root(comm, send, recv, uniform_blocks(send.len()), 0..comm.size(), nonblocking, coll).await
 }
 
-pub(super) fn gatherv(
-    comm: &Comm,
+pub(super) async fn gatherv(
+    comm: &Run<'_>,
     send: &[u8],
     recv: &mut [u8],
     layout: Option<&Layout>,
@@ -72,21 +84,21 @@ pub(super) fn gatherv(
 ) -> Result<()> {
     let coll = Collective::Gatherv;
     if algorithm == Algorithm::Mst {
-        return gatherv_mst(comm, send, recv, layout, root);
+        return gatherv_mst(comm, send, recv, layout, root).await;
     }
     let nonblocking = nonblocking(coll, algorithm)?;
     if comm.rank() != root {
-        return comm.coll_send(send, root, coll);
+        return comm.coll_send(send, root, coll).await;
     }
     let layout = root_layout(layout, coll)?;
     let block = |rank| layout.block(rank);
     if layout.is_ascending() {
         // Blocks in rank order (the usual case) need no sorted copy of the ranks.
-        return gather_flat_root(comm, send, recv, block, 0..comm.size(), nonblocking, coll);
+        return gather_flat_root(comm, send, recv, block, 0..comm.size(), nonblocking, coll).await;
     }
     let mut by_offset: Vec<usize> = (0..comm.size()).collect();
     by_offset.sort_by_key(|&rank| layout.block(rank).start);
-    gather_flat_root(comm, send, recv, block, by_offset.into_iter(), nonblocking, coll)
+    gather_flat_root(comm, send, recv, block, by_offset.into_iter(), nonblocking, coll).await
 }
 
 /// Whether a flat-tree `algorithm` uses nonblocking point-to-point; other algorithms are errors.
@@ -109,8 +121,8 @@ fn root_layout(layout: Option<&Layout>, coll: Collective) -> Result<&Layout> {
 }
 
 /// Root side of the flat scatters: send each rank `send[block_of(rank)]`.
-fn scatter_flat_root(
-    comm: &Comm,
+async fn scatter_flat_root(
+    comm: &Run<'_>,
     send: &[u8],
     block_of: impl Fn(usize) -> Range<usize>,
     recv: &mut [u8],
@@ -119,15 +131,15 @@ fn scatter_flat_root(
 ) -> Result<()> {
     let root = comm.rank();
     copy_own_block(recv, &send[block_of(root)], coll)?;
-    send_from_root(comm, root, |rank| &send[block_of(rank)], nonblocking, coll)
+    send_from_root(comm, root, |rank| &send[block_of(rank)], nonblocking, coll).await
 }
 
 /// Root side of the flat gathers: receive each rank's block into `recv[block_of(rank)]`, in
 /// rank order with blocking receives, or all posted at once. `by_offset` lists the ranks with
 /// their blocks in increasing position, which lets the posted receives split `recv` into
 /// disjoint slices (blocks are validated not to overlap; empty ones may lie anywhere).
-fn gather_flat_root(
-    comm: &Comm,
+async fn gather_flat_root(
+    comm: &Run<'_>,
     send: &[u8],
     recv: &mut [u8],
     block_of: impl Fn(usize) -> Range<usize>,
@@ -139,15 +151,15 @@ fn gather_flat_root(
     if !nonblocking {
         for rank in 0..comm.size() {
             let slot = &mut recv[block_of(rank)];
-            if rank == root { copy_own_block(slot, send, coll)? } else { comm.coll_recv(slot, rank, coll)? }
+            if rank == root { copy_own_block(slot, send, coll)? } else { comm.coll_recv(slot, rank, coll).await? }
         }
         return Ok(());
     }
-    let mut receives = comm.pending();
+    let mut receives = comm.batch();
     for (rank, slot) in carve_in_order(recv, by_offset, block_of) {
         if rank == root { copy_own_block(slot, send, coll)? } else { receives.irecv(slot, rank, coll)? }
     }
-    receives.wait_all()
+    receives.wait_all().await
 }
 
 /// Byte range, inside a buffer holding the blocks of ranks `held_from..`, of the blocks of `ranks`.
@@ -157,7 +169,7 @@ fn bytes_of(ranks: &Range<usize>, held_from: usize, block: usize) -> Range<usize
 
 /// MST scatter: each node receives its whole subtree's blocks (an interval of ranks, so
 /// contiguous) from its parent, keeps its own and forwards each child's subtree, largest first.
-fn scatter_mst(comm: &Comm, send: &[u8], recv: &mut [u8], root: usize) -> Result<()> {
+async fn scatter_mst(comm: &Run<'_>, send: &[u8], recv: &mut [u8], root: usize) -> Result<()> {
     let coll = Collective::Scatter;
     let (rank, block) = (comm.rank(), recv.len());
     let node = Mst::new(comm.size(), root, rank);
@@ -165,29 +177,29 @@ fn scatter_mst(comm: &Comm, send: &[u8], recv: &mut [u8], root: usize) -> Result
     let held: &[u8] = match node.parent {
         None => send,
         // A leaf receives only its own block: straight into `recv`.
-        Some(parent) if node.subtree.len() == 1 => return comm.coll_recv(recv, parent, coll),
+        Some(parent) if node.subtree.len() == 1 => return comm.coll_recv(recv, parent, coll).await,
         Some(parent) => {
             subtree_blocks.resize(node.subtree.len() * block, 0);
-            comm.coll_recv(&mut subtree_blocks, parent, coll)?;
+            comm.coll_recv(&mut subtree_blocks, parent, coll).await?;
             &subtree_blocks
         }
     };
     for (child, ranks) in node.children() {
-        comm.coll_send(&held[bytes_of(&ranks, node.subtree.start, block)], child, coll)?;
+        comm.coll_send(&held[bytes_of(&ranks, node.subtree.start, block)], child, coll).await?;
     }
     copy_own_block(recv, &held[bytes_of(&(rank..rank + 1), node.subtree.start, block)], coll)
 }
 
 /// MST gather, the mirror of [`scatter_mst`]: each node collects its children's subtrees
 /// (smallest first) next to its own block and sends the lot to its parent.
-fn gather_mst(comm: &Comm, send: &[u8], recv: &mut [u8], root: usize) -> Result<()> {
+async fn gather_mst(comm: &Run<'_>, send: &[u8], recv: &mut [u8], root: usize) -> Result<()> {
     let coll = Collective::Gather;
     let (rank, block) = (comm.rank(), send.len());
     let node = Mst::new(comm.size(), root, rank);
     let mut subtree_blocks = Vec::new();
     let held: &mut [u8] = match node.parent {
         None => recv,
-        Some(parent) if node.subtree.len() == 1 => return comm.coll_send(send, parent, coll),
+        Some(parent) if node.subtree.len() == 1 => return comm.coll_send(send, parent, coll).await,
         Some(_) => {
             subtree_blocks.resize(node.subtree.len() * block, 0);
             &mut subtree_blocks
@@ -195,10 +207,10 @@ fn gather_mst(comm: &Comm, send: &[u8], recv: &mut [u8], root: usize) -> Result<
     };
     copy_own_block(&mut held[bytes_of(&(rank..rank + 1), node.subtree.start, block)], send, coll)?;
     for (child, ranks) in node.children().rev() {
-        comm.coll_recv(&mut held[bytes_of(&ranks, node.subtree.start, block)], child, coll)?;
+        comm.coll_recv(&mut held[bytes_of(&ranks, node.subtree.start, block)], child, coll).await?;
     }
     match node.parent {
-        Some(parent) => comm.coll_send(held, parent, coll),
+        Some(parent) => comm.coll_send(held, parent, coll).await,
         None => Ok(()),
     }
 }
@@ -237,7 +249,13 @@ fn packed_blocks<'a>(buf: &'a [u8], layout: &Layout, ranks: Range<usize>, scratc
 
 /// MST scatterv (see the module docs): like [`scatter_mst`], with a lengths header before each
 /// subtree's data unless the child is a leaf.
-fn scatterv_mst(comm: &Comm, send: &[u8], layout: Option<&Layout>, recv: &mut [u8], root: usize) -> Result<()> {
+async fn scatterv_mst(
+    comm: &Run<'_>,
+    send: &[u8],
+    layout: Option<&Layout>,
+    recv: &mut [u8],
+    root: usize,
+) -> Result<()> {
     let coll = Collective::Scatterv;
     let rank = comm.rank();
     let node = Mst::new(comm.size(), root, rank);
@@ -249,37 +267,38 @@ fn scatterv_mst(comm: &Comm, send: &[u8], layout: Option<&Layout>, recv: &mut [u
                 if ranks.len() > 1 {
                     header.clear();
                     header.extend(ranks.clone().map(|r| layout.block(r).len() as u64));
-                    status = status.and(comm.coll_send(bytemuck::cast_slice(&header), child, coll));
+                    status = status.and(comm.coll_send(bytemuck::cast_slice(&header), child, coll).await);
                 }
-                status = status.and(comm.coll_send(packed_blocks(send, layout, ranks, &mut scratch), child, coll));
+                status =
+                    status.and(comm.coll_send(packed_blocks(send, layout, ranks, &mut scratch), child, coll).await);
             }
             return status.and(copy_own_block(recv, &send[layout.block(rank)], coll));
         }
         // A leaf receives only its own block: straight into `recv`.
-        Some(parent) if node.subtree.len() == 1 => return comm.coll_recv(recv, parent, coll),
+        Some(parent) if node.subtree.len() == 1 => return comm.coll_recv(recv, parent, coll).await,
         Some(parent) => parent,
     };
     let mut lengths: Lengths = vec![0; node.subtree.len()];
-    comm.coll_recv(bytemuck::cast_slice_mut(&mut lengths), parent, coll)?;
+    comm.coll_recv(bytemuck::cast_slice_mut(&mut lengths), parent, coll).await?;
     let offsets = header_offsets(&lengths, coll)?;
     let mut held = vec![0u8; offsets[lengths.len()]];
-    comm.coll_recv(&mut held, parent, coll)?;
+    comm.coll_recv(&mut held, parent, coll).await?;
     // Positions inside the subtree, which starts with this rank.
     let local = |ranks: &Range<usize>| ranks.start - rank..ranks.end - rank;
     let mut status = Ok(());
     for (child, ranks) in node.children() {
         let local = local(&ranks);
         if ranks.len() > 1 {
-            status = status.and(comm.coll_send(bytemuck::cast_slice(&lengths[local.clone()]), child, coll));
+            status = status.and(comm.coll_send(bytemuck::cast_slice(&lengths[local.clone()]), child, coll).await);
         }
-        status = status.and(comm.coll_send(&held[offsets[local.start]..offsets[local.end]], child, coll));
+        status = status.and(comm.coll_send(&held[offsets[local.start]..offsets[local.end]], child, coll).await);
     }
     status.and(copy_own_block(recv, &held[offsets[0]..offsets[1]], coll))
 }
 
 /// MST gatherv (see the module docs): each node sends its parent the lengths of its subtree's
 /// blocks, then the blocks packed in rank order; the root checks the lengths against its counts.
-fn gatherv_mst(comm: &Comm, send: &[u8], recv: &mut [u8], layout: Option<&Layout>, root: usize) -> Result<()> {
+async fn gatherv_mst(comm: &Run<'_>, send: &[u8], recv: &mut [u8], layout: Option<&Layout>, root: usize) -> Result<()> {
     let coll = Collective::Gatherv;
     let rank = comm.rank();
     let node = Mst::new(comm.size(), root, rank);
@@ -290,22 +309,22 @@ fn gatherv_mst(comm: &Comm, send: &[u8], recv: &mut [u8], layout: Option<&Layout
         for (child, ranks) in node.children().rev() {
             lengths.clear();
             lengths.resize(ranks.len(), 0);
-            comm.coll_recv(bytemuck::cast_slice_mut(&mut lengths), child, coll)?;
+            comm.coll_recv(bytemuck::cast_slice_mut(&mut lengths), child, coll).await?;
             let offsets = header_offsets(&lengths, coll)?;
             let mismatch = ranks.clone().zip(&lengths).find(|&(r, &len)| layout.block(r).len() as u64 != len);
             if let Some((r, &len)) = mismatch {
                 // Still take the data off the wire, then report.
                 scratch.resize(offsets[ranks.len()], 0);
-                status = status.and(comm.coll_recv(&mut scratch, child, coll));
+                status = status.and(comm.coll_recv(&mut scratch, child, coll).await);
                 status = status.and(Err(Error::InvalidArgument(format!(
                     "{coll}: rank {r} sends {len} bytes but the root expects {}",
                     layout.block(r).len()
                 ))));
             } else if let Some(span) = layout.span(ranks.clone()) {
-                status = status.and(comm.coll_recv(&mut recv[span], child, coll));
+                status = status.and(comm.coll_recv(&mut recv[span], child, coll).await);
             } else {
                 scratch.resize(offsets[ranks.len()], 0);
-                status = status.and(comm.coll_recv(&mut scratch, child, coll));
+                status = status.and(comm.coll_recv(&mut scratch, child, coll).await);
                 for (i, r) in ranks.enumerate() {
                     recv[layout.block(r)].copy_from_slice(&scratch[offsets[i]..offsets[i + 1]]);
                 }
@@ -316,8 +335,8 @@ fn gatherv_mst(comm: &Comm, send: &[u8], recv: &mut [u8], layout: Option<&Layout
     let mut lengths: Lengths = Vec::with_capacity(node.subtree.len());
     lengths.push(send.len() as u64);
     if node.subtree.len() == 1 {
-        comm.coll_send(bytemuck::cast_slice(&lengths), parent, coll)?;
-        return comm.coll_send(send, parent, coll);
+        comm.coll_send(bytemuck::cast_slice(&lengths), parent, coll).await?;
+        return comm.coll_send(send, parent, coll).await;
     }
     let mut held = send.to_vec();
     let mut status = Ok(());
@@ -325,12 +344,12 @@ fn gatherv_mst(comm: &Comm, send: &[u8], recv: &mut [u8], layout: Option<&Layout
     for (child, ranks) in node.children().rev() {
         let at = lengths.len();
         lengths.resize(at + ranks.len(), 0);
-        status = status.and(comm.coll_recv(bytemuck::cast_slice_mut(&mut lengths[at..]), child, coll));
+        status = status.and(comm.coll_recv(bytemuck::cast_slice_mut(&mut lengths[at..]), child, coll).await);
         let incoming = header_offsets(&lengths[at..], coll)?[ranks.len()];
         let start = held.len();
         held.resize(start + incoming, 0);
-        status = status.and(comm.coll_recv(&mut held[start..], child, coll));
+        status = status.and(comm.coll_recv(&mut held[start..], child, coll).await);
     }
-    status = status.and(comm.coll_send(bytemuck::cast_slice(&lengths), parent, coll));
-    status.and(comm.coll_send(&held, parent, coll))
+    status = status.and(comm.coll_send(bytemuck::cast_slice(&lengths), parent, coll).await);
+    status.and(comm.coll_send(&held, parent, coll).await)
 }

@@ -1,16 +1,52 @@
 //! Point-to-point on a communicator's collective context, for the algorithms: peers are
-//! communicator ranks (already validated), tags name the collective, and every receive must get
+//! communicator ranks (already validated), tags name the operation, and every receive must get
 //! exactly the bytes it expects — a different length means the ranks disagree on the arguments.
+//!
+//! Every algorithm is an `async fn` over a [`Run`], so one piece of code serves both twins. A
+//! blocking run finishes each step before it returns (its futures are always ready, and a
+//! receive still takes the device's blocking fast path); a nonblocking run starts each step and
+//! yields until the device completes it, so the rank's progress engine can interleave it with
+//! computation and other operations.
+
+use std::cell::Cell;
+use std::future::{Future, poll_fn};
+use std::ops::Deref;
+use std::pin::pin;
+use std::task::{Context, Poll, Waker};
 
 use crate::coll::select::Collective;
 use crate::comm::Comm;
+use crate::device::shm::native::LANES;
 use crate::device::{MatchSpec, RawStatus, ReqId, SendMode, Source, Started};
 use crate::error::{Error, Result};
 
-/// Tag of a collective's messages. Blocking collectives are issued in the same order on every
-/// rank and messages between two ranks do not overtake, so one tag per collective suffices.
-pub(crate) fn tag(coll: Collective) -> i32 {
-    coll as i32 + 1
+/// Bits of a tag that name the collective (tags are `seq << COLL_BITS | coll + 1`).
+const COLL_BITS: u32 = 5;
+const _: () = assert!((Collective::Scan as u32) < (1 << COLL_BITS) - 1);
+/// Operation numbers wrap here in tags; more outstanding operations than this cannot exist.
+const SEQ_MASK: u32 = (1 << (31 - COLL_BITS)) - 1;
+/// Native operations one collective may run (composites run one per phase, at most 3).
+const NATIVE_PARTS: u64 = 8;
+
+/// One collective operation of this rank on a communicator.
+pub(crate) struct Run<'c> {
+    comm: &'c Comm,
+    /// Number of the operation on the communicator (the same on every rank).
+    seq: u64,
+    /// Native (shared-memory) operations this run has started: composites run several.
+    native_started: Cell<u64>,
+    /// Sequence number of the operation on the communicator (the same on every rank, since all
+    /// ranks issue collectives in the same order), shifted into tag position.
+    tag_base: i32,
+    blocking: bool,
+}
+
+impl Deref for Run<'_> {
+    type Target = Comm;
+
+    fn deref(&self) -> &Comm {
+        self.comm
+    }
 }
 
 fn check_length(raw: RawStatus, expected: usize, peer: usize) -> Result<()> {
@@ -24,121 +60,130 @@ fn check_length(raw: RawStatus, expected: usize, peer: usize) -> Result<()> {
     }
 }
 
-/// Outstanding collective requests on buffers borrowed for `'a`, released on drop so an early
-/// error return never leaves the device pointing at a caller's buffer. Crate-internal and never
-/// leaked: the borrows plus `Drop` are what keep the device within the buffers' lifetimes.
-pub(crate) struct Pending<'a> {
-    comm: &'a Comm,
-    /// (request, peer, expected bytes or `usize::MAX` for sends).
-    reqs: Vec<(ReqId, usize, usize)>,
-    /// First error of an operation that finished when it was started.
-    failed: Option<Error>,
+/// The outcome of a started operation: `expected` bytes for receives, `None` for sends.
+fn outcome(result: Result<RawStatus>, peer: usize, expected: Option<usize>) -> Result<()> {
+    let raw = result?;
+    expected.map_or(Ok(()), |bytes| check_length(raw, bytes, peer))
 }
 
-impl Drop for Pending<'_> {
-    fn drop(&mut self) {
-        for &(id, _, _) in &self.reqs {
-            self.comm.dev.release(id);
+impl<'c> Run<'c> {
+    /// Starts the next collective on `comm`. Fails, without taking a number, when called from
+    /// inside a native collective's synchronous work on `comm` (a user op calling a collective).
+    pub(crate) fn new(comm: &'c Comm, blocking: bool) -> Result<Self> {
+        comm.check_live()?;
+        if comm.native.as_ref().is_some_and(|native| native.busy.get()) {
+            return Err(super::native::nested_call());
         }
+        let seq = comm.coll_seq.get();
+        comm.coll_seq.set(seq + 1);
+        let tag_base = ((seq as u32 & SEQ_MASK) << COLL_BITS) as i32;
+        Ok(Run { comm, seq, native_started: Cell::new(0), tag_base, blocking })
     }
-}
 
-impl<'a> Pending<'a> {
-    fn track(&mut self, started: Started, peer: usize, expected: usize) {
+    /// Lane and epoch of this run's next native operation: lanes take operations in turn, and
+    /// each operation numbers its native parts within its own epoch range, so every rank
+    /// derives the same pair however its progress interleaves outstanding operations.
+    pub(crate) fn native_ticket(&self) -> Result<(usize, u64)> {
+        let part = self.native_started.get();
+        if part >= NATIVE_PARTS {
+            return Err(Error::InvalidArgument(format!(
+                "a collective ran more than {NATIVE_PARTS} native parts (a tuning loop between composites?)"
+            )));
+        }
+        self.native_started.set(part + 1);
+        let lanes = LANES as u64;
+        Ok(((self.seq % lanes) as usize, (self.seq / lanes) * NATIVE_PARTS + part + 1))
+    }
+
+    /// Whether each step finishes before the next starts (no progress engine involved).
+    pub(crate) fn is_blocking(&self) -> bool {
+        self.blocking
+    }
+
+    /// Tag of this operation's messages of `coll` (composites run several collectives).
+    fn tag(&self, coll: Collective) -> i32 {
+        self.tag_base | (coll as i32 + 1)
+    }
+
+    /// Runs a blocking operation's future to its end.
+    pub(crate) fn finish<F: Future<Output = Result<()>>>(&self, operation: F) -> Result<()> {
+        let mut operation = pin!(operation);
+        let mut cx = Context::from_waker(Waker::noop());
+        // Blocking runs never yield, unless a step waits for an earlier nonblocking operation
+        // of this rank (a shared-memory slot still in use): then the device wait drives both.
+        let mut outcome = None;
+        let mut poll = || match operation.as_mut().poll(&mut cx) {
+            Poll::Ready(result) => {
+                outcome = Some(result);
+                Ok(true)
+            }
+            Poll::Pending => Ok(false),
+        };
+        if !poll()? {
+            self.dev.wait_until(&mut poll)?;
+        }
+        outcome.expect("the operation finished")
+    }
+
+    /// Finishes a started device operation: waits in place for blocking runs, yields until the
+    /// device completes it for nonblocking ones (releasing the request if the run is dropped).
+    async fn complete(&self, started: Started, peer: usize, expected: Option<usize>) -> Result<()> {
         match started {
-            Started::Pending(id) => self.reqs.push((id, peer, expected)),
-            Started::Complete(Ok(raw)) if expected != usize::MAX => {
-                if let Err(e) = check_length(raw, expected, peer) {
-                    self.failed.get_or_insert(e);
-                }
-            }
-            Started::Complete(Ok(_)) => {}
-            Started::Complete(Err(e)) => {
-                self.failed.get_or_insert(e);
+            Started::Complete(result) => outcome(result, peer, expected),
+            Started::Pending(id) if self.blocking => outcome(self.dev.complete(Started::Pending(id)), peer, expected),
+            Started::Pending(id) => {
+                let mut batch = Batch { run: self, reqs: vec![(id, peer, expected)], failed: None };
+                poll_fn(|_| batch.poll_all()).await
             }
         }
     }
 
-    /// Starts sending `bytes` to `peer`.
-    pub(crate) fn isend(&mut self, bytes: &'a [u8], peer: usize, coll: Collective) -> Result<()> {
-        let comm = self.comm;
-        let dest = comm.group.world_rank(peer);
-        // SAFETY: `bytes` is borrowed for 'a, as long as this `Pending`, which completes or
-        // releases the request before it goes away.
-        let started = unsafe {
-            comm.dev.isend(bytes.as_ptr(), bytes.len(), dest, tag(coll), comm.coll_context(), SendMode::Standard)?
-        };
-        self.track(started, peer, usize::MAX);
-        Ok(())
-    }
-
-    /// Starts receiving exactly `bytes.len()` bytes from `peer`.
-    pub(crate) fn irecv(&mut self, bytes: &'a mut [u8], peer: usize, coll: Collective) -> Result<()> {
-        let comm = self.comm;
-        let spec = MatchSpec {
-            context: comm.coll_context(),
-            source: Source::Rank(comm.group.world_rank(peer)),
-            tag: tag(coll),
-        };
-        // SAFETY: `bytes` is exclusively borrowed for 'a, as long as this `Pending`, which
-        // completes or releases the request before it goes away.
-        let started = unsafe { comm.dev.irecv(bytes.as_mut_ptr(), bytes.len(), spec)? };
-        self.track(started, peer, bytes.len());
-        Ok(())
-    }
-
-    /// Waits for every request; the first error wins, and all requests are finished or released
-    /// when this returns.
-    pub(crate) fn wait_all(mut self) -> Result<()> {
-        let mut first = self.failed.take();
-        while let Some((id, peer, expected)) = self.reqs.pop() {
-            let outcome = self.comm.dev.complete(Started::Pending(id));
-            let outcome =
-                outcome.and_then(|raw| if expected == usize::MAX { Ok(()) } else { check_length(raw, expected, peer) });
-            if let Err(e) = outcome {
-                first.get_or_insert(e);
-            }
-        }
-        first.map_or(Ok(()), Err)
-    }
-}
-
-impl Comm {
-    /// A batch of nonblocking collective operations.
-    pub(crate) fn pending<'a>(&'a self) -> Pending<'a> {
-        Pending { comm: self, reqs: Vec::new(), failed: None }
-    }
-
-    /// Blocking send of `bytes` to communicator rank `peer` on the collective context.
-    pub(crate) fn coll_send(&self, bytes: &[u8], peer: usize, coll: Collective) -> Result<()> {
+    /// Sends `bytes` to `peer`.
+    pub(crate) async fn coll_send(&self, bytes: &[u8], peer: usize, coll: Collective) -> Result<()> {
         let dest = self.group.world_rank(peer);
-        // SAFETY: `bytes` is borrowed until `complete` returns, which releases the request on
-        // every error path.
+        // SAFETY: `bytes` stays borrowed by this future until `complete` finished the request,
+        // or released it (when the future is dropped, or on errors).
         let started = unsafe {
-            self.dev.isend(bytes.as_ptr(), bytes.len(), dest, tag(coll), self.coll_context(), SendMode::Standard)?
+            self.dev.isend(
+                bytes.as_ptr(),
+                bytes.len(),
+                dest,
+                self.tag(coll),
+                self.coll_context(),
+                SendMode::Standard,
+            )?
         };
-        self.dev.complete(started).map(drop)
+        self.complete(started, peer, None).await
     }
 
-    /// Blocking receive of exactly `bytes.len()` bytes from communicator rank `peer`.
-    pub(crate) fn coll_recv(&self, bytes: &mut [u8], peer: usize, coll: Collective) -> Result<()> {
-        let spec = MatchSpec {
+    fn spec(&self, peer: usize, coll: Collective) -> MatchSpec {
+        MatchSpec {
             context: self.coll_context(),
             source: Source::Rank(self.group.world_rank(peer)),
-            tag: tag(coll),
-        };
-        // SAFETY: `bytes` is exclusively borrowed until the blocking receive returns, which
-        // releases its request on every error path.
-        let raw = unsafe { self.dev.recv(bytes.as_mut_ptr(), bytes.len(), spec)? };
-        check_length(raw, bytes.len(), peer)
+            tag: self.tag(coll),
+        }
+    }
+
+    /// Receives exactly `bytes.len()` bytes from `peer`.
+    pub(crate) async fn coll_recv(&self, bytes: &mut [u8], peer: usize, coll: Collective) -> Result<()> {
+        let spec = self.spec(peer, coll);
+        if self.blocking {
+            // SAFETY: `bytes` is exclusively borrowed until the blocking receive returns, which
+            // releases its request on every error path.
+            let raw = unsafe { self.dev.recv(bytes.as_mut_ptr(), bytes.len(), spec)? };
+            return check_length(raw, bytes.len(), peer);
+        }
+        // SAFETY: as in `coll_send`, for the exclusive borrow of `bytes`.
+        let started = unsafe { self.dev.irecv(bytes.as_mut_ptr(), bytes.len(), spec)? };
+        self.complete(started, peer, Some(bytes.len())).await
     }
 
     /// Sends `send` to `dest` while receiving exactly `recv.len()` bytes from `source`.
     ///
-    /// The send is started first (small ones finish at once) and the receive then uses the
-    /// device's blocking fast path, which skips posting a request; a pending (rendezvous) send
+    /// The send is started first (small ones finish at once); a blocking run then uses the
+    /// device's blocking receive, which skips posting a request. A pending (rendezvous) send
     /// cannot deadlock this, because its receiver copies the data itself.
-    pub(crate) fn coll_sendrecv(
+    pub(crate) async fn coll_sendrecv(
         &self,
         send: &[u8],
         dest: usize,
@@ -146,20 +191,105 @@ impl Comm {
         source: usize,
         coll: Collective,
     ) -> Result<()> {
-        let world_dest = self.group.world_rank(dest);
-        // SAFETY: `send` stays borrowed until the request is completed or released below, on
-        // every path.
-        let started = unsafe {
-            self.dev.isend(send.as_ptr(), send.len(), world_dest, tag(coll), self.coll_context(), SendMode::Standard)?
-        };
-        let received = self.coll_recv(recv, source, coll);
-        if received.is_err() {
-            // The peer may never take a pending send now: detach it instead of waiting.
-            if let Started::Pending(id) = started {
-                self.dev.release(id);
-            }
-            return received;
+        let mut both = self.batch();
+        both.isend(send, dest, coll)?;
+        if self.blocking {
+            // The peer may never take a pending send after a failed receive: `both` releases it.
+            self.coll_recv(recv, source, coll).await?;
+        } else {
+            both.irecv(recv, source, coll)?;
         }
-        self.dev.complete(started).map(drop)
+        both.wait_all().await
+    }
+
+    /// A batch of operations started together and finished together (a non-dependent stage).
+    pub(crate) fn batch<'a>(&'a self) -> Batch<'a> {
+        Batch { run: self, reqs: Vec::new(), failed: None }
+    }
+}
+
+/// Requests of one stage on buffers borrowed for `'a`, released on drop so an early error or
+/// an abandoned nonblocking run never leaves the device pointing at a caller's buffer.
+/// Crate-internal and never leaked: the borrows plus `Drop` keep the device within the buffers'
+/// lifetimes.
+pub(crate) struct Batch<'a> {
+    run: &'a Run<'a>,
+    /// (request, peer, expected bytes for receives).
+    reqs: Vec<(ReqId, usize, Option<usize>)>,
+    /// First error of an operation that finished when it was started.
+    failed: Option<Error>,
+}
+
+impl Drop for Batch<'_> {
+    fn drop(&mut self) {
+        for &(id, _, _) in &self.reqs {
+            self.run.dev.release(id);
+        }
+    }
+}
+
+impl<'a> Batch<'a> {
+    fn track(&mut self, started: Started, peer: usize, expected: Option<usize>) {
+        match started {
+            Started::Pending(id) => self.reqs.push((id, peer, expected)),
+            Started::Complete(result) => {
+                if let Err(e) = outcome(result, peer, expected) {
+                    self.failed.get_or_insert(e);
+                }
+            }
+        }
+    }
+
+    /// Starts sending `bytes` to `peer`.
+    pub(crate) fn isend(&mut self, bytes: &'a [u8], peer: usize, coll: Collective) -> Result<()> {
+        let run = self.run;
+        let dest = run.group.world_rank(peer);
+        // SAFETY: `bytes` is borrowed for 'a, as long as this batch, which completes or
+        // releases the request before it goes away.
+        let started = unsafe {
+            run.dev.isend(bytes.as_ptr(), bytes.len(), dest, run.tag(coll), run.coll_context(), SendMode::Standard)?
+        };
+        self.track(started, peer, None);
+        Ok(())
+    }
+
+    /// Starts receiving exactly `bytes.len()` bytes from `peer`.
+    pub(crate) fn irecv(&mut self, bytes: &'a mut [u8], peer: usize, coll: Collective) -> Result<()> {
+        let spec = self.run.spec(peer, coll);
+        // SAFETY: `bytes` is exclusively borrowed for 'a, as long as this batch, which
+        // completes or releases the request before it goes away.
+        let started = unsafe { self.run.dev.irecv(bytes.as_mut_ptr(), bytes.len(), spec)? };
+        self.track(started, peer, Some(bytes.len()));
+        Ok(())
+    }
+
+    /// Tests every outstanding request once; ready when all have finished, with the first
+    /// error. Finished requests leave the batch, so `Drop` only releases the rest.
+    fn poll_all(&mut self) -> Poll<Result<()>> {
+        let dev = &self.run.dev;
+        let failed = &mut self.failed;
+        self.reqs.retain(|&(id, peer, expected)| match dev.test(id) {
+            Ok(None) => true,
+            Ok(Some(raw)) => {
+                if let Err(e) = outcome(Ok(raw), peer, expected) {
+                    failed.get_or_insert(e);
+                }
+                false
+            }
+            Err(e) => {
+                failed.get_or_insert(e);
+                false
+            }
+        });
+        if self.reqs.is_empty() { Poll::Ready(self.failed.take().map_or(Ok(()), Err)) } else { Poll::Pending }
+    }
+
+    /// Finishes every request; the first error wins, and all requests are finished or
+    /// released when this returns.
+    pub(crate) async fn wait_all(mut self) -> Result<()> {
+        if self.reqs.is_empty() {
+            return self.failed.take().map_or(Ok(()), Err);
+        }
+        poll_fn(|_| self.poll_all()).await
     }
 }

@@ -5,7 +5,7 @@
 use std::ops::Range;
 
 use super::select::Collective;
-use crate::comm::Comm;
+use super::transport::Run;
 use crate::error::Result;
 
 /// `rank` renumbered so that `root` becomes 0.
@@ -143,8 +143,8 @@ fn split(interval: &Range<usize>, root: usize) -> (Range<usize>, Range<usize>) {
 
 /// Flat tree: the root sends `message(rank)` to every other rank, one blocking send after
 /// another, or all started at once so the copies can overlap.
-pub(super) fn send_from_root<'a>(
-    comm: &Comm,
+pub(super) async fn send_from_root<'a>(
+    comm: &Run<'_>,
     root: usize,
     message: impl Fn(usize) -> &'a [u8],
     nonblocking: bool,
@@ -152,30 +152,33 @@ pub(super) fn send_from_root<'a>(
 ) -> Result<()> {
     let others = (0..comm.size()).filter(|&rank| rank != root);
     if nonblocking {
-        let mut sends = comm.pending();
+        let mut sends = comm.batch();
         for rank in others {
             sends.isend(message(rank), rank, coll)?;
         }
-        sends.wait_all()
+        sends.wait_all().await
     } else {
-        others.into_iter().try_for_each(|rank| comm.coll_send(message(rank), rank, coll))
+        for rank in others {
+            comm.coll_send(message(rank), rank, coll).await?;
+        }
+        Ok(())
     }
 }
 
 /// Broadcast down a tree: receive `buf` from `parent` (if any), then forward it to each child in
 /// turn with blocking sends. Ranks are communicator ranks.
-pub(super) fn send_down(
-    comm: &Comm,
+pub(super) async fn send_down(
+    comm: &Run<'_>,
     buf: &mut [u8],
     parent: Option<usize>,
     children: impl Iterator<Item = usize>,
     coll: Collective,
 ) -> Result<()> {
     if let Some(parent) = parent {
-        comm.coll_recv(buf, parent, coll)?;
+        comm.coll_recv(buf, parent, coll).await?;
     }
     for child in children {
-        comm.coll_send(buf, child, coll)?;
+        comm.coll_send(buf, child, coll).await?;
     }
     Ok(())
 }

@@ -111,11 +111,28 @@ impl Slot {
     }
 }
 
-/// A communicator's native-collective area.
+/// Operations of one communicator that may be in flight at once (nonblocking ones), each in a
+/// lane of its own: the seed's `NUMBER_OF_CONCURRENT_OPERATIONS` slots. Operation `n` of the
+/// communicator uses lane `n % LANES`; a rank enters a lane only after it left the lane's previous
+/// operation, so at most `LANES` operations per rank are open and a later one waits for its lane.
+pub(crate) const LANES: usize = 8;
+
+/// A communicator's native-collective area: per lane, one published slot per rank.
 pub(crate) struct NativeArea {
     world: Arc<ShmWorld>,
     members: Box<[usize]>,
-    slots: Box<[CachePadded<Slot>]>,
+    lanes: Box<[Box<[CachePadded<Slot>]>]>,
+}
+
+/// How a rank waits for a flag: in place (blocking operations, with the device's spin → yield
+/// → park policy), or by yielding to the progress engine (nonblocking ones).
+#[derive(Clone, Copy)]
+pub(crate) struct Waiting<'a> {
+    pub me: usize,
+    pub lane: usize,
+    /// Drives this rank's point-to-point traffic while it waits (see [`NativeArea::wait`]).
+    pub progress: &'a dyn Fn(),
+    pub blocking: bool,
 }
 
 impl NativeArea {
@@ -126,6 +143,10 @@ impl NativeArea {
 
     fn barrier_rounds(np: usize) -> usize {
         np.next_power_of_two().trailing_zeros() as usize
+    }
+
+    fn slot(&self, lane: usize, p: usize) -> &Slot {
+        &self.lanes[lane][p]
     }
 
     /// Waits with the device's spin → yield → park policy until `poll` is ready. Whoever changes
@@ -167,6 +188,13 @@ impl NativeArea {
         }
     }
 
+    /// Waits until `poll` is ready, in place or by yielding (see [`Waiting`]). A yielding rank
+    /// is polled again by its engine, which runs inside the device's waits: the parker
+    /// notifications that end a blocking wait end those too, so no wake-up is lost.
+    async fn until(&self, how: Waiting<'_>, mut poll: impl FnMut() -> Poll<Result<()>>) -> Result<()> {
+        if how.blocking { self.wait(how.me, how.progress, &mut poll) } else { std::future::poll_fn(|_| poll()).await }
+    }
+
     /// Aborts the job on behalf of communicator rank `me` (a panic inside the collective).
     pub(crate) fn fail_job(&self, me: usize, cause: String) {
         self.world.mark_failed(self.members[me], cause);
@@ -180,48 +208,44 @@ impl NativeArea {
         }
     }
 
-    /// Waits until `flag(p) >= epoch`. Fails if the job is aborted, if `p` abandoned an epoch
-    /// `>= epoch` without reaching the flag, or if `p` stopped running without reaching it.
-    fn await_flag(
-        &self,
-        me: usize,
-        progress: &dyn Fn(),
-        p: usize,
-        epoch: u64,
-        flag: &dyn Fn(&Slot) -> u64,
-    ) -> Result<()> {
-        let slot = &self.slots[p];
-        self.wait(me, progress, &mut || {
-            if flag(slot) >= epoch {
-                return Poll::Ready(Ok(()));
-            }
-            if slot.failed.load(Ordering::Acquire) >= epoch {
-                return Poll::Ready(Err(abandoned(p)));
-            }
-            if let Some(err) = self.world.abort_error() {
-                return Poll::Ready(Err(err));
-            }
-            match self.world.gone(self.members[p]) {
-                // Its last stores are visible now (Acquire on its state): check once more.
-                Some(_) if flag(slot) >= epoch => Poll::Ready(Ok(())),
-                Some(err) => Poll::Ready(Err(err)),
-                None => Poll::Pending,
-            }
-        })
+    /// Polls whether `flag(p) >= epoch` in `how.lane`. Fails if the job is aborted, if `p`
+    /// abandoned an epoch `>= epoch` without reaching the flag, or if `p` stopped running
+    /// without reaching it.
+    fn flag_reached(&self, lane: usize, p: usize, epoch: u64, flag: &dyn Fn(&Slot) -> u64) -> Poll<Result<()>> {
+        let slot = self.slot(lane, p);
+        if flag(slot) >= epoch {
+            return Poll::Ready(Ok(()));
+        }
+        if slot.failed.load(Ordering::Acquire) >= epoch {
+            return Poll::Ready(Err(abandoned(p)));
+        }
+        if let Some(err) = self.world.abort_error() {
+            return Poll::Ready(Err(err));
+        }
+        match self.world.gone(self.members[p]) {
+            // Its last stores are visible now (Acquire on its state): check once more.
+            Some(_) if flag(slot) >= epoch => Poll::Ready(Ok(())),
+            Some(err) => Poll::Ready(Err(err)),
+            None => Poll::Pending,
+        }
+    }
+
+    async fn await_flag(&self, how: Waiting<'_>, p: usize, epoch: u64, flag: &dyn Fn(&Slot) -> u64) -> Result<()> {
+        self.until(how, || self.flag_reached(how.lane, p, epoch, flag)).await
     }
 
     /// Dissemination barrier for `epoch`: in round k rank i signals rank i + 2^k and waits for
     /// rank i - 2^k, so after ⌈log2 np⌉ rounds every rank has (transitively) heard from all.
-    pub(crate) fn barrier(&self, me: usize, epoch: u64, progress: &dyn Fn()) -> Result<()> {
-        let np = self.size();
-        let mine = &self.slots[me];
+    pub(crate) async fn barrier(&self, how: Waiting<'_>, epoch: u64) -> Result<()> {
+        let (np, me) = (self.size(), how.me);
+        let mine = self.slot(how.lane, me);
         for (k, flag) in mine.rounds.iter().enumerate() {
             let distance = 1 << k;
             flag.store(epoch, Ordering::Release);
             let to = (me + distance) % np;
             self.notify(me, to..to + 1);
             let from = (me + np - distance % np) % np;
-            if let Err(e) = self.await_flag(me, progress, from, epoch, &|s| s.rounds[k].load(Ordering::Acquire)) {
+            if let Err(e) = self.await_flag(how, from, epoch, &|s| s.rounds[k].load(Ordering::Acquire)).await {
                 mine.failed.store(epoch, Ordering::Release);
                 self.notify(me, 0..np);
                 return Err(e);
@@ -230,19 +254,19 @@ impl NativeArea {
         Ok(())
     }
 
-    /// Starts operation `epoch` (of `kind`) on this rank: publishes `buffers`, which the ranks
-    /// in `accessors` may touch, and announces entry; `sources` are the ranks whose buffers this
-    /// rank will touch. The returned session must be finished with [`Session::leave`] before the
-    /// buffers' borrows end.
+    /// Starts operation `epoch` (of `kind`) on this rank in `how.lane`: publishes `buffers`,
+    /// which the ranks in `accessors` may touch, and announces entry; `sources` are the ranks
+    /// whose buffers this rank will touch. The returned session leaves (`Session::leave`, or in
+    /// place when dropped) before the buffers' borrows end.
     pub(crate) fn enter<'a>(
         &'a self,
-        progress: &'a dyn Fn(),
-        (me, epoch): (usize, u64),
+        how: Waiting<'a>,
+        epoch: u64,
         kind: usize,
         buffers: Buffers,
         (sources, accessors): (Range<usize>, Range<usize>),
     ) -> Session<'a> {
-        let slot = &self.slots[me];
+        let slot = self.slot(how.lane, how.me);
         // Seqlock write: odd marker (SeqCst, step 1 of the protocol), fields, even marker.
         slot.entered.store(2 * epoch - 1, Ordering::SeqCst);
         fence(Ordering::Release);
@@ -255,8 +279,8 @@ impl NativeArea {
         slot.recv_len.store(buffers.recv_len, Ordering::Relaxed);
         slot.extra.store(buffers.extra.cast_mut(), Ordering::Relaxed);
         slot.entered.store(2 * epoch, Ordering::Release);
-        self.notify(me, accessors.clone());
-        Session { area: self, progress, me, epoch, kind, sources, accessors, sources_ready: false }
+        self.notify(how.me, accessors.clone());
+        Session { area: self, how, epoch, kind, sources, accessors, sources_ready: false, left: false }
     }
 }
 
@@ -273,38 +297,56 @@ fn mismatch(rank: usize) -> Error {
     ))
 }
 
-/// One rank's part in one native operation.
+/// One rank's part in one native operation. Dropped before it left (a nonblocking operation
+/// abandoned at the end of its scope, or unwinding from a panic) it leaves in place, so the
+/// published buffers still outlive every peer's access.
 pub(crate) struct Session<'a> {
     area: &'a NativeArea,
-    /// Drives the rank's point-to-point progress during waits (see [`NativeArea::wait`]).
-    progress: &'a dyn Fn(),
-    me: usize,
+    how: Waiting<'a>,
     epoch: u64,
     kind: usize,
     sources: Range<usize>,
     accessors: Range<usize>,
     /// Whether [`Session::await_sources`] succeeded.
     sources_ready: bool,
+    /// Whether [`Session::leave`] finished.
+    left: bool,
+}
+
+impl Drop for Session<'_> {
+    fn drop(&mut self) {
+        if self.left {
+            return;
+        }
+        if std::thread::panicking() {
+            // This rank fails anyway; peers report it (PeerFailed naming it) instead of "rank
+            // abandoned the operation", and stop waiting for it.
+            self.area.fail_job(self.how.me, "panicked in a native collective".into());
+        }
+        self.announce_leave(false);
+        let area = self.area;
+        let _ = area.wait(self.how.me, self.how.progress, &mut || self.poll_leave());
+    }
 }
 
 impl Session<'_> {
     /// This rank.
     pub(crate) fn me(&self) -> usize {
-        self.me
+        self.how.me
     }
 
     /// Waits until every source has entered this operation, validates their snapshots (step 2 of
     /// the protocol) and checks the abort flag. Only after this succeeded may [`Session::peer`]'s
     /// pointers be used.
-    pub(crate) fn await_sources(&mut self) -> Result<()> {
-        let (area, me, epoch) = (self.area, self.me, self.epoch);
-        for p in self.sources.clone().filter(|&p| p != me) {
-            area.await_flag(me, self.progress, p, epoch, &|s| s.entered.load(Ordering::Acquire) / 2)?;
+    pub(crate) async fn await_sources(&mut self) -> Result<()> {
+        let (area, how, epoch) = (self.area, self.how, self.epoch);
+        for p in self.sources.clone().filter(|&p| p != how.me) {
+            area.await_flag(how, p, epoch, &|s| s.entered.load(Ordering::Acquire) / 2).await?;
             self.snapshot(p).ok_or_else(|| mismatch(p))?;
         }
         // Step 2's abort check, after every source was seen entered (see the module comment).
         if area.world.is_aborted() {
-            return Err(area.world.abort_error().unwrap_or_else(|| abandoned(me)));
+            return Err(area.world.abort_error().unwrap_or_else(|| abandoned(how.me)));
         }
         self.sources_ready = true;
         Ok(())
@@ -313,7 +355,7 @@ impl Session<'_> {
     /// `p`'s published buffers if its slot consistently shows this operation with this rank
     /// among its accessors (seqlock read).
     fn snapshot(&self, p: usize) -> Option<Buffers> {
-        let slot = &self.area.slots[p];
+        let slot = self.area.slot(self.how.lane, p);
         let expected = 2 * self.epoch;
         if slot.entered.load(Ordering::Acquire) != expected {
             return None;
@@ -329,14 +371,14 @@ impl Session<'_> {
         };
         fence(Ordering::Acquire);
         let stable = slot.entered.load(Ordering::Relaxed) == expected;
-        (stable && kind == self.kind && accessors.contains(&self.me)).then_some(buffers)
+        (stable && kind == self.kind && accessors.contains(&self.how.me)).then_some(buffers)
     }
 
     /// The buffers source `p` published, valid for access (as far as the operation allows)
     /// until this session leaves. Only after [`Session::await_sources`] succeeded; a validated
     /// source cannot republish before we leave, so reading its slot again is consistent.
     pub(crate) fn peer(&self, p: usize) -> Result<Buffers> {
-        if !(self.sources_ready && self.sources.contains(&p) && p != self.me) {
+        if !(self.sources_ready && self.sources.contains(&p) && p != self.how.me) {
             return Err(Error::InvalidArgument(format!("native collective: rank {p} is not a ready source")));
         }
         self.snapshot(p).ok_or_else(|| mismatch(p))
@@ -344,13 +386,13 @@ impl Session<'_> {
 
     /// Announces that this rank's intermediate result is ready for its accessors.
     pub(crate) fn mark_done(&self) {
-        self.area.slots[self.me].done.store(self.epoch, Ordering::Release);
-        self.area.notify(self.me, self.accessors.clone());
+        self.area.slot(self.how.lane, self.how.me).done.store(self.epoch, Ordering::Release);
+        self.area.notify(self.how.me, self.accessors.clone());
     }
 
     /// Waits until source `p` announced its intermediate result.
-    pub(crate) fn await_done(&self, p: usize) -> Result<()> {
-        self.area.await_flag(self.me, self.progress, p, self.epoch, &|s| s.done.load(Ordering::Acquire))
+    pub(crate) async fn await_done(&self, p: usize) -> Result<()> {
+        self.area.await_flag(self.how, p, self.epoch, &|s| s.done.load(Ordering::Acquire)).await
     }
 
     /// Step 3 of the protocol: records the outcome, then waits until no accessor can touch this
@@ -359,49 +401,55 @@ impl Session<'_> {
     /// accessor abandoned the operation or never took part. `failed` keeps only an accessor's
     /// latest failed epoch, and an accessor that left may already be further on, so a failure
     /// of its in a *later* operation is reported here too: conservative, never a missed one.
-    pub(crate) fn leave(self, succeeded: bool) -> Result<()> {
-        let area = self.area;
-        let (me, epoch) = (self.me, self.epoch);
-        let mine = &area.slots[me];
+    pub(crate) async fn leave(mut self, succeeded: bool) -> Result<()> {
+        self.announce_leave(succeeded);
+        let outcome = self.area.until(self.how, || self.poll_leave()).await;
+        self.left = true;
+        outcome
+    }
+
+    /// Records the outcome and that this rank left, and wakes whoever waits for that.
+    fn announce_leave(&self, succeeded: bool) {
+        let (area, me) = (self.area, self.how.me);
+        let mine = area.slot(self.how.lane, me);
         if !succeeded {
-            mine.failed.store(epoch, Ordering::Release);
+            mine.failed.store(self.epoch, Ordering::Release);
         }
-        mine.left.store(epoch, Ordering::Release);
+        mine.left.store(self.epoch, Ordering::Release);
         area.notify(me, self.sources.clone());
         // Waiters on this rank's `done` flag are woken too, so they see `failed`.
         if !succeeded {
             area.notify(me, self.accessors.clone());
         }
-        let mut next = self.accessors.start;
+    }
+
+    /// One check of every accessor for [`Session::leave`]: ready once all have left or are
+    /// excused, with the first error among them.
+    fn poll_leave(&self) -> Poll<Result<()>> {
+        let area = self.area;
+        let (me, lane, epoch) = (self.how.me, self.how.lane, self.epoch);
         let mut first_error = None;
-        area.wait(me, self.progress, &mut || {
-            while next < self.accessors.end {
-                let p = next;
-                if p != me {
-                    let slot = &area.slots[p];
-                    if slot.left.load(Ordering::Acquire) >= epoch {
-                        if slot.failed.load(Ordering::Acquire) >= epoch {
-                            first_error.get_or_insert_with(|| abandoned(p));
-                        }
-                    } else if let Some(err) = excuse(area, p, epoch) {
-                        first_error.get_or_insert(err);
-                    } else {
-                        return Poll::Pending;
-                    }
+        for p in self.accessors.clone().filter(|&p| p != me) {
+            let slot = area.slot(lane, p);
+            if slot.left.load(Ordering::Acquire) >= epoch {
+                if slot.failed.load(Ordering::Acquire) >= epoch {
+                    first_error.get_or_insert_with(|| abandoned(p));
                 }
-                next += 1;
+            } else if let Some(err) = excuse(area, lane, p, epoch) {
+                first_error.get_or_insert(err);
+            } else {
+                return Poll::Pending;
             }
-            Poll::Ready(Ok(()))
-        })?;
-        first_error.map_or(Ok(()), Err)
+        }
+        Poll::Ready(first_error.map_or(Ok(()), Err))
     }
 }
 
 /// Why accessor `p` (which has not left `epoch`) can be ignored: it has not started publishing
 /// `epoch` and never will touch our buffers, because the job is aborted (checked before
 /// `entered`, both `SeqCst`) or it no longer runs (its state read with Acquire, then `entered`).
-fn excuse(area: &NativeArea, p: usize, epoch: u64) -> Option<Error> {
-    let not_entered = || area.slots[p].entered.load(Ordering::SeqCst) < 2 * epoch - 1;
+fn excuse(area: &NativeArea, lane: usize, p: usize, epoch: u64) -> Option<Error> {
+    let not_entered = || area.slot(lane, p).entered.load(Ordering::SeqCst) < 2 * epoch - 1;
     if area.world.is_aborted() && not_entered() {
         return area.world.abort_error();
     }
@@ -436,7 +484,7 @@ impl ShmWorld {
         let area = Arc::new(NativeArea {
             world: Arc::clone(self),
             members: members.into(),
-            slots: members.iter().map(|_| CachePadded::new(Slot::new(rounds))).collect(),
+            lanes: (0..LANES).map(|_| members.iter().map(|_| CachePadded::new(Slot::new(rounds))).collect()).collect(),
         });
         areas.insert(key, Arc::downgrade(&area));
         area

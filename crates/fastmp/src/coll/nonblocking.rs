@@ -1,0 +1,249 @@
+//! Nonblocking collectives (MPI_Ibcast, ...): the blocking twins' operations, run as futures by
+//! the rank's progress engine and completed through the same [`Request`]s as point-to-point.
+//!
+//! They live in a [`Scope`] for the same reason nonblocking point-to-point does: the buffers stay
+//! borrowed until the scope ends, and the scope's end finishes every operation it started, so a
+//! request that is dropped or leaked (`mem::forget`) still runs its part for the other ranks and
+//! never touches a buffer after its borrow ended.
+
+use std::future::Future;
+use std::pin::Pin;
+
+use bytemuck::Pod;
+
+use super::op::Op;
+use super::transport::Run;
+use crate::error::Result;
+use crate::scope::{EMPTY_STATUS, Request, Scope};
+
+impl<'scope, 'env> Scope<'scope, 'env> {
+    /// Hands a started operation to the engine, which already ran its first steps: argument
+    /// errors (and any other failure that early) are returned here, as by the blocking twin.
+    fn start_collective(&'scope self, operation: impl Future<Output = Result<()>> + 'scope) -> Result<Request<'scope>> {
+        let engine = &self.comm.process.engine;
+        let operation: Pin<Box<dyn Future<Output = Result<()>> + 'scope>> = Box::pin(operation);
+        // SAFETY: the operation borrows only what lives for 'scope, and `Comm::scope` finishes or
+        // drops every operation registered under `self.token` before 'scope ends.
+        let id = unsafe { engine.start(self.token, operation) };
+        match engine.take_outcome(id) {
+            None => Ok(Request::collective(self.comm, id)),
+            Some(Ok(())) => Ok(Request::completed(self.comm, Ok(EMPTY_STATUS))),
+            Some(Err(e)) => Err(e),
+        }
+    }
+
+    /// Starts a barrier (MPI_Ibarrier): completes once every rank has started it.
+    ///
+    /// ```
+    /// fastmp::run(3, |world| {
+    ///     world.scope(|s| {
+    ///         let arrived = s.ibarrier()?;
+    ///         // ... work that does not depend on the other ranks ...
+    ///         arrived.wait().map(drop)
+    ///     })
+    /// })?;
+    /// # Ok::<(), fastmp::Error>(())
+    /// ```
+    pub fn ibarrier(&'scope self) -> Result<Request<'scope>> {
+        let run = Run::new(self.comm, false)?;
+        self.start_collective(async move { run.barrier().await })
+    }
+
+    /// Starts a broadcast of `root`'s `buf` (MPI_Ibcast); `buf` is final once the request
+    /// completes.
+    ///
+    /// ```
+    /// fastmp::run(4, |world| {
+    ///     let mut data = if world.rank() == 1 { [7u32; 1000] } else { [0; 1000] };
+    ///     world.scope(|s| {
+    ///         let bcast = s.ibcast(&mut data, 1)?;
+    ///         let local: u64 = (0..1000u64).sum(); // overlaps with the transfer
+    ///         bcast.wait()?;
+    ///         Ok::<_, fastmp::Error>(local)
+    ///     })?;
+    ///     assert_eq!(data, [7; 1000]);
+    ///     Ok(())
+    /// })?;
+    /// # Ok::<(), fastmp::Error>(())
+    /// ```
+    pub fn ibcast<T: Pod>(&'scope self, buf: &'scope mut [T], root: usize) -> Result<Request<'scope>> {
+        let run = Run::new(self.comm, false)?;
+        self.start_collective(async move { run.bcast(buf, root).await })
+    }
+
+    /// Nonblocking [`crate::Comm::scatter`] (MPI_Iscatter).
+    pub fn iscatter<T: Pod>(
+        &'scope self,
+        send: &'scope [T],
+        recv: &'scope mut [T],
+        root: usize,
+    ) -> Result<Request<'scope>> {
+        let run = Run::new(self.comm, false)?;
+        self.start_collective(async move { run.scatter(send, recv, root).await })
+    }
+
+    /// Nonblocking [`crate::Comm::scatterv`] (MPI_Iscatterv); `counts` and `displs` are copied.
+    pub fn iscatterv<T: Pod>(
+        &'scope self,
+        send: &'scope [T],
+        counts: &[usize],
+        displs: &[usize],
+        recv: &'scope mut [T],
+        root: usize,
+    ) -> Result<Request<'scope>> {
+        let run = Run::new(self.comm, false)?;
+        let (counts, displs) = (counts.to_vec(), displs.to_vec());
+        self.start_collective(async move { run.scatterv(send, &counts, &displs, recv, root).await })
+    }
+
+    /// Nonblocking [`crate::Comm::gather`] (MPI_Igather).
+    pub fn igather<T: Pod>(
+        &'scope self,
+        send: &'scope [T],
+        recv: &'scope mut [T],
+        root: usize,
+    ) -> Result<Request<'scope>> {
+        let run = Run::new(self.comm, false)?;
+        self.start_collective(async move { run.gather(send, recv, root).await })
+    }
+
+    /// Nonblocking [`crate::Comm::gatherv`] (MPI_Igatherv); `counts` and `displs` are copied.
+    pub fn igatherv<T: Pod>(
+        &'scope self,
+        send: &'scope [T],
+        recv: &'scope mut [T],
+        counts: &[usize],
+        displs: &[usize],
+        root: usize,
+    ) -> Result<Request<'scope>> {
+        let run = Run::new(self.comm, false)?;
+        let (counts, displs) = (counts.to_vec(), displs.to_vec());
+        self.start_collective(async move { run.gatherv(send, recv, &counts, &displs, root).await })
+    }
+
+    /// Nonblocking [`crate::Comm::allgather`] (MPI_Iallgather).
+    pub fn iallgather<T: Pod>(&'scope self, send: &'scope [T], recv: &'scope mut [T]) -> Result<Request<'scope>> {
+        let run = Run::new(self.comm, false)?;
+        self.start_collective(async move { run.allgather(send, recv).await })
+    }
+
+    /// Nonblocking [`crate::Comm::allgatherv`] (MPI_Iallgatherv); `counts` and `displs` are
+    /// copied.
+    pub fn iallgatherv<T: Pod>(
+        &'scope self,
+        send: &'scope [T],
+        recv: &'scope mut [T],
+        counts: &[usize],
+        displs: &[usize],
+    ) -> Result<Request<'scope>> {
+        let run = Run::new(self.comm, false)?;
+        let (counts, displs) = (counts.to_vec(), displs.to_vec());
+        self.start_collective(async move { run.allgatherv(send, recv, &counts, &displs).await })
+    }
+
+    /// Nonblocking [`crate::Comm::alltoall`] (MPI_Ialltoall).
+    pub fn ialltoall<T: Pod>(&'scope self, send: &'scope [T], recv: &'scope mut [T]) -> Result<Request<'scope>> {
+        let run = Run::new(self.comm, false)?;
+        self.start_collective(async move { run.alltoall(send, recv).await })
+    }
+
+    /// Nonblocking [`crate::Comm::alltoallv`] (MPI_Ialltoallv); counts and displacements are
+    /// copied.
+    #[allow(clippy::too_many_arguments)]
+    pub fn ialltoallv<T: Pod>(
+        &'scope self,
+        send: &'scope [T],
+        send_counts: &[usize],
+        send_displs: &[usize],
+        recv: &'scope mut [T],
+        recv_counts: &[usize],
+        recv_displs: &[usize],
+    ) -> Result<Request<'scope>> {
+        let run = Run::new(self.comm, false)?;
+        let send_layout = (send_counts.to_vec(), send_displs.to_vec());
+        let recv_layout = (recv_counts.to_vec(), recv_displs.to_vec());
+        self.start_collective(async move {
+            run.alltoallv(send, &send_layout.0, &send_layout.1, recv, &recv_layout.0, &recv_layout.1).await
+        })
+    }
+
+    /// Nonblocking [`crate::Comm::reduce`] (MPI_Ireduce).
+    pub fn ireduce<T: Pod, O: Op<T> + 'scope>(
+        &'scope self,
+        send: &'scope [T],
+        recv: &'scope mut [T],
+        op: O,
+        root: usize,
+    ) -> Result<Request<'scope>> {
+        let run = Run::new(self.comm, false)?;
+        self.start_collective(async move { run.reduce(send, recv, &op, root).await })
+    }
+
+    /// Nonblocking [`crate::Comm::allreduce`] (MPI_Iallreduce).
+    ///
+    /// ```
+    /// use fastmp::op::Sum;
+    /// fastmp::run(3, |world| {
+    ///     let (mine, mut total) = ([1, world.rank() as u64], [0u64; 2]);
+    ///     world.scope(|s| s.iallreduce(&mine, &mut total, Sum)?.wait().map(drop))?;
+    ///     assert_eq!(total, [3, 3]);
+    ///     Ok(())
+    /// })?;
+    /// # Ok::<(), fastmp::Error>(())
+    /// ```
+    pub fn iallreduce<T: Pod, O: Op<T> + 'scope>(
+        &'scope self,
+        send: &'scope [T],
+        recv: &'scope mut [T],
+        op: O,
+    ) -> Result<Request<'scope>> {
+        let run = Run::new(self.comm, false)?;
+        self.start_collective(async move { run.allreduce(send, recv, &op).await })
+    }
+
+    /// Nonblocking [`crate::Comm::reduce_scatter`] (MPI_Ireduce_scatter); `counts` is copied.
+    pub fn ireduce_scatter<T: Pod, O: Op<T> + 'scope>(
+        &'scope self,
+        send: &'scope [T],
+        recv: &'scope mut [T],
+        counts: &[usize],
+        op: O,
+    ) -> Result<Request<'scope>> {
+        let run = Run::new(self.comm, false)?;
+        let counts = counts.to_vec();
+        self.start_collective(async move { run.reduce_scatter(send, recv, &counts, &op).await })
+    }
+
+    /// Nonblocking [`crate::Comm::reduce_scatter_block`] (MPI_Ireduce_scatter_block).
+    pub fn ireduce_scatter_block<T: Pod, O: Op<T> + 'scope>(
+        &'scope self,
+        send: &'scope [T],
+        recv: &'scope mut [T],
+        op: O,
+    ) -> Result<Request<'scope>> {
+        let run = Run::new(self.comm, false)?;
+        self.start_collective(async move { run.reduce_scatter_block(send, recv, &op).await })
+    }
+
+    /// Nonblocking [`crate::Comm::scan`] (MPI_Iscan).
+    pub fn iscan<T: Pod, O: Op<T> + 'scope>(
+        &'scope self,
+        send: &'scope [T],
+        recv: &'scope mut [T],
+        op: O,
+    ) -> Result<Request<'scope>> {
+        let run = Run::new(self.comm, false)?;
+        self.start_collective(async move { run.scan(send, recv, &op).await })
+    }
+
+    /// Nonblocking [`crate::Comm::exscan`] (MPI_Iexscan).
+    pub fn iexscan<T: Pod, O: Op<T> + 'scope>(
+        &'scope self,
+        send: &'scope [T],
+        recv: &'scope mut [T],
+        op: O,
+    ) -> Result<Request<'scope>> {
+        let run = Run::new(self.comm, false)?;
+        self.start_collective(async move { run.exscan(send, recv, &op).await })
+    }
+}

@@ -1,0 +1,288 @@
+//! The progress engine of one rank: its outstanding nonblocking collectives, driven by every
+//! fastmp call on the rank (MPI's progress rule), not by a thread of their own.
+//!
+//! A nonblocking collective is a future built from the same algorithm code as its blocking twin
+//! (see `coll::transport::Run`): each `.await` is a *dependent* stage, requests started together
+//! and awaited as a batch are *non-dependent* stages (the seed's terms). The engine polls the
+//! futures in issue order whenever the rank calls into fastmp; [`Progressing`] wraps the rank's
+//! device so that every blocking wait inside the device also drives them.
+
+use std::cell::{Cell, RefCell};
+use std::future::Future;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::task::{Context, Poll, Waker};
+
+use crate::device::{ContextId, Device, MatchSpec, RawStatus, ReqId, SendMode, Started};
+use crate::error::Result;
+
+/// A collective's remaining stages, with the borrow of its buffers erased (see [`Engine::start`]).
+type Schedule = Pin<Box<dyn Future<Output = Result<()>>>>;
+
+/// Identifies an operation in the engine (never reused within a rank).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct OpId(u64);
+
+struct Entry {
+    id: OpId,
+    /// The `Comm::scope` that owns the operation (finishes it before its buffers go away).
+    scope: u64,
+    /// `None` while being polled or once finished.
+    schedule: Option<Schedule>,
+    outcome: Option<Result<()>>,
+    /// Its request was dropped or leaked: nobody will collect the outcome.
+    detached: bool,
+}
+
+/// Outstanding nonblocking collectives of one rank, in issue order.
+#[derive(Default)]
+pub(crate) struct Engine {
+    entries: RefCell<Vec<Entry>>,
+    /// Operations not finished yet (read on every device wait, so kept apart from the list).
+    unfinished: Cell<usize>,
+    next_id: Cell<u64>,
+    /// Set while polling: calls made from inside a stage (device waits, user reduction ops)
+    /// must not poll the futures again.
+    polling: Cell<bool>,
+}
+
+impl Engine {
+    /// Whether no nonblocking collective is in flight (the device's fast paths stay in use).
+    pub(crate) fn is_idle(&self) -> bool {
+        self.unfinished.get() == 0
+    }
+
+    /// Whether the caller runs inside a stage of a nonblocking collective.
+    pub(crate) fn is_polling(&self) -> bool {
+        self.polling.get()
+    }
+
+    /// Registers `schedule` for `scope` and runs its first stages at once (so data that is
+    /// already there moves now).
+    ///
+    /// # Safety
+    /// `schedule` may borrow data that lives as long as `scope`'s closure: the caller
+    /// (`Comm::scope`) must call [`Engine::finish_scope`] for `scope` before those borrows end.
+    pub(crate) unsafe fn start<'a>(
+        &self,
+        scope: u64,
+        schedule: Pin<Box<dyn Future<Output = Result<()>> + 'a>>,
+    ) -> OpId {
+        // SAFETY: only the lifetime bound changes. The entry is polled only on this rank's thread
+        // (the engine is not `Send`) and is dropped or finished by `finish_scope(scope)`, which
+        // the caller runs before `'a` ends.
+        let schedule: Schedule = unsafe { std::mem::transmute(schedule) };
+        let id = OpId(self.next_id.get());
+        self.next_id.set(id.0 + 1);
+        let entry = Entry { id, scope, schedule: Some(schedule), outcome: None, detached: false };
+        self.entries.borrow_mut().push(entry);
+        self.unfinished.set(self.unfinished.get() + 1);
+        self.progress();
+        id
+    }
+
+    /// Polls every unfinished operation once, in issue order. Does nothing when called from
+    /// inside a stage.
+    pub(crate) fn progress(&self) {
+        if self.is_idle() || self.polling.replace(true) {
+            return;
+        }
+        let mut cx = Context::from_waker(Waker::noop());
+        let mut index = 0;
+        loop {
+            // Take the future out so no borrow of the list is held while it runs.
+            let taken = {
+                let mut entries = self.entries.borrow_mut();
+                let Some(entry) = entries.get_mut(index) else { break };
+                entry.schedule.take().map(|schedule| (entry.id, schedule))
+            };
+            index += 1;
+            let Some((id, mut schedule)) = taken else { continue };
+            let poll = schedule.as_mut().poll(&mut cx);
+            let mut entries = self.entries.borrow_mut();
+            let Some(entry) = entries.iter_mut().find(|e| e.id == id) else { continue };
+            match poll {
+                Poll::Pending => entry.schedule = Some(schedule),
+                Poll::Ready(outcome) => {
+                    drop(schedule);
+                    entry.outcome = Some(outcome);
+                    self.unfinished.set(self.unfinished.get() - 1);
+                }
+            }
+        }
+        self.entries.borrow_mut().retain(|e| !(e.detached && e.outcome.is_some()));
+        self.polling.set(false);
+    }
+
+    /// The outcome of `id` once it finished (taken: a second call reports it as missing).
+    pub(crate) fn take_outcome(&self, id: OpId) -> Option<Result<()>> {
+        let mut entries = self.entries.borrow_mut();
+        let index = entries.iter().position(|e| e.id == id)?;
+        entries[index].outcome.as_ref()?;
+        entries.remove(index).outcome
+    }
+
+    /// Nobody will collect `id`'s outcome: it keeps running and is forgotten once finished.
+    pub(crate) fn detach(&self, id: OpId) {
+        let mut entries = self.entries.borrow_mut();
+        if let Some(index) = entries.iter().position(|e| e.id == id) {
+            if entries[index].outcome.is_some() {
+                entries.remove(index);
+            } else {
+                entries[index].detached = true;
+            }
+        }
+    }
+
+    /// Ends `scope`'s operations before its buffers go away: runs them to completion (as
+    /// `std::thread::scope` joins its threads), or, when `abandon` is set (the scope is
+    /// unwinding) or the job failed, drops their remaining stages, which releases every device
+    /// request they hold. Outcomes nobody collected are lost, like those of a freed MPI request.
+    pub(crate) fn finish_scope(&self, dev: &dyn Device, scope: u64, abandon: bool) {
+        let owned = |entries: &Vec<Entry>| entries.iter().any(|e| e.scope == scope && e.outcome.is_none());
+        if !abandon && owned(&self.entries.borrow()) {
+            let _ = dev.wait_until(&mut || {
+                self.progress();
+                Ok(!owned(&self.entries.borrow()))
+            });
+        }
+        let dropped: Vec<Entry> = {
+            let mut entries = self.entries.borrow_mut();
+            let (mine, others) = std::mem::take(&mut *entries).into_iter().partition(|e| e.scope == scope);
+            *entries = others;
+            mine
+        };
+        let abandoned = dropped.iter().filter(|e| e.outcome.is_none()).count();
+        self.unfinished.set(self.unfinished.get() - abandoned);
+        // Dropping the futures here, outside the list's borrow, releases their requests.
+        drop(dropped);
+    }
+}
+
+/// A rank's device with its [`Engine`]: every wait inside the device also polls the rank's
+/// nonblocking collectives. With none in flight every call goes straight to the device.
+pub(crate) struct Progressing<D: ?Sized> {
+    engine: Rc<Engine>,
+    inner: Rc<D>,
+}
+
+impl<D: Device + ?Sized> Progressing<D> {
+    pub(crate) fn new(inner: Rc<D>, engine: Rc<Engine>) -> Self {
+        Progressing { engine, inner }
+    }
+}
+
+impl<D: Device + ?Sized> Device for Progressing<D> {
+    fn rank(&self) -> usize {
+        self.inner.rank()
+    }
+
+    fn size(&self) -> usize {
+        self.inner.size()
+    }
+
+    unsafe fn isend(
+        &self,
+        buf: *const u8,
+        len: usize,
+        dest: usize,
+        tag: i32,
+        context: ContextId,
+        mode: SendMode,
+    ) -> Result<Started> {
+        // SAFETY: forwarded caller contract.
+        unsafe { self.inner.isend(buf, len, dest, tag, context, mode) }
+    }
+
+    unsafe fn irecv(&self, buf: *mut u8, capacity: usize, spec: MatchSpec) -> Result<Started> {
+        // SAFETY: forwarded caller contract.
+        unsafe { self.inner.irecv(buf, capacity, spec) }
+    }
+
+    unsafe fn recv(&self, buf: *mut u8, capacity: usize, spec: MatchSpec) -> Result<RawStatus> {
+        if self.engine.is_idle() {
+            // SAFETY: forwarded caller contract.
+            return unsafe { self.inner.recv(buf, capacity, spec) };
+        }
+        // SAFETY: forwarded caller contract; `complete` releases the request on every error.
+        let started = unsafe { self.inner.irecv(buf, capacity, spec)? };
+        self.complete(started)
+    }
+
+    fn iprobe(&self, spec: MatchSpec) -> Result<Option<RawStatus>> {
+        self.engine.progress();
+        self.inner.iprobe(spec)
+    }
+
+    fn test(&self, req: ReqId) -> Result<Option<RawStatus>> {
+        self.engine.progress();
+        self.inner.test(req)
+    }
+
+    fn cancel(&self, req: ReqId) -> Result<()> {
+        self.inner.cancel(req)
+    }
+
+    fn release(&self, req: ReqId) {
+        self.inner.release(req)
+    }
+
+    fn new_scope(&self) -> u64 {
+        self.inner.new_scope()
+    }
+
+    fn adopt(&self, req: ReqId, scope: u64) {
+        self.inner.adopt(req, scope)
+    }
+
+    fn release_scope(&self, scope: u64) {
+        self.inner.release_scope(scope)
+    }
+
+    fn wait_until(&self, poll: &mut dyn FnMut() -> Result<bool>) -> Result<()> {
+        if self.engine.is_idle() || self.engine.is_polling() {
+            return self.inner.wait_until(poll);
+        }
+        self.inner.wait_until(&mut || {
+            self.engine.progress();
+            poll()
+        })
+    }
+
+    fn wait(&self, req: ReqId) -> Result<RawStatus> {
+        if self.engine.is_idle() {
+            return self.inner.wait(req);
+        }
+        let mut done = None;
+        self.wait_until(&mut || {
+            done = self.inner.test(req)?;
+            Ok(done.is_some())
+        })?;
+        Ok(done.expect("wait_until returns after completion"))
+    }
+
+    fn progress(&self) {
+        self.inner.progress();
+        self.engine.progress();
+    }
+
+    fn finalize(&self) {
+        self.inner.finalize()
+    }
+
+    fn is_finalized(&self) -> bool {
+        self.inner.is_finalized()
+    }
+
+    fn name(&self) -> &'static str {
+        self.inner.name()
+    }
+
+    fn native_area(
+        &self,
+        context: ContextId,
+        members: &[usize],
+    ) -> Option<std::sync::Arc<dyn std::any::Any + Send + Sync>> {
+        self.inner.native_area(context, members)
+    }
+}
