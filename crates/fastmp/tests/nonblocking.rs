@@ -26,7 +26,7 @@ mod common;
 use std::fmt;
 use std::mem;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use coll_common::{Context, job, val};
@@ -460,6 +460,10 @@ impl Tunings {
 /// between the root and the last forwards the data.
 fn chain_bcast() -> Tuning {
     Tuning::defaults().force(Collective::Bcast, Algorithm::Fat).and_then(|t| t.with_kary_arity(1)).expect("valid")
+}
+
+fn flat_bcast() -> Tuning {
+    Tuning::defaults().force(Collective::Bcast, Algorithm::Nbft).expect("valid")
 }
 
 fn config(dev: DeviceKind, np: usize) -> Config {
@@ -1077,30 +1081,32 @@ fn progress_of_a_ring_allreduce(dev: DeviceKind) {
     }
 }
 
-/// With the tcp progress thread on, a collective advances while an interior rank makes no
-/// fastmp call at all: rank 1 sleeps until rank 2 has its chained bcast.
+/// With the tcp progress thread on, the root's transfers (rendezvous sizes) are served while
+/// the root makes no fastmp call at all: it sleeps until every other rank has its data. (The
+/// progress thread moves data; a stage that depends on an earlier one, such as forwarding down
+/// a tree, still starts only when its rank calls fastmp.)
 #[test]
-fn tcp_progress_thread_forwards_while_the_rank_computes() {
-    let done = Arc::new(AtomicBool::new(false));
-    let config = config(DeviceKind::Tcp, 3).progress_thread(true).tuning(chain_bcast());
+fn tcp_progress_thread_serves_a_root_that_makes_no_calls() {
+    let done = Arc::new(AtomicUsize::new(0));
+    let config = config(DeviceKind::Tcp, 3).progress_thread(true).tuning(flat_bcast());
     let result = job(config, "tcp progress thread", move |world| {
         let me = world.rank();
         let mut buf = if me == 0 { vec![42u32; BIG] } else { vec![SENTINEL; BIG] };
         world.scope(|s| {
             let req = s.ibcast(&mut buf, 0)?;
-            if me == 1 {
-                // Computes (no fastmp calls) until rank 2 is done, or gives up after a minute.
+            if me == 0 {
+                // Computes (no fastmp calls) until the others are done, or gives up after a minute.
                 let since = Instant::now();
-                while !done.load(Ordering::SeqCst) && since.elapsed() < Duration::from_secs(60) {
+                while done.load(Ordering::SeqCst) < 2 && since.elapsed() < Duration::from_secs(60) {
                     std::thread::sleep(Duration::from_millis(5));
                 }
-                if !done.load(Ordering::SeqCst) {
-                    return Err(Error::other("rank 2 got no data while rank 1 made no fastmp calls"));
+                if done.load(Ordering::SeqCst) < 2 {
+                    return Err(Error::other("ranks 1 and 2 got no data while the root made no fastmp calls"));
                 }
             }
             req.wait()?;
-            if me == 2 {
-                done.store(true, Ordering::SeqCst);
+            if me != 0 {
+                done.fetch_add(1, Ordering::SeqCst);
             }
             Ok(())
         })?;
