@@ -832,6 +832,56 @@ fn many_outstanding_newest_first(dev: DeviceKind) {
     }
 }
 
+/// Blocking collectives issued while nonblocking ones are outstanding, on the same communicator
+/// (they match in issue order, as in MPI) and on a dup: the blocking calls must progress the
+/// outstanding operations they depend on, and every result must be right.
+fn blocking_calls_among_outstanding_ones(dev: DeviceKind) {
+    let nps: &[usize] = match dev {
+        DeviceKind::Shm => &[2, 3, 5],
+        _ => &[3],
+    };
+    for &np in nps {
+        run_job(dev, np, "blocking collectives among nonblocking ones", move |world| {
+            let me = world.rank();
+            for (k, tunings) in [Tunings::Default, Tunings::Native, Tunings::P2p].into_iter().enumerate() {
+                let comm = world.with_tuning(tunings.tuning(k));
+                let dup = comm.dup()?;
+                for round in 0..10u64 {
+                    let mut shared = Rng::new(mix(&[np as u64, k as u64, round, 77]));
+                    let outstanding: Vec<Case> =
+                        (0..shared.range(1, 4)).map(|_| random_case(&mut shared, np, true)).collect();
+                    let between: Vec<(usize, Case)> = (0..shared.range(1, 3))
+                        .map(|_| (shared.below(2) as usize, random_case(&mut shared, np, true)))
+                        .collect();
+                    let mut bufs: Vec<Bufs> = outstanding.iter().map(|case| case.bufs(np, me)).collect();
+                    let mut between_got: Vec<Bufs> = between.iter().map(|(_, case)| case.bufs(np, me)).collect();
+                    let what = || format!("{tunings:?} round {round}: {outstanding:?} then blocking {between:?}");
+                    comm.scope(|s| {
+                        let mut reqs = Vec::new();
+                        for (case, b) in outstanding.iter().zip(bufs.iter_mut()) {
+                            reqs.push(start(s, case, b)?);
+                        }
+                        for ((c, case), b) in between.iter().zip(between_got.iter_mut()) {
+                            blocking(if *c == 0 { &comm } else { &dup }, case, b)?;
+                        }
+                        waitall(&mut reqs).map(drop)
+                    })
+                    .ctx(what)?;
+                    for (case, got) in outstanding.iter().zip(&bufs) {
+                        same(got, &twin_result(&comm, case)?, || {
+                            format!("{}: nonblocking {case} on rank {me}", what())
+                        })?;
+                    }
+                    for ((_, case), got) in between.iter().zip(&between_got) {
+                        same(got, &reference(case, np, me), || format!("{}: blocking {case} on rank {me}", what()))?;
+                    }
+                }
+            }
+            Ok(())
+        });
+    }
+}
+
 /// LIBRARY BUG REPRODUCER (found by `many_outstanding_newest_first`): a reduce-scatter run as
 /// the composite `reduce_scatter` algorithm (reduce, then scatterv) whose parts are native,
 /// followed by eight more native collectives (so the ninth operation shares the first one's
@@ -1151,6 +1201,7 @@ device_suite!(
         random_interleavings,
         random_interleavings_on_16_ranks,
         many_outstanding_newest_first,
+        blocking_calls_among_outstanding_ones,
         composite_with_native_parts_and_eight_more,
         forgotten_requests,
         forgotten_then_waited,
