@@ -1,6 +1,6 @@
 //! Communicators: a device endpoint plus a context that keeps their traffic apart.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::sync::Arc;
 
@@ -60,10 +60,46 @@ pub(crate) struct ProcessState {
 /// A communicator's native-collective area plus this rank's count of native operations on it.
 pub(crate) struct NativeHandle {
     pub(crate) area: Arc<NativeArea>,
-    /// Lanes in which this rank has an operation open (see `device::shm::native::LANES`).
-    pub(crate) lanes_open: [Cell<bool>; LANES],
+    /// Per lane (see `device::shm::native::LANES`), the number of the operation whose turn it
+    /// is: operation `n` may use lane `n % LANES` once every earlier operation of the lane has
+    /// finished, so every rank uses each lane in the same order, whatever order its nonblocking
+    /// operations progress or complete in.
+    lane_turn: [Cell<u64>; LANES],
+    /// Operations that finished before their turn came (their lanes' turns skip them later).
+    finished_early: RefCell<Vec<u64>>,
     /// A native collective of this rank is in progress on the area.
     pub(crate) busy: Cell<bool>,
+}
+
+impl NativeHandle {
+    fn new(area: Arc<NativeArea>) -> Self {
+        NativeHandle {
+            area,
+            lane_turn: std::array::from_fn(|lane| Cell::new(lane as u64)),
+            finished_early: RefCell::default(),
+            busy: Cell::new(false),
+        }
+    }
+
+    /// Whether operation `seq` may use its lane now.
+    pub(crate) fn is_turn_of(&self, seq: u64) -> bool {
+        self.lane_turn[seq as usize % LANES].get() == seq
+    }
+
+    /// Operation `seq` is over (completed, failed or abandoned): pass its lane's turn on.
+    pub(crate) fn finished(&self, seq: u64) {
+        let turn = &self.lane_turn[seq as usize % LANES];
+        if turn.get() != seq {
+            self.finished_early.borrow_mut().push(seq);
+            return;
+        }
+        let mut early = self.finished_early.borrow_mut();
+        turn.set(seq + LANES as u64);
+        while let Some(i) = early.iter().position(|&s| s == turn.get()) {
+            early.swap_remove(i);
+            turn.set(turn.get() + LANES as u64);
+        }
+    }
 }
 
 /// What a completed receive or probe reports (MPI's `MPI_Status`).
@@ -111,7 +147,7 @@ impl Comm {
         let native = dev
             .native_area(context, group.members())
             .and_then(|area| area.downcast::<NativeArea>().ok())
-            .map(|area| Rc::new(NativeHandle { area, lanes_open: Default::default(), busy: Cell::new(false) }));
+            .map(|area| Rc::new(NativeHandle::new(area)));
         Comm { dev, context, group, rank, tuning, process, native, coll_seq: Rc::default() }
     }
 

@@ -41,15 +41,6 @@ impl Drop for Busy<'_> {
     }
 }
 
-/// Holds this rank's lane of the area for one operation; dropping it frees the lane.
-struct LaneClaim<'a>(&'a Cell<bool>);
-
-impl Drop for LaneClaim<'_> {
-    fn drop(&mut self) {
-        self.0.set(false);
-    }
-}
-
 /// The error of a collective started from inside another one's synchronous work (a user op
 /// calling a collective): it would run out of order with the other ranks.
 pub(super) fn nested_call() -> Error {
@@ -59,24 +50,22 @@ pub(super) fn nested_call() -> Error {
     )
 }
 
-/// The communicator's native area, this operation's lane and epoch, and the claim on the lane:
-/// a rank's previous operation in the lane (a nonblocking one still open) must have left first.
-/// Waiting for it yields; a blocking operation then waits in the device, which drives it, except
-/// from inside an engine poll, where nothing would.
-async fn open_lane<'r>(run: &'r Run<'_>) -> Result<(&'r NativeHandle, Waiting<'static>, u64, LaneClaim<'r>)> {
+/// The communicator's native area, and this operation's lane and epoch once it is the lane's
+/// turn: every earlier operation of the lane (nonblocking ones still running) must be over.
+/// Waiting for them yields; a blocking operation then waits in the device, which drives them,
+/// except from inside an engine poll, where nothing would.
+async fn open_lane<'r>(run: &'r Run<'_>) -> Result<(&'r NativeHandle, Waiting<'static>, u64)> {
     let handle =
         run.native.as_deref().ok_or_else(|| Error::InvalidArgument("native collectives need the shm device".into()))?;
     let (lane, epoch) = run.native_ticket()?;
-    let open = &handle.lanes_open[lane];
-    if open.get() {
+    if !handle.is_turn_of(run.seq()) {
         if run.is_blocking() && run.process.engine.is_polling() {
             return Err(nested_call());
         }
-        std::future::poll_fn(|_| if open.get() { Poll::Pending } else { Poll::Ready(()) }).await;
+        std::future::poll_fn(|_| if handle.is_turn_of(run.seq()) { Poll::Ready(()) } else { Poll::Pending }).await;
     }
-    open.set(true);
     let how = Waiting { me: run.rank(), lane, progress: &NO_PROGRESS, blocking: run.is_blocking() };
-    Ok((handle, how, epoch, LaneClaim(open)))
+    Ok((handle, how, epoch))
 }
 
 /// Placeholder replaced by the run's own progress closure (which borrows the run).
@@ -95,7 +84,7 @@ async fn collective_then(
     work: impl FnOnce(&Session) -> Result<()>,
     then: impl AsyncFnOnce(&Session) -> Result<()>,
 ) -> Result<()> {
-    let (handle, how, epoch, _lane) = open_lane(run).await?;
+    let (handle, how, epoch) = open_lane(run).await?;
     let progress = || run.dev.progress();
     let how = Waiting { progress: &progress, ..how };
     let mut session = handle.area.enter(how, epoch, kind, buffers, (sources, accessors));
@@ -192,7 +181,7 @@ fn check_len(peer: usize, what: &str, actual: usize, expected: usize) -> Result<
 }
 
 pub(super) async fn barrier(run: &Run<'_>) -> Result<()> {
-    let (handle, how, epoch, _lane) = open_lane(run).await?;
+    let (handle, how, epoch) = open_lane(run).await?;
     let progress = || run.dev.progress();
     handle.area.barrier(Waiting { progress: &progress, ..how }, epoch).await
 }

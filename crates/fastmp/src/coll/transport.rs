@@ -41,6 +41,14 @@ pub(crate) struct Run<'c> {
     blocking: bool,
 }
 
+impl Drop for Run<'_> {
+    fn drop(&mut self) {
+        if let Some(native) = &self.comm.native {
+            native.finished(self.seq);
+        }
+    }
+}
+
 impl Deref for Run<'_> {
     type Target = Comm;
 
@@ -78,6 +86,11 @@ impl<'c> Run<'c> {
         comm.coll_seq.set(seq + 1);
         let tag_base = ((seq as u32 & SEQ_MASK) << COLL_BITS) as i32;
         Ok(Run { comm, seq, native_started: Cell::new(0), tag_base, blocking })
+    }
+
+    /// Number of the operation on its communicator.
+    pub(crate) fn seq(&self) -> u64 {
+        self.seq
     }
 
     /// Lane and epoch of this run's next native operation: lanes take operations in turn, and

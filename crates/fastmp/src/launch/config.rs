@@ -84,6 +84,8 @@ pub struct Config {
     /// This process's place in a multi-process job (tcp), from the launcher's environment.
     pub(crate) process: Option<ProcessPlace>,
     pub(crate) sockets: SocketOptions,
+    /// Whether the tcp device runs a progress thread (see [`Config::progress_thread`]).
+    pub(crate) progress_thread: bool,
 }
 
 /// Rank and size of this process, as a launcher told it.
@@ -146,13 +148,15 @@ impl Config {
             tuning: None,
             process: None,
             sockets: SocketOptions::default(),
+            progress_thread: false,
         }
     }
 
     /// Reads the launch environment: `FASTMP_NP`, `FASTMP_DEVICE` (`shm`/`tcp`),
     /// `FASTMP_EAGER_LIMIT` (bytes), `FASTMP_PIN` (`compact`/`scatter`/`none`),
     /// `FASTMP_STACK_SIZE` (bytes per rank thread), `FASTMP_TCP_SNDBUF`/`FASTMP_TCP_RCVBUF`
-    /// (socket buffer bytes). Unset variables keep the defaults of [`Config::new`].
+    /// (socket buffer bytes), `FASTMP_PROGRESS_THREAD` (`1`: see [`Config::progress_thread`]).
+    /// Unset variables keep the defaults of [`Config::new`].
     ///
     /// A process started by a launcher is one rank of a multi-process job: its rank and size come
     /// from `FASTMP_RANK`/`FASTMP_SIZE` (fastmprun), `OMPI_COMM_WORLD_RANK`/`OMPI_COMM_WORLD_SIZE`,
@@ -189,8 +193,31 @@ impl Config {
             c.pin = pin;
         }
         c.stack_size = env_parse::<usize>("FASTMP_STACK_SIZE")?;
+        if let Some(on) = env_parse::<u8>("FASTMP_PROGRESS_THREAD")? {
+            c.progress_thread = on != 0;
+        }
         c.validate()?;
         Ok(c)
+    }
+
+    /// Gives each rank of the tcp device a progress thread that moves data as soon as it
+    /// arrives, so nonblocking operations (point-to-point and the transfers of nonblocking
+    /// collectives) advance while the rank computes without calling fastmp. Off by default
+    /// (`FASTMP_PROGRESS_THREAD=1` in [`Config::from_env`]): the thread costs a share of a core.
+    /// Stages of a nonblocking collective that depend on earlier ones still start only when the
+    /// rank calls fastmp. No effect on the shm device, whose transfers are single copies made
+    /// by the ranks themselves.
+    pub fn progress_thread(mut self, on: bool) -> Self {
+        self.progress_thread = on;
+        self
+    }
+
+    /// Options of the tcp device's endpoints.
+    pub(crate) fn tcp_options(&self) -> crate::device::tcp::TcpOptions {
+        crate::device::tcp::TcpOptions {
+            eager_limit: self.effective_eager_limit(),
+            progress_thread: self.progress_thread,
+        }
     }
 
     pub fn device(mut self, device: DeviceKind) -> Self {

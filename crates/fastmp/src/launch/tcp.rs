@@ -12,9 +12,9 @@ use super::{affinity, panic_message};
 use crate::coll::Tuning;
 use crate::comm::Comm;
 use crate::device::lock_ignoring_poison;
+use crate::device::tcp::TcpEndpoint;
 use crate::device::tcp::bootstrap::{Bootstrap, Rendezvous};
 use crate::device::tcp::handshake::JobSecret;
-use crate::device::tcp::{TcpEndpoint, TcpOptions};
 use crate::error::{Error, Result};
 
 /// Start-up timeout unless `FASTMP_CONNECT_TIMEOUT` (seconds) says otherwise.
@@ -89,9 +89,7 @@ impl Config {
             };
             let bootstrap =
                 Bootstrap { rank, size: self.np, rendezvous, secret: secret.clone(), deadline, sockets: self.sockets };
-            let endpoint = bootstrap.connect().and_then(|streams| {
-                TcpEndpoint::new(rank, streams, TcpOptions { eager_limit: self.effective_eager_limit() })
-            });
+            let endpoint = bootstrap.connect().and_then(|streams| TcpEndpoint::new(rank, streams, self.tcp_options()));
             match endpoint {
                 Ok(endpoint) => {
                     run_rank(Place { rank, first: &first, own_process: false }, endpoint, tuning.clone(), f)
@@ -134,7 +132,7 @@ impl Config {
             sockets: self.sockets,
         };
         let streams = bootstrap.connect()?;
-        let endpoint = TcpEndpoint::new(place.rank, streams, TcpOptions { eager_limit: self.effective_eager_limit() })?;
+        let endpoint = TcpEndpoint::new(place.rank, streams, self.tcp_options())?;
         let first = Mutex::new(None);
         run_rank(Place { rank: place.rank, first: &first, own_process: true }, endpoint, tuning, f)
             .map(|value| vec![value])

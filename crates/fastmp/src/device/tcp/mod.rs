@@ -72,6 +72,10 @@ struct Peer {
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct TcpOptions {
     pub eager_limit: usize,
+    /// Make the input-handler thread a progress thread: it moves data as soon as it arrives,
+    /// also while user threads progress by themselves (overlap for nonblocking operations
+    /// during long computations, at the cost of a busier core). Off by default.
+    pub progress_thread: bool,
 }
 
 /// State shared by a rank's user threads and its input-handler thread.
@@ -96,6 +100,8 @@ struct Shared {
     /// Interrupts the input thread's `poll(2)`.
     wake_fd: OwnedFd,
     stop: AtomicBool,
+    /// See [`TcpOptions::progress_thread`].
+    progress_thread: bool,
     scopes: AtomicU64,
     finalized: AtomicBool,
 }
@@ -152,6 +158,7 @@ impl TcpEndpoint {
             idle_cv: Condvar::new(),
             wake_fd,
             stop: AtomicBool::new(false),
+            progress_thread: options.progress_thread,
             scopes: AtomicU64::new(NO_OWNER),
             finalized: AtomicBool::new(false),
         });
@@ -669,7 +676,8 @@ impl PeerHandler<'_> {
     }
 }
 
-/// The input-handler thread: progresses the connections while no user thread does.
+/// The input-handler thread: progresses the connections while no user thread does (always,
+/// when it is the progress thread).
 fn input_loop(sh: &Shared) {
     let mut fds: Vec<libc::pollfd> = Vec::with_capacity(sh.size + 1);
     let mut last_polls = u64::MAX;
@@ -680,7 +688,7 @@ fn input_loop(sh: &Shared) {
         let polls = sh.user_polls.load(Ordering::Relaxed);
         let user_busy = sh.active.load(Ordering::Acquire) > 0 || polls != last_polls;
         last_polls = polls;
-        if user_busy && sh.parked.load(Ordering::Acquire) == 0 {
+        if user_busy && sh.parked.load(Ordering::Acquire) == 0 && !sh.progress_thread {
             let guard = lock(&sh.idle);
             let _ = sh.idle_cv.wait_timeout(guard, IDLE_CHECK);
             continue;

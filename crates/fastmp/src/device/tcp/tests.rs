@@ -23,7 +23,7 @@ fn pair(eager_limit: usize) -> (TcpEndpoint, TcpEndpoint) {
         deadline,
         sockets: SocketOptions::default(),
     };
-    let options = TcpOptions { eager_limit };
+    let options = TcpOptions { eager_limit, progress_thread: false };
     let zero = boot(0, Rendezvous::Listen(listener));
     let one = boot(1, Rendezvous::Connect(address));
     std::thread::scope(|s| {
