@@ -658,7 +658,7 @@ fn run_interleaved<'a>(
                 };
                 let (req, label) = match item {
                     Start::Coll(0, case, bufs) => (start(s0, case, bufs), format!("{case} on world")),
-                    Start::Coll(_, case, bufs) => (start(s1, case, bufs), format!("{case} on the dup")),
+                    Start::Coll(_, case, bufs) => (start(s1, case, bufs), format!("{case} on comm 1")),
                     Start::Send(j, buf) => (s0.isend(buf, right, P2P_TAG + j as i32), format!("isend {j}")),
                     Start::Recv(j, buf) => (s0.irecv(buf, left, P2P_TAG + j as i32), format!("irecv {j}")),
                 };
@@ -726,28 +726,49 @@ fn complete_randomly(mut reqs: Vec<Request<'_>>, mut labels: Vec<String>, rng: &
     Ok(())
 }
 
+/// The second communicator of the random rounds.
+#[derive(Clone, Copy, Debug)]
+enum Second {
+    /// A dup of the world with every collective forced to a point-to-point algorithm.
+    Dup,
+    /// The world split into even and odd ranks (in reverse order), default tuning.
+    Split,
+}
+
 /// Rounds of up to `max_ops` outstanding collectives of random kinds on the world (default
-/// tuning) and a dup of it (forced point-to-point algorithms), plus up to three messages around
-/// a ring, all completed in a random order; every result is checked against the blocking twins
-/// run afterwards in issue order. Every rank draws the collectives from the same seed and its
-/// start interleaving and completion order from its own.
-fn random_rounds(dev: DeviceKind, np: usize, rounds: u64, max_ops: usize, allow_big: bool) {
-    run_job(dev, np, &format!("random rounds of up to {max_ops} collectives"), move |world| {
+/// tuning) and a `second` communicator, plus up to three messages around a ring, all completed
+/// in a random order; every result is checked against the blocking twins run afterwards in
+/// issue order. The ranks of a communicator draw its collectives from the same seed, and each
+/// rank draws its start interleaving and completion order from its own.
+fn random_rounds(dev: DeviceKind, np: usize, rounds: u64, max_ops: usize, allow_big: bool, second: Second) {
+    run_job(dev, np, &format!("random rounds of up to {max_ops} collectives, {second:?}"), move |world| {
         let me = world.rank();
         let left = (me + np - 1) % np;
-        let dup = world.dup()?.with_tuning(Tunings::P2p.tuning(np));
-        let comms = [&world, &dup];
+        let (other, group) = match second {
+            Second::Dup => (world.dup()?.with_tuning(Tunings::P2p.tuning(np)), 0),
+            Second::Split => {
+                let color = (me % 2) as u32;
+                let split = world.split(Some(color), -(me as i32))?;
+                (split.ok_or_else(|| Error::other("split gave no communicator"))?, u64::from(color) + 1)
+            }
+        };
+        let comms = [&world, &other];
         for round in 0..rounds {
             let seed = mix(&[round, np as u64, max_ops as u64]);
             let mut shared = Rng::new(seed);
+            let mut in_group = Rng::new(mix(&[seed, group]));
             let mut mine = Rng::new(mix(&[seed, me as u64, 1]));
             let ops: Vec<(usize, Case)> = (0..shared.range(1, max_ops))
-                .map(|_| (shared.below(2) as usize, random_case(&mut shared, np, allow_big)))
+                .map(|_| match shared.below(2) as usize {
+                    0 => (0, random_case(&mut shared, np, allow_big)),
+                    _ => (1, random_case(&mut in_group, other.size(), allow_big)),
+                })
                 .collect();
             let lens: Vec<usize> = (0..shared.range(0, 3))
                 .map(|_| if shared.chance(20) && allow_big { shared.range(3000, 20_000) } else { shared.range(0, 30) })
                 .collect();
-            let mut bufs: Vec<Bufs> = ops.iter().map(|(_, case)| case.bufs(np, me)).collect();
+            let mut bufs: Vec<Bufs> =
+                ops.iter().map(|(c, case)| case.bufs(comms[*c].size(), comms[*c].rank())).collect();
             let out: Vec<Vec<u32>> = lens.iter().enumerate().map(|(j, &len)| message(seed, me, j, len)).collect();
             let mut inbox: Vec<Vec<u32>> = lens.iter().map(|&len| vec![SENTINEL; len]).collect();
 
@@ -790,12 +811,23 @@ fn random_interleavings(dev: DeviceKind) {
         _ => 12,
     };
     for &np in nps {
-        random_rounds(dev, np, rounds, 6, true);
+        random_rounds(dev, np, rounds, 6, true, Second::Dup);
+    }
+}
+
+/// Beyond the eight lanes of the shared-memory slots, on the world and a split of it.
+fn random_interleavings_with_a_split(dev: DeviceKind) {
+    let nps: &[usize] = match dev {
+        DeviceKind::Shm => &[2, 5, 6],
+        _ => &[4],
+    };
+    for &np in nps {
+        random_rounds(dev, np, 20, 12, true, Second::Split);
     }
 }
 
 fn random_interleavings_on_16_ranks(dev: DeviceKind) {
-    random_rounds(dev, 16, 6, 4, false);
+    random_rounds(dev, 16, 6, 4, false, Second::Dup);
 }
 
 /// More collectives outstanding at once than the shared-memory device has slots (a bounded
@@ -1173,6 +1205,7 @@ device_suite!(
         twins_native,
         twins_point_to_point,
         random_interleavings,
+        random_interleavings_with_a_split,
         random_interleavings_on_16_ranks,
         many_outstanding_newest_first,
         blocking_calls_among_outstanding_ones,
