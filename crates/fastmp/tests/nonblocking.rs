@@ -1004,6 +1004,41 @@ fn forgotten_then_waited(dev: DeviceKind) {
     });
 }
 
+/// A panic inside a scope with collectives outstanding abandons them (the scope's end drops
+/// their remaining stages instead of running them, see `Engine::finish_scope`). When every rank
+/// panics and catches it, nothing hangs; when one rank's panic ends it, the job fails naming
+/// that rank while the others wait in `waitall`, instead of hanging. (Whether an abandoned
+/// operation writes a buffer after its scope is beyond what this test can see.)
+fn panic_with_collectives_outstanding(dev: DeviceKind) {
+    let outstanding = |world: &Comm, panics: bool| -> Result<()> {
+        let (me, np) = (world.rank(), world.size());
+        let cases = forgotten_cases(np);
+        let mut bufs: Vec<Bufs> = cases.iter().map(|case| case.bufs(np, me)).collect();
+        world.scope(|s| {
+            let mut reqs = Vec::new();
+            for (case, b) in cases.iter().zip(bufs.iter_mut()) {
+                reqs.push(start(s, case, b)?);
+            }
+            if panics {
+                panic!("deliberate panic on rank {me} with {} collectives outstanding", reqs.len());
+            }
+            waitall(&mut reqs).map(drop)
+        })
+    };
+    run_job(dev, 3, "every rank panics with collectives outstanding", move |world| {
+        // A rank may also see a peer's abandonment (or exit) first, as an `Err` from a start.
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| outstanding(&world, true))) {
+            Err(_) | Ok(Err(_)) => Ok(()),
+            Ok(Ok(())) => Err(Error::other("the scope's panic was lost")),
+        }
+    });
+    let what = format!("rank 1 panics with collectives outstanding ({dev:?})");
+    match job(config(dev, 3), &what, move |world| outstanding(&world, world.rank() == 1)) {
+        Err(Error::RankFailed { rank: 1, cause }) if cause.contains("deliberate panic") => {}
+        other => panic!("{what}: expected rank 1 to fail the job, got {other:?}"),
+    }
+}
+
 // ---------------------------------------------------------------- 4. errors and request states
 
 /// Starts one collective with `start` in a scope of its own and expects `InvalidArgument`
@@ -1211,6 +1246,7 @@ device_suite!(
         blocking_calls_among_outstanding_ones,
         forgotten_requests,
         forgotten_then_waited,
+        panic_with_collectives_outstanding,
         bad_arguments_fail_at_the_call,
         root_only_errors_on_a_single_rank,
         request_states_after_completion,
