@@ -1154,38 +1154,58 @@ fn request_states_after_completion(dev: DeviceKind) {
 
 // ---------------------------------------------------------------- 5. progress
 
+/// The blocking call rank 1 waits in while rank 2 waits for the collective.
+#[derive(Clone, Copy, Debug)]
+enum Blocker {
+    /// `recv` from rank 2, which sends once its collective is done.
+    Recv,
+    /// `probe` for that message (then `recv`).
+    Probe,
+    /// A blocking barrier on a dup, which the other ranks enter once their collective is done.
+    DupBarrier,
+}
+
 /// MPI's progress rule: rank 1, an interior rank of `case`'s algorithm under `tuning`, is
-/// blocked in `recv` from rank 2 while rank 2 waits for the collective, which needs rank 1's
-/// part; the blocking `recv` must progress it.
-fn progress_while_blocked_in_recv(dev: DeviceKind, tuning: Tuning, case: Case) {
-    run_job(dev, 3, &format!("{case} while rank 1 is blocked in recv"), move |world| {
-        let comm = world.with_tuning(tuning.clone());
-        let me = comm.rank();
-        let mut got = case.bufs(3, me);
-        comm.scope(|s| {
-            let req = start(s, &case, &mut got)?;
-            match me {
-                1 => {
-                    comm.recv(&mut [0u32], 2, 5)?;
-                    req.wait()?;
+/// blocked in a call that only returns after rank 2's collective completes, which needs rank 1's
+/// part: every `blocker` must progress it.
+fn progress_while_blocked(dev: DeviceKind, tuning: Tuning, case: Case) {
+    for blocker in [Blocker::Recv, Blocker::Probe, Blocker::DupBarrier] {
+        let tuning = tuning.clone();
+        run_job(dev, 3, &format!("{case} while rank 1 is blocked in {blocker:?}"), move |world| {
+            let comm = world.with_tuning(tuning.clone());
+            let dup = comm.dup()?;
+            let me = comm.rank();
+            let mut got = case.bufs(3, me);
+            comm.scope(|s| {
+                let req = start(s, &case, &mut got)?;
+                match (me, blocker) {
+                    (1, Blocker::Recv) => drop(comm.recv(&mut [0u32], 2, 5)?),
+                    (1, Blocker::Probe) => {
+                        comm.probe(2, 5)?;
+                        comm.recv(&mut [0u32], 2, 5)?;
+                    }
+                    (1, Blocker::DupBarrier) => dup.barrier()?,
+                    _ => {}
                 }
-                2 => {
-                    req.wait()?;
-                    comm.send(&[7u32], 1, 5)?;
+                req.wait()?;
+                match (me, blocker) {
+                    (1, _) => {}
+                    (_, Blocker::DupBarrier) => dup.barrier()?,
+                    (2, _) => comm.send(&[7u32], 1, 5)?,
+                    _ => {}
                 }
-                _ => drop(req.wait()?),
-            }
-            Ok::<_, Error>(())
-        })?;
-        same(&got, &twin_result(&comm, &case)?, || format!("{case} on rank {me}"))
-    });
+                Ok::<_, Error>(())
+            })?;
+            same(&got, &twin_result(&comm, &case)?, || format!("{case} on rank {me}"))
+        });
+    }
 }
 
 /// A bcast from rank 0 along the chain 0 → 1 → 2 (and under the default tuning).
 fn progress_of_a_forwarded_bcast(dev: DeviceKind) {
     for n in [5, BIG] {
         for tuning in [chain_bcast(), Tuning::defaults()] {
-            progress_while_blocked_in_recv(dev, tuning, Case::new(Kind::Bcast, n, 0, Red::Sum, 9));
+            progress_while_blocked(dev, tuning, Case::new(Kind::Bcast, n, 0, Red::Sum, 9));
         }
     }
 }
@@ -1194,7 +1214,7 @@ fn progress_of_a_forwarded_bcast(dev: DeviceKind) {
 fn progress_of_a_ring_allreduce(dev: DeviceKind) {
     let ring = Tuning::defaults().force(Collective::Allreduce, Algorithm::Bkt).expect("valid");
     for n in [6, BIG] {
-        progress_while_blocked_in_recv(dev, ring.clone(), Case::new(Kind::Allreduce, n, 0, Red::Sum, 10));
+        progress_while_blocked(dev, ring.clone(), Case::new(Kind::Allreduce, n, 0, Red::Sum, 10));
     }
 }
 
