@@ -470,13 +470,21 @@ fn config(dev: DeviceKind, np: usize) -> Config {
     Config::new().device(dev).np(np)
 }
 
-/// Runs a job that must succeed.
+/// Runs a job on `np` ranks of `dev` that must succeed.
 fn run_job<F>(dev: DeviceKind, np: usize, what: &str, f: F)
 where
     F: Fn(Comm) -> Result<()> + Send + Sync + 'static,
 {
-    let what = format!("{what} (np={np}, {dev:?})");
-    if let Err(e) = job(config(dev, np), &what, f) {
+    run_config(config(dev, np), what, f);
+}
+
+/// Runs a job of `config` that must succeed.
+fn run_config<F>(config: Config, what: &str, f: F)
+where
+    F: Fn(Comm) -> Result<()> + Send + Sync + 'static,
+{
+    let what = format!("{what} (np={}, {:?})", config.get_np(), config.get_device());
+    if let Err(e) = job(config, &what, f) {
         panic!("{what}: {e}");
     }
 }
@@ -554,25 +562,41 @@ fn twins(dev: DeviceKind, tunings: Tunings) {
         DeviceKind::Shm => &[1, 2, 3, 4, 7, 8],
         _ => &[1, 3, 4],
     };
+    for &np in nps {
+        twins_on(config(dev, np), tunings);
+    }
+}
+
+/// [`twins`] on the ranks of `config`.
+fn twins_on(config: Config, tunings: Tunings) {
+    let np = config.get_np();
     let variants = match tunings {
         Tunings::P2p => P2P_VARIANTS,
         _ => 1,
     };
-    for &np in nps {
-        run_job(dev, np, &format!("twins under {tunings:?} tuning"), move |world| {
-            for k in 0..variants {
-                let comm = world.with_tuning(tunings.tuning(k));
-                for (i, case) in twin_cases(np).iter().enumerate() {
-                    let how = COMPLETIONS[i % COMPLETIONS.len()];
-                    let what = || format!("{case} (variant {k}) completed by {how:?} on rank {}", comm.rank());
-                    let want = twin_result(&comm, case)?;
-                    let mut got = case.bufs(np, comm.rank());
-                    comm.scope(|s| complete(start(s, case, &mut got)?, how)).ctx(what)?;
-                    same(&got, &want, what)?;
-                }
+    run_config(config, &format!("twins under {tunings:?} tuning"), move |world| {
+        for k in 0..variants {
+            let comm = world.with_tuning(tunings.tuning(k));
+            for (i, case) in twin_cases(np).iter().enumerate() {
+                let how = COMPLETIONS[i % COMPLETIONS.len()];
+                let what = || format!("{case} (variant {k}) completed by {how:?} on rank {}", comm.rank());
+                let want = twin_result(&comm, case)?;
+                let mut got = case.bufs(np, comm.rank());
+                comm.scope(|s| complete(start(s, case, &mut got)?, how)).ctx(what)?;
+                same(&got, &want, what)?;
             }
-            Ok(())
-        });
+        }
+        Ok(())
+    });
+}
+
+/// With a tiny eager limit every message but the smallest goes by rendezvous, and with a large
+/// one even the rendezvous-sized cases go eagerly.
+fn twins_at_other_eager_limits(dev: DeviceKind) {
+    for eager_limit in [16, 1 << 20] {
+        for tunings in [Tunings::Default, Tunings::P2p] {
+            twins_on(config(dev, 3).eager_limit(eager_limit), tunings);
+        }
     }
 }
 
@@ -1259,6 +1283,7 @@ device_suite!(
         twins_default_tuning,
         twins_native,
         twins_point_to_point,
+        twins_at_other_eager_limits,
         random_interleavings,
         random_interleavings_with_a_split,
         random_interleavings_on_16_ranks,
