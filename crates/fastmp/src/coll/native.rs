@@ -186,23 +186,56 @@ pub(super) async fn barrier(run: &Run<'_>) -> Result<()> {
     handle.area.barrier(Waiting { progress: &progress, ..how }, epoch).await
 }
 
-/// Listing 4.1: the root publishes its buffer, everyone copies it, the root waits for all.
+/// Listing 4.1 with Listing 4.3's rule for nonblocking use: the root publishes its buffer and
+/// every receiver its own; whoever arrives second copies, at once (the root pushes into the
+/// receivers already there, later receivers pull), so a rank that arrives first overlaps the
+/// whole transfer with its computation. A per-receiver claim makes exactly one side copy.
 pub(super) async fn bcast(comm: &Run<'_>, buf: &mut [u8], root: usize) -> Result<()> {
-    let (sources, accessors) = rooted(comm, root);
-    if comm.rank() == root {
-        // The root's closure must not capture `buf`: a new `&mut` reborrow after publishing
-        // would invalidate the published pointer (Stacked Borrows).
-        let buffers = Buffers { send: buf.as_ptr(), send_len: buf.len(), ..Buffers::default() };
-        return collective(comm, kind(Collective::Bcast, 1), buffers, sources, accessors, |_| Ok(())).await;
+    let (me, np, len) = (comm.rank(), comm.size(), buf.len());
+    let kind = kind(Collective::Bcast, 1);
+    if me == root {
+        // Only the published pointer is used from here on: a new `&mut` reborrow of `buf` would
+        // invalidate it (Stacked Borrows).
+        let buffers = Buffers { send: buf.as_ptr(), send_len: len, ..Buffers::default() };
+        let (handle, how, epoch) = open_lane(comm).await?;
+        let progress = || comm.dev.progress();
+        let session = handle.area.enter(Waiting { progress: &progress, ..how }, epoch, kind, buffers, (0..np, 0..np));
+        let pushed = others(comm).try_for_each(|p| {
+            let Some(dst) = session.try_peer(p)? else { return Ok(()) };
+            check_len(p, "buffer", dst.recv_len, len)?;
+            if session.claim_copy(p) {
+                // SAFETY: `p` published its receive buffer for this bcast and we won its claim,
+                // so nobody else writes it; our own buffer is only read.
+                let into = unsafe { exclusive(&session, dst.recv, dst.recv_len, 0..len) }?;
+                // SAFETY: see above.
+                into.copy_from_slice(unsafe { shared(&session, buffers.send, len, 0..len) }?);
+                session.copied(p);
+            }
+            Ok(())
+        });
+        let left = session.leave(pushed.is_ok()).await;
+        return pushed.and(left);
     }
-    collective(comm, kind(Collective::Bcast, 1), Buffers::default(), sources, accessors, |s| {
+    let buffers = Buffers { recv: buf.as_mut_ptr(), recv_len: len, ..Buffers::default() };
+    let copied_by_root = Cell::new(false);
+    let pull = |s: &Session| {
         let src = s.peer(root)?;
-        check_len(root, "buffer", src.send_len, buf.len())?;
-        // SAFETY: the root's buffer is published for this bcast, which only reads it.
-        buf.copy_from_slice(unsafe { shared(s, src.send, src.send_len, 0..buf.len()) }?);
+        check_len(root, "buffer", src.send_len, len)?;
+        if !s.claim_copy(me) {
+            copied_by_root.set(true);
+            return Ok(());
+        }
+        // SAFETY: our own receive buffer, published for this bcast; we won the claim, so the
+        // root does not write it. The root's buffer is only read.
+        let into = unsafe { exclusive(s, buffers.recv, len, 0..len) }?;
+        // SAFETY: see above.
+        into.copy_from_slice(unsafe { shared(s, src.send, src.send_len, 0..len) }?);
+        s.copied(me);
         Ok(())
-    })
-    .await
+    };
+    let await_push = async |s: &Session| if copied_by_root.get() { s.await_copied(root).await } else { Ok(()) };
+    let only_root = root..root + 1;
+    collective_then(comm, kind, buffers, only_root.clone(), only_root, pull, await_push).await
 }
 
 /// How a buffer splits into per-rank blocks: equal blocks (implied by arguments every rank has,

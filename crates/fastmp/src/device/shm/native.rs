@@ -87,6 +87,10 @@ struct Slot {
     left: AtomicU64,
     /// Last epoch this rank abandoned with an error.
     failed: AtomicU64,
+    /// Who copies into this rank's buffer when either side could (a bcast receiver): `2e - 1`
+    /// once this rank or its root claimed the copy for epoch `e`, `2e` once it is done. The one
+    /// flag two ranks write, always by compare-and-swap from an older epoch.
+    claim: AtomicU64,
     /// Dissemination-barrier arrivals, one flag per round.
     rounds: Box<[AtomicU64]>,
 }
@@ -106,6 +110,7 @@ impl Slot {
             done: AtomicU64::new(0),
             left: AtomicU64::new(0),
             failed: AtomicU64::new(0),
+            claim: AtomicU64::new(0),
             rounds: (0..rounds).map(|_| AtomicU64::new(0)).collect(),
         }
     }
@@ -382,6 +387,44 @@ impl Session<'_> {
             return Err(Error::InvalidArgument(format!("native collective: rank {p} is not a ready source")));
         }
         self.snapshot(p).ok_or_else(|| mismatch(p))
+    }
+
+    /// Source `p`'s published buffers if it has entered this operation already (validated as in
+    /// [`Session::await_sources`], and then the abort flag checked), without waiting for it.
+    pub(crate) fn try_peer(&self, p: usize) -> Result<Option<Buffers>> {
+        if !self.sources.contains(&p) || p == self.how.me {
+            return Err(Error::InvalidArgument(format!("native collective: rank {p} is not a source")));
+        }
+        let entered = self.area.slot(self.how.lane, p).entered.load(Ordering::Acquire) / 2;
+        if entered < self.epoch {
+            return Ok(None);
+        }
+        let buffers = self.snapshot(p).ok_or_else(|| mismatch(p))?;
+        if self.area.world.is_aborted() {
+            return Err(self.area.world.abort_error().unwrap_or_else(|| abandoned(self.how.me)));
+        }
+        Ok(Some(buffers))
+    }
+
+    /// Claims the copy into `p`'s buffer for this operation (`p` may be this rank): `true` for
+    /// exactly one of the ranks that try.
+    pub(crate) fn claim_copy(&self, p: usize) -> bool {
+        let claim = &self.area.slot(self.how.lane, p).claim;
+        let claimed = 2 * self.epoch - 1;
+        let current = claim.load(Ordering::Acquire);
+        current < claimed && claim.compare_exchange(current, claimed, Ordering::AcqRel, Ordering::Acquire).is_ok()
+    }
+
+    /// Announces that the claimed copy into `p`'s buffer is complete.
+    pub(crate) fn copied(&self, p: usize) {
+        self.area.slot(self.how.lane, p).claim.store(2 * self.epoch, Ordering::Release);
+        self.area.notify(self.how.me, p..p + 1);
+    }
+
+    /// Waits until `copier` (a source) completed the copy into this rank's buffer it claimed.
+    pub(crate) async fn await_copied(&self, copier: usize) -> Result<()> {
+        let mine = self.area.slot(self.how.lane, self.how.me);
+        self.area.await_flag(self.how, copier, self.epoch, &|_| mine.claim.load(Ordering::Acquire) / 2).await
     }
 
     /// Announces that this rank's intermediate result is ready for its accessors.
