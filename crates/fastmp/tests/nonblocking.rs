@@ -470,13 +470,21 @@ fn config(dev: DeviceKind, np: usize) -> Config {
     Config::new().device(dev).np(np)
 }
 
-/// Runs a job that must succeed.
+/// Runs a job on `np` ranks of `dev` that must succeed.
 fn run_job<F>(dev: DeviceKind, np: usize, what: &str, f: F)
 where
     F: Fn(Comm) -> Result<()> + Send + Sync + 'static,
 {
-    let what = format!("{what} (np={np}, {dev:?})");
-    if let Err(e) = job(config(dev, np), &what, f) {
+    run_config(config(dev, np), what, f);
+}
+
+/// Runs a job of `config` that must succeed.
+fn run_config<F>(config: Config, what: &str, f: F)
+where
+    F: Fn(Comm) -> Result<()> + Send + Sync + 'static,
+{
+    let what = format!("{what} (np={}, {:?})", config.get_np(), config.get_device());
+    if let Err(e) = job(config, &what, f) {
         panic!("{what}: {e}");
     }
 }
@@ -554,25 +562,41 @@ fn twins(dev: DeviceKind, tunings: Tunings) {
         DeviceKind::Shm => &[1, 2, 3, 4, 7, 8],
         _ => &[1, 3, 4],
     };
+    for &np in nps {
+        twins_on(config(dev, np), tunings);
+    }
+}
+
+/// [`twins`] on the ranks of `config`.
+fn twins_on(config: Config, tunings: Tunings) {
+    let np = config.get_np();
     let variants = match tunings {
         Tunings::P2p => P2P_VARIANTS,
         _ => 1,
     };
-    for &np in nps {
-        run_job(dev, np, &format!("twins under {tunings:?} tuning"), move |world| {
-            for k in 0..variants {
-                let comm = world.with_tuning(tunings.tuning(k));
-                for (i, case) in twin_cases(np).iter().enumerate() {
-                    let how = COMPLETIONS[i % COMPLETIONS.len()];
-                    let what = || format!("{case} (variant {k}) completed by {how:?} on rank {}", comm.rank());
-                    let want = twin_result(&comm, case)?;
-                    let mut got = case.bufs(np, comm.rank());
-                    comm.scope(|s| complete(start(s, case, &mut got)?, how)).ctx(what)?;
-                    same(&got, &want, what)?;
-                }
+    run_config(config, &format!("twins under {tunings:?} tuning"), move |world| {
+        for k in 0..variants {
+            let comm = world.with_tuning(tunings.tuning(k));
+            for (i, case) in twin_cases(np).iter().enumerate() {
+                let how = COMPLETIONS[i % COMPLETIONS.len()];
+                let what = || format!("{case} (variant {k}) completed by {how:?} on rank {}", comm.rank());
+                let want = twin_result(&comm, case)?;
+                let mut got = case.bufs(np, comm.rank());
+                comm.scope(|s| complete(start(s, case, &mut got)?, how)).ctx(what)?;
+                same(&got, &want, what)?;
             }
-            Ok(())
-        });
+        }
+        Ok(())
+    });
+}
+
+/// With a tiny eager limit every message but the smallest goes by rendezvous, and with a large
+/// one even the rendezvous-sized cases go eagerly.
+fn twins_at_other_eager_limits(dev: DeviceKind) {
+    for eager_limit in [16, 1 << 20] {
+        for tunings in [Tunings::Default, Tunings::P2p] {
+            twins_on(config(dev, 3).eager_limit(eager_limit), tunings);
+        }
     }
 }
 
@@ -658,7 +682,7 @@ fn run_interleaved<'a>(
                 };
                 let (req, label) = match item {
                     Start::Coll(0, case, bufs) => (start(s0, case, bufs), format!("{case} on world")),
-                    Start::Coll(_, case, bufs) => (start(s1, case, bufs), format!("{case} on the dup")),
+                    Start::Coll(_, case, bufs) => (start(s1, case, bufs), format!("{case} on comm 1")),
                     Start::Send(j, buf) => (s0.isend(buf, right, P2P_TAG + j as i32), format!("isend {j}")),
                     Start::Recv(j, buf) => (s0.irecv(buf, left, P2P_TAG + j as i32), format!("irecv {j}")),
                 };
@@ -726,28 +750,49 @@ fn complete_randomly(mut reqs: Vec<Request<'_>>, mut labels: Vec<String>, rng: &
     Ok(())
 }
 
+/// The second communicator of the random rounds.
+#[derive(Clone, Copy, Debug)]
+enum Second {
+    /// A dup of the world with every collective forced to a point-to-point algorithm.
+    Dup,
+    /// The world split into even and odd ranks (in reverse order), default tuning.
+    Split,
+}
+
 /// Rounds of up to `max_ops` outstanding collectives of random kinds on the world (default
-/// tuning) and a dup of it (forced point-to-point algorithms), plus up to three messages around
-/// a ring, all completed in a random order; every result is checked against the blocking twins
-/// run afterwards in issue order. Every rank draws the collectives from the same seed and its
-/// start interleaving and completion order from its own.
-fn random_rounds(dev: DeviceKind, np: usize, rounds: u64, max_ops: usize, allow_big: bool) {
-    run_job(dev, np, &format!("random rounds of up to {max_ops} collectives"), move |world| {
+/// tuning) and a `second` communicator, plus up to three messages around a ring, all completed
+/// in a random order; every result is checked against the blocking twins run afterwards in
+/// issue order. The ranks of a communicator draw its collectives from the same seed, and each
+/// rank draws its start interleaving and completion order from its own.
+fn random_rounds(dev: DeviceKind, np: usize, rounds: u64, max_ops: usize, allow_big: bool, second: Second) {
+    run_job(dev, np, &format!("random rounds of up to {max_ops} collectives, {second:?}"), move |world| {
         let me = world.rank();
         let left = (me + np - 1) % np;
-        let dup = world.dup()?.with_tuning(Tunings::P2p.tuning(np));
-        let comms = [&world, &dup];
+        let (other, group) = match second {
+            Second::Dup => (world.dup()?.with_tuning(Tunings::P2p.tuning(np)), 0),
+            Second::Split => {
+                let color = (me % 2) as u32;
+                let split = world.split(Some(color), -(me as i32))?;
+                (split.ok_or_else(|| Error::other("split gave no communicator"))?, u64::from(color) + 1)
+            }
+        };
+        let comms = [&world, &other];
         for round in 0..rounds {
             let seed = mix(&[round, np as u64, max_ops as u64]);
             let mut shared = Rng::new(seed);
+            let mut in_group = Rng::new(mix(&[seed, group]));
             let mut mine = Rng::new(mix(&[seed, me as u64, 1]));
             let ops: Vec<(usize, Case)> = (0..shared.range(1, max_ops))
-                .map(|_| (shared.below(2) as usize, random_case(&mut shared, np, allow_big)))
+                .map(|_| match shared.below(2) as usize {
+                    0 => (0, random_case(&mut shared, np, allow_big)),
+                    _ => (1, random_case(&mut in_group, other.size(), allow_big)),
+                })
                 .collect();
             let lens: Vec<usize> = (0..shared.range(0, 3))
                 .map(|_| if shared.chance(20) && allow_big { shared.range(3000, 20_000) } else { shared.range(0, 30) })
                 .collect();
-            let mut bufs: Vec<Bufs> = ops.iter().map(|(_, case)| case.bufs(np, me)).collect();
+            let mut bufs: Vec<Bufs> =
+                ops.iter().map(|(c, case)| case.bufs(comms[*c].size(), comms[*c].rank())).collect();
             let out: Vec<Vec<u32>> = lens.iter().enumerate().map(|(j, &len)| message(seed, me, j, len)).collect();
             let mut inbox: Vec<Vec<u32>> = lens.iter().map(|&len| vec![SENTINEL; len]).collect();
 
@@ -790,12 +835,23 @@ fn random_interleavings(dev: DeviceKind) {
         _ => 12,
     };
     for &np in nps {
-        random_rounds(dev, np, rounds, 6, true);
+        random_rounds(dev, np, rounds, 6, true, Second::Dup);
+    }
+}
+
+/// Beyond the eight lanes of the shared-memory slots, on the world and a split of it.
+fn random_interleavings_with_a_split(dev: DeviceKind) {
+    let nps: &[usize] = match dev {
+        DeviceKind::Shm => &[2, 5, 6],
+        _ => &[4],
+    };
+    for &np in nps {
+        random_rounds(dev, np, 20, 12, true, Second::Split);
     }
 }
 
 fn random_interleavings_on_16_ranks(dev: DeviceKind) {
-    random_rounds(dev, 16, 6, 4, false);
+    random_rounds(dev, 16, 6, 4, false, Second::Dup);
 }
 
 /// More collectives outstanding at once than the shared-memory device has slots (a bounded
@@ -829,6 +885,56 @@ fn many_outstanding_newest_first(dev: DeviceKind) {
                 .ctx(|| format!("{tunings:?} tuning"))?;
                 for (case, got) in cases.iter().zip(&bufs) {
                     same(got, &twin_result(&comm, case)?, || format!("{case} under {tunings:?} on rank {me}"))?;
+                }
+            }
+            Ok(())
+        });
+    }
+}
+
+/// Blocking collectives issued while nonblocking ones are outstanding, on the same communicator
+/// (they match in issue order, as in MPI) and on a dup: the blocking calls must progress the
+/// outstanding operations they depend on, and every result must be right.
+fn blocking_calls_among_outstanding_ones(dev: DeviceKind) {
+    let nps: &[usize] = match dev {
+        DeviceKind::Shm => &[2, 3, 5],
+        _ => &[3],
+    };
+    for &np in nps {
+        run_job(dev, np, "blocking collectives among nonblocking ones", move |world| {
+            let me = world.rank();
+            for (k, tunings) in [Tunings::Default, Tunings::Native, Tunings::P2p].into_iter().enumerate() {
+                let comm = world.with_tuning(tunings.tuning(k));
+                let dup = comm.dup()?;
+                for round in 0..10u64 {
+                    let mut shared = Rng::new(mix(&[np as u64, k as u64, round, 77]));
+                    let outstanding: Vec<Case> =
+                        (0..shared.range(1, 4)).map(|_| random_case(&mut shared, np, true)).collect();
+                    let between: Vec<(usize, Case)> = (0..shared.range(1, 3))
+                        .map(|_| (shared.below(2) as usize, random_case(&mut shared, np, true)))
+                        .collect();
+                    let mut bufs: Vec<Bufs> = outstanding.iter().map(|case| case.bufs(np, me)).collect();
+                    let mut between_got: Vec<Bufs> = between.iter().map(|(_, case)| case.bufs(np, me)).collect();
+                    let what = || format!("{tunings:?} round {round}: {outstanding:?} then blocking {between:?}");
+                    comm.scope(|s| {
+                        let mut reqs = Vec::new();
+                        for (case, b) in outstanding.iter().zip(bufs.iter_mut()) {
+                            reqs.push(start(s, case, b)?);
+                        }
+                        for ((c, case), b) in between.iter().zip(between_got.iter_mut()) {
+                            blocking(if *c == 0 { &comm } else { &dup }, case, b)?;
+                        }
+                        waitall(&mut reqs).map(drop)
+                    })
+                    .ctx(what)?;
+                    for (case, got) in outstanding.iter().zip(&bufs) {
+                        same(got, &twin_result(&comm, case)?, || {
+                            format!("{}: nonblocking {case} on rank {me}", what())
+                        })?;
+                    }
+                    for ((_, case), got) in between.iter().zip(&between_got) {
+                        same(got, &reference(case, np, me), || format!("{}: blocking {case} on rank {me}", what()))?;
+                    }
                 }
             }
             Ok(())
@@ -920,6 +1026,41 @@ fn forgotten_then_waited(dev: DeviceKind) {
         }
         Ok(())
     });
+}
+
+/// A panic inside a scope with collectives outstanding abandons them (the scope's end drops
+/// their remaining stages instead of running them, see `Engine::finish_scope`). When every rank
+/// panics and catches it, nothing hangs; when one rank's panic ends it, the job fails naming
+/// that rank while the others wait in `waitall`, instead of hanging. (Whether an abandoned
+/// operation writes a buffer after its scope is beyond what this test can see.)
+fn panic_with_collectives_outstanding(dev: DeviceKind) {
+    let outstanding = |world: &Comm, panics: bool| -> Result<()> {
+        let (me, np) = (world.rank(), world.size());
+        let cases = forgotten_cases(np);
+        let mut bufs: Vec<Bufs> = cases.iter().map(|case| case.bufs(np, me)).collect();
+        world.scope(|s| {
+            let mut reqs = Vec::new();
+            for (case, b) in cases.iter().zip(bufs.iter_mut()) {
+                reqs.push(start(s, case, b)?);
+            }
+            if panics {
+                panic!("deliberate panic on rank {me} with {} collectives outstanding", reqs.len());
+            }
+            waitall(&mut reqs).map(drop)
+        })
+    };
+    run_job(dev, 3, "every rank panics with collectives outstanding", move |world| {
+        // A rank may also see a peer's abandonment (or exit) first, as an `Err` from a start.
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| outstanding(&world, true))) {
+            Err(_) | Ok(Err(_)) => Ok(()),
+            Ok(Ok(())) => Err(Error::other("the scope's panic was lost")),
+        }
+    });
+    let what = format!("rank 1 panics with collectives outstanding ({dev:?})");
+    match job(config(dev, 3), &what, move |world| outstanding(&world, world.rank() == 1)) {
+        Err(Error::RankFailed { rank: 1, cause }) if cause.contains("deliberate panic") => {}
+        other => panic!("{what}: expected rank 1 to fail the job, got {other:?}"),
+    }
 }
 
 // ---------------------------------------------------------------- 4. errors and request states
@@ -1037,38 +1178,58 @@ fn request_states_after_completion(dev: DeviceKind) {
 
 // ---------------------------------------------------------------- 5. progress
 
+/// The blocking call rank 1 waits in while rank 2 waits for the collective.
+#[derive(Clone, Copy, Debug)]
+enum Blocker {
+    /// `recv` from rank 2, which sends once its collective is done.
+    Recv,
+    /// `probe` for that message (then `recv`).
+    Probe,
+    /// A blocking barrier on a dup, which the other ranks enter once their collective is done.
+    DupBarrier,
+}
+
 /// MPI's progress rule: rank 1, an interior rank of `case`'s algorithm under `tuning`, is
-/// blocked in `recv` from rank 2 while rank 2 waits for the collective, which needs rank 1's
-/// part; the blocking `recv` must progress it.
-fn progress_while_blocked_in_recv(dev: DeviceKind, tuning: Tuning, case: Case) {
-    run_job(dev, 3, &format!("{case} while rank 1 is blocked in recv"), move |world| {
-        let comm = world.with_tuning(tuning.clone());
-        let me = comm.rank();
-        let mut got = case.bufs(3, me);
-        comm.scope(|s| {
-            let req = start(s, &case, &mut got)?;
-            match me {
-                1 => {
-                    comm.recv(&mut [0u32], 2, 5)?;
-                    req.wait()?;
+/// blocked in a call that only returns after rank 2's collective completes, which needs rank 1's
+/// part: every `blocker` must progress it.
+fn progress_while_blocked(dev: DeviceKind, tuning: Tuning, case: Case) {
+    for blocker in [Blocker::Recv, Blocker::Probe, Blocker::DupBarrier] {
+        let tuning = tuning.clone();
+        run_job(dev, 3, &format!("{case} while rank 1 is blocked in {blocker:?}"), move |world| {
+            let comm = world.with_tuning(tuning.clone());
+            let dup = comm.dup()?;
+            let me = comm.rank();
+            let mut got = case.bufs(3, me);
+            comm.scope(|s| {
+                let req = start(s, &case, &mut got)?;
+                match (me, blocker) {
+                    (1, Blocker::Recv) => drop(comm.recv(&mut [0u32], 2, 5)?),
+                    (1, Blocker::Probe) => {
+                        comm.probe(2, 5)?;
+                        comm.recv(&mut [0u32], 2, 5)?;
+                    }
+                    (1, Blocker::DupBarrier) => dup.barrier()?,
+                    _ => {}
                 }
-                2 => {
-                    req.wait()?;
-                    comm.send(&[7u32], 1, 5)?;
+                req.wait()?;
+                match (me, blocker) {
+                    (1, _) => {}
+                    (_, Blocker::DupBarrier) => dup.barrier()?,
+                    (2, _) => comm.send(&[7u32], 1, 5)?,
+                    _ => {}
                 }
-                _ => drop(req.wait()?),
-            }
-            Ok::<_, Error>(())
-        })?;
-        same(&got, &twin_result(&comm, &case)?, || format!("{case} on rank {me}"))
-    });
+                Ok::<_, Error>(())
+            })?;
+            same(&got, &twin_result(&comm, &case)?, || format!("{case} on rank {me}"))
+        });
+    }
 }
 
 /// A bcast from rank 0 along the chain 0 → 1 → 2 (and under the default tuning).
 fn progress_of_a_forwarded_bcast(dev: DeviceKind) {
     for n in [5, BIG] {
         for tuning in [chain_bcast(), Tuning::defaults()] {
-            progress_while_blocked_in_recv(dev, tuning, Case::new(Kind::Bcast, n, 0, Red::Sum, 9));
+            progress_while_blocked(dev, tuning, Case::new(Kind::Bcast, n, 0, Red::Sum, 9));
         }
     }
 }
@@ -1077,7 +1238,7 @@ fn progress_of_a_forwarded_bcast(dev: DeviceKind) {
 fn progress_of_a_ring_allreduce(dev: DeviceKind) {
     let ring = Tuning::defaults().force(Collective::Allreduce, Algorithm::Bkt).expect("valid");
     for n in [6, BIG] {
-        progress_while_blocked_in_recv(dev, ring.clone(), Case::new(Kind::Allreduce, n, 0, Red::Sum, 10));
+        progress_while_blocked(dev, ring.clone(), Case::new(Kind::Allreduce, n, 0, Red::Sum, 10));
     }
 }
 
@@ -1122,11 +1283,15 @@ device_suite!(
         twins_default_tuning,
         twins_native,
         twins_point_to_point,
+        twins_at_other_eager_limits,
         random_interleavings,
+        random_interleavings_with_a_split,
         random_interleavings_on_16_ranks,
         many_outstanding_newest_first,
+        blocking_calls_among_outstanding_ones,
         forgotten_requests,
         forgotten_then_waited,
+        panic_with_collectives_outstanding,
         bad_arguments_fail_at_the_call,
         root_only_errors_on_a_single_rank,
         request_states_after_completion,
