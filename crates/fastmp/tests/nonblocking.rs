@@ -942,6 +942,60 @@ fn blocking_calls_among_outstanding_ones(dev: DeviceKind) {
     }
 }
 
+/// Ranks arrive at native (slot) broadcasts in every order: each rank pauses for a random while
+/// before starting and before waiting, so the root and the receivers take turns being first
+/// (who copies then differs), blocking and nonblocking, and with several outstanding at once.
+fn bcast_arrival_orders(dev: DeviceKind) {
+    let nps: &[usize] = match dev {
+        DeviceKind::Shm => &[2, 3, 4, 8],
+        _ => &[3],
+    };
+    for &np in nps {
+        run_job(dev, np, "bcasts in random arrival orders", move |world| {
+            let me = world.rank();
+            let comm = world.with_tuning(Tunings::Native.tuning(0));
+            let mut mine = Rng::new(mix(&[np as u64, me as u64, 5]));
+            let pause = |rng: &mut Rng| match rng.below(10) {
+                0..=4 => {}
+                5..=8 => (0..rng.range(1, 50)).for_each(|_| std::thread::yield_now()),
+                _ => std::thread::sleep(Duration::from_micros(rng.range(50, 2000) as u64)),
+            };
+            for round in 0..60u64 {
+                let mut shared = Rng::new(mix(&[np as u64, round, 6]));
+                let cases: Vec<Case> = (0..shared.range(1, 3))
+                    .map(|_| {
+                        let n = *shared.pick(&[1, 100, 2048, 2049, 8192, BIG]);
+                        Case::new(Kind::Bcast, n, shared.below(np as u64) as usize, Red::Sum, round)
+                    })
+                    .collect();
+                let nonblocking = shared.chance(70);
+                let mut bufs: Vec<Bufs> = cases.iter().map(|case| case.bufs(np, me)).collect();
+                pause(&mut mine);
+                if nonblocking {
+                    comm.scope(|s| {
+                        let mut reqs = Vec::new();
+                        for (case, b) in cases.iter().zip(bufs.iter_mut()) {
+                            reqs.push(start(s, case, b)?);
+                            pause(&mut mine);
+                        }
+                        complete_randomly(reqs, vec![String::from("ibcast"); cases.len()], &mut mine)
+                    })?;
+                } else {
+                    for (case, b) in cases.iter().zip(bufs.iter_mut()) {
+                        blocking(&comm, case, b)?;
+                        pause(&mut mine);
+                    }
+                }
+                for (case, got) in cases.iter().zip(&bufs) {
+                    let kind = if nonblocking { "ibcast" } else { "bcast" };
+                    same(got, &reference(case, np, me), || format!("round {round}: {kind} {case} on rank {me}"))?;
+                }
+            }
+            Ok(())
+        });
+    }
+}
+
 // ---------------------------------------------------------------- 3. forgotten requests
 
 /// The collectives whose requests are leaked or dropped, rendezvous sizes included.
@@ -1290,6 +1344,7 @@ device_suite!(
         random_interleavings_with_a_split,
         random_interleavings_on_16_ranks,
         many_outstanding_newest_first,
+        bcast_arrival_orders,
         blocking_calls_among_outstanding_ones,
         forgotten_requests,
         forgotten_then_waited,
