@@ -57,8 +57,7 @@ impl Engine {
         self.polling.get()
     }
 
-    /// Registers `schedule` for `scope` and runs its first stages at once (so data that is
-    /// already there moves now).
+    /// Registers `schedule` (already polled once, by the caller) for `scope`.
     ///
     /// # Safety
     /// `schedule` may borrow data that lives as long as `scope`'s closure: the caller
@@ -77,7 +76,6 @@ impl Engine {
         let entry = Entry { id, scope, schedule: Some(schedule), outcome: None, detached: false };
         self.entries.borrow_mut().push(entry);
         self.unfinished.set(self.unfinished.get() + 1);
-        self.progress();
         id
     }
 

@@ -8,6 +8,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::task::{Context, Poll, Waker};
 
 use bytemuck::Pod;
 
@@ -17,19 +18,20 @@ use crate::error::Result;
 use crate::scope::{EMPTY_STATUS, Request, Scope};
 
 impl<'scope, 'env> Scope<'scope, 'env> {
-    /// Hands a started operation to the engine, which already ran its first steps: argument
-    /// errors (and any other failure that early) are returned here, as by the blocking twin.
+    /// Runs a started operation's first steps at once (older operations first, in issue
+    /// order), then hands it to the engine if it has more: argument errors (and any other
+    /// failure that early) are returned here, as by the blocking twin.
     fn start_collective(&'scope self, operation: impl Future<Output = Result<()>> + 'scope) -> Result<Request<'scope>> {
         let engine = &self.comm.process.engine;
-        let operation: Pin<Box<dyn Future<Output = Result<()>> + 'scope>> = Box::pin(operation);
+        engine.progress();
+        let mut operation: Pin<Box<dyn Future<Output = Result<()>> + 'scope>> = Box::pin(operation);
+        if let Poll::Ready(outcome) = operation.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
+            return outcome.map(|()| Request::completed(self.comm, Ok(EMPTY_STATUS)));
+        }
         // SAFETY: the operation borrows only what lives for 'scope, and `Comm::scope` finishes or
         // drops every operation registered under `self.token` before 'scope ends.
         let id = unsafe { engine.start(self.token, operation) };
-        match engine.take_outcome(id) {
-            None => Ok(Request::collective(self.comm, id)),
-            Some(Ok(())) => Ok(Request::completed(self.comm, Ok(EMPTY_STATUS))),
-            Some(Err(e)) => Err(e),
-        }
+        Ok(Request::collective(self.comm, id))
     }
 
     /// Starts a barrier (MPI_Ibarrier): completes once every rank has started it.
