@@ -764,8 +764,9 @@ enum Second {
 /// in a random order; every result is checked against the blocking twins run afterwards in
 /// issue order. The ranks of a communicator draw its collectives from the same seed, and each
 /// rank draws its start interleaving and completion order from its own.
-fn random_rounds(dev: DeviceKind, np: usize, rounds: u64, max_ops: usize, allow_big: bool, second: Second) {
-    run_job(dev, np, &format!("random rounds of up to {max_ops} collectives, {second:?}"), move |world| {
+fn random_rounds(config: Config, rounds: u64, max_ops: usize, allow_big: bool, second: Second) {
+    let np = config.get_np();
+    run_config(config, &format!("random rounds of up to {max_ops} collectives, {second:?}"), move |world| {
         let me = world.rank();
         let left = (me + np - 1) % np;
         let (other, group) = match second {
@@ -835,7 +836,7 @@ fn random_interleavings(dev: DeviceKind) {
         _ => 12,
     };
     for &np in nps {
-        random_rounds(dev, np, rounds, 6, true, Second::Dup);
+        random_rounds(config(dev, np), rounds, 6, true, Second::Dup);
     }
 }
 
@@ -846,12 +847,12 @@ fn random_interleavings_with_a_split(dev: DeviceKind) {
         _ => &[4],
     };
     for &np in nps {
-        random_rounds(dev, np, 20, 12, true, Second::Split);
+        random_rounds(config(dev, np), 20, 12, true, Second::Split);
     }
 }
 
 fn random_interleavings_on_16_ranks(dev: DeviceKind) {
-    random_rounds(dev, 16, 6, 4, false, Second::Dup);
+    random_rounds(config(dev, 16), 6, 4, false, Second::Dup);
 }
 
 /// More collectives outstanding at once than the shared-memory device has slots (a bounded
@@ -994,6 +995,18 @@ fn bcast_arrival_orders(dev: DeviceKind) {
             Ok(())
         });
     }
+}
+
+/// The random rounds and the point-to-point twins with the tcp device's progress thread on,
+/// which then moves data concurrently with the ranks' own calls.
+#[test]
+fn tcp_with_the_progress_thread() {
+    let with_thread = |np| config(DeviceKind::Tcp, np).progress_thread(true);
+    for np in [2, 4] {
+        random_rounds(with_thread(np), 12, 6, true, Second::Dup);
+    }
+    random_rounds(with_thread(5), 10, 12, true, Second::Split);
+    twins_on(with_thread(3), Tunings::P2p);
 }
 
 // ---------------------------------------------------------------- 3. forgotten requests
