@@ -1,22 +1,27 @@
 //! Nonblocking collectives (issue 5) against their blocking twins.
 //!
-//! Every check runs a nonblocking collective and its blocking twin in the same job on the same
-//! inputs and compares everything the rank passed (send and receive buffers, gaps between the
-//! blocks of the `v` variants included); the blocking collectives themselves are checked against
-//! sequential references in `collectives.rs`. Reductions use a non-commutative operation
-//! (composition of affine maps) as well as a sum, so a combination out of rank order shows.
+//! Every check runs a nonblocking collective and compares everything the rank passed (send and
+//! receive buffers, gaps between the blocks of the `v` variants included) with its blocking twin
+//! run in the same job on the same inputs, which must in turn agree with a sequential reference
+//! computed from all ranks' buffers. Reductions use a non-commutative operation (composition of
+//! affine maps) as well as a sum, so a combination out of rank order shows.
 //!
-//! Sections: each of the sixteen collectives at several process counts, sizes (0, 1, 5 and a
-//! rendezvous size) and roots, under the default tuning, with every collective forced to the
-//! shared-memory slot algorithm (`native`) and forced to point-to-point schedules; random
-//! interleavings of several outstanding collectives on two communicators with point-to-point
-//! traffic, completed in random order by every completion call (including 16 ranks on few
-//! cores); more outstanding collectives than the shared-memory device has slots; requests
-//! leaked with `mem::forget` or dropped; argument errors and request states; and MPI's progress
-//! rule (a rank blocked in `recv` still forwards a collective's data).
-//!
-//! Every expected result comes from the blocking twin, which must in turn agree with a
-//! sequential reference computed from all ranks' buffers.
+//! Sections:
+//! 1. each of the sixteen collectives at several process counts, sizes (0, 1, 5 and a rendezvous
+//!    size) and roots, under the default tuning, every collective forced to the shared-memory
+//!    slot algorithm (`native`), and forced to each of its point-to-point algorithms; also at
+//!    tiny and huge eager limits;
+//! 2. random rounds of several outstanding collectives on the world and a dup or a split of it,
+//!    mixed with point-to-point traffic and completed in random order by every completion call
+//!    (16 ranks on few cores too, and tcp with its progress thread); more outstanding
+//!    collectives than the slots; blocking collectives issued among nonblocking ones; native
+//!    bcasts in random arrival orders;
+//! 3. requests leaked with `mem::forget` or dropped, on fast and slow ranks; a panic with
+//!    collectives outstanding;
+//! 4. argument errors at the call, and request states after completion;
+//! 5. MPI's progress rule: a rank blocked in `recv`, `probe` or a blocking barrier on a dup
+//!    still forwards a collective's data (and the tcp progress thread serves a root that makes
+//!    no calls).
 //!
 //! Every job runs under the watchdog of `coll_common::job`, so a hang fails the test.
 
