@@ -38,7 +38,10 @@ use coll_common::{Context, job, val};
 use common::{Rng, device_suite, mix};
 use fastmp::coll::{Algorithm, Collective, Tuning};
 use fastmp::op::Op;
-use fastmp::{Comm, Config, DeviceKind, Error, Request, Result, Scope, testall, testany, waitall, waitany};
+use fastmp::{
+    ANY_SOURCE, ANY_TAG, Comm, Config, DeviceKind, Error, Request, Result, Scope, Source, testall, testany, waitall,
+    waitany,
+};
 
 /// Elements of the large case: the vector of the vector collectives, and about what all ranks'
 /// blocks add up to in the block and `v` collectives. Past both devices' eager limits per block
@@ -689,7 +692,11 @@ fn run_interleaved<'a>(
                     Start::Coll(0, case, bufs) => (start(s0, case, bufs), format!("{case} on world")),
                     Start::Coll(_, case, bufs) => (start(s1, case, bufs), format!("{case} on comm 1")),
                     Start::Send(j, buf) => (s0.isend(buf, right, P2P_TAG + j as i32), format!("isend {j}")),
-                    Start::Recv(j, buf) => (s0.irecv(buf, left, P2P_TAG + j as i32), format!("irecv {j}")),
+                    Start::Recv(j, buf) => {
+                        // Every message to this rank comes from `left`: half the receives name it.
+                        let from = if j % 2 == 0 { Source::from(left) } else { ANY_SOURCE };
+                        (s0.irecv(buf, from, P2P_TAG + j as i32), format!("irecv {j}"))
+                    }
                 };
                 reqs.push(req.ctx(|| format!("starting {label}"))?);
                 labels.push(label);
@@ -1137,6 +1144,47 @@ fn panic_with_collectives_outstanding(dev: DeviceKind) {
     }
 }
 
+/// A wildcard receive (any source, any tag) posted before collectives start on the same
+/// communicator gets the user's message, never a collective's traffic.
+fn wildcard_receive_among_collectives(dev: DeviceKind) {
+    let nps: &[usize] = match dev {
+        DeviceKind::Shm => &[2, 4],
+        _ => &[3],
+    };
+    for &np in nps {
+        run_job(dev, np, "a wildcard receive among collectives", move |world| {
+            let me = world.rank();
+            let (right, left) = ((me + 1) % np, (me + np - 1) % np);
+            for (k, tunings) in [Tunings::Default, Tunings::P2p].into_iter().enumerate() {
+                let comm = world.with_tuning(tunings.tuning(k));
+                let cases = forgotten_cases(np);
+                let mut bufs: Vec<Bufs> = cases.iter().map(|case| case.bufs(np, me)).collect();
+                let (note, mut inbox) = ([me as u32, 1, 2], [SENTINEL; 3]);
+                let status = comm.scope(|s| {
+                    let wildcard = s.irecv(&mut inbox, ANY_SOURCE, ANY_TAG)?;
+                    let mut reqs = Vec::new();
+                    for (case, b) in cases.iter().zip(bufs.iter_mut()) {
+                        reqs.push(start(s, case, b)?);
+                    }
+                    waitall(&mut reqs)?;
+                    s.isend(&note, right, 42)?.wait()?;
+                    wildcard.wait()
+                })?;
+                if (status.source, status.tag, inbox) != (left, 42, [left as u32, 1, 2]) {
+                    return Err(Error::other(format!(
+                        "{tunings:?}: rank {me}'s wildcard receive got {inbox:x?} from {} with tag {}",
+                        status.source, status.tag
+                    )));
+                }
+                for (case, got) in cases.iter().zip(&bufs) {
+                    same(got, &twin_result(&comm, case)?, || format!("{case} under {tunings:?} on rank {me}"))?;
+                }
+            }
+            Ok(())
+        });
+    }
+}
+
 // ---------------------------------------------------------------- 4. errors and request states
 
 /// Starts one collective with `start` in a scope of its own and expects `InvalidArgument`
@@ -1367,6 +1415,7 @@ device_suite!(
         forgotten_requests,
         forgotten_then_waited,
         panic_with_collectives_outstanding,
+        wildcard_receive_among_collectives,
         bad_arguments_fail_at_the_call,
         root_only_errors_on_a_single_rank,
         request_states_after_completion,
