@@ -1298,6 +1298,33 @@ fn request_states_after_completion(dev: DeviceKind) {
     });
 }
 
+/// Cancelling an outstanding collective is an error (as in MPI) and leaves it running: rank 1
+/// cancels its ibarrier before rank 0 (which waits for rank 1's go-ahead) has even started its
+/// own, so it cannot have completed yet.
+fn collective_requests_cannot_be_cancelled(dev: DeviceKind) {
+    run_job(dev, 3, "cancelling a collective", |world| {
+        let me = world.rank();
+        world.scope(|s| {
+            if me == 0 {
+                world.recv(&mut [0u8], 1, 9)?;
+            }
+            let barrier = s.ibarrier()?;
+            if me == 1 {
+                let cancelled = barrier.cancel();
+                if !matches!(cancelled, Err(Error::InvalidArgument(_))) {
+                    return Err(Error::other(format!("cancel of an outstanding ibarrier gave {cancelled:?}")));
+                }
+                world.send(&[1u8], 0, 9)?;
+            }
+            let status = barrier.wait()?;
+            if status.cancelled {
+                return Err(Error::other("the ibarrier's status says cancelled"));
+            }
+            Ok(())
+        })
+    });
+}
+
 // ---------------------------------------------------------------- 5. progress
 
 /// The blocking call rank 1 waits in while rank 2 waits for the collective.
@@ -1419,6 +1446,7 @@ device_suite!(
         bad_arguments_fail_at_the_call,
         root_only_errors_on_a_single_rank,
         request_states_after_completion,
+        collective_requests_cannot_be_cancelled,
         progress_of_a_forwarded_bcast,
         progress_of_a_ring_allreduce,
     ],
