@@ -657,7 +657,7 @@ fn message(seed: u64, from: usize, j: usize, len: usize) -> Vec<u32> {
 
 /// Something started in a random round, for starting in a random order.
 enum Start<'a> {
-    /// Collective on communicator 0 (world) or 1 (its dup).
+    /// Collective on communicator 0 (the world) or 1 (the second one).
     Coll(usize, &'a Case, &'a mut Bufs),
     Send(usize, &'a [u32]),
     Recv(usize, &'a mut [u32]),
