@@ -1,22 +1,27 @@
 //! Nonblocking collectives (issue 5) against their blocking twins.
 //!
-//! Every check runs a nonblocking collective and its blocking twin in the same job on the same
-//! inputs and compares everything the rank passed (send and receive buffers, gaps between the
-//! blocks of the `v` variants included); the blocking collectives themselves are checked against
-//! sequential references in `collectives.rs`. Reductions use a non-commutative operation
-//! (composition of affine maps) as well as a sum, so a combination out of rank order shows.
+//! Every check runs a nonblocking collective and compares everything the rank passed (send and
+//! receive buffers, gaps between the blocks of the `v` variants included) with its blocking twin
+//! run in the same job on the same inputs, which must in turn agree with a sequential reference
+//! computed from all ranks' buffers. Reductions use a non-commutative operation (composition of
+//! affine maps) as well as a sum, so a combination out of rank order shows.
 //!
-//! Sections: each of the sixteen collectives at several process counts, sizes (0, 1, 5 and a
-//! rendezvous size) and roots, under the default tuning, with every collective forced to the
-//! shared-memory slot algorithm (`native`) and forced to point-to-point schedules; random
-//! interleavings of several outstanding collectives on two communicators with point-to-point
-//! traffic, completed in random order by every completion call (including 16 ranks on few
-//! cores); more outstanding collectives than the shared-memory device has slots; requests
-//! leaked with `mem::forget` or dropped; argument errors and request states; and MPI's progress
-//! rule (a rank blocked in `recv` still forwards a collective's data).
-//!
-//! Every expected result comes from the blocking twin, which must in turn agree with a
-//! sequential reference computed from all ranks' buffers.
+//! Sections:
+//! 1. each of the sixteen collectives at several process counts, sizes (0, 1, 5 and a rendezvous
+//!    size) and roots, under the default tuning, every collective forced to the shared-memory
+//!    slot algorithm (`native`), and forced to each of its point-to-point algorithms; also at
+//!    tiny and huge eager limits;
+//! 2. random rounds of several outstanding collectives on the world and a dup or a split of it,
+//!    mixed with point-to-point traffic and completed in random order by every completion call
+//!    (16 ranks on few cores too, and tcp with its progress thread); more outstanding
+//!    collectives than the slots; blocking collectives issued among nonblocking ones; native
+//!    bcasts in random arrival orders;
+//! 3. requests leaked with `mem::forget` or dropped, on fast and slow ranks; a panic with
+//!    collectives outstanding;
+//! 4. argument errors at the call, and request states after completion;
+//! 5. MPI's progress rule: a rank blocked in `recv`, `probe` or a blocking barrier on a dup
+//!    still forwards a collective's data (and the tcp progress thread serves a root that makes
+//!    no calls).
 //!
 //! Every job runs under the watchdog of `coll_common::job`, so a hang fails the test.
 
@@ -33,7 +38,10 @@ use coll_common::{Context, job, val};
 use common::{Rng, device_suite, mix};
 use fastmp::coll::{Algorithm, Collective, Tuning};
 use fastmp::op::Op;
-use fastmp::{Comm, Config, DeviceKind, Error, Request, Result, Scope, testall, testany, waitall, waitany};
+use fastmp::{
+    ANY_SOURCE, ANY_TAG, Comm, Config, DeviceKind, Error, Request, Result, Scope, Source, testall, testany, waitall,
+    waitany,
+};
 
 /// Elements of the large case: the vector of the vector collectives, and about what all ranks'
 /// blocks add up to in the block and `v` collectives. Past both devices' eager limits per block
@@ -649,7 +657,7 @@ fn message(seed: u64, from: usize, j: usize, len: usize) -> Vec<u32> {
 
 /// Something started in a random round, for starting in a random order.
 enum Start<'a> {
-    /// Collective on communicator 0 (world) or 1 (its dup).
+    /// Collective on communicator 0 (the world) or 1 (the second one).
     Coll(usize, &'a Case, &'a mut Bufs),
     Send(usize, &'a [u32]),
     Recv(usize, &'a mut [u32]),
@@ -684,7 +692,11 @@ fn run_interleaved<'a>(
                     Start::Coll(0, case, bufs) => (start(s0, case, bufs), format!("{case} on world")),
                     Start::Coll(_, case, bufs) => (start(s1, case, bufs), format!("{case} on comm 1")),
                     Start::Send(j, buf) => (s0.isend(buf, right, P2P_TAG + j as i32), format!("isend {j}")),
-                    Start::Recv(j, buf) => (s0.irecv(buf, left, P2P_TAG + j as i32), format!("irecv {j}")),
+                    Start::Recv(j, buf) => {
+                        // Every message to this rank comes from `left`: half the receives name it.
+                        let from = if j % 2 == 0 { Source::from(left) } else { ANY_SOURCE };
+                        (s0.irecv(buf, from, P2P_TAG + j as i32), format!("irecv {j}"))
+                    }
                 };
                 reqs.push(req.ctx(|| format!("starting {label}"))?);
                 labels.push(label);
@@ -764,8 +776,9 @@ enum Second {
 /// in a random order; every result is checked against the blocking twins run afterwards in
 /// issue order. The ranks of a communicator draw its collectives from the same seed, and each
 /// rank draws its start interleaving and completion order from its own.
-fn random_rounds(dev: DeviceKind, np: usize, rounds: u64, max_ops: usize, allow_big: bool, second: Second) {
-    run_job(dev, np, &format!("random rounds of up to {max_ops} collectives, {second:?}"), move |world| {
+fn random_rounds(config: Config, rounds: u64, max_ops: usize, allow_big: bool, second: Second) {
+    let np = config.get_np();
+    run_config(config, &format!("random rounds of up to {max_ops} collectives, {second:?}"), move |world| {
         let me = world.rank();
         let left = (me + np - 1) % np;
         let (other, group) = match second {
@@ -835,7 +848,7 @@ fn random_interleavings(dev: DeviceKind) {
         _ => 12,
     };
     for &np in nps {
-        random_rounds(dev, np, rounds, 6, true, Second::Dup);
+        random_rounds(config(dev, np), rounds, 6, true, Second::Dup);
     }
 }
 
@@ -846,12 +859,12 @@ fn random_interleavings_with_a_split(dev: DeviceKind) {
         _ => &[4],
     };
     for &np in nps {
-        random_rounds(dev, np, 20, 12, true, Second::Split);
+        random_rounds(config(dev, np), 20, 12, true, Second::Split);
     }
 }
 
 fn random_interleavings_on_16_ranks(dev: DeviceKind) {
-    random_rounds(dev, 16, 6, 4, false, Second::Dup);
+    random_rounds(config(dev, 16), 6, 4, false, Second::Dup);
 }
 
 /// More collectives outstanding at once than the shared-memory device has slots (a bounded
@@ -940,6 +953,72 @@ fn blocking_calls_among_outstanding_ones(dev: DeviceKind) {
             Ok(())
         });
     }
+}
+
+/// Ranks arrive at native (slot) broadcasts in every order: each rank pauses for a random while
+/// before starting and before waiting, so the root and the receivers take turns being first
+/// (who copies then differs), blocking and nonblocking, and with several outstanding at once.
+fn bcast_arrival_orders(dev: DeviceKind) {
+    let nps: &[usize] = match dev {
+        DeviceKind::Shm => &[2, 3, 4, 8],
+        _ => &[3],
+    };
+    for &np in nps {
+        run_job(dev, np, "bcasts in random arrival orders", move |world| {
+            let me = world.rank();
+            let comm = world.with_tuning(Tunings::Native.tuning(0));
+            let mut mine = Rng::new(mix(&[np as u64, me as u64, 5]));
+            let pause = |rng: &mut Rng| match rng.below(10) {
+                0..=4 => {}
+                5..=8 => (0..rng.range(1, 50)).for_each(|_| std::thread::yield_now()),
+                _ => std::thread::sleep(Duration::from_micros(rng.range(50, 2000) as u64)),
+            };
+            for round in 0..60u64 {
+                let mut shared = Rng::new(mix(&[np as u64, round, 6]));
+                let cases: Vec<Case> = (0..shared.range(1, 3))
+                    .map(|_| {
+                        let n = *shared.pick(&[1, 100, 2048, 2049, 8192, BIG]);
+                        Case::new(Kind::Bcast, n, shared.below(np as u64) as usize, Red::Sum, round)
+                    })
+                    .collect();
+                let nonblocking = shared.chance(70);
+                let mut bufs: Vec<Bufs> = cases.iter().map(|case| case.bufs(np, me)).collect();
+                pause(&mut mine);
+                if nonblocking {
+                    comm.scope(|s| {
+                        let mut reqs = Vec::new();
+                        for (case, b) in cases.iter().zip(bufs.iter_mut()) {
+                            reqs.push(start(s, case, b)?);
+                            pause(&mut mine);
+                        }
+                        complete_randomly(reqs, vec![String::from("ibcast"); cases.len()], &mut mine)
+                    })?;
+                } else {
+                    for (case, b) in cases.iter().zip(bufs.iter_mut()) {
+                        blocking(&comm, case, b)?;
+                        pause(&mut mine);
+                    }
+                }
+                for (case, got) in cases.iter().zip(&bufs) {
+                    let kind = if nonblocking { "ibcast" } else { "bcast" };
+                    same(got, &reference(case, np, me), || format!("round {round}: {kind} {case} on rank {me}"))?;
+                }
+            }
+            Ok(())
+        });
+    }
+}
+
+/// The random rounds and the point-to-point twins with the tcp device's progress thread on,
+/// which then moves data concurrently with the ranks' own calls.
+#[test]
+fn tcp_with_the_progress_thread() {
+    let with_thread = |np| config(DeviceKind::Tcp, np).progress_thread(true);
+    for np in [2, 4] {
+        random_rounds(with_thread(np), 12, 6, true, Second::Dup);
+    }
+    random_rounds(with_thread(5), 10, 12, true, Second::Split);
+    twins_on(with_thread(3), Tunings::P2p);
 }
 
 // ---------------------------------------------------------------- 3. forgotten requests
@@ -1057,9 +1136,52 @@ fn panic_with_collectives_outstanding(dev: DeviceKind) {
         }
     });
     let what = format!("rank 1 panics with collectives outstanding ({dev:?})");
+    // The job's error names rank 1: its panic, or a peer's error about rank 1's abandonment.
     match job(config(dev, 3), &what, move |world| outstanding(&world, world.rank() == 1)) {
         Err(Error::RankFailed { rank: 1, cause }) if cause.contains("deliberate panic") => {}
+        Err(Error::RankFailed { cause, .. }) if cause.contains("rank 1 abandoned") => {}
         other => panic!("{what}: expected rank 1 to fail the job, got {other:?}"),
+    }
+}
+
+/// A wildcard receive (any source, any tag) posted before collectives start on the same
+/// communicator gets the user's message, never a collective's traffic.
+fn wildcard_receive_among_collectives(dev: DeviceKind) {
+    let nps: &[usize] = match dev {
+        DeviceKind::Shm => &[2, 4],
+        _ => &[3],
+    };
+    for &np in nps {
+        run_job(dev, np, "a wildcard receive among collectives", move |world| {
+            let me = world.rank();
+            let (right, left) = ((me + 1) % np, (me + np - 1) % np);
+            for (k, tunings) in [Tunings::Default, Tunings::P2p].into_iter().enumerate() {
+                let comm = world.with_tuning(tunings.tuning(k));
+                let cases = forgotten_cases(np);
+                let mut bufs: Vec<Bufs> = cases.iter().map(|case| case.bufs(np, me)).collect();
+                let (note, mut inbox) = ([me as u32, 1, 2], [SENTINEL; 3]);
+                let status = comm.scope(|s| {
+                    let wildcard = s.irecv(&mut inbox, ANY_SOURCE, ANY_TAG)?;
+                    let mut reqs = Vec::new();
+                    for (case, b) in cases.iter().zip(bufs.iter_mut()) {
+                        reqs.push(start(s, case, b)?);
+                    }
+                    waitall(&mut reqs)?;
+                    s.isend(&note, right, 42)?.wait()?;
+                    wildcard.wait()
+                })?;
+                if (status.source, status.tag, inbox) != (left, 42, [left as u32, 1, 2]) {
+                    return Err(Error::other(format!(
+                        "{tunings:?}: rank {me}'s wildcard receive got {inbox:x?} from {} with tag {}",
+                        status.source, status.tag
+                    )));
+                }
+                for (case, got) in cases.iter().zip(&bufs) {
+                    same(got, &twin_result(&comm, case)?, || format!("{case} under {tunings:?} on rank {me}"))?;
+                }
+            }
+            Ok(())
+        });
     }
 }
 
@@ -1176,6 +1298,33 @@ fn request_states_after_completion(dev: DeviceKind) {
     });
 }
 
+/// Cancelling an outstanding collective is an error (as in MPI) and leaves it running: rank 1
+/// cancels its ibarrier before rank 0 (which waits for rank 1's go-ahead) has even started its
+/// own, so it cannot have completed yet.
+fn collective_requests_cannot_be_cancelled(dev: DeviceKind) {
+    run_job(dev, 3, "cancelling a collective", |world| {
+        let me = world.rank();
+        world.scope(|s| {
+            if me == 0 {
+                world.recv(&mut [0u8], 1, 9)?;
+            }
+            let barrier = s.ibarrier()?;
+            if me == 1 {
+                let cancelled = barrier.cancel();
+                if !matches!(cancelled, Err(Error::InvalidArgument(_))) {
+                    return Err(Error::other(format!("cancel of an outstanding ibarrier gave {cancelled:?}")));
+                }
+                world.send(&[1u8], 0, 9)?;
+            }
+            let status = barrier.wait()?;
+            if status.cancelled {
+                return Err(Error::other("the ibarrier's status says cancelled"));
+            }
+            Ok(())
+        })
+    });
+}
+
 // ---------------------------------------------------------------- 5. progress
 
 /// The blocking call rank 1 waits in while rank 2 waits for the collective.
@@ -1288,13 +1437,16 @@ device_suite!(
         random_interleavings_with_a_split,
         random_interleavings_on_16_ranks,
         many_outstanding_newest_first,
+        bcast_arrival_orders,
         blocking_calls_among_outstanding_ones,
         forgotten_requests,
         forgotten_then_waited,
         panic_with_collectives_outstanding,
+        wildcard_receive_among_collectives,
         bad_arguments_fail_at_the_call,
         root_only_errors_on_a_single_rank,
         request_states_after_completion,
+        collective_requests_cannot_be_cancelled,
         progress_of_a_forwarded_bcast,
         progress_of_a_ring_allreduce,
     ],
