@@ -54,7 +54,8 @@ pub(super) fn nested_call() -> Error {
 /// turn: every earlier operation of the lane (nonblocking ones still running) must be over.
 /// Waiting for them yields; a blocking operation then waits in the device, which drives them,
 /// except from inside an engine poll, where nothing would.
-async fn open_lane<'r>(run: &'r Run<'_>) -> Result<(&'r NativeHandle, Waiting<'static>, u64)> {
+/// `progress` drives the rank's point-to-point traffic during the operation's waits.
+async fn open_lane<'r>(run: &'r Run<'_>, progress: &'r dyn Fn()) -> Result<(&'r NativeHandle, Waiting<'r>, u64)> {
     let handle =
         run.native.as_deref().ok_or_else(|| Error::InvalidArgument("native collectives need the shm device".into()))?;
     let (lane, epoch) = run.native_ticket()?;
@@ -64,12 +65,9 @@ async fn open_lane<'r>(run: &'r Run<'_>) -> Result<(&'r NativeHandle, Waiting<'s
         }
         std::future::poll_fn(|_| if handle.is_turn_of(run.seq()) { Poll::Ready(()) } else { Poll::Pending }).await;
     }
-    let how = Waiting { me: run.rank(), lane, progress: &NO_PROGRESS, blocking: run.is_blocking() };
+    let how = Waiting { me: run.rank(), lane, progress, blocking: run.is_blocking() };
     Ok((handle, how, epoch))
 }
-
-/// Placeholder replaced by the run's own progress closure (which borrows the run).
-static NO_PROGRESS: fn() = || {};
 
 /// This rank's part of one native operation: publish `buffers`, wait for `sources`, run `work`
 /// (synchronous: copies and reductions), then `then` (steps that wait for peers' intermediate
@@ -84,9 +82,8 @@ async fn collective_then(
     work: impl FnOnce(&Session) -> Result<()>,
     then: impl AsyncFnOnce(&Session) -> Result<()>,
 ) -> Result<()> {
-    let (handle, how, epoch) = open_lane(run).await?;
     let progress = || run.dev.progress();
-    let how = Waiting { progress: &progress, ..how };
+    let (handle, how, epoch) = open_lane(run, &progress).await?;
     let mut session = handle.area.enter(how, epoch, kind, buffers, (sources, accessors));
     let mut outcome = session.await_sources().await;
     if outcome.is_ok() {
@@ -181,9 +178,9 @@ fn check_len(peer: usize, what: &str, actual: usize, expected: usize) -> Result<
 }
 
 pub(super) async fn barrier(run: &Run<'_>) -> Result<()> {
-    let (handle, how, epoch) = open_lane(run).await?;
     let progress = || run.dev.progress();
-    handle.area.barrier(Waiting { progress: &progress, ..how }, epoch).await
+    let (handle, how, epoch) = open_lane(run, &progress).await?;
+    handle.area.barrier(how, epoch).await
 }
 
 /// Listing 4.1 with Listing 4.3's rule for nonblocking use: the root publishes its buffer and
@@ -197,9 +194,9 @@ pub(super) async fn bcast(comm: &Run<'_>, buf: &mut [u8], root: usize) -> Result
         // Only the published pointer is used from here on: a new `&mut` reborrow of `buf` would
         // invalidate it (Stacked Borrows).
         let buffers = Buffers { send: buf.as_ptr(), send_len: len, ..Buffers::default() };
-        let (handle, how, epoch) = open_lane(comm).await?;
         let progress = || comm.dev.progress();
-        let session = handle.area.enter(Waiting { progress: &progress, ..how }, epoch, kind, buffers, (0..np, 0..np));
+        let (handle, how, epoch) = open_lane(comm, &progress).await?;
+        let session = handle.area.enter(how, epoch, kind, buffers, (0..np, 0..np));
         let pushed = others(comm).try_for_each(|p| {
             let Some(dst) = session.try_peer(p)? else { return Ok(()) };
             check_len(p, "buffer", dst.recv_len, len)?;
