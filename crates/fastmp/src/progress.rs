@@ -272,6 +272,10 @@ impl<D: Device + ?Sized> Device for Progressing<D> {
         self.inner.is_finalized()
     }
 
+    fn placement(&self) -> &crate::device::Placement {
+        self.inner.placement()
+    }
+
     fn name(&self) -> &'static str {
         self.inner.name()
     }

@@ -4,6 +4,7 @@
 //! `dyn Device` only, so a new transport is one more implementation of [`Device`] plus a branch in
 //! the launcher; nothing above changes.
 
+pub(crate) mod locality;
 pub(crate) mod shm;
 pub(crate) mod slab;
 pub(crate) mod tcp;
@@ -17,6 +18,7 @@ use std::any::Any;
 use std::sync::Arc;
 
 use crate::error::Result;
+pub use locality::{Locality, Placement};
 
 /// Status of a completed receive of `len` bytes into `capacity`, or its truncation error.
 pub(crate) fn receive_result(source: usize, tag: i32, len: usize, capacity: usize) -> Result<RawStatus> {
@@ -255,6 +257,10 @@ pub trait Device {
 
     /// Whether [`Device::finalize`] was called.
     fn is_finalized(&self) -> bool;
+
+    /// The process and node of every world rank (`Comm::split_type`, routing, hierarchical
+    /// collectives).
+    fn placement(&self) -> &Placement;
 
     /// Short name of the device, as reported by benchmarks ("shm", "tcp", ...).
     fn name(&self) -> &'static str;

@@ -899,6 +899,10 @@ impl Device for ShmEndpoint {
         Some(self.world.native_area(context, members))
     }
 
+    fn placement(&self) -> &crate::device::Placement {
+        &self.world.placement
+    }
+
     fn name(&self) -> &'static str {
         "shm"
     }

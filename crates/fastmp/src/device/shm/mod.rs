@@ -67,6 +67,8 @@ pub(crate) struct ShmWorld {
     aborted: AtomicBool,
     /// Native-collective areas by communicator (context and member list).
     native_areas: native::Registry,
+    /// Every rank is a thread of this process.
+    placement: super::Placement,
 }
 
 impl ShmWorld {
@@ -78,6 +80,7 @@ impl ShmWorld {
             policy: WaitPolicy::for_ranks(np),
             rings: (0..np * np).map(|_| Ring::new()).collect(),
             ranks: (0..np).map(|_| RankShared::default()).collect(),
+            placement: super::Placement::single_process(np),
             first_failure: OnceLock::new(),
             causes: (0..np).map(|_| OnceLock::new()).collect(),
             aborted: AtomicBool::new(false),

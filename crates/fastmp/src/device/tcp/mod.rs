@@ -104,6 +104,9 @@ struct Shared {
     progress_thread: bool,
     scopes: AtomicU64,
     finalized: AtomicBool,
+    /// Process and node of every rank. FIXME(v2-tcp): until the bootstrap exchanges process and
+    /// node keys, each rank counts as its own process on one node.
+    placement: super::Placement,
 }
 
 /// The tcp [`Device`] of one rank. Thread-safe: user threads and the input thread share it.
@@ -161,6 +164,7 @@ impl TcpEndpoint {
             progress_thread: options.progress_thread,
             scopes: AtomicU64::new(NO_OWNER),
             finalized: AtomicBool::new(false),
+            placement: super::Placement::from_keys(&(0..size).collect::<Vec<_>>(), &vec![(); size]),
         });
         let input_shared = shared.clone();
         let input = std::thread::Builder::new()
@@ -981,6 +985,10 @@ impl Device for TcpEndpoint {
 
     fn is_finalized(&self) -> bool {
         self.shared.finalized.load(Ordering::Acquire)
+    }
+
+    fn placement(&self) -> &super::Placement {
+        &self.shared.placement
     }
 
     fn name(&self) -> &'static str {
