@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use crate::coll::select::Tuning;
 use crate::device::shm::native::{LANES, NativeArea};
-use crate::device::{ANY_TAG, ContextId, Device, MatchSpec, RawStatus, Source, TAG_UB};
+use crate::device::{ANY_TAG, ContextId, Device, MatchSpec, RawStatus, ReqId, Source, TAG_UB};
 use crate::error::{Error, Result};
 use crate::group::Group;
 use crate::progress::{Engine, Progressing};
@@ -55,6 +55,19 @@ pub(crate) struct ProcessState {
     pub(crate) next_context: Cell<ContextId>,
     /// The rank's outstanding nonblocking collectives.
     pub(crate) engine: Rc<Engine>,
+    /// Last token given to a `Comm::scope` (names its collectives in the engine).
+    last_scope: Cell<u64>,
+    /// Emptied request lists of ended scopes, reused so a scope allocates nothing once warm.
+    pub(crate) request_lists: RefCell<Vec<Vec<ReqId>>>,
+}
+
+impl ProcessState {
+    /// A token for a new `Comm::scope`, unique within the rank.
+    pub(crate) fn new_scope_token(&self) -> u64 {
+        let token = self.last_scope.get() + 1;
+        self.last_scope.set(token);
+        token
+    }
 }
 
 /// A communicator's native-collective area plus this rank's count of native operations on it.
@@ -131,7 +144,12 @@ impl Comm {
         let group = Group::world(dev.size(), dev.rank());
         let engine = Rc::new(Engine::default());
         let dev: Rc<dyn Device> = Rc::new(Progressing::new(dev, engine.clone()));
-        let process = Rc::new(ProcessState { next_context: Cell::new(WORLD_CONTEXT + 2), engine });
+        let process = Rc::new(ProcessState {
+            next_context: Cell::new(WORLD_CONTEXT + 2),
+            engine,
+            last_scope: Cell::new(0),
+            request_lists: RefCell::default(),
+        });
         Comm::with_context(dev, WORLD_CONTEXT, group, tuning, process)
     }
 

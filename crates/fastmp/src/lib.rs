@@ -52,6 +52,7 @@ mod group;
 mod launch;
 mod p2p;
 mod progress;
+mod raw;
 mod scope;
 mod sync;
 mod topology;

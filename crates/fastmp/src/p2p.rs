@@ -6,7 +6,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::comm::{Comm, Status};
-use crate::device::{MatchSpec, SendMode, Source};
+use crate::device::{MatchSpec, SendMode, Source, requests};
 use crate::error::{Error, Result};
 
 impl Comm {
@@ -36,10 +36,7 @@ impl Comm {
 
     pub(crate) fn send_bytes(&self, bytes: &[u8], dest: usize, tag: i32, mode: SendMode) -> Result<()> {
         let dest = self.check_dest(dest, tag)?;
-        // SAFETY: `bytes` stays borrowed until `complete` returns, and `complete` releases the
-        // request on every error path, so the device is done with the buffer when we return.
-        let started = unsafe { self.dev.isend(bytes.as_ptr(), bytes.len(), dest, tag, self.context, mode)? };
-        self.dev.complete(started).map(drop)
+        requests::send(&*self.dev, bytes, dest, tag, self.context, mode).map(drop)
     }
 
     /// Receives into `buf` from `source` (a rank or [`crate::ANY_SOURCE`]) with `tag` (or
@@ -52,9 +49,7 @@ impl Comm {
 
     pub(crate) fn recv_bytes(&self, bytes: &mut [u8], source: Source, tag: i32) -> Result<crate::device::RawStatus> {
         let spec = self.recv_spec(source, tag)?;
-        // SAFETY: `bytes` is exclusively borrowed until the blocking receive returns, which
-        // releases its request on every error path.
-        unsafe { self.dev.recv(bytes.as_mut_ptr(), bytes.len(), spec) }
+        requests::recv(&*self.dev, bytes, spec)
     }
 
     /// Sends `sendbuf` to `dest` and receives into `recvbuf` from `source` at the same time

@@ -225,18 +225,6 @@ impl<D: Device + ?Sized> Device for Progressing<D> {
         self.inner.release(req)
     }
 
-    fn new_scope(&self) -> u64 {
-        self.inner.new_scope()
-    }
-
-    fn adopt(&self, req: ReqId, scope: u64) {
-        self.inner.adopt(req, scope)
-    }
-
-    fn release_scope(&self, scope: u64) {
-        self.inner.release_scope(scope)
-    }
-
     fn wait_until(&self, poll: &mut dyn FnMut() -> Result<bool>) -> Result<()> {
         if self.engine.is_idle() || self.engine.is_polling() {
             return self.inner.wait_until(poll);

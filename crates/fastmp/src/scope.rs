@@ -3,7 +3,8 @@
 //! A request borrows its buffer for the whole scope, and the scope's end releases every request it
 //! started that is still outstanding (an unmatched receive is cancelled, a pending send is
 //! detached by copying its data, an in-progress copy is waited for). So leaking a request with
-//! `mem::forget` cannot leave the device pointing at a freed buffer.
+//! `mem::forget` cannot leave the device pointing at a freed buffer. The bookkeeping that makes
+//! this sound is the device layer's `Ledger` (`device/requests.rs`); this module is the typed API.
 
 use std::marker::PhantomData;
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
@@ -11,17 +12,26 @@ use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 use bytemuck::Pod;
 
 use crate::comm::{Comm, Status};
+use crate::device::requests::{self, Handles, Ledger, LedgerOwner};
 use crate::device::{ANY_TAG, ReqId, SendMode, Source, Started};
 use crate::error::{Error, Result};
 use crate::progress::OpId;
 
 /// Nonblocking operations whose buffers must live until the scope ends. See [`Comm::scope`].
-pub struct Scope<'scope, 'env: 'scope> {
+pub struct Scope<'scope, 'env> {
     pub(crate) comm: &'env Comm,
-    /// Device (and progress engine) token owning the requests started through this scope.
+    /// Progress-engine token owning the nonblocking collectives started through this scope.
     pub(crate) token: u64,
-    scope: PhantomData<&'scope mut &'scope ()>,
+    /// The point-to-point requests started through this scope (invariant in `'scope`).
+    ledger: Ledger<'scope>,
     env: PhantomData<&'env mut &'env ()>,
+}
+
+/// [`Scope`] as a family over its `'scope`, for `requests::scoped`.
+struct ScopeOf<'env>(PhantomData<&'env ()>);
+
+impl<'env> LedgerOwner for ScopeOf<'env> {
+    type At<'scope> = Scope<'scope, 'env>;
 }
 
 /// A nonblocking operation in flight (MPI_Request). Dropping or leaking it is safe: the device is
@@ -29,6 +39,8 @@ pub struct Scope<'scope, 'env: 'scope> {
 #[must_use = "a request does nothing unless waited for or tested"]
 pub struct Request<'scope> {
     comm: &'scope Comm,
+    /// The scope's list of outstanding requests (kept current as this one finishes).
+    handles: Handles<'scope>,
     state: ReqState,
     elem_size: usize,
 }
@@ -40,6 +52,9 @@ enum ReqState {
     Complete(Result<Status>),
     Inactive,
 }
+
+/// Outstanding requests a fresh scope has room for before its list grows (lists are reused).
+const REQUESTS_PER_SCOPE: usize = 16;
 
 /// Status reported for requests that were already inactive (MPI's empty status), and for
 /// completed collectives.
@@ -69,31 +84,42 @@ impl Comm {
     where
         F: for<'scope> FnOnce(&'scope Scope<'scope, 'env>) -> T,
     {
-        let token = self.dev.new_scope();
-        let scope = Scope { comm: self, token, scope: PhantomData, env: PhantomData };
-        let result = catch_unwind(AssertUnwindSafe(|| f(&scope)));
-        // Collectives first: dropping an abandoned one releases its device requests itself.
-        self.process.engine.finish_scope(&*self.dev, token, result.is_err());
-        self.dev.release_scope(token);
-        match result {
-            Ok(value) => value,
-            Err(payload) => resume_unwind(payload),
-        }
+        let process = &self.process;
+        let token = process.new_scope_token();
+        let list = process.request_lists.borrow_mut().pop();
+        let (value, list) = requests::scoped::<ScopeOf<'env>, _>(
+            &*self.dev,
+            list.unwrap_or_else(|| Vec::with_capacity(REQUESTS_PER_SCOPE)),
+            |ledger| Scope { comm: self, token, ledger, env: PhantomData },
+            |scope| {
+                let result = catch_unwind(AssertUnwindSafe(|| f(scope)));
+                // Collectives first: dropping an abandoned one releases its device requests
+                // itself; the point-to-point requests are released after this returns.
+                process.engine.finish_scope(&*self.dev, token, result.is_err());
+                match result {
+                    Ok(value) => value,
+                    Err(payload) => resume_unwind(payload),
+                }
+            },
+        );
+        process.request_lists.borrow_mut().push(list);
+        value
     }
 }
 
 impl<'scope> Scope<'scope, '_> {
+    pub(crate) fn ledger(&self) -> &Ledger<'scope> {
+        &self.ledger
+    }
+
     /// The communicator this scope posts on.
     pub fn comm(&self) -> &Comm {
         self.comm
     }
 
-    /// Wraps a started operation, registering it with this scope if it is still in flight.
+    /// Wraps a started operation (the ledger already holds it if it is still in flight).
     fn request(&'scope self, started: Started, elem_size: usize) -> Request<'scope> {
-        if let Started::Pending(id) = started {
-            self.comm.dev.adopt(id, self.token);
-        }
-        Request::new(self.comm, started, elem_size)
+        Request::new(self, started, elem_size)
     }
 
     /// Starts a standard-mode send (MPI_Isend).
@@ -114,10 +140,7 @@ impl<'scope> Scope<'scope, '_> {
         mode: SendMode,
     ) -> Result<Request<'scope>> {
         let dest = self.comm.check_dest(dest, tag)?;
-        let bytes: &[u8] = bytemuck::cast_slice(buf);
-        // SAFETY: `buf` is borrowed for 'scope, and `Comm::scope` releases this request before
-        // 'scope ends, even if the handle is leaked.
-        let started = unsafe { self.comm.dev.isend(bytes.as_ptr(), bytes.len(), dest, tag, self.comm.context, mode)? };
+        let started = self.ledger.isend(bytemuck::cast_slice(buf), dest, tag, self.comm.context, mode)?;
         Ok(self.request(started, size_of::<T>()))
     }
 
@@ -131,52 +154,32 @@ impl<'scope> Scope<'scope, '_> {
     ) -> Result<Request<'scope>> {
         let source = source.into();
         let spec = self.comm.recv_spec(source, tag)?;
-        let bytes: &mut [u8] = bytemuck::cast_slice_mut(buf);
-        // SAFETY: `buf` is exclusively borrowed for 'scope, and `Comm::scope` releases this
-        // request before 'scope ends, even if the handle is leaked.
-        let started = unsafe { self.comm.dev.irecv(bytes.as_mut_ptr(), bytes.len(), spec)? };
-        Ok(self.request(started, size_of::<T>()))
-    }
-
-    /// Starts a receive into raw memory, for callers that need what safe borrows forbid — chiefly
-    /// OSU-style benchmarks that post a whole window of receives into one buffer.
-    ///
-    /// # Safety
-    /// `buf` must be valid for writes of `len` elements until this scope ends, and must not be
-    /// read or written by anything else meanwhile. Several receives into overlapping memory race
-    /// with each other exactly as they would in C (the final contents are unspecified).
-    pub unsafe fn irecv_raw<T: Pod>(
-        &'scope self,
-        buf: *mut T,
-        len: usize,
-        source: impl Into<Source>,
-        tag: i32,
-    ) -> Result<Request<'scope>> {
-        let source = source.into();
-        let spec = self.comm.recv_spec(source, tag)?;
-        // SAFETY: forwarded caller contract; the scope releases the request before it ends.
-        let started = unsafe { self.comm.dev.irecv(buf.cast::<u8>(), len * size_of::<T>(), spec)? };
+        let started = self.ledger.irecv(bytemuck::cast_slice_mut(buf), spec)?;
         Ok(self.request(started, size_of::<T>()))
     }
 }
 
 impl<'scope> Request<'scope> {
+    fn with_state(scope: &'scope Scope<'scope, '_>, state: ReqState, elem_size: usize) -> Self {
+        Request { comm: scope.comm, handles: scope.ledger.handles(), state, elem_size }
+    }
+
     /// A request that already finished with `result`.
-    pub(crate) fn completed(comm: &'scope Comm, result: Result<Status>) -> Self {
-        Request { comm, state: ReqState::Complete(result), elem_size: 0 }
+    pub(crate) fn completed(scope: &'scope Scope<'scope, '_>, result: Result<Status>) -> Self {
+        Self::with_state(scope, ReqState::Complete(result), 0)
     }
 
     /// A request for a nonblocking collective registered with the engine as `id`.
-    pub(crate) fn collective(comm: &'scope Comm, id: OpId) -> Self {
-        Request { comm, state: ReqState::Collective(id), elem_size: 0 }
+    pub(crate) fn collective(scope: &'scope Scope<'scope, '_>, id: OpId) -> Self {
+        Self::with_state(scope, ReqState::Collective(id), 0)
     }
 
-    fn new(comm: &'scope Comm, started: Started, elem_size: usize) -> Self {
+    pub(crate) fn new(scope: &'scope Scope<'scope, '_>, started: Started, elem_size: usize) -> Self {
         let state = match started {
-            Started::Complete(result) => ReqState::Complete(result.and_then(|raw| comm.status(raw, elem_size))),
+            Started::Complete(result) => ReqState::Complete(result.and_then(|raw| scope.comm.status(raw, elem_size))),
             Started::Pending(id) => ReqState::Active(id),
         };
-        Request { comm, state, elem_size }
+        Self::with_state(scope, state, elem_size)
     }
 
     /// Whether the request still has a result to deliver.
@@ -187,17 +190,17 @@ impl<'scope> Request<'scope> {
     /// Moves an active request to `Complete` if the device finished it. `true` once complete.
     fn poll(&mut self) -> bool {
         match self.state {
-            ReqState::Active(id) => match self.comm.dev.test(id) {
-                Ok(None) => false,
-                Ok(Some(raw)) => {
-                    self.state = ReqState::Complete(self.comm.status(raw, self.elem_size));
-                    true
-                }
-                Err(e) => {
-                    self.state = ReqState::Complete(Err(e));
-                    true
-                }
-            },
+            ReqState::Active(id) => {
+                let outcome = match self.comm.dev.test(id) {
+                    Ok(None) => return false,
+                    Ok(Some(raw)) => self.comm.status(raw, self.elem_size),
+                    Err(e) => Err(e),
+                };
+                // Finished (a failed test released it): the scope's end has nothing to do.
+                self.handles.retire(id);
+                self.state = ReqState::Complete(outcome);
+                true
+            }
             ReqState::Collective(id) => {
                 let engine = &self.comm.process.engine;
                 engine.progress();
@@ -259,7 +262,7 @@ impl<'scope> Request<'scope> {
 impl Drop for Request<'_> {
     fn drop(&mut self) {
         match self.state {
-            ReqState::Active(id) => self.comm.dev.release(id),
+            ReqState::Active(id) => self.handles.release(id),
             // Peers rely on this rank's part: it runs on, finished by the scope's end at the latest.
             ReqState::Collective(id) => self.comm.process.engine.detach(id),
             _ => {}
@@ -323,4 +326,38 @@ pub fn testall(reqs: &mut [Request<'_>]) -> Result<Option<Vec<Status>>> {
         return Ok(None);
     }
     waitall(reqs).map(Some)
+}
+
+#[cfg(test)]
+mod tests {
+    /// A long scope does not accumulate the handles of requests that completed or were dropped.
+    #[test]
+    fn finished_requests_leave_the_scope_s_list() {
+        crate::run(2, |world| {
+            let peer = 1 - world.rank();
+            // Above the eager limit: the requests stay pending until matched.
+            let out = vec![world.rank() as u8; 64 * 1024];
+            let mut incs = vec![vec![0u8; 64 * 1024]; 100];
+            world.scope(|s| {
+                for (round, inc) in (0..).zip(incs.iter_mut()) {
+                    let (r, w) = (s.irecv(&mut inc[..], peer, round)?, s.isend(&out, peer, round)?);
+                    if round % 2 == 0 {
+                        crate::waitall(&mut [r, w])?;
+                    } else {
+                        w.wait()?;
+                        r.wait()?;
+                    }
+                }
+                assert_eq!(s.ledger().handles().outstanding(), 0);
+                let dropped = s.isend(&out, peer, 1000)?;
+                drop(dropped);
+                assert_eq!(s.ledger().handles().outstanding(), 0);
+                Ok::<_, crate::Error>(())
+            })?;
+            world.recv(&mut incs[0][..], peer, 1000)?;
+            assert!(incs.iter().flatten().all(|&b| b == peer as u8));
+            Ok(())
+        })
+        .unwrap();
+    }
 }

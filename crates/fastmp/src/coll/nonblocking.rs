@@ -26,12 +26,12 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         engine.progress();
         let mut operation: Pin<Box<dyn Future<Output = Result<()>> + 'scope>> = Box::pin(operation);
         if let Poll::Ready(outcome) = operation.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
-            return outcome.map(|()| Request::completed(self.comm, Ok(EMPTY_STATUS)));
+            return outcome.map(|()| Request::completed(self, Ok(EMPTY_STATUS)));
         }
         // SAFETY: the operation borrows only what lives for 'scope, and `Comm::scope` finishes or
         // drops every operation registered under `self.token` before 'scope ends.
         let id = unsafe { engine.start(self.token, operation) };
-        Ok(Request::collective(self.comm, id))
+        Ok(Request::collective(self, id))
     }
 
     /// Starts a barrier (MPI_Ibarrier): completes once every rank has started it.

@@ -16,8 +16,9 @@ use std::task::{Context, Poll, Waker};
 
 use crate::coll::select::Collective;
 use crate::comm::Comm;
+use crate::device::requests::{self, InFlight, Outcome};
 use crate::device::shm::native::LANES;
-use crate::device::{MatchSpec, RawStatus, ReqId, SendMode, Source, Started};
+use crate::device::{MatchSpec, RawStatus, SendMode, Source};
 use crate::error::{Error, Result};
 
 /// Bits of a tag that name the collective (tags are `seq << COLL_BITS | coll + 1`).
@@ -140,12 +141,12 @@ impl<'c> Run<'c> {
 
     /// Finishes a started device operation: waits in place for blocking runs, yields until the
     /// device completes it for nonblocking ones (releasing the request if the run is dropped).
-    async fn complete(&self, started: Started, peer: usize, expected: Option<usize>) -> Result<()> {
+    async fn complete(&self, started: Outcome<'_>, peer: usize, expected: Option<usize>) -> Result<()> {
         match started {
-            Started::Complete(result) => outcome(result, peer, expected),
-            Started::Pending(id) if self.blocking => outcome(self.dev.complete(Started::Pending(id)), peer, expected),
-            Started::Pending(id) => {
-                let mut batch = Batch { run: self, reqs: vec![(id, peer, expected)], failed: None };
+            Outcome::Complete(result) => outcome(result, peer, expected),
+            Outcome::InFlight(op) if self.blocking => outcome(op.wait(), peer, expected),
+            Outcome::InFlight(op) => {
+                let mut batch = Batch { run: self, reqs: vec![(op, peer, expected)], failed: None };
                 poll_fn(|_| batch.poll_all()).await
             }
         }
@@ -154,17 +155,11 @@ impl<'c> Run<'c> {
     /// Sends `bytes` to `peer`.
     pub(crate) async fn coll_send(&self, bytes: &[u8], peer: usize, coll: Collective) -> Result<()> {
         let dest = self.group.world_rank(peer);
-        // SAFETY: `bytes` stays borrowed by this future until `complete` finished the request,
-        // or released it (when the future is dropped, or on errors).
+        // SAFETY: the request lives in this future, which is never leaked: a blocking run
+        // finishes it in place, and the engine finishes or drops a nonblocking one before its
+        // scope ends (`Engine::finish_scope`).
         let started = unsafe {
-            self.dev.isend(
-                bytes.as_ptr(),
-                bytes.len(),
-                dest,
-                self.tag(coll),
-                self.coll_context(),
-                SendMode::Standard,
-            )?
+            InFlight::send(&*self.dev, bytes, dest, self.tag(coll), self.coll_context(), SendMode::Standard)?
         };
         self.complete(started, peer, None).await
     }
@@ -180,15 +175,13 @@ impl<'c> Run<'c> {
     /// Receives exactly `bytes.len()` bytes from `peer`.
     pub(crate) async fn coll_recv(&self, bytes: &mut [u8], peer: usize, coll: Collective) -> Result<()> {
         let spec = self.spec(peer, coll);
+        let expected = bytes.len();
         if self.blocking {
-            // SAFETY: `bytes` is exclusively borrowed until the blocking receive returns, which
-            // releases its request on every error path.
-            let raw = unsafe { self.dev.recv(bytes.as_mut_ptr(), bytes.len(), spec)? };
-            return check_length(raw, bytes.len(), peer);
+            return check_length(requests::recv(&*self.dev, bytes, spec)?, expected, peer);
         }
-        // SAFETY: as in `coll_send`, for the exclusive borrow of `bytes`.
-        let started = unsafe { self.dev.irecv(bytes.as_mut_ptr(), bytes.len(), spec)? };
-        self.complete(started, peer, Some(bytes.len())).await
+        // SAFETY: as in `coll_send`.
+        let started = unsafe { InFlight::recv(&*self.dev, bytes, spec)? };
+        self.complete(started, peer, Some(expected)).await
     }
 
     /// Sends `send` to `dest` while receiving exactly `recv.len()` bytes from `source`.
@@ -221,31 +214,22 @@ impl<'c> Run<'c> {
     }
 }
 
-/// Requests of one stage on buffers borrowed for `'a`, released on drop so an early error or
-/// an abandoned nonblocking run never leaves the device pointing at a caller's buffer.
-/// Crate-internal and never leaked: the borrows plus `Drop` keep the device within the buffers'
-/// lifetimes.
+/// Requests of one stage on buffers borrowed for `'a`, released on drop (each is an
+/// [`InFlight`]) so an early error or an abandoned nonblocking run never leaves the device
+/// pointing at a caller's buffer. Crate-internal and never leaked.
 pub(crate) struct Batch<'a> {
     run: &'a Run<'a>,
     /// (request, peer, expected bytes for receives).
-    reqs: Vec<(ReqId, usize, Option<usize>)>,
+    reqs: Vec<(InFlight<'a>, usize, Option<usize>)>,
     /// First error of an operation that finished when it was started.
     failed: Option<Error>,
 }
 
-impl Drop for Batch<'_> {
-    fn drop(&mut self) {
-        for &(id, _, _) in &self.reqs {
-            self.run.dev.release(id);
-        }
-    }
-}
-
 impl<'a> Batch<'a> {
-    fn track(&mut self, started: Started, peer: usize, expected: Option<usize>) {
+    fn track(&mut self, started: Outcome<'a>, peer: usize, expected: Option<usize>) {
         match started {
-            Started::Pending(id) => self.reqs.push((id, peer, expected)),
-            Started::Complete(result) => {
+            Outcome::InFlight(op) => self.reqs.push((op, peer, expected)),
+            Outcome::Complete(result) => {
                 if let Err(e) = outcome(result, peer, expected) {
                     self.failed.get_or_insert(e);
                 }
@@ -257,11 +241,9 @@ impl<'a> Batch<'a> {
     pub(crate) fn isend(&mut self, bytes: &'a [u8], peer: usize, coll: Collective) -> Result<()> {
         let run = self.run;
         let dest = run.group.world_rank(peer);
-        // SAFETY: `bytes` is borrowed for 'a, as long as this batch, which completes or
-        // releases the request before it goes away.
-        let started = unsafe {
-            run.dev.isend(bytes.as_ptr(), bytes.len(), dest, run.tag(coll), run.coll_context(), SendMode::Standard)?
-        };
+        // SAFETY: the request lives in this batch, which is never leaked (see `Run::coll_send`).
+        let started =
+            unsafe { InFlight::send(&*run.dev, bytes, dest, run.tag(coll), run.coll_context(), SendMode::Standard)? };
         self.track(started, peer, None);
         Ok(())
     }
@@ -269,22 +251,21 @@ impl<'a> Batch<'a> {
     /// Starts receiving exactly `bytes.len()` bytes from `peer`.
     pub(crate) fn irecv(&mut self, bytes: &'a mut [u8], peer: usize, coll: Collective) -> Result<()> {
         let spec = self.run.spec(peer, coll);
-        // SAFETY: `bytes` is exclusively borrowed for 'a, as long as this batch, which
-        // completes or releases the request before it goes away.
-        let started = unsafe { self.run.dev.irecv(bytes.as_mut_ptr(), bytes.len(), spec)? };
-        self.track(started, peer, Some(bytes.len()));
+        let expected = bytes.len();
+        // SAFETY: the request lives in this batch, which is never leaked (see `Run::coll_send`).
+        let started = unsafe { InFlight::recv(&*self.run.dev, bytes, spec)? };
+        self.track(started, peer, Some(expected));
         Ok(())
     }
 
     /// Tests every outstanding request once; ready when all have finished, with the first
     /// error. Finished requests leave the batch, so `Drop` only releases the rest.
     fn poll_all(&mut self) -> Poll<Result<()>> {
-        let dev = &self.run.dev;
         let failed = &mut self.failed;
-        self.reqs.retain(|&(id, peer, expected)| match dev.test(id) {
+        self.reqs.retain_mut(|(op, peer, expected)| match op.test() {
             Ok(None) => true,
             Ok(Some(raw)) => {
-                if let Err(e) = outcome(Ok(raw), peer, expected) {
+                if let Err(e) = outcome(Ok(raw), *peer, *expected) {
                     failed.get_or_insert(e);
                 }
                 false

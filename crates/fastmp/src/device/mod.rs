@@ -5,6 +5,7 @@
 //! the launcher; nothing above changes.
 
 pub(crate) mod locality;
+pub(crate) mod requests;
 pub(crate) mod shm;
 pub(crate) mod slab;
 pub(crate) mod tcp;
@@ -196,15 +197,6 @@ pub trait Device {
     /// ignored.
     fn release(&self, req: ReqId);
 
-    /// A new scope token (never 0) for [`Device::adopt`] / [`Device::release_scope`].
-    fn new_scope(&self) -> u64;
-
-    /// Makes `scope` the owner of the outstanding request `req`.
-    fn adopt(&self, req: ReqId, scope: u64);
-
-    /// Releases (as [`Device::release`]) every outstanding request owned by `scope`.
-    fn release_scope(&self, scope: u64);
-
     /// Blocks until `poll` returns `Ok(true)` (or an error), progressing communication in between.
     /// Fails with [`crate::Error::PeerFailed`] if the job was aborted by a failing rank.
     fn wait_until(&self, poll: &mut dyn FnMut() -> Result<bool>) -> Result<()>;
@@ -217,34 +209,6 @@ pub trait Device {
             Ok(done.is_some())
         })?;
         Ok(done.expect("wait_until returns after completion"))
-    }
-
-    /// Blocks until one of `reqs` completes; returns its index and result. The other requests
-    /// stay outstanding. `reqs` must not be empty.
-    fn wait_any(&self, reqs: &[ReqId]) -> Result<(usize, Result<RawStatus>)> {
-        if reqs.is_empty() {
-            return Err(crate::Error::InvalidArgument("wait_any on an empty request list".into()));
-        }
-        let mut done = None;
-        self.wait_until(&mut || {
-            for (i, &req) in reqs.iter().enumerate() {
-                match self.test(req) {
-                    Ok(None) => {}
-                    Ok(Some(status)) => done = Some((i, Ok(status))),
-                    Err(e) => done = Some((i, Err(e))),
-                }
-                if done.is_some() {
-                    return Ok(true);
-                }
-            }
-            Ok(false)
-        })?;
-        Ok(done.expect("wait_until returns after completion"))
-    }
-
-    /// Blocks until all of `reqs` complete; results in order.
-    fn wait_all(&self, reqs: &[ReqId]) -> Vec<Result<RawStatus>> {
-        reqs.iter().map(|&req| self.wait(req)).collect()
     }
 
     /// Drives pending communication once (starts queued sends, accepts arrived messages)

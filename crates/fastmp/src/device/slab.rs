@@ -1,16 +1,11 @@
 //! Generation-checked request table: handles stay small and `Copy`, and a stale or forged handle is
-//! an error instead of completing somebody else's request. Each entry also records the scope that
-//! owns it, so a scope can release exactly the requests started through it.
+//! an error instead of completing somebody else's request.
 
 use super::ReqId;
 use crate::error::{Error, Result};
 
-/// Owner of requests that no scope has adopted (blocking operations).
-pub(crate) const NO_OWNER: u64 = 0;
-
 struct Entry<T> {
     generation: u32,
-    owner: u64,
     value: Option<T>,
 }
 
@@ -34,23 +29,12 @@ impl<T> Slab<T> {
         if let Some(index) = self.free.pop() {
             let e = &mut self.entries[index as usize];
             e.generation = e.generation.wrapping_add(1);
-            e.owner = NO_OWNER;
             e.value = Some(value);
             ReqId { index, generation: e.generation }
         } else {
             let index = u32::try_from(self.entries.len()).expect("fewer than 2^32 requests");
-            self.entries.push(Entry { generation: 0, owner: NO_OWNER, value: Some(value) });
+            self.entries.push(Entry { generation: 0, value: Some(value) });
             ReqId { index, generation: 0 }
-        }
-    }
-
-    /// Records which scope owns a live entry (ignored for stale handles).
-    pub fn set_owner(&mut self, id: ReqId, owner: u64) {
-        if let Some(e) = self.entries.get_mut(id.index as usize)
-            && e.generation == id.generation
-            && e.value.is_some()
-        {
-            e.owner = owner;
         }
     }
 
@@ -78,14 +62,14 @@ impl<T> Slab<T> {
         }
     }
 
-    /// Next live entry at or after `*cursor` owned by `owner` (any owner if `None`); advances
-    /// the cursor, so entries may be removed while iterating.
-    pub fn next_owned(&self, cursor: &mut usize, owner: Option<u64>) -> Option<ReqId> {
+    /// Next live entry at or after `*cursor`; advances the cursor, so entries may be removed
+    /// while iterating.
+    pub fn next_live(&self, cursor: &mut usize) -> Option<ReqId> {
         while *cursor < self.entries.len() {
             let index = *cursor;
             *cursor += 1;
             let e = &self.entries[index];
-            if e.value.is_some() && owner.is_none_or(|o| o == e.owner) {
+            if e.value.is_some() {
                 return Some(ReqId { index: index as u32, generation: e.generation });
             }
         }
@@ -140,28 +124,24 @@ mod tests {
     }
 
     #[test]
-    fn next_owned_visits_exactly_the_owner_s_live_entries() {
+    fn next_live_visits_exactly_the_live_entries() {
         let mut slab: Slab<usize> = Slab::default();
         let ids: Vec<ReqId> = (0..6).map(|i| slab.insert(i)).collect();
-        for (i, &id) in ids.iter().enumerate() {
-            slab.set_owner(id, if i % 2 == 0 { 7 } else { 9 });
-        }
-        // A freed entry reused by someone else loses its old owner.
-        slab.remove(ids[2]);
-        let reused = slab.insert(60);
-        assert_eq!(reused.index, ids[2].index);
-        slab.set_owner(ids[2], 7); // stale handle: ignored
+        slab.remove(ids[1]);
+        slab.remove(ids[3]);
+        let reused = slab.insert(30);
+        assert_eq!(reused.index, ids[3].index);
         let mut cursor = 0;
         let mut seen = Vec::new();
-        while let Some(id) = slab.next_owned(&mut cursor, Some(7)) {
+        while let Some(id) = slab.next_live(&mut cursor) {
             seen.push(*slab.get_mut(id).unwrap());
         }
-        assert_eq!(seen, vec![0, 4]);
-        // Removing while iterating (as `release_scope` does) is fine: the cursor only moves on.
+        assert_eq!(seen, vec![0, 2, 30, 4, 5]);
+        // Removing while iterating (as an endpoint's drop does) is fine: the cursor only moves on.
         let mut cursor = 0;
-        while let Some(id) = slab.next_owned(&mut cursor, None) {
+        while let Some(id) = slab.next_live(&mut cursor) {
             slab.remove(id).expect("live");
         }
-        assert!(slab.next_owned(&mut 0, None).is_none());
+        assert!(slab.next_live(&mut 0).is_none());
     }
 }

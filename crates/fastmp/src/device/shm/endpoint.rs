@@ -129,8 +129,6 @@ pub(crate) struct ShmEndpoint {
     world: Arc<ShmWorld>,
     rank: usize,
     finalized: Cell<bool>,
-    /// Last scope token handed out.
-    next_scope: Cell<u64>,
     /// Set while the rank is inside `wait_until`: it cannot start new sends meanwhile, which
     /// makes some waits provably hopeless (see `doomed`).
     blocked: Cell<bool>,
@@ -166,21 +164,14 @@ impl ShmEndpoint {
             detached: Vec::new(),
             pending_count: 0,
         };
-        ShmEndpoint {
-            world,
-            rank,
-            finalized: Cell::new(false),
-            next_scope: Cell::new(0),
-            blocked: Cell::new(false),
-            st: RefCell::new(st),
-        }
+        ShmEndpoint { world, rank, finalized: Cell::new(false), blocked: Cell::new(false), st: RefCell::new(st) }
     }
 
-    /// Releases the requests of one scope, or all of them.
-    fn release_owned(&self, owner: Option<u64>) {
+    /// Releases every outstanding request (the endpoint goes away).
+    fn release_all(&self) {
         let st = &mut *self.st.borrow_mut();
         let mut cursor = 0;
-        while let Some(id) = st.reqs.next_owned(&mut cursor, owner) {
+        while let Some(id) = st.reqs.next_live(&mut cursor) {
             self.release_in(st, id);
         }
     }
@@ -822,20 +813,6 @@ impl Device for ShmEndpoint {
         self.release_in(st, id);
     }
 
-    fn new_scope(&self) -> u64 {
-        let token = self.next_scope.get() + 1;
-        self.next_scope.set(token);
-        token
-    }
-
-    fn adopt(&self, id: ReqId, scope: u64) {
-        self.st.borrow_mut().reqs.set_owner(id, scope);
-    }
-
-    fn release_scope(&self, scope: u64) {
-        self.release_owned(Some(scope));
-    }
-
     fn progress(&self) {
         // Re-entrant calls (from inside a poll that already holds the state) skip this round.
         if let Ok(mut st) = self.st.try_borrow_mut() {
@@ -912,6 +889,6 @@ impl Drop for ShmEndpoint {
     fn drop(&mut self) {
         // Anything still outstanding (leaked handles) is released so no peer is left pointing at
         // this rank's memory.
-        self.release_owned(None);
+        self.release_all();
     }
 }

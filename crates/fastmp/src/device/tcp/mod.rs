@@ -34,7 +34,6 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use super::slab::NO_OWNER;
 use super::wait::{Backoff, Pause, WaitPolicy};
 use super::{
     ContextId, Device, MatchSpec, RawStatus, ReqId, SendMode, Source, Started, TAG_UB, lock_ignoring_poison as lock,
@@ -102,7 +101,6 @@ struct Shared {
     stop: AtomicBool,
     /// See [`TcpOptions::progress_thread`].
     progress_thread: bool,
-    scopes: AtomicU64,
     finalized: AtomicBool,
     /// Process and node of every rank. FIXME(v2-tcp): until the bootstrap exchanges process and
     /// node keys, each rank counts as its own process on one node.
@@ -162,7 +160,6 @@ impl TcpEndpoint {
             wake_fd,
             stop: AtomicBool::new(false),
             progress_thread: options.progress_thread,
-            scopes: AtomicU64::new(NO_OWNER),
             finalized: AtomicBool::new(false),
             placement: super::Placement::from_keys(&(0..size).collect::<Vec<_>>(), &vec![(); size]),
         });
@@ -905,28 +902,8 @@ impl Device for TcpEndpoint {
                     // SAFETY: as above; after this the device only uses the copy.
                     s.detached = Some(unsafe { std::slice::from_raw_parts(s.buf, s.len) }.to_vec());
                     s.buf = std::ptr::null();
-                    st.reqs.set_owner(id, NO_OWNER);
                 }
             },
-        }
-    }
-
-    fn new_scope(&self) -> u64 {
-        self.shared.scopes.fetch_add(1, Ordering::Relaxed) + 1
-    }
-
-    fn adopt(&self, req: ReqId, scope: u64) {
-        lock(&self.shared.state).reqs.set_owner(req, scope);
-    }
-
-    fn release_scope(&self, scope: u64) {
-        let mut cursor = 0;
-        loop {
-            let next = lock(&self.shared.state).reqs.next_owned(&mut cursor, Some(scope));
-            match next {
-                Some(id) => self.release(id),
-                None => return,
-            }
         }
     }
 

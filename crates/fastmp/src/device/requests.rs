@@ -1,0 +1,255 @@
+//! The one place where the layers above start device operations on borrowed buffers.
+//!
+//! [`Device::isend`]/[`Device::irecv`] take raw pointers: the device may touch the buffer until the
+//! request completes or is released. Everything that upholds that rule lives here:
+//! - [`InFlight`], a started request that releases itself when dropped (the collective
+//!   transport's stages, and the blocking calls below);
+//! - [`send`] and [`recv`], blocking and therefore safe for any borrow;
+//! - [`Ledger`] and [`scoped`], the requests of a `Comm::scope`, which may be dropped or leaked
+//!   by the user: the ledger keeps their handles and [`scoped`] releases every one still
+//!   outstanding before the scope's borrows end, as `std::thread::scope` joins its threads.
+
+use std::cell::RefCell;
+use std::marker::PhantomData;
+use std::mem::ManuallyDrop;
+use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
+
+use super::{ContextId, Device, MatchSpec, RawStatus, ReqId, SendMode, Started};
+use crate::error::Result;
+
+/// A started device operation on a buffer borrowed for `'a`, released (cancelled, detached or
+/// waited out, see [`Device::release`]) when dropped unless it completed.
+#[must_use = "dropping an in-flight request abandons it"]
+pub(crate) struct InFlight<'a> {
+    dev: &'a dyn Device,
+    id: ReqId,
+    /// Completed (or failed, which releases it): nothing left to release.
+    finished: bool,
+    /// The buffer the device may still touch.
+    buffer: PhantomData<&'a mut [u8]>,
+}
+
+/// How a started operation stands: finished inside the call (the common, request-free case),
+/// or in flight.
+pub(crate) enum Outcome<'a> {
+    Complete(Result<RawStatus>),
+    InFlight(InFlight<'a>),
+}
+
+impl<'a> Outcome<'a> {
+    fn of(dev: &'a dyn Device, started: Started) -> Self {
+        match started {
+            Started::Complete(result) => Outcome::Complete(result),
+            Started::Pending(id) => Outcome::InFlight(InFlight { dev, id, finished: false, buffer: PhantomData }),
+        }
+    }
+
+    /// Blocks until the operation finished (the buffer is free again on return, also on errors).
+    pub(crate) fn wait(self) -> Result<RawStatus> {
+        match self {
+            Outcome::Complete(result) => result,
+            Outcome::InFlight(op) => op.wait(),
+        }
+    }
+}
+
+impl<'a> InFlight<'a> {
+    /// Starts sending `buf`.
+    ///
+    /// # Safety
+    /// The returned request must not be leaked (`mem::forget`): its `Drop` is what ends the
+    /// device's access to `buf` if it has not completed.
+    pub(crate) unsafe fn send(
+        dev: &'a dyn Device,
+        buf: &'a [u8],
+        dest: usize,
+        tag: i32,
+        context: ContextId,
+        mode: SendMode,
+    ) -> Result<Outcome<'a>> {
+        // SAFETY: `buf` stays borrowed (and unmodified) for 'a, as long as the returned request,
+        // which completes or releases the operation before it goes away (caller: never leaked).
+        let started = unsafe { dev.isend(buf.as_ptr(), buf.len(), dest, tag, context, mode)? };
+        Ok(Outcome::of(dev, started))
+    }
+
+    /// Starts receiving into `buf`.
+    ///
+    /// # Safety
+    /// As for [`InFlight::send`].
+    pub(crate) unsafe fn recv(dev: &'a dyn Device, buf: &'a mut [u8], spec: MatchSpec) -> Result<Outcome<'a>> {
+        // SAFETY: `buf` is exclusively borrowed for 'a, as long as the returned request, which
+        // completes or releases the operation before it goes away (caller: never leaked).
+        let started = unsafe { dev.irecv(buf.as_mut_ptr(), buf.len(), spec)? };
+        Ok(Outcome::of(dev, started))
+    }
+
+    /// Progresses communication; `Some` once the operation finished. A failed test has
+    /// released the request already (the device's rule).
+    pub(crate) fn test(&mut self) -> Result<Option<RawStatus>> {
+        let result = self.dev.test(self.id);
+        self.finished = !matches!(result, Ok(None));
+        result
+    }
+
+    /// Blocks until the operation finished.
+    pub(crate) fn wait(mut self) -> Result<RawStatus> {
+        let result = self.dev.wait(self.id);
+        // A failed wait leaves the request outstanding: `Drop` releases it.
+        self.finished = result.is_ok();
+        result
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        if !self.finished {
+            self.dev.release(self.id);
+        }
+    }
+}
+
+/// Blocking send: returns once `buf` may be reused (MPI_Send's semantics).
+pub(crate) fn send(
+    dev: &dyn Device,
+    buf: &[u8],
+    dest: usize,
+    tag: i32,
+    context: ContextId,
+    mode: SendMode,
+) -> Result<RawStatus> {
+    // SAFETY: the request is consumed by `wait` right here, never leaked.
+    unsafe { InFlight::send(dev, buf, dest, tag, context, mode) }?.wait()
+}
+
+/// Blocking receive through the device's blocking path (which may skip posting a request).
+pub(crate) fn recv(dev: &dyn Device, buf: &mut [u8], spec: MatchSpec) -> Result<RawStatus> {
+    // SAFETY: `buf` is exclusively borrowed until the blocking receive returns, and the device
+    // releases its request on every error path before returning.
+    unsafe { dev.recv(buf.as_mut_ptr(), buf.len(), spec) }
+}
+
+/// The requests a scope started on buffers borrowed for `'scope`. Requests may be dropped or
+/// leaked by their users: whatever is still outstanding here is released when [`scoped`] ends.
+/// Invariant in `'scope` (as `std::thread::Scope`), so a buffer must outlive the whole scope.
+pub(crate) struct Ledger<'scope> {
+    handles: Handles<'scope>,
+    scope: PhantomData<&'scope mut &'scope ()>,
+}
+
+/// A ledger's list of outstanding handles, as requests keep it (covariant, so requests of
+/// nested scopes can share a collection).
+#[derive(Clone, Copy)]
+pub(crate) struct Handles<'a> {
+    dev: &'a dyn Device,
+    /// Requests that were pending when started and have not been retired since (owned by
+    /// [`scoped`]'s frame, so a scope value owns nothing that needs dropping).
+    pending: &'a RefCell<Vec<ReqId>>,
+}
+
+impl Handles<'_> {
+    fn keep(self, started: Started) -> Started {
+        if let Started::Pending(id) = started {
+            self.pending.borrow_mut().push(id);
+        }
+        started
+    }
+
+    /// Forgets `id`: it completed (or was released), so the scope's end has nothing to release.
+    /// Keeps the list short in long scopes.
+    pub(crate) fn retire(self, id: ReqId) {
+        let mut pending = self.pending.borrow_mut();
+        if let Some(pos) = pending.iter().rposition(|&p| p == id) {
+            pending.swap_remove(pos);
+        }
+    }
+
+    /// Releases `id` now (a dropped request) and forgets it.
+    pub(crate) fn release(self, id: ReqId) {
+        self.dev.release(id);
+        self.retire(id);
+    }
+
+    /// Requests outstanding in the list.
+    #[cfg(test)]
+    pub(crate) fn outstanding(self) -> usize {
+        self.pending.borrow().len()
+    }
+
+    fn release_all(self) {
+        let mut pending = self.pending.borrow_mut();
+        for id in pending.drain(..) {
+            self.dev.release(id);
+        }
+    }
+}
+
+impl<'scope> Ledger<'scope> {
+    /// The handle list, for the requests of this scope.
+    pub(crate) fn handles(&self) -> Handles<'scope> {
+        self.handles
+    }
+
+    /// Starts sending `buf`, which stays borrowed until the scope ends.
+    pub(crate) fn isend(
+        &self,
+        buf: &'scope [u8],
+        dest: usize,
+        tag: i32,
+        context: ContextId,
+        mode: SendMode,
+    ) -> Result<Started> {
+        // SAFETY: `buf` is borrowed for 'scope, and `scoped` releases the request before 'scope
+        // ends unless it was retired (completed or released) earlier.
+        let started = unsafe { self.handles.dev.isend(buf.as_ptr(), buf.len(), dest, tag, context, mode)? };
+        Ok(self.handles.keep(started))
+    }
+
+    /// Starts receiving into `buf`, which stays exclusively borrowed until the scope ends.
+    pub(crate) fn irecv(&self, buf: &'scope mut [u8], spec: MatchSpec) -> Result<Started> {
+        // SAFETY: as in `isend`, for the exclusive borrow.
+        let started = unsafe { self.handles.dev.irecv(buf.as_mut_ptr(), buf.len(), spec)? };
+        Ok(self.handles.keep(started))
+    }
+
+    /// Starts receiving into raw memory.
+    ///
+    /// # Safety
+    /// `buf` must be valid for writes of `len` bytes until the scope ends, and not accessed by
+    /// anything else meanwhile.
+    pub(crate) unsafe fn irecv_raw(&self, buf: *mut u8, len: usize, spec: MatchSpec) -> Result<Started> {
+        // SAFETY: forwarded caller contract; `scoped` releases the request before the scope ends.
+        let started = unsafe { self.handles.dev.irecv(buf, len, spec)? };
+        Ok(self.handles.keep(started))
+    }
+}
+
+/// A family of scope types over their `'scope` lifetime (each built around a [`Ledger`]).
+pub(crate) trait LedgerOwner {
+    type At<'scope>;
+}
+
+/// Runs `body` with a scope built by `build` around a fresh ledger whose handle list is `list`
+/// (empty; reused so that a scope allocates nothing once warm). Before returning — also when
+/// `body` unwinds — every request still in the ledger is released. Returns `body`'s value and
+/// the list for reuse.
+///
+/// The scope value must own nothing that needs dropping (checked at compile time): it is
+/// borrowed for its whole `'scope`, which leaves no point at which it could be dropped.
+pub(crate) fn scoped<S: LedgerOwner, R>(
+    dev: &dyn Device,
+    list: Vec<ReqId>,
+    build: impl for<'scope> FnOnce(Ledger<'scope>) -> S::At<'scope>,
+    body: impl for<'scope> FnOnce(&'scope S::At<'scope>) -> R,
+) -> (R, Vec<ReqId>) {
+    const { assert!(!std::mem::needs_drop::<S::At<'static>>(), "a scope must not need dropping") };
+    let pending = RefCell::new(list);
+    let handles = Handles { dev, pending: &pending };
+    let scope = ManuallyDrop::new(build(Ledger { handles, scope: PhantomData }));
+    let result = catch_unwind(AssertUnwindSafe(|| body(&scope)));
+    handles.release_all();
+    match result {
+        Ok(value) => (value, pending.into_inner()),
+        Err(payload) => resume_unwind(payload),
+    }
+}
