@@ -1,14 +1,15 @@
 //! The tcp endpoint of one rank: the [`Device`] implementation, requests (completion, cancel,
 //! release) and messages to the rank itself, over the connections and progress of [`Shared`].
 
-use std::net::{Shutdown, TcpStream};
+use std::net::Shutdown;
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use super::frame::{self, Frame, Limits};
+use super::bootstrap::Mesh;
+use super::frame::{self, Accept, Frame};
 use super::progress::input_loop;
 use super::rx::Rx;
 use super::state::{self, Body, PeerState, RecvPhase, RecvReq, Req, SendPhase, SendReq, State, Unexpected};
@@ -32,20 +33,21 @@ pub(crate) struct TcpEndpoint {
 }
 
 impl TcpEndpoint {
-    /// Wraps the connected mesh (`streams[p]` to rank `p`, `None` for this rank) and starts the
-    /// input-handler thread.
-    pub(crate) fn new(rank: usize, streams: Vec<Option<TcpStream>>, options: TcpOptions) -> Result<Self> {
+    /// Wraps the connected mesh of rank `rank` and starts the input-handler thread.
+    pub(crate) fn new(rank: usize, mesh: Mesh, options: TcpOptions) -> Result<Self> {
+        let Mesh { streams, placement } = mesh;
         let size = streams.len();
-        let limits = Limits { max_eager: options.eager_limit as u64 };
         let mut peers = Vec::with_capacity(size);
-        for s in streams {
+        for (p, s) in streams.into_iter().enumerate() {
             peers.push(match s {
                 None => None,
                 Some(stream) => {
                     stream.set_nonblocking(true).map_err(|e| io_error("could not make a socket non-blocking", e))?;
+                    // The bootstrap authenticated this connection as rank `p`'s; ranks fit 32 bits.
+                    let accept = Accept { max_eager: options.eager_limit as u64, source: p as u32, dest: rank as u32 };
                     Some(Peer {
                         stream,
-                        rx: Mutex::new(Rx::new(limits)),
+                        rx: Mutex::new(Rx::new(accept)),
                         tx: Mutex::new(Tx::default()),
                         tx_busy: AtomicBool::new(false),
                         closed: AtomicBool::new(false),
@@ -80,7 +82,7 @@ impl TcpEndpoint {
             progress_thread: options.progress_thread,
             scopes: AtomicU64::new(NO_OWNER),
             finalized: AtomicBool::new(false),
-            placement: Placement::from_keys(&(0..size).collect::<Vec<_>>(), &vec![(); size]),
+            placement,
         });
         let input_shared = shared.clone();
         let input = std::thread::Builder::new()

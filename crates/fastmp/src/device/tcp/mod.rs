@@ -96,8 +96,7 @@ struct Shared {
     progress_thread: bool,
     scopes: AtomicU64,
     finalized: AtomicBool,
-    /// Process and node of every rank. FIXME(v2-tcp): until the bootstrap exchanges process and
-    /// node keys, each rank counts as its own process on one node.
+    /// Process and node of every rank, from the sites the bootstrap exchanged.
     placement: super::Placement,
 }
 

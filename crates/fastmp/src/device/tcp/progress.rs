@@ -11,7 +11,7 @@ use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use super::frame::Frame;
+use super::frame::{Frame, Header};
 use super::protocol::PeerHandler;
 use super::rx::{Pumped, RxError};
 use super::state::{PeerState, Req};
@@ -43,6 +43,12 @@ impl Shared {
         self.idle_cv.notify_one();
     }
 
+    /// `frame` from this rank to rank `p`. Ranks fit the wire's 32 bits: the bootstrap admits
+    /// only jobs whose size does.
+    pub(super) fn header_to(&self, p: usize, frame: Frame) -> Header {
+        Header { source: self.rank as u32, dest: p as u32, frame }
+    }
+
     /// Lets parked waiters re-check their requests.
     pub(super) fn wake_waiters(&self) {
         if self.parked.load(Ordering::SeqCst) > 0 {
@@ -59,7 +65,7 @@ impl Shared {
             return true;
         }
         let mut tx = lock(&peer.tx);
-        let result = tx.send_copied(&peer.stream, frame, payload, &mut |id| self.sent(id));
+        let result = tx.send_copied(&peer.stream, self.header_to(p, frame), payload, &mut |id| self.sent(id));
         peer.tx_busy.store(!tx.is_empty(), Ordering::Release);
         drop(tx);
         match result {

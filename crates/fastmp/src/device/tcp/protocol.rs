@@ -8,7 +8,7 @@
 use std::sync::atomic::Ordering;
 
 use super::Shared;
-use super::frame::Frame;
+use super::frame::{Frame, Header};
 use super::rx::{Delivery, RxHandler, Sink};
 use super::state::{self, Body, PeerState, RecvPhase, RecvReq, Req, SendPhase, Unexpected};
 use crate::device::{ContextId, RawStatus, ReqId, lock_ignoring_poison as lock, receive_result};
@@ -20,9 +20,9 @@ pub(super) struct PeerHandler<'a> {
 }
 
 impl RxHandler for PeerHandler<'_> {
-    fn on_header(&mut self, frame: Frame) -> Sink {
+    fn on_header(&mut self, header: Header) -> Sink {
         let (sh, p) = (self.sh, self.peer);
-        match frame {
+        match header.frame {
             Frame::Eager { context, tag, len } => {
                 let mut st = lock(&sh.state);
                 match st.take_posted(context, p, tag) {
@@ -103,7 +103,7 @@ impl RxHandler for PeerHandler<'_> {
 
     fn on_complete(&mut self, d: Delivery) {
         let (sh, p) = (self.sh, self.peer);
-        match (d.frame, d.sink) {
+        match (d.header.frame, d.sink) {
             (Frame::Eager { tag, .. }, Sink::User { id, capacity, .. }) => {
                 lock(&sh.state).finish_recv(id, receive_result(p, tag, d.len, capacity));
             }
@@ -163,14 +163,16 @@ impl PeerHandler<'_> {
             Some(data) => {
                 let data = std::mem::take(data);
                 drop(st);
-                tx.send_owned(&peer.stream, data_frame, data, id, &mut |done| sh.sent(done))
+                tx.send_owned(&peer.stream, sh.header_to(p, data_frame), data, id, &mut |done| sh.sent(done))
             }
             None => {
                 let (ptr, len) = (s.buf, s.len);
                 drop(st);
                 // SAFETY: the send request is live and not detached, so its buffer stays valid
                 // until `sent` completes it or release detaches it under this tx lock.
-                unsafe { tx.send_borrowed(&peer.stream, data_frame, ptr, len, id, &mut |done| sh.sent(done)) }
+                unsafe {
+                    tx.send_borrowed(&peer.stream, sh.header_to(p, data_frame), ptr, len, id, &mut |done| sh.sent(done))
+                }
             }
         };
         peer.tx_busy.store(!tx.is_empty(), Ordering::Release);
