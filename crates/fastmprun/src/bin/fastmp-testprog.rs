@@ -40,6 +40,8 @@ const RING_SIZES: [usize; 8] = [0, 1, 1000, 8192, 8193, 65_536, 1 << 20, 3 << 20
 
 /// Tag of messages that are never sent (`fail`, `die`, `hang`).
 const NEVER_SENT: i32 = 7;
+/// "I am past the barrier", from every survivor to the failing rank (`fail`).
+const PAST_BARRIER: i32 = 9;
 /// Tag of the large transfer of `die`.
 const DIE_TRANSFER: i32 = 8;
 
@@ -229,6 +231,16 @@ fn report_failure(rank: usize, what: &str, outcome: Result<()>) -> Result<()> {
 fn fail(world: &Comm, failing: usize) -> Result<()> {
     let rank = world.rank();
     world.barrier()?;
+    // The failing rank waits until every survivor has left the barrier: otherwise a survivor
+    // still waiting there for a third rank's message could see the failure first, and report
+    // the barrier instead of the receive below (allowed by MPI, but not what this mode tests).
+    if rank == failing {
+        for peer in (0..world.size()).filter(|&p| p != failing) {
+            world.recv(&mut [0u8; 0], peer, PAST_BARRIER)?;
+        }
+    } else {
+        world.send(&[0u8; 0], failing, PAST_BARRIER)?;
+    }
     if rank == failing {
         // Printed before failing: once its peers learn of the failure and exit, a launcher may
         // stop this process before its error reaches stderr.
