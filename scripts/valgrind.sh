@@ -4,7 +4,8 @@
 #
 # Usage: scripts/valgrind.sh [-t TARGET]... [TEST_FILTER...]
 #   -t TARGET    integration-test target to run (a file stem under crates/fastmp/tests/);
-#                repeatable. Default: stress p2p miri_smoke matching_model (whichever exist).
+#                repeatable. Default: stress, the p2p_* suites, miri_smoke, matching_model
+#                (whichever exist).
 #   TEST_FILTER  passed on to the test harness (e.g. a test-name substring, or --exact NAME).
 # Env:
 #   VALGRIND_FLAGS   extra valgrind flags
@@ -18,14 +19,14 @@ TARGETS=()
 while getopts "t:h" opt; do
     case $opt in
         t) TARGETS+=("$OPTARG") ;;
-        h) sed -n '2,13p' "$0"; exit 0 ;;
+        h) sed -n '2,14p' "$0"; exit 0 ;;
         *) exit 2 ;;
     esac
 done
 shift $((OPTIND - 1))
 FILTER=("$@")
 if [[ ${#TARGETS[@]} -eq 0 ]]; then
-    TARGETS=(stress p2p miri_smoke matching_model)
+    TARGETS=(stress p2p_matching p2p_transfers p2p_requests p2p_errors miri_smoke matching_model)
 fi
 export PROPTEST_CASES="${PROPTEST_CASES:-16}"
 read -r -a EXTRA <<<"${VALGRIND_FLAGS:-}"

@@ -40,8 +40,9 @@
 //! given to [`run`] / [`main`].
 //!
 //! ## Layers
-//! [`Comm`] (typed point-to-point, [`Comm::scope`] for nonblocking requests) sits on the narrow
-//! [`device::Device`] trait; the `shm` and `tcp` devices implement it.
+//! [`Comm`] (typed point-to-point, [`Comm::scope`] for nonblocking requests, whose buffer
+//! borrows the compiler checks: see [`Scope`]) sits on the narrow [`device::Device`] trait; the
+//! `shm` and `tcp` devices implement it.
 
 pub mod coll;
 mod comm;

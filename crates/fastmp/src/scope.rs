@@ -18,6 +18,142 @@ use crate::error::{Error, Result};
 use crate::progress::OpId;
 
 /// Nonblocking operations whose buffers must live until the scope ends. See [`Comm::scope`].
+///
+/// # Borrow rules
+/// A request borrows its buffer for the whole scope, not just until it completes (a leaked
+/// request is released only when the scope ends): a receive buffer exclusively, a send buffer
+/// shared. The request itself cannot outlive the scope. So the compiler rejects every access
+/// that could race with the device; each example below fails to compile for the reason in its
+/// comment.
+///
+/// A receive buffer cannot be read inside the scope, even after `wait`:
+/// ```compile_fail,E0502
+/// # fn f(world: &fastmp::Comm) -> fastmp::Result<()> {
+/// let mut inc = [0u8; 4];
+/// world.scope(|s| {
+///     s.irecv(&mut inc, 1, 0)?.wait()?;
+///     println!("{}", inc[0]); // error: `inc` is lent to the receive until the scope ends
+///     Ok::<_, fastmp::Error>(())
+/// })?;
+/// # Ok(()) }
+/// ```
+/// After the scope it can:
+/// ```
+/// # fn f(world: &fastmp::Comm) -> fastmp::Result<()> {
+/// let mut inc = [0u8; 4];
+/// world.scope(|s| s.irecv(&mut inc, 1, 0)?.wait())?;
+/// println!("{}", inc[0]);
+/// # Ok(()) }
+/// ```
+/// Nor written, while the receive may be writing it:
+/// ```compile_fail,E0506
+/// # fn f(world: &fastmp::Comm) -> fastmp::Result<()> {
+/// let mut inc = [0u8; 4];
+/// world.scope(|s| {
+///     let req = s.irecv(&mut inc, 1, 0)?;
+///     inc[0] = 7; // error: the receive may be writing `inc`
+///     req.wait()
+/// })?;
+/// # Ok(()) }
+/// ```
+/// A send buffer cannot be changed while its send is in flight:
+/// ```compile_fail,E0506
+/// # fn f(world: &fastmp::Comm) -> fastmp::Result<()> {
+/// let mut out = [1u8; 4];
+/// world.scope(|s| {
+///     let req = s.isend(&out, 1, 0)?;
+///     out[0] = 9; // error: the send may still be reading `out`
+///     req.wait()
+/// })?;
+/// # Ok(()) }
+/// ```
+/// Reading it, or sending it again, is fine:
+/// ```
+/// # fn f(world: &fastmp::Comm) -> fastmp::Result<()> {
+/// let out = [1u8; 4];
+/// world.scope(|s| {
+///     let mut reqs = vec![s.isend(&out, 1, 0)?, s.isend(&out, 2, 0)?];
+///     println!("{}", out[0]);
+///     fastmp::waitall(&mut reqs)
+/// })?;
+/// # Ok(()) }
+/// ```
+/// A request cannot leave its scope, neither returned from the closure:
+/// ```compile_fail
+/// # fn f(world: &fastmp::Comm) -> fastmp::Result<()> {
+/// let out = [1u8; 4];
+/// let req = world.scope(|s| s.isend(&out, 1, 0))?; // error: the request would outlive the scope
+/// req.wait()?;
+/// # Ok(()) }
+/// ```
+/// nor stored outside it:
+/// ```compile_fail,E0521
+/// # fn f(world: &fastmp::Comm) -> fastmp::Result<()> {
+/// let out = [1u8; 4];
+/// let mut pending = Vec::new();
+/// world.scope(|s| {
+///     pending.push(s.isend(&out, 1, 0)?); // error: the request would outlive the scope
+///     Ok::<_, fastmp::Error>(())
+/// })?;
+/// # Ok(()) }
+/// ```
+/// Its outcome can leave, and requests can be collected inside the scope:
+/// ```
+/// # fn f(world: &fastmp::Comm) -> fastmp::Result<()> {
+/// let out = [1u8; 4];
+/// let status = world.scope(|s| s.isend(&out, 1, 0)?.wait())?;
+/// let statuses = world.scope(|s| {
+///     let mut pending = Vec::new();
+///     pending.push(s.isend(&out, 1, 0)?);
+///     fastmp::waitall(&mut pending)
+/// })?;
+/// # Ok(()) }
+/// ```
+/// A lent buffer cannot be moved away or freed inside the scope:
+/// ```compile_fail,E0499
+/// # fn f(world: &fastmp::Comm) -> fastmp::Result<()> {
+/// let mut inc = vec![0u8; 4];
+/// world.scope(|s| {
+///     let req = s.irecv(&mut inc, 1, 0)?;
+///     drop(std::mem::take(&mut inc)); // error: would free the memory the receive writes into
+///     req.wait()
+/// })?;
+/// # Ok(()) }
+/// ```
+/// and a buffer declared inside the scope cannot be lent, since it would be freed first:
+/// ```compile_fail,E0597
+/// # fn f(world: &fastmp::Comm) -> fastmp::Result<()> {
+/// world.scope(|s| {
+///     let mut inc = vec![0u8; 4];
+///     s.irecv(&mut inc, 1, 0)?.wait() // error: `inc` does not live as long as the scope
+/// })?;
+/// # Ok(()) }
+/// ```
+/// A scope stays on its rank's thread (`Comm` holds `Rc`s: it is neither `Send` nor `Sync`), so
+/// another thread cannot start requests on it:
+/// ```compile_fail,E0277
+/// # fn f(world: &fastmp::Comm) -> fastmp::Result<()> {
+/// let out = [1u8; 4];
+/// world.scope(|s| {
+///     std::thread::scope(|t| {
+///         t.spawn(|| s.isend(&out, 1, 0).map(drop)); // error: `Scope` is not `Sync`
+///     });
+/// });
+/// # Ok(()) }
+/// ```
+/// nor wait for a request started on it:
+/// ```compile_fail,E0277
+/// # fn f(world: &fastmp::Comm) -> fastmp::Result<()> {
+/// let out = [1u8; 4];
+/// world.scope(|s| {
+///     let req = s.isend(&out, 1, 0)?;
+///     std::thread::scope(|t| {
+///         t.spawn(move || req.wait()); // error: `Request` is not `Send`
+///     });
+///     Ok::<_, fastmp::Error>(())
+/// })?;
+/// # Ok(()) }
+/// ```
 pub struct Scope<'scope, 'env> {
     pub(crate) comm: &'env Comm,
     /// Progress-engine token owning the nonblocking collectives started through this scope.

@@ -285,7 +285,8 @@ fn rank_main(world: &Comm, plan: &Plan, seed: u64) -> Result<(usize, usize)> {
         let mut sends = Vec::with_capacity(out.len());
         let mut reaped = vec![false; out.len()];
         // (Posted on the same scope as the sends: a request must not be started on an outer
-        // scope while an inner one is open, see p2p.rs `outer_scope_request_started_inside_inner_scope`.)
+        // scope while an inner one is open, see p2p_requests.rs
+        // `outer_scope_request_started_inside_inner_scope`.)
         let mut pre_reqs = Vec::new();
         if let Some((spec, _, _)) = prepost {
             for b in pre_bufs.iter_mut() {
