@@ -117,9 +117,14 @@ struct Args {
     /// ibarrier 100; tune uses a tenth of that).
     #[arg(long, value_name = "N")]
     iterations: Option<usize>,
-    /// Tune: process counts to measure.
-    #[arg(long, value_delimiter = ',', default_value = "2,4,8")]
-    np_list: Vec<usize>,
+    /// Tune: process counts to measure with thread ranks (default 2,4,8; under a launcher its
+    /// process count is measured).
+    #[arg(long, value_delimiter = ',')]
+    np_list: Option<Vec<usize>>,
+    /// Tune: a file of measured points (JSON lines) that accumulates across runs; the tuning
+    /// file is made from all of them.
+    #[arg(long, value_name = "FILE")]
+    points: Option<PathBuf>,
     /// Tune: only these collectives (default: all).
     #[arg(long, value_delimiter = ',', value_name = "NAMES")]
     collectives: Vec<String>,
@@ -206,6 +211,8 @@ impl Args {
             return Err("--segments must be at least 1".into());
         }
         given("--collectives", !self.collectives.is_empty(), is_tune)?;
+        given("--np-list", self.np_list.is_some(), is_tune)?;
+        given("--points", self.points.is_some(), is_tune)?;
         given("--json", self.json, !is_tune)
     }
 }
@@ -260,6 +267,7 @@ fn run(args: &Args) -> Result<(), String> {
                 .collect::<Result<_, _>>()?;
             let plan = tune::Plan {
                 np_list: args.np_list.clone(),
+                points: args.points.clone(),
                 collectives,
                 sizes,
                 iterations: args.iterations(Iterations::TUNE)?,
