@@ -1,8 +1,8 @@
 //! The segmented ring allreduce (`ring_segmented`) against sequential references, on both
 //! devices: every process count 1..=5; vectors empty, shorter than the process count, not a
-//! multiple of it, and just below, at and above the sizes where a block gains a segment (128 KiB
-//! per segment) or reaches the segment cap (16); predefined and user operations, a 12-byte
-//! element; blocking and nonblocking. A non-commutative operation must never run it.
+//! multiple of it, and just below, at and above the sizes where a block gains its second and
+//! third segment (512 KiB per segment); predefined and user operations, a 12-byte element;
+//! blocking and nonblocking. A non-commutative operation must never run it.
 
 mod coll_common;
 
@@ -13,20 +13,18 @@ use fastmp::{Comm, Config, DeviceKind, Result};
 
 const ALG: Algorithm = Algorithm::RingSegmented;
 const COLL: Collective = Collective::Allreduce;
-/// `u32`s in one segment's worth of bytes (the algorithm aims at 128 KiB segments).
-const SEGMENT: usize = 128 * 1024 / 4;
-/// Segments per block at most.
-const MAX_SEGMENTS: usize = 16;
+/// `u32`s in one segment's worth of bytes (the algorithm aims at 512 KiB segments).
+const SEGMENT: usize = 512 * 1024 / 4;
 
 /// Vector lengths (`u32`s) around the segment boundaries of `np` ranks.
 fn lengths(np: usize) -> Vec<usize> {
     let per_block = |segments: usize| segments * SEGMENT * np;
     let mut lengths = vec![0, 1, np.saturating_sub(1), np + 1, 1000 * np + 7];
-    for segments in [1, 2, 3, MAX_SEGMENTS] {
+    for segments in [1, 2] {
         let n = per_block(segments);
         lengths.extend([n - 1, n, n + 1]);
     }
-    lengths.push(per_block(MAX_SEGMENTS + 1) + 5);
+    lengths.push(per_block(3) - np + 1);
     lengths.sort_unstable();
     lengths.dedup();
     lengths
@@ -67,7 +65,7 @@ fn sums_and_user_ops(world: &Comm) -> Result<()> {
             *b = [0, 1, 2].map(|j| a[j].wrapping_add(b[j]));
         }
     });
-    for n in [0, 2, 3 * SEGMENT * np + 1] {
+    for n in [0, 2, SEGMENT * np + 1] {
         let send: Vec<[u32; 3]> = (0..n).map(|i| [me as u32, i as u32, 1]).collect();
         let mut recv = vec![[0u32; 3]; n];
         comm.allreduce(&send, &mut recv, &add3).ctx(|| format!("user op on {n} triples"))?;

@@ -128,11 +128,15 @@ async fn rabenseifner<T: Pod>(comm: &Run<'_>, send: &[T], recv: &mut [T], op: &d
 
 /// Bytes a segment of [`ring_segmented`] aims at: large enough that a segment's own costs (a
 /// message, a rendezvous round trip on tcp) stay small against its transfer, small enough that
-/// several are in flight per block, so one is folded while the next arrives.
-const SEGMENT_BYTES: usize = 128 * 1024;
+/// several are in flight per block, so one is folded while the next arrives. Measured on tcp
+/// (np 2 and 4, 1–8 MiB): 512 KiB and 1 MiB segments were the fastest, 256 KiB 5–10 % slower
+/// at 8 MiB, 64 KiB up to twice as slow; 1 MiB messages hit the tcp device's slower single
+/// rendezvous transfer (README, "TCP"), so 512 KiB.
+const SEGMENT_BYTES: usize = 512 * 1024;
 
-/// Most segments per block: beyond this the per-message costs outweigh a finer pipeline.
-const MAX_SEGMENTS: usize = 16;
+/// Most segments per block: each is a receive posted ahead, so huge blocks get larger segments
+/// rather than an unbounded number of outstanding receives.
+const MAX_SEGMENTS: usize = 64;
 
 /// Segments per block of `block_bytes` (every rank derives the same count from the same size).
 fn segments_per_block(block_bytes: usize) -> usize {
