@@ -134,7 +134,8 @@ impl<'a, T: Pod> Posted<'a, T> {
 /// `s + 1`. `first` is step 0's outgoing segments; `incoming` yields the buffers of the
 /// received segments in (step, segment) order. A segment moves on as soon as it arrived,
 /// whatever the others do, so transfers, `arrived`'s work (a fold) and the next step overlap;
-/// the next step's receive of a segment is posted before this step's is waited for.
+/// the next step's receive of a segment is posted before this step's is waited for. Sends
+/// must not depend on this rank's receives in step 0 (they do not: `first` is given).
 pub(super) async fn pipelined_ring_pass<'a, T: Pod>(
     comm: &'a Run<'a>,
     first: impl IntoIterator<Item = &'a [T]>,
@@ -146,13 +147,17 @@ pub(super) async fn pipelined_ring_pass<'a, T: Pod>(
     let (np, me) = (comm.size(), comm.rank());
     let (right, left) = ((me + 1) % np, (me + np - 1) % np);
     let steps = np.saturating_sub(1);
-    let mut posted = VecDeque::with_capacity(segments + 1);
-    for piece in incoming.by_ref().take(if steps > 0 { segments } else { 0 }) {
-        posted.push_back(Posted::new(comm, piece, left, coll).await);
-    }
+    let first_step = if steps > 0 { segments } else { 0 };
+    // Sends first: on tcp a peer's receive then finds the request to send already there and
+    // answers it as it is posted (measured: 8 MiB at np 2 about 15 % faster than receives
+    // first, the same at np 4).
     let mut sends = comm.batch();
-    for segment in first.into_iter().take(if steps > 0 { segments } else { 0 }) {
+    for segment in first.into_iter().take(first_step) {
         sends.isend(bytemuck::cast_slice(segment), right, coll)?;
+    }
+    let mut posted = VecDeque::with_capacity(segments + 1);
+    for piece in incoming.by_ref().take(first_step) {
+        posted.push_back(Posted::new(comm, piece, left, coll).await);
     }
     for step in 0..steps {
         let forward = step + 1 < steps;
