@@ -134,8 +134,7 @@ impl<'a, T: Pod> Posted<'a, T> {
 /// `s + 1`. `first` is step 0's outgoing segments; `incoming` yields the buffers of the
 /// received segments in (step, segment) order. A segment moves on as soon as it arrived,
 /// whatever the others do, so transfers, `arrived`'s work (a fold) and the next step overlap;
-/// the next step's receive of a segment is posted before this step's is waited for. Sends
-/// must not depend on this rank's receives in step 0 (they do not: `first` is given).
+/// the next step's receive of a segment is posted before this step's is waited for.
 pub(super) async fn pipelined_ring_pass<'a, T: Pod>(
     comm: &'a Run<'a>,
     first: impl IntoIterator<Item = &'a [T]>,
