@@ -35,7 +35,9 @@ pub(super) async fn allreduce<T: Pod>(
         Algorithm::Bde => recursive_doubling(comm, send, recv, op).await,
         Algorithm::Bkt => ring(comm, send, recv, op).await,
         Algorithm::Rabenseifner => rabenseifner(comm, send, recv, op).await,
-        Algorithm::RingSegmented => ring_segmented(comm, send, recv, op).await,
+        // Boxed: its state (two pipelined passes) is large, and every allreduce's future would
+        // otherwise carry it, small ones included; it runs on large vectors only.
+        Algorithm::RingSegmented => Box::pin(ring_segmented(comm, send, recv, op)).await,
         other => Err(Collective::Allreduce.unsupported(other)),
     }
 }
