@@ -252,25 +252,37 @@ pub fn measure(
     size: usize,
     iterations: Iterations,
 ) -> Result<Option<Stats>> {
-    let (iters, skip) = iterations.at(size);
     work.set_size(size);
+    let whole_loop = work.coll == Collective::Barrier;
+    measure_with(world, size, iterations, whole_loop, || work.call(comm))
+}
+
+/// Times `call` at `size` as [`measure`] does: each call on its own, followed by a barrier on
+/// `world`, or (`whole_loop`, osu_barrier) the whole loop of back-to-back calls.
+pub fn measure_with(
+    world: &Comm,
+    size: usize,
+    iterations: Iterations,
+    whole_loop: bool,
+    mut call: impl FnMut() -> Result<()>,
+) -> Result<Option<Stats>> {
+    let (iters, skip) = iterations.at(size);
     world.barrier()?;
     let mut timed = Duration::ZERO;
     let mut samples = Vec::with_capacity(iters);
-    if work.coll == Collective::Barrier {
-        // osu_barrier: the whole loop of back-to-back barriers is timed.
+    if whole_loop {
         let mut start = Instant::now();
         for i in 0..iters + skip {
             if i == skip {
                 start = Instant::now();
             }
-            work.call(comm)?;
+            call()?;
         }
         timed = start.elapsed();
     } else {
         for i in 0..iters + skip {
             let start = Instant::now();
-            work.call(comm)?;
+            call()?;
             let elapsed = start.elapsed();
             if i >= skip {
                 timed += elapsed;
@@ -280,7 +292,7 @@ pub fn measure(
         }
     }
     let mine = timed.as_secs_f64() * 1e6 / iters as f64;
-    // Barrier times its whole loop: no per-call samples, so its median is its mean.
+    // A whole-loop timing has no per-call samples, so its median is its mean.
     let median = if samples.is_empty() {
         mine
     } else {

@@ -6,6 +6,7 @@ mod coll;
 mod nbc;
 mod pt2pt;
 mod report;
+mod ring_p2p;
 mod support;
 mod tune;
 
@@ -29,17 +30,19 @@ enum Pt2pt {
 }
 
 /// What to run: a point-to-point benchmark, a collective benchmark, the nonblocking twin of a
-/// collective (one of `nbc::NONBLOCKING`), or the tuner.
+/// collective (one of `nbc::NONBLOCKING`), the hand-written ring allreduce the library is
+/// compared with, or the tuner.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Bench {
     Pt2pt(Pt2pt),
     Coll(Collective),
     Nbc(Collective),
+    AllreduceRingP2p,
     Tune,
 }
 
 const PT2PT: [Pt2pt; 4] = [Pt2pt::Latency, Pt2pt::Bw, Pt2pt::Bibw, Pt2pt::MbwMr];
-const BENCH_COUNT: usize = PT2PT.len() + Collective::ALL.len() + nbc::NONBLOCKING.len() + 1;
+const BENCH_COUNT: usize = PT2PT.len() + Collective::ALL.len() + nbc::NONBLOCKING.len() + 2;
 
 /// Every benchmark name, in the order `--help` lists them.
 const BENCHES: [Bench; BENCH_COUNT] = {
@@ -59,6 +62,7 @@ const BENCHES: [Bench; BENCH_COUNT] = {
         all[i] = Bench::Nbc(nbc::NONBLOCKING[j]);
         (i, j) = (i + 1, j + 1);
     }
+    all[i] = Bench::AllreduceRingP2p;
     all
 };
 
@@ -106,13 +110,21 @@ struct Args {
     /// choose per size).
     #[arg(long, value_name = "NAME")]
     algorithm: Option<String>,
+    /// allreduce_ring_p2p: messages per ring block.
+    #[arg(long, value_name = "S")]
+    segments: Option<usize>,
     /// Collectives and tune: timed iterations per size (default: OSU's 1000, 100 above 8 KiB;
     /// ibarrier 100; tune uses a tenth of that).
     #[arg(long, value_name = "N")]
     iterations: Option<usize>,
-    /// Tune: process counts to measure.
-    #[arg(long, value_delimiter = ',', default_value = "2,4,8")]
-    np_list: Vec<usize>,
+    /// Tune: process counts to measure with thread ranks (default 2,4,8; under a launcher its
+    /// process count is measured).
+    #[arg(long, value_delimiter = ',')]
+    np_list: Option<Vec<usize>>,
+    /// Tune: a file of measured points (JSON lines) that accumulates across runs; the tuning
+    /// file is made from all of them.
+    #[arg(long, value_name = "FILE")]
+    points: Option<PathBuf>,
     /// Tune: only these collectives (default: all).
     #[arg(long, value_delimiter = ',', value_name = "NAMES")]
     collectives: Vec<String>,
@@ -150,6 +162,7 @@ impl Bench {
             Bench::Pt2pt(p) => p.name(),
             Bench::Coll(c) => c.name(),
             Bench::Nbc(c) => nbc::name(c),
+            Bench::AllreduceRingP2p => "allreduce_ring_p2p",
             Bench::Tune => "tune",
         }
     }
@@ -161,6 +174,7 @@ impl Args {
         let min = self.min_size.unwrap_or(match self.bench {
             Bench::Pt2pt(Pt2pt::Latency) => 0,
             Bench::Coll(c) | Bench::Nbc(c) if coll::is_reduction(c) => 4,
+            Bench::AllreduceRingP2p => 4,
             _ => 1,
         });
         let max = self.max_size.unwrap_or(match self.bench {
@@ -189,9 +203,16 @@ impl Args {
         };
         let is_coll = matches!(self.bench, Bench::Coll(_) | Bench::Nbc(_));
         let is_tune = self.bench == Bench::Tune;
+        let is_ring = self.bench == Bench::AllreduceRingP2p;
         given("--algorithm", self.algorithm.is_some(), is_coll)?;
-        given("--iterations", self.iterations.is_some(), is_coll || is_tune)?;
+        given("--iterations", self.iterations.is_some(), is_coll || is_tune || is_ring)?;
+        given("--segments", self.segments.is_some(), is_ring)?;
+        if self.segments == Some(0) {
+            return Err("--segments must be at least 1".into());
+        }
         given("--collectives", !self.collectives.is_empty(), is_tune)?;
+        given("--np-list", self.np_list.is_some(), is_tune)?;
+        given("--points", self.points.is_some(), is_tune)?;
         given("--json", self.json, !is_tune)
     }
 }
@@ -246,6 +267,7 @@ fn run(args: &Args) -> Result<(), String> {
                 .collect::<Result<_, _>>()?;
             let plan = tune::Plan {
                 np_list: args.np_list.clone(),
+                points: args.points.clone(),
                 collectives,
                 sizes,
                 iterations: args.iterations(Iterations::TUNE)?,
@@ -253,6 +275,11 @@ fn run(args: &Args) -> Result<(), String> {
             return tune::run(&config, &plan, &args.output);
         }
         Bench::Pt2pt(p) => p,
+        Bench::AllreduceRingP2p => {
+            let iterations = args.iterations(Iterations::OSU)?;
+            let segments = args.segments.unwrap_or(ring_p2p::DEFAULT_SEGMENTS);
+            return launch(config, args, |world, out| ring_p2p::bench(world, &sizes, iterations, segments, out));
+        }
         Bench::Coll(c) | Bench::Nbc(c) => {
             let spec = coll::Spec {
                 coll: c,

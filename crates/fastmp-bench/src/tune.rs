@@ -1,7 +1,16 @@
 //! `fastmp-bench tune`: measures every algorithm of every collective at each process count and
 //! power-of-two size (the collective benchmarks' method with fewer iterations, ranked by the
-//! median call time, best of [`ROUNDS`] interleaved rounds), keeps the fastest per (np, size), compresses the winners into selection rules and writes a JSON tuning file that
+//! median call time, best of [`ROUNDS`] interleaved rounds), keeps the fastest per (np, size),
+//! compresses the winners into selection rules and writes a JSON tuning file that
 //! `Tuning::from_json` and `FASTMP_TUNING_FILE` accept.
+//!
+//! Without a launcher it starts thread ranks for each `--np-list` entry on the device of
+//! `FASTMP_DEVICE` (tcp: ranks talk over loopback). Under a launcher (`fastmprun -np N --device
+//! tcp fastmp-bench tune ...`) it measures the launcher's N processes. `--points FILE` keeps the
+//! measured points across runs (one JSON object per line; the best of repeated points wins), and
+//! the tuning file is made from all of them: one launcher run per process count, or runs over
+//! different collectives and sizes, add up to one table. Algorithms the device cannot run
+//! (`native` on tcp) are not measured, so they never enter the table.
 
 use std::path::Path;
 use std::time::Instant;
@@ -9,20 +18,28 @@ use std::time::Instant;
 use fastmp::coll::{Algorithm, Collective, Rule, Tuning};
 use fastmp::{Comm, Config, Error, Pin};
 use indicatif::{ProgressBar, ProgressStyle};
+use serde_json::json;
 
 use crate::coll::{Iterations, Workload, forcing, measure, selects_by_size, sizes_for};
 use crate::support::Sizes;
 
+/// Process counts measured when `--np-list` is not given (and no launcher fixed one).
+pub const DEFAULT_NP_LIST: [usize; 3] = [2, 4, 8];
+
 /// What to measure.
 pub struct Plan {
-    pub np_list: Vec<usize>,
+    /// `None`: [`DEFAULT_NP_LIST`], or the launcher's process count.
+    pub np_list: Option<Vec<usize>>,
     /// Empty: all collectives.
     pub collectives: Vec<Collective>,
     pub sizes: Sizes,
     pub iterations: Iterations,
+    /// Where measured points accumulate across runs, if anywhere.
+    pub points: Option<std::path::PathBuf>,
 }
 
 /// The median call time (averaged over ranks) of one algorithm at one size.
+#[derive(Clone, Debug)]
 struct Point {
     coll: Collective,
     algorithm: Algorithm,
@@ -30,11 +47,25 @@ struct Point {
     median_us: f64,
 }
 
+/// Measured points of one process count.
+type Measured = Vec<(usize, Vec<Point>)>;
+
 pub fn run(config: &Config, plan: &Plan, output: &Path) -> Result<(), String> {
-    if std::env::var_os("FASTMP_NP").is_some() {
-        return Err("tune starts its own thread ranks for each --np-list entry; run it without a launcher".into());
-    }
-    let mut np_list = plan.np_list.clone();
+    // One rank of a launched multi-process job: the launcher fixed the process count, so
+    // `Config::np` has no effect.
+    let launched = config.clone().np(config.get_np() + 1).get_np() == config.get_np();
+    let mut np_list = match (&plan.np_list, launched) {
+        (Some(list), true) if list[..] != [config.get_np()] => {
+            return Err(format!(
+                "under a launcher tune measures the launcher's {} ranks; --np-list {list:?} cannot apply \
+                 (run the launcher once per process count, with --points to combine them)",
+                config.get_np()
+            ));
+        }
+        (_, true) => vec![config.get_np()],
+        (Some(list), false) => list.clone(),
+        (None, false) => DEFAULT_NP_LIST.to_vec(),
+    };
     np_list.sort_unstable();
     np_list.dedup();
     if np_list.is_empty() || np_list[0] == 0 {
@@ -46,27 +77,59 @@ pub fn run(config: &Config, plan: &Plan, output: &Path) -> Result<(), String> {
         ProgressStyle::with_template("{elapsed_precise} [{wide_bar}] {pos}/{len} {msg}")
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
+    let hidden = ProgressBar::hidden();
     let started = Instant::now();
     let cpus = fastmp::affinity::allowed_cpus().len();
-    let mut measured = Vec::new();
+    let mut measured: Measured = Vec::new();
+    let mut device = "";
     for &np in &np_list {
         let mut config = config.clone().np(np);
-        if np > cpus {
+        if !launched && np > cpus {
             // Oversubscribed: pinning would stack spinning ranks on a few cores (compare.sh and
             // Open MPI's --oversubscribe runs are unpinned too).
             bar.suspend(|| eprintln!("tune: np={np} > {cpus} CPUs: ranks run unpinned"));
             config = config.pin(Pin::None);
         }
         let mut ranks = config
-            .run(|world: Comm| measure_all(&world, &collectives, plan, &bar))
+            .run(|world: Comm| {
+                let bar = if world.rank() == 0 { &bar } else { &hidden };
+                Ok((world.rank(), world.device_name(), measure_all(&world, &collectives, plan, bar)?))
+            })
             .map_err(|e| format!("tune at np={np}: {e}"))?;
-        measured.push((np, ranks.swap_remove(0)));
+        let (rank, name, points) = ranks.swap_remove(0);
+        if rank != 0 {
+            // A launched process other than rank 0: rank 0 reports.
+            return Ok(());
+        }
+        device = name;
+        measured.push((np, points));
     }
     bar.finish_and_clear();
+    if let Some(path) = &plan.points {
+        measured = merge_points(path, measured)?;
+    }
 
     let mut file = serde_json::Map::new();
+    let nps: Vec<String> = measured.iter().map(|(np, _)| np.to_string()).collect();
+    let all = measured.iter().flat_map(|(_, points)| points);
+    let (min, max) = all.clone().fold((usize::MAX, 0), |(lo, hi), p| (lo.min(p.size), hi.max(p.size)));
+    file.insert(
+        "comment".into(),
+        json!(format!(
+            "fastmp-bench tune on the {device} device: np {}; {} points of {}..{} B; each point the best of {ROUNDS} \
+             interleaved rounds of the ranks' median call times; beyond np {} the scalable fallbacks",
+            nps.join(","),
+            all.count(),
+            min,
+            max,
+            measured.last().map_or(0, |(np, _)| *np)
+        )),
+    );
     let mut summary = Vec::new();
-    for &coll in &collectives {
+    let mut tuned: Vec<Collective> = measured.iter().flat_map(|(_, p)| p.iter().map(|p| p.coll)).collect();
+    tuned.sort_unstable();
+    tuned.dedup();
+    for coll in tuned {
         let winners: Vec<(usize, Vec<(usize, Algorithm)>)> =
             measured.iter().map(|(np, points)| (*np, fastest(coll, points))).collect();
         let rules = compress(coll, &winners);
@@ -77,10 +140,9 @@ pub fn run(config: &Config, plan: &Plan, output: &Path) -> Result<(), String> {
     Tuning::from_json(&text).map_err(|e| format!("tune produced an invalid tuning file: {e}"))?;
     std::fs::write(output, &text).map_err(|e| format!("cannot write {}: {e}", output.display()))?;
 
-    let nps: Vec<String> = np_list.iter().map(usize::to_string).collect();
     println!(
-        "# fastmp tune: np {}; sizes {}..{} B; {} measurements in {:.1} s",
-        nps.join(","),
+        "# fastmp tune ({device}): np {}; sizes {}..{} B; {} measurements in {:.1} s",
+        np_list.iter().map(usize::to_string).collect::<Vec<_>>().join(","),
         plan.sizes.min,
         plan.sizes.max,
         per_np * np_list.len(),
@@ -92,6 +154,60 @@ pub fn run(config: &Config, plan: &Plan, output: &Path) -> Result<(), String> {
     }
     println!("# wrote {} (use it with FASTMP_TUNING_FILE={0})", output.display());
     Ok(())
+}
+
+/// `measured` together with the points in the file at `path` (if it exists), the best of
+/// repeated points kept; writes the union back and returns it by process count, ascending.
+fn merge_points(path: &Path, measured: Measured) -> Result<Measured, String> {
+    let bad = |e: String| format!("points file {}: {e}", path.display());
+    let mut all: Vec<(usize, Point)> = Vec::new();
+    let text = match std::fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+        Err(e) => return Err(bad(e.to_string())),
+    };
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        let value: serde_json::Value = serde_json::from_str(line).map_err(|e| bad(e.to_string()))?;
+        let field = |key: &str| value.get(key).ok_or_else(|| bad(format!("line without {key:?}: {line}")));
+        let number = |key: &str| field(key)?.as_u64().map(|n| n as usize).ok_or_else(|| bad(format!("bad {key}")));
+        let name = |key: &str| field(key)?.as_str().ok_or_else(|| bad(format!("bad {key}")));
+        let point = Point {
+            coll: Collective::from_name(name("collective")?).map_err(|e| bad(e.to_string()))?,
+            algorithm: Algorithm::from_name(name("algorithm")?).map_err(|e| bad(e.to_string()))?,
+            size: number("size")?,
+            median_us: field("median_us")?.as_f64().ok_or_else(|| bad("bad median_us".into()))?,
+        };
+        all.push((number("np")?, point));
+    }
+    all.extend(measured.into_iter().flat_map(|(np, points)| points.into_iter().map(move |p| (np, p))));
+    let mut best: Vec<(usize, Point)> = Vec::new();
+    for (np, point) in all {
+        let same = |(n, p): &&mut (usize, Point)| {
+            (*n, p.coll, p.algorithm, p.size) == (np, point.coll, point.algorithm, point.size)
+        };
+        match best.iter_mut().find(same) {
+            Some((_, kept)) => kept.median_us = kept.median_us.min(point.median_us),
+            None => best.push((np, point)),
+        }
+    }
+    best.sort_by_key(|(np, p)| (*np, p.coll, p.size));
+    let lines: String = best
+        .iter()
+        .map(|(np, p)| {
+            let line = json!({"np": np, "collective": p.coll.name(), "algorithm": p.algorithm.name(),
+                "size": p.size, "median_us": p.median_us});
+            format!("{line}\n")
+        })
+        .collect();
+    std::fs::write(path, lines).map_err(|e| bad(e.to_string()))?;
+    let mut by_np: Measured = Vec::new();
+    for (np, point) in best {
+        match by_np.last_mut() {
+            Some((n, points)) if *n == np => points.push(point),
+            _ => by_np.push((np, vec![point])),
+        }
+    }
+    Ok(by_np)
 }
 
 /// Rounds over the whole plan; each point keeps its best round. Rounds are interleaved, so a
@@ -128,6 +244,11 @@ fn measure_round(
         let mut work = Workload::new(coll, np, world.rank(), plan.sizes.max)?;
         for &algorithm in coll.algorithms() {
             let comm = forcing(world, coll, algorithm)?;
+            if comm.algorithm_for(coll, 0, true) != algorithm {
+                // The device cannot run it (native on tcp): it must not enter the table.
+                bar.inc(sizes.len() as u64);
+                continue;
+            }
             for &size in &sizes {
                 if world.rank() == 0 {
                     bar.set_message(format!("np {np} {coll} {algorithm} {size} B"));

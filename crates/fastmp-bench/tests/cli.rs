@@ -190,3 +190,56 @@ fn tune_writes_a_loadable_tuning_file() {
         assert!(coll.algorithms().contains(&tuning.select(coll, 3, 8)));
     }
 }
+
+#[test]
+fn ring_p2p_reference_reports_like_allreduce() {
+    for np in [1, 2, 3] {
+        let out = coll_bench("allreduce_ring_p2p", np, &["--json", "--segments", "3"]);
+        let lines = json_lines(&out);
+        let sizes: Vec<u64> = lines.iter().map(|l| l["size"].as_u64().unwrap()).collect();
+        assert_eq!(sizes, [4, 8, 16], "np={np}");
+        let library = json_lines(&coll_bench("allreduce", np, &["--json"]));
+        for (ours, theirs) in lines.iter().zip(&library) {
+            let keys = |l: &serde_json::Value| l.as_object().unwrap().keys().cloned().collect::<Vec<_>>();
+            assert_eq!(keys(ours), keys(theirs), "np={np}: {ours}");
+            assert_eq!(
+                (ours["bench"].as_str(), ours["algorithm"].as_str()),
+                (Some("allreduce_ring_p2p"), Some("ring_p2p_s3"))
+            );
+        }
+    }
+    let out = bench(&["allreduce_ring_p2p", "--segments", "0"]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--segments must be at least 1"));
+    let out = bench(&["allreduce", "--segments", "2"]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--segments does not apply to allreduce"));
+}
+
+#[test]
+fn tune_on_tcp_accumulates_points_and_never_writes_native() {
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let (points, output) = (dir.join("cli-tune-tcp.jsonl"), dir.join("cli-tune-tcp.json"));
+    let _ = std::fs::remove_file(&points);
+    for (np_list, collectives) in [("2", "allreduce,bcast"), ("3", "allreduce")] {
+        let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let args = ["tune", "--np-list", np_list, "--collectives", collectives, "--max-size", "8", "--iterations", "2"];
+        let out = Command::new(env!("CARGO_BIN_EXE_fastmp-bench"))
+            .args(args)
+            .args(["--pin", "none", "--points", points.to_str().unwrap(), "--output", output.to_str().unwrap()])
+            .env_remove("FASTMP_NP")
+            .env("FASTMP_DEVICE", "tcp")
+            .output()
+            .expect("run fastmp-bench");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+    let text = std::fs::read_to_string(&output).unwrap();
+    let file: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert!(file["comment"].as_str().unwrap().contains("tcp device: np 2,3"), "{text}");
+    assert!(!text.contains("native"), "{text}");
+    let tuning = Tuning::from_json(&text).unwrap();
+    let rules = tuning.rules(Collective::Allreduce);
+    assert!(rules.iter().any(|r| r.max_np == Some(3)), "np 3 measured in the second run: {text}");
+    assert!(file["bcast"].is_array() && file["scan"].is_null(), "only what was measured: {text}");
+    let lines = std::fs::read_to_string(&points).unwrap();
+    assert!(lines.lines().all(|l| serde_json::from_str::<serde_json::Value>(l).is_ok()));
+    assert!(lines.lines().any(|l| l.contains("\"np\":3")) && lines.lines().any(|l| l.contains("\"np\":2")));
+}

@@ -9,13 +9,12 @@
 
 use std::ops::Range;
 
-use super::Layout;
-use super::select::{Algorithm, Collective};
+use super::pattern::{Fold, recursive_doubling, ring_allgather};
+use super::select::{Algorithm, Collective, Pick};
 use super::transport::Run;
 use super::tree::{binomial_children, binomial_parent, binomial_subtree};
-use super::vector::{equal_blocks, equal_chunks};
-use super::{bcast, native, scatter_gather};
-use crate::error::{Error, Result};
+use super::vector::{Layout, carve, carve_blocks, copy_own_block, equal_blocks, equal_chunks};
+use crate::error::Result;
 
 pub(super) async fn allgather(comm: &Run<'_>, send: &[u8], recv: &mut [u8], algorithm: Algorithm) -> Result<()> {
     let coll = Collective::Allgather;
@@ -31,12 +30,9 @@ pub(super) async fn allgather(comm: &Run<'_>, send: &[u8], recv: &mut [u8], algo
         }
         Algorithm::Bt => in_place(recv).and(binomial(comm, recv, bytes, coll).await),
         Algorithm::Bde => in_place(recv).and(bde(comm, recv, bytes, coll).await),
-        Algorithm::Bkt => in_place(recv).and(ring(comm, recv, |rank| bytes(rank..rank + 1), coll).await),
+        Algorithm::Bkt => in_place(recv).and(ring_allgather(comm, recv, |rank| bytes(rank..rank + 1), coll).await),
         Algorithm::GatherBcast => {
-            let gathered = match comm.algorithm_for(Collective::Gather, send.len(), true) {
-                Algorithm::Native => native::gather(comm, send, recv, 0).await,
-                algorithm => scatter_gather::gather(comm, send, recv, 0, algorithm).await,
-            };
+            let gathered = comm.dispatch_gather(send, recv, 0, Pick::Tuned).await;
             // Both phases always run (see the module docs).
             gathered.and(bcast_from_rank0(comm, recv).await)
         }
@@ -66,7 +62,7 @@ pub(super) async fn allgatherv(
             in_rank_order(comm, send, recv, layout, async |buf, bytes| bde(comm, buf, bytes, coll).await).await
         }
         Algorithm::Bkt => copy_own_block(&mut recv[layout.block(me)], send, coll)
-            .and(ring(comm, recv, |r| layout.block(r), coll).await),
+            .and(ring_allgather(comm, recv, |r| layout.block(r), coll).await),
         Algorithm::GatherBcast => gatherv_bcast(comm, send, recv, layout).await,
         other => Err(coll.unsupported(other)),
     }
@@ -102,83 +98,6 @@ async fn in_rank_order(
     Ok(())
 }
 
-/// Copies a rank's own block, which never travels as a message; a length difference means the
-/// caller's counts disagree.
-pub(super) fn copy_own_block(dst: &mut [u8], src: &[u8], coll: Collective) -> Result<()> {
-    if dst.len() != src.len() {
-        return Err(Error::InvalidArgument(format!(
-            "{coll}: this rank's own block has {} bytes but its place in the buffer {}",
-            src.len(),
-            dst.len()
-        )));
-    }
-    dst.copy_from_slice(src);
-    Ok(())
-}
-
-/// Runs every step even after one fails and returns the first error, so this rank still does
-/// its part of the message pattern for the others.
-pub(super) async fn all_steps<S>(
-    steps: impl IntoIterator<Item = S>,
-    mut step: impl AsyncFnMut(S) -> Result<()>,
-) -> Result<()> {
-    let mut first = Ok(());
-    for s in steps {
-        first = first.and(step(s).await);
-    }
-    first
-}
-
-/// Splits `buf` into the byte ranges `range(i)` for `i` in `order`, which must list the
-/// non-empty ranges (in bounds, pairwise disjoint) by increasing start; empty ranges get an
-/// empty slice wherever they point (layouts allow that). The one place buffers are carved, so
-/// one buffer can feed several sends and receives at once without `unsafe`.
-pub(super) fn carve_in_order(
-    buf: &mut [u8],
-    order: impl IntoIterator<Item = usize>,
-    range: impl Fn(usize) -> Range<usize>,
-) -> impl Iterator<Item = (usize, &mut [u8])> {
-    let (mut rest, mut offset) = (buf, 0);
-    order.into_iter().map(move |i| {
-        let r = range(i);
-        if r.is_empty() {
-            return (i, Default::default());
-        }
-        let (_, tail) = std::mem::take(&mut rest).split_at_mut(r.start - offset);
-        let (piece, tail) = tail.split_at_mut(r.len());
-        (rest, offset) = (tail, r.end);
-        (i, piece)
-    })
-}
-
-/// Splits `buf` into the `N` byte ranges (in-bounds, pairwise disjoint unless empty), in the
-/// given order.
-pub(super) fn carve<const N: usize>(buf: &mut [u8], ranges: [Range<usize>; N]) -> [&mut [u8]; N] {
-    let mut pieces: [&mut [u8]; N] = std::array::from_fn(|_| Default::default());
-    let mut order: [usize; N] = std::array::from_fn(|i| i);
-    order.sort_unstable_by_key(|&i| ranges[i].start);
-    for (i, piece) in carve_in_order(buf, order, |i| ranges[i].clone()) {
-        pieces[i] = piece;
-    }
-    pieces
-}
-
-/// Splits `buf` into the blocks of `layout`, indexed by rank.
-pub(super) fn carve_blocks<'a>(buf: &'a mut [u8], layout: &Layout, np: usize) -> Vec<&'a mut [u8]> {
-    let block = |rank| layout.block(rank);
-    if layout.is_ascending() {
-        // Blocks in rank order: one pass, no sorting.
-        return carve_in_order(buf, 0..np, block).map(|(_, piece)| piece).collect();
-    }
-    let mut pieces: Vec<&mut [u8]> = (0..np).map(|_| Default::default()).collect();
-    let mut order: Vec<usize> = (0..np).collect();
-    order.sort_unstable_by_key(|&rank| block(rank).start);
-    for (rank, piece) in carve_in_order(buf, order, block) {
-        pieces[rank] = piece;
-    }
-    pieces
-}
-
 /// nbFT: every rank starts receives of all other blocks and sends of its own to all others.
 /// `rotated` yields the blocks of `recv` starting with this rank's own, then those of the ranks
 /// above it (wrapping around), so the ranks do not all send to rank 0 first.
@@ -198,26 +117,6 @@ async fn flat_nonblocking<'a>(
         pending.isend(send, peer, coll)?;
     }
     copied.and(pending.wait_all().await)
-}
-
-/// BKT (ring): in step `s` each rank passes the block it received in step `s - 1` (its own in
-/// step 0) to its right neighbour and receives the next one from its left: np - 1 steps.
-/// `block_of(rank)` is the byte range of `rank`'s block in `recv`, which holds this rank's own.
-async fn ring(
-    comm: &Run<'_>,
-    recv: &mut [u8],
-    block_of: impl Fn(usize) -> Range<usize>,
-    coll: Collective,
-) -> Result<()> {
-    let (np, me) = (comm.size(), comm.rank());
-    let (right, left) = ((me + 1) % np, (me + np - 1) % np);
-    all_steps(0..np.saturating_sub(1), async |step| {
-        let outgoing = (me + np - step) % np;
-        let incoming = (me + np - step - 1) % np;
-        let [out, inc] = carve(recv, [block_of(outgoing), block_of(incoming)]);
-        comm.coll_sendrecv(out, right, inc, left, coll).await
-    })
-    .await
 }
 
 /// BT: binomial gather to rank 0 (each child sends its whole subtree's blocks in one message),
@@ -252,32 +151,13 @@ async fn bde(
     bytes: impl Fn(Range<usize>) -> Range<usize>,
     coll: Collective,
 ) -> Result<()> {
-    if comm.size().is_power_of_two() {
-        recursive_doubling(comm, buf, bytes, coll).await
+    let np = comm.size();
+    if np.is_power_of_two() {
+        // The fold of a power of two keeps every rank: virtual ranks are the real ones.
+        recursive_doubling(comm, buf, &Fold::new(np), comm.rank(), |rank| bytes(0..rank).end, coll).await
     } else {
         bruck(comm, buf, bytes, coll).await
     }
-}
-
-/// Recursive doubling for a power-of-two np: in step `k` each rank swaps the `2^k` blocks it has
-/// gathered so far with partner `rank ^ 2^k`; log2(np) steps.
-async fn recursive_doubling(
-    comm: &Run<'_>,
-    buf: &mut [u8],
-    bytes: impl Fn(Range<usize>) -> Range<usize>,
-    coll: Collective,
-) -> Result<()> {
-    let (np, me) = (comm.size(), comm.rank());
-    let mut status = Ok(());
-    let mut dist = 1;
-    while dist < np {
-        let partner = me ^ dist;
-        let group = |rank: usize| bytes(rank & !(dist - 1)..(rank & !(dist - 1)) + dist);
-        let [out, inc] = carve(buf, [group(me), group(partner)]);
-        status = status.and(comm.coll_sendrecv(out, partner, inc, partner, coll).await);
-        dist *= 2;
-    }
-    status
 }
 
 /// Bruck's allgather, used by BDE when np is not a power of two: ceil(log2(np)) steps. Before
@@ -323,14 +203,10 @@ async fn bruck(
     status
 }
 
-/// Bcast of `buf` from rank 0 with the configured algorithm. Scatter+allgather is replaced by
-/// the bcast fallback: it could select gather+bcast allgather again and recurse forever.
+/// Bcast of `buf` from rank 0 with the configured algorithm, except scatter+allgather: its
+/// allgatherv could be gather+bcast again and recurse forever.
 async fn bcast_from_rank0(comm: &Run<'_>, buf: &mut [u8]) -> Result<()> {
-    match comm.algorithm_for(Collective::Bcast, buf.len(), true) {
-        Algorithm::Native => native::bcast(comm, buf, 0).await,
-        Algorithm::ScatterAllgather => bcast::bcast(comm, buf, 0, Collective::Bcast.fallback()).await,
-        algorithm => bcast::bcast(comm, buf, 0, algorithm).await,
-    }
+    comm.dispatch_bcast(buf, 0, Pick::Excluding(Algorithm::ScatterAllgather)).await
 }
 
 /// Gatherv to rank 0, then bcast. A layout whose blocks follow each other in rank order is
@@ -338,10 +214,7 @@ async fn bcast_from_rank0(comm: &Run<'_>, buf: &mut [u8]) -> Result<()> {
 /// `recv` outside the blocks are never written.
 async fn gatherv_bcast(comm: &Run<'_>, send: &[u8], recv: &mut [u8], layout: &Layout) -> Result<()> {
     let (np, me) = (comm.size(), comm.rank());
-    let gathered = match comm.algorithm_for(Collective::Gatherv, 0, true) {
-        Algorithm::Native => native::gatherv(comm, send, recv, (me == 0).then_some(layout), 0).await,
-        algorithm => scatter_gather::gatherv(comm, send, recv, (me == 0).then_some(layout), 0, algorithm).await,
-    };
+    let gathered = comm.dispatch_gatherv(send, recv, (me == 0).then_some(layout), 0, Pick::Tuned).await;
     if let Some(span) = layout.span(0..np) {
         return gathered.and(bcast_from_rank0(comm, &mut recv[span]).await);
     }

@@ -1,15 +1,19 @@
-//! Allreduce algorithms: flat, binomial, recursive doubling, ring, reduce+bcast, Rabenseifner.
+//! Allreduce algorithms: flat, binomial, recursive doubling, ring, reduce+bcast, Rabenseifner,
+//! segmented ring.
 
 use std::ops::Range;
 
 use bytemuck::Pod;
 
-use super::allgather::{all_steps, carve};
+use super::fold::{Partial, exchange_flat, fold_in_rank_order, vector_of, zeroed};
 use super::op::Op;
-use super::reduce::{Partial, exchange_flat, fold_in_rank_order, vector_of, zeroed};
-use super::reduce_scatter::{Fold, even_block, even_bound, recursive_halving, ring_reduce_scatter};
-use super::select::{Algorithm, Collective};
+use super::pattern::{
+    Fold, pipelined_ring_pass, recursive_doubling as doubling_allgather, recursive_halving, ring_allgather,
+    ring_reduce_scatter,
+};
+use super::select::{Algorithm, Collective, Pick};
 use super::transport::Run;
+use super::vector::{carve_in_order, even_block, even_bound};
 use crate::error::Result;
 
 const COLL: Collective = Collective::Allreduce;
@@ -26,18 +30,14 @@ pub(super) async fn allreduce<T: Pod>(
         // Tree reduce to rank 0, then binomial-tree bcast. The reduce runs on the MST, which
         // keeps rank order for any op; rooted at 0 it is a binomial tree only when np is a power
         // of two, so for other np the fan-in is shaped differently from the fan-out.
-        Algorithm::Bt => {
-            reduce_then_bcast(comm, send, recv, op, async |bytes| {
-                super::bcast::bcast(comm, bytes, 0, Algorithm::Bt).await
-            })
-            .await
-        }
-        Algorithm::ReduceBcast => {
-            reduce_then_bcast(comm, send, recv, op, async |bytes| comm.bcast_bytes(bytes, 0).await).await
-        }
+        Algorithm::Bt => reduce_then_bcast(comm, send, recv, op, Pick::Fixed(Algorithm::Bt)).await,
+        Algorithm::ReduceBcast => reduce_then_bcast(comm, send, recv, op, Pick::Tuned).await,
         Algorithm::Bde => recursive_doubling(comm, send, recv, op).await,
         Algorithm::Bkt => ring(comm, send, recv, op).await,
         Algorithm::Rabenseifner => rabenseifner(comm, send, recv, op).await,
+        // Boxed: its state (two pipelined passes) is large, and every allreduce's future would
+        // otherwise carry it, small ones included; it runs on large vectors only.
+        Algorithm::RingSegmented => Box::pin(ring_segmented(comm, send, recv, op)).await,
         other => Err(Collective::Allreduce.unsupported(other)),
     }
 }
@@ -49,16 +49,16 @@ async fn flat<T: Pod>(comm: &Run<'_>, send: &[T], recv: &mut [T], op: &dyn Op<T>
     fold_in_rank_order(op, recv, 0..np, |r| vector_of(r, me, send, &others))
 }
 
-/// MST reduce to rank 0 (order-correct), then `bcast` of the result from rank 0.
+/// MST reduce to rank 0 (order-correct), then bcast of the result from rank 0 as `bcast` picks.
 async fn reduce_then_bcast<T: Pod>(
     comm: &Run<'_>,
     send: &[T],
     recv: &mut [T],
     op: &dyn Op<T>,
-    bcast: impl AsyncFnOnce(&mut [u8]) -> Result<()>,
+    bcast: Pick,
 ) -> Result<()> {
-    super::reduce::reduce(comm, send, recv, op, 0, Algorithm::Mst).await?;
-    bcast(bytemuck::cast_slice_mut(recv)).await
+    comm.dispatch_reduce(send, recv, op, 0, Pick::Fixed(Algorithm::Mst)).await?;
+    comm.dispatch_bcast(bytemuck::cast_slice_mut(recv), 0, bcast).await
 }
 
 /// Runs `body(fold, v, acc, spare)` on the fold's virtual ranks with `acc` (which is `recv`)
@@ -112,50 +112,7 @@ async fn ring<T: Pod>(comm: &Run<'_>, send: &[T], recv: &mut [T], op: &dyn Op<T>
     let (np, me, len) = (comm.size(), comm.rank(), send.len());
     let block = |i| even_block(len, np, i);
     ring_reduce_scatter(comm, send, block, &mut recv[block(me)], op, COLL).await?;
-    ring_allgather_in_place(comm, bytemuck::cast_slice_mut(recv), |i| bytes_of::<T>(block(i)), COLL).await
-}
-
-/// Ring allgather of the byte ranges `block(i)` of `buf`, this rank's block already in place:
-/// in step `s` each rank passes the block it received in step `s - 1` (its own in step 0) to
-/// its right neighbour and receives the next one from its left. The pattern of the allgather
-/// module's ring (which copies its own block in first), with its error policy: every step runs.
-async fn ring_allgather_in_place(
-    comm: &Run<'_>,
-    buf: &mut [u8],
-    block: impl Fn(usize) -> Range<usize>,
-    coll: Collective,
-) -> Result<()> {
-    let (np, me) = (comm.size(), comm.rank());
-    let (right, left) = ((me + 1) % np, (me + np - 1) % np);
-    all_steps(0..np - 1, async |step| {
-        let [outgoing, incoming] = carve(buf, [block((me + np - step) % np), block((me + np - step - 1) % np)]);
-        comm.coll_sendrecv(outgoing, right, incoming, left, coll).await
-    })
-    .await
-}
-
-/// Recursive-doubling allgather of the fold's `pof2` blocks (`bound(u)..bound(u + 1)` bytes of
-/// `buf`), run by virtual rank `v`, whose block is in place: before the step with distance
-/// `mask` a rank holds the blocks of its aligned run of `mask` virtual ranks and swaps them
-/// with `v ^ mask` for the partner's run. (With `Fold::new(np)` for a power-of-two `np` the
-/// virtual ranks are the real ones, as in the allgather module's recursive doubling.)
-async fn doubling_allgather_in_place(
-    comm: &Run<'_>,
-    buf: &mut [u8],
-    fold: &Fold,
-    v: usize,
-    bound: impl Fn(usize) -> usize,
-    coll: Collective,
-) -> Result<()> {
-    let run = |u: usize, mask: usize| bound(u & !(mask - 1))..bound((u & !(mask - 1)) + mask);
-    let masks = std::iter::successors(Some(1usize), |mask| Some(mask << 1)).take_while(|&mask| mask < fold.pof2);
-    all_steps(masks, async |mask| {
-        let partner = v ^ mask;
-        let [outgoing, incoming] = carve(buf, [run(v, mask), run(partner, mask)]);
-        let peer = fold.real_rank(partner);
-        comm.coll_sendrecv(outgoing, peer, incoming, peer, coll).await
-    })
-    .await
+    ring_allgather(comm, bytemuck::cast_slice_mut(recv), |i| bytes_of::<T>(block(i)), COLL).await
 }
 
 /// Rabenseifner: fold, recursive-halving reduce-scatter over `pof2` near-equal blocks,
@@ -166,7 +123,68 @@ async fn rabenseifner<T: Pod>(comm: &Run<'_>, send: &[T], recv: &mut [T], op: &d
         let bound = |u| even_bound(len, fold.pof2, u);
         recursive_halving(comm, fold, v, acc, spare, bound, op, COLL).await?;
         let byte_bound = |u| bound(u) * size_of::<T>();
-        doubling_allgather_in_place(comm, bytemuck::cast_slice_mut(acc), fold, v, byte_bound, COLL).await
+        doubling_allgather(comm, bytemuck::cast_slice_mut(acc), fold, v, byte_bound, COLL).await
     })
     .await
+}
+
+/// Bytes a segment of [`ring_segmented`] aims at: large enough that a segment's own costs (a
+/// message, a rendezvous round trip on tcp) stay small against its transfer, small enough that
+/// several are in flight per block, so one is folded while the next arrives. Measured on tcp
+/// (np 2 and 4, 1–8 MiB): 512 KiB and 1 MiB segments were the fastest, 256 KiB 5–10 % slower
+/// at 8 MiB, 64 KiB up to twice as slow; 1 MiB messages hit the tcp device's slower single
+/// rendezvous transfer (README, "TCP"), so 512 KiB.
+const SEGMENT_BYTES: usize = 512 * 1024;
+
+/// Most segments per block: each is a receive posted ahead, so huge blocks get larger segments
+/// rather than an unbounded number of outstanding receives.
+const MAX_SEGMENTS: usize = 64;
+
+/// Segments per block of `block_bytes` (every rank derives the same count from the same size).
+fn segments_per_block(block_bytes: usize) -> usize {
+    block_bytes.div_ceil(SEGMENT_BYTES).clamp(1, MAX_SEGMENTS)
+}
+
+/// Ring reduce-scatter then ring allgather over `np` near-equal blocks, each block travelling as
+/// several segments that move on one by one ([`pipelined_ring_pass`]): a segment is folded and
+/// passed on while the later ones of its block are still arriving, so the transfers, the folds
+/// and the next step overlap instead of taking turns. Reduces straight into `recv`, with no
+/// temporary. Commutative operations only.
+async fn ring_segmented<T: Pod>(comm: &Run<'_>, send: &[T], recv: &mut [T], op: &dyn Op<T>) -> Result<()> {
+    let (np, me, len) = (comm.size(), comm.rank(), send.len());
+    if np == 1 {
+        recv.copy_from_slice(send);
+        return Ok(());
+    }
+    let segments = segments_per_block(size_of_val(send) / np);
+    let block = |i: usize| even_block(len, np, i % np);
+    let segment = move |i: usize, k: usize| {
+        let whole = block(i);
+        whole.start + even_bound(whole.len(), segments, k)..whole.start + even_bound(whole.len(), segments, k + 1)
+    };
+    // Pieces of `recv` are indexed by (block, segment), in place order.
+    let index = |(i, k): (usize, usize)| i % np * segments + k;
+    let by_index = |i: usize| segment(i / segments, i % segments);
+    // In a pass whose step 0 sends block `first`, step `s` receives block first-s-1.
+    let arriving_block = move |first: usize, s: usize| first + np - 1 - s;
+    let arriving =
+        move |first| (0..np - 1).flat_map(move |s| (0..segments).map(move |k| (arriving_block(first, s), k)));
+
+    // Reduce-scatter: step 0 sends this rank's part of block me-1; the partial of a segment of
+    // block me-s-2 arriving in step s gets this rank's part folded in and moves on in step s+1,
+    // ending with block `me` complete.
+    let first = me + np - 1;
+    let mut pieces: Vec<&mut [T]> =
+        carve_in_order(&mut *recv, 0..np * segments, by_index).map(|(_, piece)| piece).collect();
+    let incoming = arriving(first).map(|at| std::mem::take(&mut pieces[index(at)]));
+    let own = (0..segments).map(|k| &send[segment(first, k)]);
+    let fold = |s, k, partial: &mut [T]| op.combine(&send[segment(arriving_block(first, s), k)], partial);
+    pipelined_ring_pass(comm, own, incoming, segments, fold, COLL).await?;
+
+    // Allgather: step 0 sends block `me`; a segment of block me-s-1 arriving in step s moves on
+    // in step s+1.
+    let mut pieces: Vec<&mut [T]> = carve_in_order(recv, 0..np * segments, by_index).map(|(_, piece)| piece).collect();
+    let complete: Vec<&[T]> = (0..segments).map(|k| &*std::mem::take(&mut pieces[index((me, k))])).collect();
+    let incoming = arriving(me).map(|at| std::mem::take(&mut pieces[index(at)]));
+    pipelined_ring_pass(comm, complete, incoming, segments, |_, _, _| {}, COLL).await
 }

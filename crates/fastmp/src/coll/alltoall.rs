@@ -6,11 +6,10 @@
 //! whole message pattern even when one transfer fails (counts that disagree between sender and
 //! receiver) and returns the first error, so a mismatch never leaves the other ranks hanging.
 
-use super::Layout;
-use super::allgather::{all_steps, carve_blocks, copy_own_block};
+use super::pattern::all_steps;
 use super::select::{Algorithm, Collective};
 use super::transport::Run;
-use super::vector::{equal_blocks, equal_chunks};
+use super::vector::{Layout, carve_blocks, copy_own_block, equal_blocks, equal_chunks};
 use crate::error::Result;
 
 pub(super) async fn alltoall(comm: &Run<'_>, send: &[u8], recv: &mut [u8], algorithm: Algorithm) -> Result<()> {

@@ -1,12 +1,11 @@
 //! Bcast algorithms: flat trees, four-ary tree, MST, binomial, scatter+allgather.
 
-use super::Layout;
-use super::reduce_scatter::{even_block, even_bound};
-use super::select::{Algorithm, Collective};
+use super::select::{Algorithm, Collective, Pick};
 use super::transport::Run;
 use super::tree::{
     Mst, absolute, binomial_children, binomial_parent, kary_children, kary_parent, relative, send_down, send_from_root,
 };
+use super::vector::{Layout, even_block, even_bound};
 use crate::error::Result;
 
 const BCAST: Collective = Collective::Bcast;
@@ -42,7 +41,7 @@ pub(super) async fn bcast(comm: &Run<'_>, buf: &mut [u8], root: usize, algorithm
             )
             .await
         }
-        // Boxed: its allgather may run a gather+bcast, which comes back here (one level).
+        // Boxed: its allgatherv may be gather+bcast, whose bcast comes back here (one level).
         Algorithm::ScatterAllgather => Box::pin(scatter_allgather(comm, buf, root)).await,
         other => Err(Collective::Bcast.unsupported(other)),
     }
@@ -68,7 +67,7 @@ async fn scatter_allgather(comm: &Run<'_>, buf: &mut [u8], root: usize) -> Resul
     // This rank's block lies inside `buf`, which the allgather writes, so it travels through a
     // temporary (the root's scatter just copies its own block there).
     let mut own = vec![0u8; counts[rank]];
-    comm.scatterv_bytes(buf, (rank == root).then_some(&layout), &mut own, root).await?;
-    // Gather+bcast does not come back here: its bcast never picks scatter+allgather.
-    comm.allgatherv_bytes(&own, buf, &layout).await
+    comm.dispatch_scatterv(buf, (rank == root).then_some(&layout), &mut own, root, Pick::Tuned).await?;
+    // Gather+bcast does not come back here: its bcast excludes scatter+allgather.
+    comm.dispatch_allgatherv(&own, buf, &layout, Pick::Tuned).await
 }

@@ -9,15 +9,25 @@
 //! is chosen by the communicator's [`Tuning`]; correct programs make the same choice on every
 //! rank, because selection only uses sizes every rank of a correct call agrees on.
 
+// Dependency order (each module uses only those listed before it, plus the dispatcher in this
+// file, which composite algorithms call back into through `Run`):
+//   select, op, vector                      names, tables, operations, block layouts
+//   transport                               point-to-point of a `Run` (and native bookkeeping)
+//   fold, tree, pattern                     reduction building blocks, trees, rings/hypercube
+//   barrier, bcast, scatter_gather, allgather, alltoall, reduce, allreduce, reduce_scatter,
+//   scan, native                            the algorithms: none imports another
+//   objects, nonblocking                    serde objects, the `Scope::i*` entry points
 mod allgather;
 mod allreduce;
 mod alltoall;
 mod barrier;
 mod bcast;
+mod fold;
 mod native;
 mod nonblocking;
 mod objects;
 pub(crate) mod op;
+mod pattern;
 mod reduce;
 mod reduce_scatter;
 mod scan;
@@ -36,6 +46,7 @@ pub use select::{Algorithm, Collective, Rule, TUNING_FILE_VAR, Tuning};
 use crate::comm::Comm;
 use crate::error::{Error, Result};
 use op::Op;
+use select::Pick;
 use transport::Run;
 pub(crate) use vector::Layout;
 
@@ -51,17 +62,28 @@ impl Comm {
         &self.tuning
     }
 
-    /// The algorithm `coll` will use for `bytes` per rank on this communicator, after fallbacks
-    /// (no native support on this device, or a commutative-only algorithm with a
-    /// non-commutative operation).
+    /// The algorithm `coll` will use for `bytes` per rank on this communicator: the first rule
+    /// that applies and names an algorithm this call can run (not `native` on a device without
+    /// native support, not a commutative-only algorithm for a non-commutative operation), else
+    /// the collective's fallback.
     pub fn algorithm_for(&self, coll: Collective, bytes: usize, commutative: bool) -> Algorithm {
-        let algorithm = self.tuning.select(coll, self.size(), bytes);
-        if (algorithm == Algorithm::Native && self.native.is_none())
-            || (!commutative && coll.needs_commutative(algorithm))
-        {
-            coll.fallback()
-        } else {
-            algorithm
+        self.choose(coll, bytes, commutative, Pick::Tuned)
+    }
+
+    /// Whether a call of `coll` on this communicator can run `algorithm`.
+    fn can_run(&self, coll: Collective, algorithm: Algorithm, commutative: bool) -> bool {
+        (algorithm != Algorithm::Native || self.native.is_some()) && (commutative || !coll.needs_commutative(algorithm))
+    }
+
+    /// The algorithm of one dispatch (see [`Pick`]). Allocation-free.
+    fn choose(&self, coll: Collective, bytes: usize, commutative: bool, pick: Pick) -> Algorithm {
+        let np = self.size();
+        match pick {
+            Pick::Tuned => self.tuning.select_usable(coll, np, bytes, |a| self.can_run(coll, a, commutative)),
+            Pick::Excluding(excluded) => {
+                self.tuning.select_usable(coll, np, bytes, |a| a != excluded && self.can_run(coll, a, commutative))
+            }
+            Pick::Fixed(algorithm) => algorithm,
         }
     }
 
@@ -286,6 +308,8 @@ impl Comm {
 
 /// The collectives as operations of a [`Run`]: argument checks, algorithm choice, dispatch.
 /// The blocking methods above and the nonblocking ones (`Scope::ibcast`, ...) both run these.
+/// Each collective picks and dispatches in exactly one place; those that composite algorithms
+/// run inside their own operation (`dispatch_*`, below) take a [`Pick`].
 impl Run<'_> {
     pub(crate) async fn barrier(&self) -> Result<()> {
         self.check_live()?;
@@ -297,7 +321,7 @@ impl Run<'_> {
 
     pub(crate) async fn bcast<T: Pod>(&self, buf: &mut [T], root: usize) -> Result<()> {
         self.check_root(root)?;
-        self.bcast_bytes(bytemuck::cast_slice_mut(buf), root).await
+        self.dispatch_bcast(bytemuck::cast_slice_mut(buf), root, Pick::Tuned).await
     }
 
     pub(crate) async fn scatter<T: Pod>(&self, send: &[T], recv: &mut [T], root: usize) -> Result<()> {
@@ -328,7 +352,8 @@ impl Run<'_> {
         } else {
             None
         };
-        self.scatterv_bytes(bytemuck::cast_slice(send), layout.as_ref(), bytemuck::cast_slice_mut(recv), root).await
+        let (send, recv) = (bytemuck::cast_slice(send), bytemuck::cast_slice_mut(recv));
+        self.dispatch_scatterv(send, layout.as_ref(), recv, root, Pick::Tuned).await
     }
 
     pub(crate) async fn gather<T: Pod>(&self, send: &[T], recv: &mut [T], root: usize) -> Result<()> {
@@ -336,7 +361,7 @@ impl Run<'_> {
         if self.rank() == root {
             self.check_blocks("gather receive buffer", recv.len(), send.len())?;
         }
-        self.gather_bytes(bytemuck::cast_slice(send), bytemuck::cast_slice_mut(recv), root).await
+        self.dispatch_gather(bytemuck::cast_slice(send), bytemuck::cast_slice_mut(recv), root, Pick::Tuned).await
     }
 
     pub(crate) async fn gatherv<T: Pod>(
@@ -355,7 +380,8 @@ impl Run<'_> {
         } else {
             None
         };
-        self.gatherv_bytes(bytemuck::cast_slice(send), bytemuck::cast_slice_mut(recv), layout.as_ref(), root).await
+        let (send, recv) = (bytemuck::cast_slice(send), bytemuck::cast_slice_mut(recv));
+        self.dispatch_gatherv(send, recv, layout.as_ref(), root, Pick::Tuned).await
     }
 
     pub(crate) async fn allgather<T: Pod>(&self, send: &[T], recv: &mut [T]) -> Result<()> {
@@ -378,7 +404,8 @@ impl Run<'_> {
         self.check_live()?;
         let layout = Layout::new::<T>(self, "allgatherv", counts, displs, recv.len())?;
         self.check_len("allgatherv send buffer", send.len(), counts[self.rank()])?;
-        self.allgatherv_bytes(bytemuck::cast_slice(send), bytemuck::cast_slice_mut(recv), &layout).await
+        let (send, recv) = (bytemuck::cast_slice(send), bytemuck::cast_slice_mut(recv));
+        self.dispatch_allgatherv(send, recv, &layout, Pick::Tuned).await
     }
 
     pub(crate) async fn alltoall<T: Pod>(&self, send: &[T], recv: &mut [T]) -> Result<()> {
@@ -423,10 +450,7 @@ impl Run<'_> {
         if self.rank() == root {
             self.check_len("reduce receive buffer", recv.len(), send.len())?;
         }
-        match self.algorithm_for(Collective::Reduce, size_of_val(send), op.is_commutative()) {
-            Algorithm::Native => native::reduce(self, send, recv, op, root).await,
-            algorithm => reduce::reduce(self, send, recv, op, root, algorithm).await,
-        }
+        self.dispatch_reduce(send, recv, op, root, Pick::Tuned).await
     }
 
     pub(crate) async fn allreduce<T: Pod>(&self, send: &[T], recv: &mut [T], op: &dyn Op<T>) -> Result<()> {
@@ -486,55 +510,78 @@ impl Run<'_> {
     }
 }
 
-/// Byte-level dispatch (configured algorithm, native or point-to-point) shared by the public
-/// methods above and by composite algorithms that run one collective inside another.
+/// The dispatch of the collectives that composite algorithms run inside their own operation
+/// (checked arguments, bytes), shared with the public methods above: the one place each picks
+/// its algorithm, so a composite never copies a dispatch and never selects itself.
 impl Run<'_> {
-    pub(super) async fn bcast_bytes(&self, buf: &mut [u8], root: usize) -> Result<()> {
-        match self.algorithm_for(Collective::Bcast, buf.len(), true) {
+    pub(super) async fn dispatch_bcast(&self, buf: &mut [u8], root: usize, pick: Pick) -> Result<()> {
+        match self.choose(Collective::Bcast, buf.len(), true, pick) {
             Algorithm::Native => native::bcast(self, buf, root).await,
             algorithm => bcast::bcast(self, buf, root, algorithm).await,
         }
     }
 
     /// `layout` is only read at the root (`None` elsewhere).
-    pub(super) async fn scatterv_bytes(
+    pub(super) async fn dispatch_scatterv(
         &self,
         send: &[u8],
         layout: Option<&Layout>,
         recv: &mut [u8],
         root: usize,
+        pick: Pick,
     ) -> Result<()> {
-        match self.algorithm_for(Collective::Scatterv, 0, true) {
+        match self.choose(Collective::Scatterv, 0, true, pick) {
             Algorithm::Native => native::scatterv(self, send, layout, recv, root).await,
             algorithm => scatter_gather::scatterv(self, send, layout, recv, root, algorithm).await,
         }
     }
 
-    pub(super) async fn gather_bytes(&self, send: &[u8], recv: &mut [u8], root: usize) -> Result<()> {
-        match self.algorithm_for(Collective::Gather, send.len(), true) {
+    pub(super) async fn dispatch_gather(&self, send: &[u8], recv: &mut [u8], root: usize, pick: Pick) -> Result<()> {
+        match self.choose(Collective::Gather, send.len(), true, pick) {
             Algorithm::Native => native::gather(self, send, recv, root).await,
             algorithm => scatter_gather::gather(self, send, recv, root, algorithm).await,
         }
     }
 
     /// `layout` is only read at the root (`None` elsewhere).
-    pub(super) async fn gatherv_bytes(
+    pub(super) async fn dispatch_gatherv(
         &self,
         send: &[u8],
         recv: &mut [u8],
         layout: Option<&Layout>,
         root: usize,
+        pick: Pick,
     ) -> Result<()> {
-        match self.algorithm_for(Collective::Gatherv, 0, true) {
+        match self.choose(Collective::Gatherv, 0, true, pick) {
             Algorithm::Native => native::gatherv(self, send, recv, layout, root).await,
             algorithm => scatter_gather::gatherv(self, send, recv, layout, root, algorithm).await,
         }
     }
 
-    pub(super) async fn allgatherv_bytes(&self, send: &[u8], recv: &mut [u8], layout: &Layout) -> Result<()> {
-        match self.algorithm_for(Collective::Allgatherv, layout.total_bytes() / self.size(), true) {
+    pub(super) async fn dispatch_allgatherv(
+        &self,
+        send: &[u8],
+        recv: &mut [u8],
+        layout: &Layout,
+        pick: Pick,
+    ) -> Result<()> {
+        match self.choose(Collective::Allgatherv, layout.total_bytes() / self.size(), true, pick) {
             Algorithm::Native => native::allgatherv(self, send, recv, layout).await,
             algorithm => allgather::allgatherv(self, send, recv, layout, algorithm).await,
+        }
+    }
+
+    pub(super) async fn dispatch_reduce<T: Pod>(
+        &self,
+        send: &[T],
+        recv: &mut [T],
+        op: &dyn Op<T>,
+        root: usize,
+        pick: Pick,
+    ) -> Result<()> {
+        match self.choose(Collective::Reduce, size_of_val(send), op.is_commutative(), pick) {
+            Algorithm::Native => native::reduce(self, send, recv, op, root).await,
+            algorithm => reduce::reduce(self, send, recv, op, root, algorithm).await,
         }
     }
 }

@@ -10,12 +10,10 @@
 
 use std::ops::Range;
 
-use super::Layout;
-use super::allgather::{carve_in_order, copy_own_block};
 use super::select::{Algorithm, Collective};
 use super::transport::Run;
 use super::tree::{Mst, send_from_root};
-use super::vector::equal_blocks;
+use super::vector::{Layout, carve_in_order, copy_own_block, equal_blocks};
 use crate::error::{Error, Result};
 
 pub(super) async fn scatter(

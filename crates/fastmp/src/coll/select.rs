@@ -1,6 +1,10 @@
 //! Run-time algorithm selection: per collective, rules on (process count, message size) pick an
-//! algorithm. Defaults come from `default_tuning.json` (measured with `fastmp-bench tune`); a
-//! tuning file and `FASTMP_<COLLECTIVE>_ALGORITHM` variables override them at init.
+//! algorithm. Each device has its own defaults (`default_tuning_shm.json`,
+//! `default_tuning_tcp.json`, measured with `fastmp-bench tune` on that device); a tuning file
+//! and `FASTMP_<COLLECTIVE>_ALGORITHM` variables override them at init. A rule whose algorithm
+//! cannot run (no native support on the device, a commutative-only algorithm with a
+//! non-commutative operation, or the choice a composite excludes) is skipped, so the next rule
+//! that applies decides.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -8,6 +12,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
+use crate::launch::config::DeviceKind;
 
 /// The collective operations that have selectable algorithms. `ReduceScatter` also covers
 /// `reduce_scatter_block`, and `Scan` covers `exscan`.
@@ -59,6 +64,9 @@ pub enum Algorithm {
     ReduceBcast,
     /// Allreduce as reduce_scatter + allgather (Rabenseifner).
     Rabenseifner,
+    /// Allreduce as a ring reduce-scatter + ring allgather whose blocks travel as several
+    /// segments, pipelined: a segment moves on as soon as it arrived (and was folded in).
+    RingSegmented,
     /// Reduce-scatter as reduce + scatterv.
     ReduceScatter,
     /// Scan along the ranks one after another.
@@ -126,16 +134,16 @@ impl Collective {
             Collective::Allgatherv => &[Nbft, Bt, Bde, Bkt, GatherBcast, Native],
             Collective::Alltoall | Collective::Alltoallv => &[Bft, Nbft, Nb1ft, Nb2ft, Native],
             Collective::Reduce => &[Bft, Nbft, Mst, Native],
-            Collective::Allreduce => &[Nbft, Bt, Bde, Bkt, ReduceBcast, Rabenseifner, Native],
+            Collective::Allreduce => &[Nbft, Bt, Bde, Bkt, ReduceBcast, Rabenseifner, RingSegmented, Native],
             Collective::ReduceScatter => &[Bde, Bkt, ReduceScatter, Native],
             Collective::Scan => &[Nbft, Linear, Bde, Native],
         }
     }
 
-    /// A scalable, message-based algorithm that works for every operation: used when the
-    /// selected one cannot run (the device has no native support, or the operation is not
-    /// commutative and the selected algorithm needs it to be), and by `fastmp-bench tune`
-    /// beyond the largest process count it measured.
+    /// A scalable, message-based algorithm that works for every operation and is no composite's
+    /// excluded choice: used when no rule that applies names an algorithm that can run (see
+    /// [`Tuning::select_usable`]), and by `fastmp-bench tune` beyond the largest process count
+    /// it measured.
     pub fn fallback(self) -> Algorithm {
         match self {
             Collective::Barrier => Algorithm::Bde,
@@ -154,7 +162,7 @@ impl Collective {
     pub(crate) fn needs_commutative(self, algorithm: Algorithm) -> bool {
         matches!(
             (self, algorithm),
-            (Collective::Allreduce, Algorithm::Bkt | Algorithm::Rabenseifner)
+            (Collective::Allreduce, Algorithm::Bkt | Algorithm::Rabenseifner | Algorithm::RingSegmented)
                 | (Collective::ReduceScatter, Algorithm::Bde | Algorithm::Bkt)
         )
     }
@@ -191,6 +199,7 @@ impl Algorithm {
             Algorithm::GatherBcast => "gather_bcast",
             Algorithm::ReduceBcast => "reduce_bcast",
             Algorithm::Rabenseifner => "rabenseifner",
+            Algorithm::RingSegmented => "ring_segmented",
             Algorithm::ReduceScatter => "reduce_scatter",
             Algorithm::Linear => "linear",
             Algorithm::Native => "native",
@@ -199,7 +208,7 @@ impl Algorithm {
 
     /// Parses a name (case-insensitive); the thesis' long names are accepted too.
     pub fn from_name(name: &str) -> Result<Algorithm> {
-        const ALL: [Algorithm; 16] = [
+        const ALL: [Algorithm; 17] = [
             Algorithm::Bft,
             Algorithm::Nbft,
             Algorithm::Nb1ft,
@@ -213,6 +222,7 @@ impl Algorithm {
             Algorithm::GatherBcast,
             Algorithm::ReduceBcast,
             Algorithm::Rabenseifner,
+            Algorithm::RingSegmented,
             Algorithm::ReduceScatter,
             Algorithm::Linear,
             Algorithm::Native,
@@ -223,6 +233,7 @@ impl Algorithm {
             "binomial" => "bt",
             "recursive_doubling" => "bde",
             "ring" | "bucket" => "bkt",
+            "segmented_ring" | "pipelined_ring" => "ring_segmented",
             "flat" => "bft",
             other => other,
         };
@@ -291,30 +302,51 @@ pub struct Tuning {
 /// Tuning-file key (and `FASTMP_KARY_ARITY`) for the arity of the k-ary tree.
 const KARY_ARITY_KEY: &str = "kary_arity";
 
-/// Measured defaults, produced by `fastmp-bench tune` on the development machine.
-const DEFAULT_TUNING: &str = include_str!("default_tuning.json");
+/// Tuning-file key of free text saying how the table was made; ignored when loading.
+const COMMENT_KEY: &str = "comment";
+
+/// Measured defaults of the shm device, produced by `fastmp-bench tune` (thread ranks).
+const SHM_DEFAULTS: &str = include_str!("default_tuning_shm.json");
+
+/// Measured defaults of the tcp device (see its `comment` for how they were measured).
+const TCP_DEFAULTS: &str = include_str!("default_tuning_tcp.json");
 
 /// Environment variable naming a tuning file to load at init.
 pub const TUNING_FILE_VAR: &str = "FASTMP_TUNING_FILE";
 
 impl Tuning {
-    /// The built-in, measured selection rules.
+    /// The built-in rules of the shm device ([`Tuning::defaults_for`] gives any device's).
     pub fn defaults() -> Tuning {
-        let mut tuning = Tuning { rules: Collective::ALL.map(|c| vec![Rule::always(c.fallback())]), kary_arity: 4 };
-        tuning.merge_json(DEFAULT_TUNING).expect("built-in default_tuning.json is valid");
-        tuning
+        Tuning::defaults_for(DeviceKind::Shm)
     }
 
-    /// Defaults, overlaid with the file named by `FASTMP_TUNING_FILE` and then with
-    /// `FASTMP_KARY_ARITY` and any `FASTMP_<COLLECTIVE>_ALGORITHM=<name>` variables (for example
-    /// `FASTMP_BCAST_ALGORITHM=mst`).
+    /// The built-in rules measured on `device`; a job starts with its device's (overlaid with
+    /// the environment's, see [`Tuning::from_env_for`]).
+    pub fn defaults_for(device: DeviceKind) -> Tuning {
+        let text = match device {
+            DeviceKind::Shm => SHM_DEFAULTS,
+            DeviceKind::Tcp => TCP_DEFAULTS,
+        };
+        let empty = Tuning { rules: Collective::ALL.map(|c| vec![Rule::always(c.fallback())]), kary_arity: 4 };
+        empty.with_json(text).expect("built-in default tuning files are valid")
+    }
+
+    /// [`Tuning::from_env_for`] the shm device.
     pub fn from_env() -> Result<Tuning> {
-        let mut tuning = Tuning::defaults();
+        Tuning::from_env_for(DeviceKind::Shm)
+    }
+
+    /// `device`'s defaults, overlaid with the file named by `FASTMP_TUNING_FILE` and then with
+    /// `FASTMP_KARY_ARITY` and any `FASTMP_<COLLECTIVE>_ALGORITHM=<name>` variables (for
+    /// example `FASTMP_BCAST_ALGORITHM=mst`). This is the table a job on `device` starts with
+    /// unless `Config::tuning` gives one.
+    pub fn from_env_for(device: DeviceKind) -> Result<Tuning> {
+        let mut tuning = Tuning::defaults_for(device);
         if let Some(path) = std::env::var_os(TUNING_FILE_VAR) {
             let text = std::fs::read_to_string(&path)
                 .map_err(|e| Error::InvalidArgument(format!("{TUNING_FILE_VAR}={}: {e}", path.to_string_lossy())))?;
-            tuning
-                .merge_json(&text)
+            tuning = tuning
+                .with_json(&text)
                 .map_err(|e| Error::InvalidArgument(format!("{TUNING_FILE_VAR}={}: {e}", path.to_string_lossy())))?;
         }
         if let Ok(value) = std::env::var("FASTMP_KARY_ARITY") {
@@ -333,24 +365,24 @@ impl Tuning {
         Ok(tuning)
     }
 
-    /// Defaults overlaid with a JSON tuning file's contents.
+    /// The shm defaults overlaid with a JSON tuning file's contents.
     pub fn from_json(text: &str) -> Result<Tuning> {
-        let mut tuning = Tuning::defaults();
-        tuning.merge_json(text)?;
-        Ok(tuning)
+        Tuning::defaults().with_json(text)
     }
 
-    fn merge_json(&mut self, text: &str) -> Result<()> {
+    /// This table overlaid with a JSON tuning file's contents: the collectives it names get its
+    /// rules, the others keep theirs (for example `Tuning::defaults_for(DeviceKind::Tcp)`'s).
+    pub fn with_json(mut self, text: &str) -> Result<Tuning> {
         let bad = |e: serde_json::Error| Error::InvalidArgument(format!("tuning file: {e}"));
         let parsed: BTreeMap<String, serde_json::Value> = serde_json::from_str(text).map_err(bad)?;
         for (name, value) in parsed {
             if name == KARY_ARITY_KEY {
-                *self = self.clone().with_kary_arity(serde_json::from_value(value).map_err(bad)?)?;
-            } else {
+                self = self.with_kary_arity(serde_json::from_value(value).map_err(bad)?)?;
+            } else if name != COMMENT_KEY {
                 self.set_rules(Collective::from_name(&name)?, serde_json::from_value(value).map_err(bad)?)?;
             }
         }
-        Ok(())
+        Ok(self)
     }
 
     /// The table as a JSON tuning file.
@@ -407,10 +439,26 @@ impl Tuning {
         &self.rules[coll as usize]
     }
 
-    /// The algorithm the rules give for `np` processes and `bytes` per rank. Allocation-free.
+    /// The algorithm the rules give for `np` processes and `bytes` per rank, whether or not it
+    /// can run. Allocation-free.
     pub fn select(&self, coll: Collective, np: usize, bytes: usize) -> Algorithm {
+        self.select_usable(coll, np, bytes, |_| true)
+    }
+
+    /// The algorithm of the first rule that applies to `np` processes and `bytes` per rank and
+    /// names an algorithm `usable` accepts; the collective's [`Collective::fallback`] if there
+    /// is none. So a rule for an algorithm the device lacks (`native` on tcp) or the operation
+    /// rules out (a commutative-only one) passes the call on to the next rule that applies.
+    /// Allocation-free.
+    pub fn select_usable(
+        &self,
+        coll: Collective,
+        np: usize,
+        bytes: usize,
+        usable: impl Fn(Algorithm) -> bool,
+    ) -> Algorithm {
         let rules = self.rules(coll);
-        rules.iter().find(|r| r.applies(np, bytes)).unwrap_or(&rules[rules.len() - 1]).algorithm
+        rules.iter().find(|r| r.applies(np, bytes) && usable(r.algorithm)).map_or(coll.fallback(), |r| r.algorithm)
     }
 }
 
@@ -418,6 +466,22 @@ impl Default for Tuning {
     fn default() -> Self {
         Tuning::defaults()
     }
+}
+
+/// How a dispatch picks its algorithm. The public entry points use the tuning rules; a
+/// composite algorithm that runs another collective passes what it must not come back to, or
+/// the fixed part it is made of.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Pick {
+    /// The tuning rules' choice among the algorithms this call can run.
+    Tuned,
+    /// As `Tuned`, never this algorithm: the choice that would lead back into the composite
+    /// asking (allgather `gather_bcast`'s bcast is never `scatter_allgather`, whose allgatherv
+    /// could be `gather_bcast` again).
+    Excluding(Algorithm),
+    /// Exactly this algorithm, a fixed part of a composite (allreduce `bt` is an MST reduce
+    /// then a binomial bcast).
+    Fixed(Algorithm),
 }
 
 #[cfg(test)]
@@ -457,6 +521,44 @@ mod tests {
         let t = t.with_kary_arity(3).unwrap();
         assert_eq!(Tuning::from_json(&t.to_json()).unwrap().kary_arity(), 3);
         assert!(Tuning::from_json(r#"{"kary_arity": 0}"#).is_err());
+    }
+
+    #[test]
+    fn an_unusable_rule_passes_the_call_to_the_next_rule_that_applies() {
+        let mut t = Tuning::defaults();
+        let rule = |max_np, max_bytes, algorithm| Rule { max_np, max_bytes, algorithm };
+        t.set_rules(
+            Collective::Allreduce,
+            vec![
+                rule(Some(2), None, Algorithm::Native),
+                rule(None, Some(64), Algorithm::Nbft),
+                rule(Some(2), None, Algorithm::Bkt),
+                Rule::always(Algorithm::Native),
+            ],
+        )
+        .unwrap();
+        let coll = Collective::Allreduce;
+        let no_native = |a| a != Algorithm::Native;
+        assert_eq!(t.select(coll, 2, 1 << 20), Algorithm::Native);
+        assert_eq!(t.select_usable(coll, 2, 1 << 20, no_native), Algorithm::Bkt);
+        assert_eq!(t.select_usable(coll, 2, 8, no_native), Algorithm::Nbft, "the first usable rule wins");
+        assert_eq!(t.select_usable(coll, 4, 1 << 20, no_native), coll.fallback(), "no usable rule applies");
+        let no_ring = |a| no_native(a) && !coll.needs_commutative(a);
+        assert_eq!(t.select_usable(coll, 2, 1 << 20, no_ring), coll.fallback());
+    }
+
+    #[test]
+    fn each_device_has_its_own_defaults_and_tcp_never_picks_native() {
+        let tcp = Tuning::defaults_for(DeviceKind::Tcp);
+        assert_eq!(Tuning::defaults_for(DeviceKind::Shm), Tuning::defaults());
+        assert_ne!(tcp, Tuning::defaults());
+        for coll in Collective::ALL {
+            assert!(tcp.rules(coll).iter().all(|r| r.algorithm != Algorithm::Native), "{coll}");
+        }
+        let with_comment = r#"{"comment": "made by hand", "scan": [{"algorithm": "linear"}]}"#;
+        let overlaid = tcp.clone().with_json(with_comment).unwrap();
+        assert_eq!(overlaid.rules(Collective::Scan), &vec![Rule::always(Algorithm::Linear)]);
+        assert_eq!(overlaid.rules(Collective::Bcast), tcp.rules(Collective::Bcast), "others keep tcp's");
     }
 
     #[test]

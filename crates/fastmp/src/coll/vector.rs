@@ -1,8 +1,11 @@
-//! Validated per-rank blocks of the `v` collectives (counts plus displacements, in elements),
-//! converted to byte ranges once so the algorithms work on bytes.
+//! Where each rank's data lies in a buffer, and splitting buffers by it: validated per-rank
+//! blocks of the `v` collectives (counts plus displacements, in elements, converted to byte
+//! ranges once so the algorithms work on bytes), equal and near-equal splits, and carving one
+//! buffer into disjoint pieces so several sends and receives can use it at once without `unsafe`.
 
 use std::ops::Range;
 
+use super::select::Collective;
 use crate::comm::Comm;
 use crate::error::{Error, Result};
 
@@ -120,4 +123,119 @@ pub(crate) fn equal_blocks(ranks: Range<usize>, block: usize) -> Range<usize> {
 /// empty blocks, which `chunks_mut` refuses: no table of ranges needed.
 pub(crate) fn equal_chunks(buf: &mut [u8], block: usize, n: usize) -> impl Iterator<Item = &mut [u8]> {
     buf.chunks_mut(block.max(1)).chain(std::iter::repeat_with(Default::default)).take(n)
+}
+
+/// Start of block `index` (`index` may be `parts`, giving `len`) when `len` elements are split
+/// into `parts` near-equal blocks, the first `len % parts` of them one longer. Never overflows:
+/// `index · (len / parts) ≤ len`.
+pub(crate) fn even_bound(len: usize, parts: usize, index: usize) -> usize {
+    index * (len / parts) + index.min(len % parts)
+}
+
+/// Element range of block `index` of the split of [`even_bound`].
+pub(crate) fn even_block(len: usize, parts: usize, index: usize) -> Range<usize> {
+    even_bound(len, parts, index)..even_bound(len, parts, index + 1)
+}
+
+/// Element offsets of consecutive blocks of `counts` elements: block `i` is
+/// `offsets[i]..offsets[i + 1]` ([`offset_block`]).
+pub(crate) fn offsets_of(counts: &[usize]) -> Vec<usize> {
+    std::iter::once(0)
+        .chain(counts.iter().scan(0, |end, &count| {
+            *end += count;
+            Some(*end)
+        }))
+        .collect()
+}
+
+/// Element range of block `i` given the offsets of [`offsets_of`].
+pub(crate) fn offset_block(offsets: &[usize], i: usize) -> Range<usize> {
+    offsets[i]..offsets[i + 1]
+}
+
+/// Copies a rank's own block, which never travels as a message; a length difference means the
+/// caller's counts disagree.
+pub(crate) fn copy_own_block(dst: &mut [u8], src: &[u8], coll: Collective) -> Result<()> {
+    if dst.len() != src.len() {
+        return Err(Error::InvalidArgument(format!(
+            "{coll}: this rank's own block has {} bytes but its place in the buffer {}",
+            src.len(),
+            dst.len()
+        )));
+    }
+    dst.copy_from_slice(src);
+    Ok(())
+}
+
+/// Splits `buf` into the byte ranges `range(i)` for `i` in `order`, which must list the
+/// non-empty ranges (in bounds, pairwise disjoint) by increasing start; empty ranges get an
+/// empty slice wherever they point (layouts allow that). The one place buffers are carved, so
+/// one buffer can feed several sends and receives at once without `unsafe`.
+pub(crate) fn carve_in_order<T>(
+    buf: &mut [T],
+    order: impl IntoIterator<Item = usize>,
+    range: impl Fn(usize) -> Range<usize>,
+) -> impl Iterator<Item = (usize, &mut [T])> {
+    let (mut rest, mut offset) = (buf, 0);
+    order.into_iter().map(move |i| {
+        let r = range(i);
+        if r.is_empty() {
+            return (i, Default::default());
+        }
+        let (_, tail) = std::mem::take(&mut rest).split_at_mut(r.start - offset);
+        let (piece, tail) = tail.split_at_mut(r.len());
+        (rest, offset) = (tail, r.end);
+        (i, piece)
+    })
+}
+
+/// Splits `buf` into the `N` byte ranges (in-bounds, pairwise disjoint unless empty), in the
+/// given order.
+pub(crate) fn carve<const N: usize>(buf: &mut [u8], ranges: [Range<usize>; N]) -> [&mut [u8]; N] {
+    let mut pieces: [&mut [u8]; N] = std::array::from_fn(|_| Default::default());
+    let mut order: [usize; N] = std::array::from_fn(|i| i);
+    order.sort_unstable_by_key(|&i| ranges[i].start);
+    for (i, piece) in carve_in_order(buf, order, |i| ranges[i].clone()) {
+        pieces[i] = piece;
+    }
+    pieces
+}
+
+/// Splits `buf` into the blocks of `layout`, indexed by rank.
+pub(crate) fn carve_blocks<'a>(buf: &'a mut [u8], layout: &Layout, np: usize) -> Vec<&'a mut [u8]> {
+    let block = |rank| layout.block(rank);
+    if layout.is_ascending() {
+        // Blocks in rank order: one pass, no sorting.
+        return carve_in_order(buf, 0..np, block).map(|(_, piece)| piece).collect();
+    }
+    let mut pieces: Vec<&mut [u8]> = (0..np).map(|_| Default::default()).collect();
+    let mut order: Vec<usize> = (0..np).collect();
+    order.sort_unstable_by_key(|&rank| block(rank).start);
+    for (rank, piece) in carve_in_order(buf, order, block) {
+        pieces[rank] = piece;
+    }
+    pieces
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn block_offsets() {
+        assert_eq!(offsets_of(&[2, 0, 3]), [0, 2, 2, 5]);
+        assert_eq!(offset_block(&offsets_of(&[2, 0, 3]), 2), 2..5);
+        let even = |len, parts| (0..=parts).map(|i| even_bound(len, parts, i)).collect::<Vec<_>>();
+        assert_eq!(even(7, 3), [0, 3, 5, 7]);
+        assert_eq!(even(0, 2), [0, 0, 0]);
+        assert_eq!(even(usize::MAX, 2), [0, usize::MAX / 2 + 1, usize::MAX]);
+        assert_eq!(even_block(7, 3, 2), 5..7);
+    }
+
+    #[test]
+    fn carving_gives_disjoint_pieces_in_the_requested_order() {
+        let mut buf: Vec<u8> = (0..10).collect();
+        let [late, early, empty] = carve(&mut buf, [6..9, 1..3, 4..4]);
+        assert_eq!((&*late, &*early, empty.len()), (&[6, 7, 8][..], &[1, 2][..], 0));
+    }
 }

@@ -163,7 +163,8 @@ impl Config {
     /// `PMI_RANK`/`PMI_SIZE` or `SLURM_PROCID`/`SLURM_NTASKS` (first found wins), and the device
     /// defaults to `tcp` (see the README for the rendezvous variables). Collective algorithm
     /// overrides (`FASTMP_TUNING_FILE`, `FASTMP_<COLLECTIVE>_ALGORITHM`) are read by
-    /// [`Tuning::from_env`] when the job starts, unless [`Config::tuning`] set a table.
+    /// [`Tuning::from_env_for`] the device when the job starts, unless [`Config::tuning`] set a
+    /// table.
     pub fn from_env() -> Result<Self> {
         let mut c = Config::new();
         if let Some(np) = env_parse::<usize>("FASTMP_NP")? {
@@ -264,17 +265,19 @@ impl Config {
         self
     }
 
-    /// Collective algorithm selection for the job, instead of [`Tuning::from_env`].
+    /// Collective algorithm selection for the job, instead of the device's defaults and the
+    /// environment's overrides ([`Tuning::from_env_for`]).
     pub fn tuning(mut self, tuning: Tuning) -> Self {
         self.tuning = Some(tuning);
         self
     }
 
-    /// The selection table a job started from this configuration uses.
+    /// The selection table a job started from this configuration uses: the one given, or the
+    /// device's defaults overlaid with the environment's overrides.
     pub(crate) fn resolved_tuning(&self) -> Result<Tuning> {
         match &self.tuning {
             Some(tuning) => Ok(tuning.clone()),
-            None => Tuning::from_env(),
+            None => Tuning::from_env_for(self.device),
         }
     }
 

@@ -28,7 +28,7 @@ pub const BIG: usize = 70_001;
 pub const SENTINEL: u32 = 0xDEAD_BEEF;
 /// Point-to-point choices of [`Tunings::P2p`]: as many as the collective with the most
 /// point-to-point algorithms has, so every algorithm is checked.
-pub const P2P_VARIANTS: usize = 6;
+pub const P2P_VARIANTS: usize = 7;
 /// First tag of the point-to-point messages mixed into the random rounds.
 pub const P2P_TAG: i32 = 700;
 
