@@ -56,7 +56,7 @@ impl Comm {
     /// non-commutative operation).
     pub fn algorithm_for(&self, coll: Collective, bytes: usize, commutative: bool) -> Algorithm {
         let algorithm = self.tuning.select(coll, self.size(), bytes);
-        if (algorithm == Algorithm::Native && self.native.is_none())
+        if (algorithm == Algorithm::Native && self.collectives.is_none())
             || (!commutative && coll.needs_commutative(algorithm))
         {
             coll.fallback()

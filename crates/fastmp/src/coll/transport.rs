@@ -8,15 +8,13 @@
 //! yields until the device completes it, so the rank's progress engine can interleave it with
 //! computation and other operations.
 
-use std::cell::Cell;
 use std::future::{Future, poll_fn};
 use std::ops::Deref;
-use std::pin::pin;
-use std::task::{Context, Poll, Waker};
+use std::task::Poll;
 
 use crate::coll::select::Collective;
 use crate::comm::Comm;
-use crate::device::shm::native::LANES;
+use crate::device::collectives::finish_in_place;
 use crate::device::{MatchSpec, RawStatus, ReqId, SendMode, Source, Started};
 use crate::error::{Error, Result};
 
@@ -25,26 +23,24 @@ const COLL_BITS: u32 = 5;
 const _: () = assert!((Collective::Scan as u32) < (1 << COLL_BITS) - 1);
 /// Operation numbers wrap here in tags; more outstanding operations than this cannot exist.
 const SEQ_MASK: u32 = (1 << (31 - COLL_BITS)) - 1;
-/// Native operations one collective may run (composites run one per phase, at most 3).
-const NATIVE_PARTS: u64 = 8;
 
 /// One collective operation of this rank on a communicator.
 pub(crate) struct Run<'c> {
     comm: &'c Comm,
     /// Number of the operation on the communicator (the same on every rank).
     seq: u64,
-    /// Native (shared-memory) operations this run has started: composites run several.
-    native_started: Cell<u64>,
     /// Sequence number of the operation on the communicator (the same on every rank, since all
     /// ranks issue collectives in the same order), shifted into tag position.
     tag_base: i32,
     blocking: bool,
 }
 
+/// The operation is over however it ends (finished, failed, or its future dropped): a device
+/// provider that orders operations by number (the shm lanes) passes the turn on.
 impl Drop for Run<'_> {
     fn drop(&mut self) {
-        if let Some(native) = &self.comm.native {
-            native.finished(self.seq);
+        if let Some(provider) = &self.comm.collectives {
+            provider.finished(self.seq);
         }
     }
 }
@@ -75,37 +71,23 @@ fn outcome(result: Result<RawStatus>, peer: usize, expected: Option<usize>) -> R
 }
 
 impl<'c> Run<'c> {
-    /// Starts the next collective on `comm`. Fails, without taking a number, when called from
-    /// inside a native collective's synchronous work on `comm` (a user op calling a collective).
+    /// Starts the next collective on `comm`. Fails, without taking a number, when the device's
+    /// provider refuses (called from inside a native collective's synchronous work on `comm`: a
+    /// user op calling a collective).
     pub(crate) fn new(comm: &'c Comm, blocking: bool) -> Result<Self> {
         comm.check_live()?;
-        if comm.native.as_ref().is_some_and(|native| native.busy.get()) {
-            return Err(super::native::nested_call());
+        if let Some(provider) = &comm.collectives {
+            provider.may_start()?;
         }
         let seq = comm.coll_seq.get();
         comm.coll_seq.set(seq + 1);
         let tag_base = ((seq as u32 & SEQ_MASK) << COLL_BITS) as i32;
-        Ok(Run { comm, seq, native_started: Cell::new(0), tag_base, blocking })
+        Ok(Run { comm, seq, tag_base, blocking })
     }
 
     /// Number of the operation on its communicator.
     pub(crate) fn seq(&self) -> u64 {
         self.seq
-    }
-
-    /// Lane and epoch of this run's next native operation: lanes take operations in turn, and
-    /// each operation numbers its native parts within its own epoch range, so every rank
-    /// derives the same pair however its progress interleaves outstanding operations.
-    pub(crate) fn native_ticket(&self) -> Result<(usize, u64)> {
-        let part = self.native_started.get();
-        if part >= NATIVE_PARTS {
-            return Err(Error::InvalidArgument(format!(
-                "a collective ran more than {NATIVE_PARTS} native parts (a tuning loop between composites?)"
-            )));
-        }
-        self.native_started.set(part + 1);
-        let lanes = LANES as u64;
-        Ok(((self.seq % lanes) as usize, (self.seq / lanes) * NATIVE_PARTS + part + 1))
     }
 
     /// Whether each step finishes before the next starts (no progress engine involved).
@@ -118,24 +100,9 @@ impl<'c> Run<'c> {
         self.tag_base | (coll as i32 + 1)
     }
 
-    /// Runs a blocking operation's future to its end.
+    /// Runs a blocking operation's future to its end on the caller's stack.
     pub(crate) fn finish<F: Future<Output = Result<()>>>(&self, operation: F) -> Result<()> {
-        let mut operation = pin!(operation);
-        let mut cx = Context::from_waker(Waker::noop());
-        // Blocking runs never yield, unless a step waits for an earlier nonblocking operation
-        // of this rank (a shared-memory slot still in use): then the device wait drives both.
-        let mut outcome = None;
-        let mut poll = || match operation.as_mut().poll(&mut cx) {
-            Poll::Ready(result) => {
-                outcome = Some(result);
-                Ok(true)
-            }
-            Poll::Pending => Ok(false),
-        };
-        if !poll()? {
-            self.dev.wait_until(&mut poll)?;
-        }
-        outcome.expect("the operation finished")
+        finish_in_place(&*self.dev, operation)
     }
 
     /// Finishes a started device operation: waits in place for blocking runs, yields until the
