@@ -14,7 +14,7 @@ use std::task::Poll;
 
 use crate::coll::select::Collective;
 use crate::comm::Comm;
-use crate::device::collectives::finish_in_place;
+use crate::device::collectives::{CollectiveProvider, finish_in_place};
 use crate::device::{MatchSpec, RawStatus, ReqId, SendMode, Source, Started};
 use crate::error::{Error, Result};
 
@@ -27,6 +27,8 @@ const SEQ_MASK: u32 = (1 << (31 - COLL_BITS)) - 1;
 /// One collective operation of this rank on a communicator.
 pub(crate) struct Run<'c> {
     comm: &'c Comm,
+    /// The communicator's collective provider (`Comm::collectives`), looked up once.
+    provider: Option<&'c dyn CollectiveProvider>,
     /// Number of the operation on the communicator (the same on every rank).
     seq: u64,
     /// Sequence number of the operation on the communicator (the same on every rank, since all
@@ -39,7 +41,7 @@ pub(crate) struct Run<'c> {
 /// provider that orders operations by number (the shm lanes) passes the turn on.
 impl Drop for Run<'_> {
     fn drop(&mut self) {
-        if let Some(provider) = &self.comm.collectives {
+        if let Some(provider) = self.provider {
             provider.finished(self.seq);
         }
     }
@@ -76,13 +78,19 @@ impl<'c> Run<'c> {
     /// user op calling a collective).
     pub(crate) fn new(comm: &'c Comm, blocking: bool) -> Result<Self> {
         comm.check_live()?;
-        if let Some(provider) = &comm.collectives {
+        let provider = comm.collectives.as_deref();
+        if let Some(provider) = provider {
             provider.may_start()?;
         }
         let seq = comm.coll_seq.get();
         comm.coll_seq.set(seq + 1);
         let tag_base = ((seq as u32 & SEQ_MASK) << COLL_BITS) as i32;
-        Ok(Run { comm, seq, tag_base, blocking })
+        Ok(Run { comm, provider, seq, tag_base, blocking })
+    }
+
+    /// The device's collective provider for the communicator, if it has one.
+    pub(crate) fn provider(&self) -> Option<&'c dyn CollectiveProvider> {
+        self.provider
     }
 
     /// Number of the operation on its communicator.

@@ -45,23 +45,24 @@ pub(crate) struct Operation<'a> {
     pub(crate) dev: &'a dyn Device,
 }
 
-/// Folds operands in rank order into `dest`: `dest = x(first) ∘ … ∘ x(last)` over `ranks`, where
-/// `input(j)` is rank `j`'s operand (as many bytes as `dest`).
-pub(crate) type Fold<'a> =
-    dyn for<'s> Fn(&mut [u8], Range<usize>, &dyn Fn(usize) -> Result<&'s [u8]>) -> Result<()> + 'a;
+/// A reduction operator over bytes, implemented by the collectives layer for its typed operators.
+pub(crate) trait Fold {
+    /// `dest = x(first) ∘ … ∘ x(last)` over `ranks`, where `input(j)` is rank `j`'s operand (as
+    /// many bytes as `dest`), combined in rank order so non-commutative operators stay correct.
+    /// Fails when the bytes are not whole, aligned elements of the operator's type (ranks
+    /// disagree on the element type).
+    fn fold<'s>(&self, dest: &mut [u8], ranks: Range<usize>, input: &dyn Fn(usize) -> Result<&'s [u8]>) -> Result<()>;
+}
 
 /// A reduction operator with its element type erased, since trait objects cannot have generic
-/// methods: the collectives layer turns `&dyn Op<T>` into a byte-level fold that checks the
-/// element type (whole, aligned elements) and combines in rank order, so non-commutative
-/// operators stay correct wherever a provider splits the work.
+/// methods: the collectives layer hands its `&dyn Op<T>` over as a byte-level [`Fold`] that checks
+/// the element type and keeps rank order wherever a provider splits the work.
 #[derive(Clone, Copy)]
 pub(crate) struct Reduction<'a> {
     /// Bytes per element (0 for zero-sized types, whose vectors reduce as empty). Ranks compare
     /// it before combining each other's data: chunk boundaries are computed in elements.
     pub(crate) elem_size: usize,
-    /// See [`Fold`]; fails when bytes are not whole, aligned elements of the operator's type
-    /// (ranks disagree on the element type).
-    pub(crate) fold: &'a Fold<'a>,
+    pub(crate) fold: &'a dyn Fold,
 }
 
 impl Reduction<'_> {
@@ -195,10 +196,15 @@ impl<'a> Completion<'a> {
     /// `op` is blocking, boxed for the caller to await otherwise.
     pub(crate) fn of(op: Operation<'_>, body: impl Future<Output = Result<()>> + 'a) -> Self {
         if op.blocking {
-            Completion(Stage::Finished(Some(finish_in_place(op.dev, body))))
+            Self::finished(finish_in_place(op.dev, body))
         } else {
             Completion(Stage::Running(Box::pin(body)))
         }
+    }
+
+    /// An operation that is over already (or could not start).
+    pub(crate) fn finished(outcome: Result<()>) -> Self {
+        Completion(Stage::Finished(Some(outcome)))
     }
 }
 
@@ -220,16 +226,16 @@ impl Future for Completion<'_> {
 pub(crate) fn finish_in_place(dev: &dyn Device, operation: impl Future<Output = Result<()>>) -> Result<()> {
     let mut operation = pin!(operation);
     let mut cx = Context::from_waker(Waker::noop());
+    if let Poll::Ready(outcome) = operation.as_mut().poll(&mut cx) {
+        return outcome;
+    }
     let mut outcome = None;
-    let mut poll = || match operation.as_mut().poll(&mut cx) {
+    dev.wait_until(&mut || match operation.as_mut().poll(&mut cx) {
         Poll::Ready(result) => {
             outcome = Some(result);
             Ok(true)
         }
         Poll::Pending => Ok(false),
-    };
-    if !poll()? {
-        dev.wait_until(&mut poll)?;
-    }
+    })?;
     outcome.expect("the operation finished")
 }

@@ -475,7 +475,7 @@ pub(super) async fn reduce(
         // SAFETY: the root's receive buffer is published for this reduce; each rank writes only
         // its own chunk and nobody reads it before all have left.
         let dest = unsafe { exclusive(s, dst.recv, dst.recv_len, mine.clone()) }?;
-        (reduction.fold)(dest, everyone, &|j| send_of(s, send, j, mine.clone()))
+        reduction.fold.fold(dest, everyone, &|j| send_of(s, send, j, mine.clone()))
     })
     .await
 }
@@ -500,7 +500,7 @@ pub(super) async fn allreduce(comm: Native<'_>, send: &[u8], recv: &mut [u8], re
         // SAFETY: our own receive buffer, published for this allreduce: peers read our chunk
         // only after `mark_done`, and every other chunk is written by us alone.
         let dest = unsafe { exclusive(s, buffers.recv, buffers.recv_len, mine.clone()) }?;
-        (reduction.fold)(dest, everyone.clone(), &|j| send_of(s, send, j, mine.clone()))?;
+        reduction.fold.fold(dest, everyone.clone(), &|j| send_of(s, send, j, mine.clone()))?;
         s.mark_done();
         Ok(())
     };
@@ -542,7 +542,7 @@ pub(super) async fn reduce_scatter(
     let everyone = 0..np;
     collective(comm, kind(Collective::ReduceScatter, size), buffers, everyone.clone(), everyone.clone(), |s| {
         check_sends(comm, s, bytes)?;
-        (reduction.fold)(recv, everyone, &|j| send_of(s, send, j, mine.clone()))
+        reduction.fold.fold(recv, everyone, &|j| send_of(s, send, j, mine.clone()))
     })
     .await
 }
@@ -563,7 +563,7 @@ pub(super) async fn scan(
         for p in inputs.clone().filter(|&p| p != me) {
             check_len(p, "send buffer", s.peer(p)?.send_len, bytes)?;
         }
-        (reduction.fold)(recv, inputs, &|j| send_of(s, send, j, 0..bytes))
+        reduction.fold.fold(recv, inputs, &|j| send_of(s, send, j, 0..bytes))
     })
     .await
 }
