@@ -5,7 +5,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 use crate::coll::select::Tuning;
-use crate::device::collectives::CollectiveProvider;
+use crate::device::collectives::Collectives;
 use crate::device::{ANY_TAG, ContextId, Device, MatchSpec, RawStatus, Source, TAG_UB};
 use crate::error::{Error, Result};
 use crate::group::Group;
@@ -43,7 +43,7 @@ pub struct Comm {
     pub(crate) process: Rc<ProcessState>,
     /// The device's own collectives for this communicator (`Device::collectives`), if any: the
     /// `native` algorithm.
-    pub(crate) collectives: Option<Rc<dyn CollectiveProvider>>,
+    pub(crate) collectives: Option<Rc<Collectives>>,
     /// Collectives this rank has issued on the communicator (shared by its clones); numbers
     /// each operation's messages so outstanding nonblocking ones never match each other's.
     pub(crate) coll_seq: Rc<Cell<u64>>,
@@ -100,7 +100,7 @@ impl Comm {
         process: Rc<ProcessState>,
     ) -> Self {
         let rank = group.rank().expect("a communicator's group contains its process");
-        let collectives = dev.collectives(context, group.members()).map(|provider| provider.0);
+        let collectives = dev.collectives(context, group.members()).map(Rc::new);
         Comm { dev, context, group, rank, tuning, process, collectives, coll_seq: Rc::default() }
     }
 

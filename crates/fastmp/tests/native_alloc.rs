@@ -1,6 +1,6 @@
 //! Blocking collectives on the device's collective provider (`native`, shm) allocate nothing
-//! after warm-up: the provider runs a blocking operation's body on the caller's stack and boxes
-//! only nonblocking ones, whose futures the progress engine keeps anyway.
+//! after warm-up: the provider's operation is part of the collective's future, which a blocking
+//! call runs on its own stack.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;

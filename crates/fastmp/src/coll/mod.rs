@@ -424,7 +424,7 @@ impl Run<'_> {
             self.check_len("reduce receive buffer", recv.len(), send.len())?;
         }
         match self.algorithm_for(Collective::Reduce, size_of_val(send), op.is_commutative()) {
-            Algorithm::Native => native::reduce(self, send, recv, &op, root).await,
+            Algorithm::Native => native::reduce(self, send, recv, op, root).await,
             algorithm => reduce::reduce(self, send, recv, op, root, algorithm).await,
         }
     }
@@ -433,7 +433,7 @@ impl Run<'_> {
         self.check_live()?;
         self.check_len("allreduce receive buffer", recv.len(), send.len())?;
         match self.algorithm_for(Collective::Allreduce, size_of_val(send), op.is_commutative()) {
-            Algorithm::Native => native::allreduce(self, send, recv, &op).await,
+            Algorithm::Native => native::allreduce(self, send, recv, op).await,
             algorithm => allreduce::allreduce(self, send, recv, op, algorithm).await,
         }
     }
@@ -452,7 +452,7 @@ impl Run<'_> {
         self.check_len("reduce_scatter send buffer", send.len(), total)?;
         self.check_len("reduce_scatter receive buffer", recv.len(), counts[self.rank()])?;
         match self.algorithm_for(Collective::ReduceScatter, size_of_val(send), op.is_commutative()) {
-            Algorithm::Native => native::reduce_scatter(self, send, recv, counts, &op).await,
+            Algorithm::Native => native::reduce_scatter(self, send, recv, counts, op).await,
             algorithm => reduce_scatter::reduce_scatter(self, send, recv, counts, op, algorithm).await,
         }
     }
@@ -480,7 +480,7 @@ impl Run<'_> {
             send.len(),
         )?;
         match self.algorithm_for(Collective::Scan, size_of_val(send), op.is_commutative()) {
-            Algorithm::Native => native::scan(self, send, recv, &op, exclusive).await,
+            Algorithm::Native => native::scan(self, send, recv, op, exclusive).await,
             algorithm => scan::scan(self, send, recv, op, exclusive, algorithm).await,
         }
     }

@@ -14,8 +14,8 @@ use std::task::Poll;
 
 use crate::coll::select::Collective;
 use crate::comm::Comm;
-use crate::device::collectives::{CollectiveProvider, finish_in_place};
-use crate::device::{MatchSpec, RawStatus, ReqId, SendMode, Source, Started};
+use crate::device::collectives::{CollectiveProvider, Collectives, Operation, finish_in_place};
+use crate::device::{Device, MatchSpec, RawStatus, ReqId, SendMode, Source, Started};
 use crate::error::{Error, Result};
 
 /// Bits of a tag that name the collective (tags are `seq << COLL_BITS | coll + 1`).
@@ -27,8 +27,10 @@ const SEQ_MASK: u32 = (1 << (31 - COLL_BITS)) - 1;
 /// One collective operation of this rank on a communicator.
 pub(crate) struct Run<'c> {
     comm: &'c Comm,
-    /// The communicator's collective provider (`Comm::collectives`), looked up once.
-    provider: Option<&'c dyn CollectiveProvider>,
+    /// The device's collectives for the communicator (`Comm::collectives`), looked up once.
+    collectives: Option<&'c Collectives>,
+    /// The rank's device (`Comm::dev`), looked up once.
+    device: &'c dyn Device,
     /// Number of the operation on the communicator (the same on every rank).
     seq: u64,
     /// Sequence number of the operation on the communicator (the same on every rank, since all
@@ -41,8 +43,8 @@ pub(crate) struct Run<'c> {
 /// provider that orders operations by number (the shm lanes) passes the turn on.
 impl Drop for Run<'_> {
     fn drop(&mut self) {
-        if let Some(provider) = self.provider {
-            provider.finished(self.seq);
+        if let Some(collectives) = self.collectives {
+            collectives.provider().finished(self.seq);
         }
     }
 }
@@ -78,29 +80,29 @@ impl<'c> Run<'c> {
     /// user op calling a collective).
     pub(crate) fn new(comm: &'c Comm, blocking: bool) -> Result<Self> {
         comm.check_live()?;
-        let provider = comm.collectives.as_deref();
-        if let Some(provider) = provider {
-            provider.may_start()?;
+        let collectives = comm.collectives.as_deref();
+        if let Some(collectives) = collectives {
+            collectives.provider().may_start()?;
         }
         let seq = comm.coll_seq.get();
         comm.coll_seq.set(seq + 1);
         let tag_base = ((seq as u32 & SEQ_MASK) << COLL_BITS) as i32;
-        Ok(Run { comm, provider, seq, tag_base, blocking })
+        Ok(Run { comm, collectives, device: &*comm.dev, seq, tag_base, blocking })
     }
 
-    /// The device's collective provider for the communicator, if it has one.
-    pub(crate) fn provider(&self) -> Option<&'c dyn CollectiveProvider> {
-        self.provider
+    /// The device's collectives for the communicator, if it has its own.
+    pub(crate) fn collectives(&self) -> Option<&'c Collectives> {
+        self.collectives
     }
 
-    /// Number of the operation on its communicator.
-    pub(crate) fn seq(&self) -> u64 {
-        self.seq
-    }
-
-    /// Whether each step finishes before the next starts (no progress engine involved).
-    pub(crate) fn is_blocking(&self) -> bool {
-        self.blocking
+    /// The device-level description of this run, for the device's collectives.
+    pub(crate) fn operation(&self) -> Operation<'c> {
+        Operation {
+            seq: self.seq,
+            blocking: self.blocking,
+            engine_polling: self.process.engine.is_polling(),
+            dev: self.device,
+        }
     }
 
     /// Tag of this operation's messages of `coll` (composites run several collectives).
@@ -110,7 +112,7 @@ impl<'c> Run<'c> {
 
     /// Runs a blocking operation's future to its end on the caller's stack.
     pub(crate) fn finish<F: Future<Output = Result<()>>>(&self, operation: F) -> Result<()> {
-        finish_in_place(&*self.dev, operation)
+        finish_in_place(self.device, operation)
     }
 
     /// Finishes a started device operation: waits in place for blocking runs, yields until the

@@ -23,6 +23,7 @@ use std::sync::{Arc, OnceLock};
 
 use crossbeam_utils::CachePadded;
 
+pub(crate) use coll::ShmCollectives;
 pub(crate) use endpoint::ShmEndpoint;
 
 use super::wait::{Parker, WaitPolicy};

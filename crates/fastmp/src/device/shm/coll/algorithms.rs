@@ -11,17 +11,20 @@
 use std::cell::Cell;
 use std::ops::Range;
 
+use bytemuck::Pod;
+
 use super::ShmCollectives;
 use super::area::{Buffers, Session};
+use crate::coll::op::Op;
 use crate::coll::{Collective, Layout};
-use crate::device::collectives::{Operation, Reduction};
+use crate::device::collectives::Operation;
 use crate::error::{Error, Result};
 
 /// This rank's part in one operation: the communicator's provider and the operation.
 #[derive(Clone, Copy)]
 pub(super) struct Native<'a> {
     pub(super) provider: &'a ShmCollectives,
-    pub(super) op: Operation<'a>,
+    pub(super) op: &'a Operation<'a>,
 }
 
 impl Native<'_> {
@@ -425,25 +428,69 @@ async fn alltoall_blocks(
     .await
 }
 
-/// Start of block `index` when `len` elements split into `parts` near-equal blocks, the first
-/// `len % parts` of them one longer (`index` may be `parts`, giving `len`).
+/// `dest = x(first) ∘ … ∘ x(last)` over `ranks`, folded from the right (`dest = x(last)`, then
+/// `dest = x(j) ∘ dest` for lower `j`): rank order is kept for non-commutative (associative)
+/// operations without any temporary, so `input` may be a peer's buffer read in place. Leaves
+/// `dest` alone when `ranks` or `dest` is empty. (The collectives layer folds the same way; the
+/// device cannot reach its helpers.)
+fn fold_in_rank_order<'v, T: Pod>(
+    op: &dyn Op<T>,
+    dest: &mut [T],
+    ranks: Range<usize>,
+    input: impl Fn(usize) -> Result<&'v [T]>,
+) -> Result<()> {
+    let mut ranks = ranks.rev();
+    let Some(last) = ranks.next().filter(|_| !dest.is_empty()) else { return Ok(()) };
+    dest.copy_from_slice(input(last)?);
+    for j in ranks {
+        op.combine(input(j)?, dest);
+    }
+    Ok(())
+}
+
+/// Start of block `index` (`index` may be `parts`, giving `len`) when `len` elements split into
+/// `parts` near-equal blocks, the first `len % parts` of them one longer.
 fn even_bound(len: usize, parts: usize, index: usize) -> usize {
     index * (len / parts) + index.min(len % parts)
 }
 
-/// Byte range of rank `index`'s chunk of a reduction over `len` elements of `elem_size` bytes.
-fn chunk(len: usize, parts: usize, index: usize, elem_size: usize) -> Range<usize> {
-    even_bound(len, parts, index) * elem_size..even_bound(len, parts, index + 1) * elem_size
+/// Element range of rank `index`'s chunk of a reduction over `len` elements.
+fn even_block(len: usize, parts: usize, index: usize) -> Range<usize> {
+    even_bound(len, parts, index)..even_bound(len, parts, index + 1)
 }
 
-/// Bytes `range` of rank `p`'s send buffer (this rank's own `send` for `p == me`).
-fn send_of<'s>(s: &'s Session, send: &'s [u8], p: usize, range: Range<usize>) -> Result<&'s [u8]> {
+/// Elements to reduce: zero-sized types carry no data, so they reduce as empty vectors.
+fn reducible_len<T>(values: &[T]) -> usize {
+    if size_of::<T>() == 0 { 0 } else { values.len() }
+}
+
+fn typed<T: Pod>(bytes: &[u8]) -> Result<&[T]> {
+    if bytes.is_empty() {
+        return Ok(&[]);
+    }
+    bytemuck::try_cast_slice(bytes).map_err(type_mismatch)
+}
+
+fn typed_mut<T: Pod>(bytes: &mut [u8]) -> Result<&mut [T]> {
+    if bytes.is_empty() {
+        return Ok(&mut []);
+    }
+    bytemuck::try_cast_slice_mut(bytes).map_err(type_mismatch)
+}
+
+fn type_mismatch(e: bytemuck::PodCastError) -> Error {
+    Error::InvalidArgument(format!("native collective: element types differ between ranks ({e:?})"))
+}
+
+/// Elements `elems` of rank `p`'s send buffer (this rank's own `send` for `p == me`).
+fn send_of<'s, T: Pod>(s: &'s Session, send: &'s [T], p: usize, elems: Range<usize>) -> Result<&'s [T]> {
     if p == s.me() {
-        return Ok(&send[range]);
+        return Ok(&send[elems]);
     }
     let src = s.peer(p)?;
+    let size = size_of::<T>();
     // SAFETY: `p`'s send buffer is published for this reduction, which only reads it.
-    unsafe { shared(s, src.send, src.send_len, range) }
+    typed(unsafe { shared(s, src.send, src.send_len, elems.start * size..elems.end * size) }?)
 }
 
 /// Checks that every peer's send buffer has `bytes` bytes.
@@ -453,60 +500,64 @@ fn check_sends(comm: Native<'_>, s: &Session, bytes: usize) -> Result<()> {
 
 /// Rank i reduces chunk i over all send buffers straight into chunk i of the root's receive
 /// buffer.
-pub(super) async fn reduce(
+pub(super) async fn reduce<T: Pod>(
     comm: Native<'_>,
-    send: &[u8],
-    recv: &mut [u8],
-    reduction: Reduction<'_>,
+    send: &[T],
+    recv: &mut [T],
+    op: &dyn Op<T>,
     root: usize,
 ) -> Result<()> {
     let (me, np) = (comm.rank(), comm.size());
-    let (bytes, size) = (send.len(), reduction.elem_size);
-    let mut buffers = Buffers { send: send.as_ptr(), send_len: bytes, ..Buffers::default() };
+    let len = reducible_len(send);
+    let bytes = size_of_val(send);
+    let mut buffers = Buffers { send: send.as_ptr().cast(), send_len: bytes, ..Buffers::default() };
     if me == root {
-        (buffers.recv, buffers.recv_len) = (recv.as_mut_ptr(), recv.len());
+        (buffers.recv, buffers.recv_len) = (recv.as_mut_ptr().cast(), size_of_val(recv));
     }
     let everyone = 0..np;
-    collective(comm, kind(Collective::Reduce, size), buffers, everyone.clone(), everyone.clone(), |s| {
+    collective(comm, kind(Collective::Reduce, size_of::<T>()), buffers, everyone.clone(), everyone.clone(), |s| {
         check_sends(comm, s, bytes)?;
         let dst = if me == root { buffers } else { s.peer(root)? };
         check_len(root, "receive buffer", dst.recv_len, bytes)?;
-        let mine = chunk(reduction.elements(bytes), np, me, size);
+        let mine = even_block(len, np, me);
+        let size = size_of::<T>();
         // SAFETY: the root's receive buffer is published for this reduce; each rank writes only
         // its own chunk and nobody reads it before all have left.
-        let dest = unsafe { exclusive(s, dst.recv, dst.recv_len, mine.clone()) }?;
-        reduction.fold.fold(dest, everyone, &|j| send_of(s, send, j, mine.clone()))
+        let dest = unsafe { exclusive(s, dst.recv, dst.recv_len, mine.start * size..mine.end * size) }?;
+        fold_in_rank_order(op, typed_mut(dest)?, everyone, |j| send_of(s, send, j, mine.clone()))
     })
     .await
 }
 
 /// Rank i reduces chunk i into its own receive buffer and announces it; then every rank copies
 /// the other chunks from their owners' receive buffers.
-pub(super) async fn allreduce(comm: Native<'_>, send: &[u8], recv: &mut [u8], reduction: Reduction<'_>) -> Result<()> {
+pub(super) async fn allreduce<T: Pod>(comm: Native<'_>, send: &[T], recv: &mut [T], op: &dyn Op<T>) -> Result<()> {
     let (me, np) = (comm.rank(), comm.size());
-    let (bytes, size) = (send.len(), reduction.elem_size);
-    let len = reduction.elements(bytes);
+    let len = reducible_len(send);
+    let bytes = size_of_val(send);
+    let size = size_of::<T>();
     let buffers = Buffers {
-        send: send.as_ptr(),
+        send: send.as_ptr().cast(),
         send_len: bytes,
-        recv: recv.as_mut_ptr(),
-        recv_len: recv.len(),
+        recv: recv.as_mut_ptr().cast(),
+        recv_len: size_of_val(recv),
         extra: std::ptr::null(),
     };
     let everyone = 0..np;
+    let bytes_of = |elems: Range<usize>| elems.start * size..elems.end * size;
     let reduce_own_chunk = |s: &Session| {
         check_sends(comm, s, bytes)?;
-        let mine = chunk(len, np, me, size);
+        let mine = even_block(len, np, me);
         // SAFETY: our own receive buffer, published for this allreduce: peers read our chunk
         // only after `mark_done`, and every other chunk is written by us alone.
-        let dest = unsafe { exclusive(s, buffers.recv, buffers.recv_len, mine.clone()) }?;
-        reduction.fold.fold(dest, everyone.clone(), &|j| send_of(s, send, j, mine.clone()))?;
+        let dest = unsafe { exclusive(s, buffers.recv, buffers.recv_len, bytes_of(mine.clone())) }?;
+        fold_in_rank_order(op, typed_mut(dest)?, everyone.clone(), |j| send_of(s, send, j, mine.clone()))?;
         s.mark_done();
         Ok(())
     };
     let copy_their_chunks = async |s: &Session| {
         for p in others(comm) {
-            let theirs = chunk(len, np, p, size);
+            let theirs = bytes_of(even_block(len, np, p));
             if theirs.is_empty() {
                 continue; // nothing to wait for (short vectors); `p`'s outcome is checked on leave
             }
@@ -521,49 +572,57 @@ pub(super) async fn allreduce(comm: Native<'_>, send: &[u8], recv: &mut [u8], re
         }
         Ok(())
     };
-    let kind = kind(Collective::Allreduce, size);
+    let kind = kind(Collective::Allreduce, size_of::<T>());
     collective_then(comm, kind, buffers, everyone.clone(), everyone.clone(), reduce_own_chunk, copy_their_chunks).await
 }
 
-/// Rank i reduces its own block over all send buffers.
-pub(super) async fn reduce_scatter(
+/// Rank i reduces its own block over all send buffers into its receive buffer.
+pub(super) async fn reduce_scatter<T: Pod>(
     comm: Native<'_>,
-    send: &[u8],
-    recv: &mut [u8],
+    send: &[T],
+    recv: &mut [T],
     counts: &[usize],
-    reduction: Reduction<'_>,
+    op: &dyn Op<T>,
 ) -> Result<()> {
     let (me, np) = (comm.rank(), comm.size());
-    let size = reduction.elem_size;
-    let start: usize = counts[..me].iter().sum::<usize>() * size;
-    let mine = start..start + recv.len();
-    let bytes = send.len();
-    let buffers = Buffers { send: send.as_ptr(), send_len: bytes, ..Buffers::default() };
+    let start: usize = counts[..me].iter().sum();
+    let mine = if size_of::<T>() == 0 { 0..0 } else { start..start + counts[me] };
+    let bytes = size_of_val(send);
+    let buffers = Buffers { send: send.as_ptr().cast(), send_len: bytes, ..Buffers::default() };
     let everyone = 0..np;
-    collective(comm, kind(Collective::ReduceScatter, size), buffers, everyone.clone(), everyone.clone(), |s| {
-        check_sends(comm, s, bytes)?;
-        reduction.fold.fold(recv, everyone, &|j| send_of(s, send, j, mine.clone()))
-    })
+    collective(
+        comm,
+        kind(Collective::ReduceScatter, size_of::<T>()),
+        buffers,
+        everyone.clone(),
+        everyone.clone(),
+        |s| {
+            check_sends(comm, s, bytes)?;
+            let dest = if mine.is_empty() { &mut recv[..0] } else { &mut *recv };
+            fold_in_rank_order(op, dest, everyone, |j| send_of(s, send, j, mine.clone()))
+        },
+    )
     .await
 }
 
 /// Rank i combines the send buffers of ranks 0..=i (0..i for exscan) in place.
-pub(super) async fn scan(
+pub(super) async fn scan<T: Pod>(
     comm: Native<'_>,
-    send: &[u8],
-    recv: &mut [u8],
-    reduction: Reduction<'_>,
+    send: &[T],
+    recv: &mut [T],
+    op: &dyn Op<T>,
     exclusive: bool,
 ) -> Result<()> {
     let (me, np) = (comm.rank(), comm.size());
-    let bytes = send.len();
-    let buffers = Buffers { send: send.as_ptr(), send_len: bytes, ..Buffers::default() };
+    let len = reducible_len(send);
+    let bytes = size_of_val(send);
+    let buffers = Buffers { send: send.as_ptr().cast(), send_len: bytes, ..Buffers::default() };
     let inputs = if exclusive { 0..me } else { 0..me + 1 };
-    collective(comm, kind(Collective::Scan, reduction.elem_size), buffers, inputs.clone(), me + 1..np, |s| {
+    collective(comm, kind(Collective::Scan, size_of::<T>()), buffers, inputs.clone(), me + 1..np, |s| {
         for p in inputs.clone().filter(|&p| p != me) {
             check_len(p, "send buffer", s.peer(p)?.send_len, bytes)?;
         }
-        reduction.fold.fold(recv, inputs, &|j| send_of(s, send, j, 0..bytes))
+        fold_in_rank_order(op, &mut recv[..len], inputs, |j| send_of(s, send, j, 0..len))
     })
     .await
 }

@@ -16,18 +16,20 @@ mod algorithms;
 mod area;
 
 use std::cell::{Cell, RefCell};
-use std::future::poll_fn;
-use std::rc::Rc;
+use std::future::{Future, poll_fn};
 use std::sync::Arc;
 use std::task::Poll;
+
+use bytemuck::Pod;
 
 pub(crate) use area::Registry;
 use area::{LANES, NativeArea, Waiting};
 
 use super::ShmWorld;
 use crate::coll::Layout;
+use crate::coll::op::Op;
 use crate::device::ContextId;
-use crate::device::collectives::{CollectiveProvider, Collectives, Completion, Operation, Reduction};
+use crate::device::collectives::{CollectiveProvider, Collectives, Operation};
 use crate::error::{Error, Result};
 use algorithms::Native;
 
@@ -62,7 +64,7 @@ impl ShmWorld {
         rank: usize,
     ) -> Option<Collectives> {
         let me = members.iter().position(|&w| w == rank)?;
-        Some(Collectives(Rc::new(ShmCollectives::new(self.native_area(context, members), me))))
+        Some(Collectives::new(ShmCollectives::new(self.native_area(context, members), me)))
     }
 }
 
@@ -89,7 +91,7 @@ impl ShmCollectives {
     /// yields; a blocking operation's caller then waits in the device, which drives them, except
     /// from inside an engine poll, where nothing would. `progress` drives the rank's
     /// point-to-point traffic during the part's waits.
-    async fn open_lane<'a>(&self, op: Operation<'_>, progress: &'a dyn Fn()) -> Result<(Waiting<'a>, u64)> {
+    async fn open_lane<'a>(&self, op: &Operation<'_>, progress: &'a dyn Fn()) -> Result<(Waiting<'a>, u64)> {
         if !self.is_turn_of(op.seq) {
             if op.blocking && op.engine_polling {
                 return Err(nested_call());
@@ -115,7 +117,7 @@ impl ShmCollectives {
         Busy(&self.busy)
     }
 
-    fn native<'a>(&'a self, op: Operation<'a>) -> Native<'a> {
+    fn native<'a>(&'a self, op: &'a Operation<'a>) -> Native<'a> {
         Native { provider: self, op }
     }
 }
@@ -139,10 +141,12 @@ fn nested_call() -> Error {
 }
 
 impl CollectiveProvider for ShmCollectives {
+    #[inline]
     fn may_start(&self) -> Result<()> {
         if self.busy.get() { Err(nested_call()) } else { Ok(()) }
     }
 
+    #[inline]
     fn finished(&self, seq: u64) {
         let lane = seq as usize % LANES;
         let turn = &self.lane_turn[lane];
@@ -159,113 +163,140 @@ impl CollectiveProvider for ShmCollectives {
         }
     }
 
-    fn barrier<'a>(&'a self, op: Operation<'a>) -> Completion<'a> {
-        Completion::of(op, algorithms::barrier(self.native(op)))
+    fn barrier<'a>(&'a self, op: &'a Operation<'a>) -> impl Future<Output = Result<()>> + 'a {
+        algorithms::barrier(self.native(op))
     }
 
-    fn bcast<'a>(&'a self, op: Operation<'a>, buf: &'a mut [u8], root: usize) -> Completion<'a> {
-        Completion::of(op, algorithms::bcast(self.native(op), buf, root))
+    fn bcast<'a>(
+        &'a self,
+        op: &'a Operation<'a>,
+        buf: &'a mut [u8],
+        root: usize,
+    ) -> impl Future<Output = Result<()>> + 'a {
+        algorithms::bcast(self.native(op), buf, root)
     }
 
-    fn scatter<'a>(&'a self, op: Operation<'a>, send: &'a [u8], recv: &'a mut [u8], root: usize) -> Completion<'a> {
-        Completion::of(op, algorithms::scatter(self.native(op), send, recv, root))
+    fn scatter<'a>(
+        &'a self,
+        op: &'a Operation<'a>,
+        send: &'a [u8],
+        recv: &'a mut [u8],
+        root: usize,
+    ) -> impl Future<Output = Result<()>> + 'a {
+        algorithms::scatter(self.native(op), send, recv, root)
     }
 
     fn scatterv<'a>(
         &'a self,
-        op: Operation<'a>,
+        op: &'a Operation<'a>,
         send: &'a [u8],
         layout: Option<&'a Layout>,
         recv: &'a mut [u8],
         root: usize,
-    ) -> Completion<'a> {
-        Completion::of(op, algorithms::scatterv(self.native(op), send, layout, recv, root))
+    ) -> impl Future<Output = Result<()>> + 'a {
+        algorithms::scatterv(self.native(op), send, layout, recv, root)
     }
 
-    fn gather<'a>(&'a self, op: Operation<'a>, send: &'a [u8], recv: &'a mut [u8], root: usize) -> Completion<'a> {
-        Completion::of(op, algorithms::gather(self.native(op), send, recv, root))
+    fn gather<'a>(
+        &'a self,
+        op: &'a Operation<'a>,
+        send: &'a [u8],
+        recv: &'a mut [u8],
+        root: usize,
+    ) -> impl Future<Output = Result<()>> + 'a {
+        algorithms::gather(self.native(op), send, recv, root)
     }
 
     fn gatherv<'a>(
         &'a self,
-        op: Operation<'a>,
+        op: &'a Operation<'a>,
         send: &'a [u8],
         recv: &'a mut [u8],
         layout: Option<&'a Layout>,
         root: usize,
-    ) -> Completion<'a> {
-        Completion::of(op, algorithms::gatherv(self.native(op), send, recv, layout, root))
+    ) -> impl Future<Output = Result<()>> + 'a {
+        algorithms::gatherv(self.native(op), send, recv, layout, root)
     }
 
-    fn allgather<'a>(&'a self, op: Operation<'a>, send: &'a [u8], recv: &'a mut [u8]) -> Completion<'a> {
-        Completion::of(op, algorithms::allgather(self.native(op), send, recv))
+    fn allgather<'a>(
+        &'a self,
+        op: &'a Operation<'a>,
+        send: &'a [u8],
+        recv: &'a mut [u8],
+    ) -> impl Future<Output = Result<()>> + 'a {
+        algorithms::allgather(self.native(op), send, recv)
     }
 
     fn allgatherv<'a>(
         &'a self,
-        op: Operation<'a>,
+        op: &'a Operation<'a>,
         send: &'a [u8],
         recv: &'a mut [u8],
         layout: &'a Layout,
-    ) -> Completion<'a> {
-        Completion::of(op, algorithms::allgatherv(self.native(op), send, recv, layout))
+    ) -> impl Future<Output = Result<()>> + 'a {
+        algorithms::allgatherv(self.native(op), send, recv, layout)
     }
 
-    fn alltoall<'a>(&'a self, op: Operation<'a>, send: &'a [u8], recv: &'a mut [u8]) -> Completion<'a> {
-        Completion::of(op, algorithms::alltoall(self.native(op), send, recv))
+    fn alltoall<'a>(
+        &'a self,
+        op: &'a Operation<'a>,
+        send: &'a [u8],
+        recv: &'a mut [u8],
+    ) -> impl Future<Output = Result<()>> + 'a {
+        algorithms::alltoall(self.native(op), send, recv)
     }
 
     fn alltoallv<'a>(
         &'a self,
-        op: Operation<'a>,
+        op: &'a Operation<'a>,
         send: &'a [u8],
         send_layout: &'a Layout,
         recv: &'a mut [u8],
         recv_layout: &'a Layout,
-    ) -> Completion<'a> {
-        Completion::of(op, algorithms::alltoallv(self.native(op), send, send_layout, recv, recv_layout))
+    ) -> impl Future<Output = Result<()>> + 'a {
+        algorithms::alltoallv(self.native(op), send, send_layout, recv, recv_layout)
     }
 
-    fn reduce<'a>(
+    fn reduce<'a, T: Pod>(
         &'a self,
-        op: Operation<'a>,
-        send: &'a [u8],
-        recv: &'a mut [u8],
-        reduction: Reduction<'a>,
+        op: &'a Operation<'a>,
+        send: &'a [T],
+        recv: &'a mut [T],
+        reduction: &'a dyn Op<T>,
         root: usize,
-    ) -> Completion<'a> {
-        Completion::of(op, algorithms::reduce(self.native(op), send, recv, reduction, root))
+    ) -> impl Future<Output = Result<()>> + 'a {
+        algorithms::reduce(self.native(op), send, recv, reduction, root)
     }
 
-    fn allreduce<'a>(
+    fn allreduce<'a, T: Pod>(
         &'a self,
-        op: Operation<'a>,
-        send: &'a [u8],
-        recv: &'a mut [u8],
-        reduction: Reduction<'a>,
-    ) -> Completion<'a> {
-        Completion::of(op, algorithms::allreduce(self.native(op), send, recv, reduction))
+        op: &'a Operation<'a>,
+        send: &'a [T],
+        recv: &'a mut [T],
+        reduction: &'a dyn Op<T>,
+    ) -> impl Future<Output = Result<()>> + 'a {
+        algorithms::allreduce(self.native(op), send, recv, reduction)
     }
 
-    fn reduce_scatter<'a>(
+    fn reduce_scatter<'a, T: Pod>(
         &'a self,
-        op: Operation<'a>,
-        send: &'a [u8],
-        recv: &'a mut [u8],
+        op: &'a Operation<'a>,
+        send: &'a [T],
+        recv: &'a mut [T],
         counts: &'a [usize],
-        reduction: Reduction<'a>,
-    ) -> Completion<'a> {
-        Completion::of(op, algorithms::reduce_scatter(self.native(op), send, recv, counts, reduction))
+        reduction: &'a dyn Op<T>,
+    ) -> impl Future<Output = Result<()>> + 'a {
+        algorithms::reduce_scatter(self.native(op), send, recv, counts, reduction)
     }
 
-    fn scan<'a>(
+    fn scan<'a, T: Pod>(
         &'a self,
-        op: Operation<'a>,
-        send: &'a [u8],
-        recv: &'a mut [u8],
-        reduction: Reduction<'a>,
+        op: &'a Operation<'a>,
+        send: &'a [T],
+        recv: &'a mut [T],
+        reduction: &'a dyn Op<T>,
         exclusive: bool,
-    ) -> Completion<'a> {
-        Completion::of(op, algorithms::scan(self.native(op), send, recv, reduction, exclusive))
+    ) -> impl Future<Output = Result<()>> + 'a {
+        algorithms::scan(self.native(op), send, recv, reduction, exclusive)
     }
 }
