@@ -10,12 +10,13 @@
 
 use std::future::{Future, poll_fn};
 use std::ops::Deref;
-use std::task::Poll;
+use std::pin::pin;
+use std::task::{Context, Poll, Waker};
 
 use crate::coll::select::Collective;
 use crate::comm::Comm;
-use crate::device::collectives::{CollectiveProvider, Collectives, Operation, finish_in_place};
-use crate::device::{Device, MatchSpec, RawStatus, ReqId, SendMode, Source, Started};
+use crate::device::collectives::{CollectiveProvider, Collectives, Operation};
+use crate::device::{MatchSpec, RawStatus, ReqId, SendMode, Source, Started};
 use crate::error::{Error, Result};
 
 /// Bits of a tag that name the collective (tags are `seq << COLL_BITS | coll + 1`).
@@ -29,8 +30,6 @@ pub(crate) struct Run<'c> {
     comm: &'c Comm,
     /// The device's collectives for the communicator (`Comm::collectives`), looked up once.
     collectives: Option<&'c Collectives>,
-    /// The rank's device (`Comm::dev`), looked up once.
-    device: &'c dyn Device,
     /// Number of the operation on the communicator (the same on every rank).
     seq: u64,
     /// Sequence number of the operation on the communicator (the same on every rank, since all
@@ -87,7 +86,7 @@ impl<'c> Run<'c> {
         let seq = comm.coll_seq.get();
         comm.coll_seq.set(seq + 1);
         let tag_base = ((seq as u32 & SEQ_MASK) << COLL_BITS) as i32;
-        Ok(Run { comm, collectives, device: &*comm.dev, seq, tag_base, blocking })
+        Ok(Run { comm, collectives, seq, tag_base, blocking })
     }
 
     /// The device's collectives for the communicator, if it has its own.
@@ -101,7 +100,7 @@ impl<'c> Run<'c> {
             seq: self.seq,
             blocking: self.blocking,
             engine_polling: self.process.engine.is_polling(),
-            dev: self.device,
+            dev: &*self.comm.dev,
         }
     }
 
@@ -110,9 +109,24 @@ impl<'c> Run<'c> {
         self.tag_base | (coll as i32 + 1)
     }
 
-    /// Runs a blocking operation's future to its end on the caller's stack.
+    /// Runs a blocking operation's future to its end.
     pub(crate) fn finish<F: Future<Output = Result<()>>>(&self, operation: F) -> Result<()> {
-        finish_in_place(self.device, operation)
+        let mut operation = pin!(operation);
+        let mut cx = Context::from_waker(Waker::noop());
+        // Blocking runs never yield, unless a step waits for an earlier nonblocking operation
+        // of this rank (a shared-memory slot still in use): then the device wait drives both.
+        let mut outcome = None;
+        let mut poll = || match operation.as_mut().poll(&mut cx) {
+            Poll::Ready(result) => {
+                outcome = Some(result);
+                Ok(true)
+            }
+            Poll::Pending => Ok(false),
+        };
+        if !poll()? {
+            self.dev.wait_until(&mut poll)?;
+        }
+        outcome.expect("the operation finished")
     }
 
     /// Finishes a started device operation: waits in place for blocking runs, yields until the
