@@ -5,7 +5,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 use crate::coll::select::Tuning;
-use crate::device::shm::native::{LANES, NativeArea};
+use crate::device::collectives::Collectives;
 use crate::device::{ANY_TAG, ContextId, Device, MatchSpec, RawStatus, ReqId, Source, TAG_UB};
 use crate::error::{Error, Result};
 use crate::group::Group;
@@ -41,8 +41,9 @@ pub struct Comm {
     /// Algorithm selection for this communicator's collectives.
     pub(crate) tuning: Arc<Tuning>,
     pub(crate) process: Rc<ProcessState>,
-    /// Shared-memory area for device-native collectives (shm device only).
-    pub(crate) native: Option<Rc<NativeHandle>>,
+    /// The device's own collectives for this communicator (`Device::collectives`), if any: the
+    /// `native` algorithm.
+    pub(crate) collectives: Option<Rc<Collectives>>,
     /// Collectives this rank has issued on the communicator (shared by its clones); numbers
     /// each operation's messages so outstanding nonblocking ones never match each other's.
     pub(crate) coll_seq: Rc<Cell<u64>>,
@@ -67,51 +68,6 @@ impl ProcessState {
         let token = self.last_scope.get() + 1;
         self.last_scope.set(token);
         token
-    }
-}
-
-/// A communicator's native-collective area plus this rank's count of native operations on it.
-pub(crate) struct NativeHandle {
-    pub(crate) area: Arc<NativeArea>,
-    /// Per lane (see `device::shm::native::LANES`), the number of the operation whose turn it
-    /// is: operation `n` may use lane `n % LANES` once every earlier operation of the lane has
-    /// finished, so every rank uses each lane in the same order, whatever order its nonblocking
-    /// operations progress or complete in.
-    lane_turn: [Cell<u64>; LANES],
-    /// Operations that finished before their turn came (their lanes' turns skip them later).
-    finished_early: RefCell<Vec<u64>>,
-    /// A native collective of this rank is in progress on the area.
-    pub(crate) busy: Cell<bool>,
-}
-
-impl NativeHandle {
-    fn new(area: Arc<NativeArea>) -> Self {
-        NativeHandle {
-            area,
-            lane_turn: std::array::from_fn(|lane| Cell::new(lane as u64)),
-            finished_early: RefCell::default(),
-            busy: Cell::new(false),
-        }
-    }
-
-    /// Whether operation `seq` may use its lane now.
-    pub(crate) fn is_turn_of(&self, seq: u64) -> bool {
-        self.lane_turn[seq as usize % LANES].get() == seq
-    }
-
-    /// Operation `seq` is over (completed, failed or abandoned): pass its lane's turn on.
-    pub(crate) fn finished(&self, seq: u64) {
-        let turn = &self.lane_turn[seq as usize % LANES];
-        if turn.get() != seq {
-            self.finished_early.borrow_mut().push(seq);
-            return;
-        }
-        let mut early = self.finished_early.borrow_mut();
-        turn.set(seq + LANES as u64);
-        while let Some(i) = early.iter().position(|&s| s == turn.get()) {
-            early.swap_remove(i);
-            turn.set(turn.get() + LANES as u64);
-        }
     }
 }
 
@@ -162,11 +118,8 @@ impl Comm {
         process: Rc<ProcessState>,
     ) -> Self {
         let rank = group.rank().expect("a communicator's group contains its process");
-        let native = dev
-            .native_area(context, group.members())
-            .and_then(|area| area.downcast::<NativeArea>().ok())
-            .map(|area| Rc::new(NativeHandle::new(area)));
-        Comm { dev, context, group, rank, tuning, process, native, coll_seq: Rc::default() }
+        let collectives = dev.collectives(context, group.members()).map(Rc::new);
+        Comm { dev, context, group, rank, tuning, process, collectives, coll_seq: Rc::default() }
     }
 
     /// This rank's number, `0..size()`.
@@ -205,7 +158,7 @@ impl Comm {
         self.dev.name()
     }
 
-    /// Where the job's ranks run (process and node of every world rank, indexed by world rank).
+    /// The process and node of every rank of the job, indexed by world rank.
     pub fn placement(&self) -> &crate::Placement {
         self.dev.placement()
     }

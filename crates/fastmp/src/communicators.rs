@@ -3,9 +3,18 @@
 
 use crate::coll::op::Max;
 use crate::comm::Comm;
-use crate::device::ContextId;
+use crate::device::{ContextId, Locality};
 use crate::error::{Error, Result};
 use crate::group::Group;
+
+/// Which ranks [`Comm::split_type`] puts together (MPI_Comm_split_type's split types).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum SplitType {
+    /// Ranks in the same process: thread ranks sharing one address space.
+    SharedProcess,
+    /// Ranks on the same node, which can share memory (MPI_COMM_TYPE_SHARED).
+    SharedNode,
+}
 
 impl Comm {
     /// A context pair unused by every rank of this communicator: the maximum of the ranks' next
@@ -70,6 +79,52 @@ impl Comm {
         let members = chosen.iter().map(|&(_, r)| self.group.world_rank(r)).collect();
         let group = Group::from_members(members, self.dev.size(), self.dev.rank())?;
         Ok(Some(self.derived(context, group)))
+    }
+
+    /// Splits into one communicator per process or per node ([`Comm::placement`]), ordering
+    /// ranks by `key` and then by rank (MPI_Comm_split_type); returns this rank's. Collective;
+    /// every rank must pass the same `split`, or every rank gets `Err`.
+    ///
+    /// ```
+    /// use fastmp::SplitType;
+    /// fastmp::run(4, |world| {
+    ///     // Thread ranks of one process (the shm device): one communicator holds them all.
+    ///     let local = world.split_type(SplitType::SharedProcess, 0)?;
+    ///     assert_eq!(local.size(), world.size());
+    ///     // Keys order the new ranks: here the reverse of the world's.
+    ///     let node = world.split_type(SplitType::SharedNode, -(world.rank() as i32))?;
+    ///     assert_eq!(node.rank(), world.size() - 1 - world.rank());
+    ///     Ok(())
+    /// })?;
+    /// # Ok::<(), fastmp::Error>(())
+    /// ```
+    pub fn split_type(&self, split: SplitType, key: i32) -> Result<Comm> {
+        self.check_live()?;
+        let kind = split as u64;
+        let mut extremes = [0u64; 2];
+        self.allreduce(&[kind, !kind], &mut extremes, Max)?;
+        if extremes[0] != kind || !extremes[1] != kind {
+            return Err(Error::InvalidArgument("split_type: the ranks passed different split types".into()));
+        }
+        let me = self.group.world_rank(self.rank);
+        let index = match split {
+            SplitType::SharedProcess => self.placement().process_of(me),
+            SplitType::SharedNode => self.placement().node_of(me),
+        };
+        let color = u32::try_from(index)
+            .map_err(|_| Error::InvalidArgument(format!("split_type: process or node index {index} exceeds u32")))?;
+        let comm = self.split(Some(color), key)?;
+        Ok(comm.expect("every rank passed a colour"))
+    }
+
+    /// Where rank `rank` of this communicator runs, seen from this rank: same process, same node
+    /// or another node.
+    pub fn locality(&self, rank: usize) -> Result<Locality> {
+        if rank >= self.size() {
+            return Err(Error::RankOutOfRange { rank, size: self.size() });
+        }
+        let (me, peer) = (self.group.world_rank(self.rank), self.group.world_rank(rank));
+        Ok(self.placement().locality(me, peer))
     }
 
     /// A communicator over `group`, which must be a subset of this communicator's group and the

@@ -59,6 +59,7 @@ mod sync;
 mod topology;
 
 pub use comm::{Comm, Status};
+pub use communicators::SplitType;
 pub use device::{ANY_SOURCE, ANY_TAG, Locality, Placement, Source, TAG_UB};
 pub use error::{Error, Result};
 pub use group::{Group, GroupOrdering};

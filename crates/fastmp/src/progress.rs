@@ -268,11 +268,11 @@ impl<D: Device + ?Sized> Device for Progressing<D> {
         self.inner.name()
     }
 
-    fn native_area(
-        &self,
-        context: ContextId,
-        members: &[usize],
-    ) -> Option<std::sync::Arc<dyn std::any::Any + Send + Sync>> {
-        self.inner.native_area(context, members)
+    fn collectives(&self, context: ContextId, members: &[usize]) -> Option<crate::device::collectives::Collectives> {
+        self.inner.collectives(context, members)
+    }
+
+    fn one_sided(&self) -> Option<&dyn crate::device::one_sided::OneSided> {
+        self.inner.one_sided()
     }
 }

@@ -1,5 +1,5 @@
-//! Synchronization primitives of the lock-free core (`device::shm::{ring, board, record}`),
-//! switchable to [loom]'s model-checked versions.
+//! Synchronization primitives of the lock-free core (the shm device's ring, board and send
+//! records), switchable to [loom]'s model-checked versions.
 //!
 //! Loom runs a small concurrent test under every interleaving (and every weak-memory outcome it
 //! models) of the operations it can see, and those are only its own types: atomics, cells,

@@ -5,8 +5,9 @@ use std::ops::Range;
 
 use bytemuck::Pod;
 
-use super::fold::{Partial, exchange_flat, fold_in_rank_order, vector_of, zeroed};
+use super::fold::{Partial, exchange_flat, vector_of, zeroed};
 use super::op::Op;
+use super::op::fold_in_rank_order;
 use super::pattern::{
     Fold, pipelined_ring_pass, recursive_doubling as doubling_allgather, recursive_halving, ring_allgather,
     ring_reduce_scatter,

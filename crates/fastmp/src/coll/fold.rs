@@ -17,25 +17,6 @@ pub(super) fn zeroed<T: Pod>(len: usize) -> Vec<T> {
     vec![T::zeroed(); len]
 }
 
-/// `dest = x(first) ∘ … ∘ x(last)` over `ranks`, folded from the right (`dest = x(last)`, then
-/// `dest = x(j) ∘ dest` for lower `j`): rank order is kept for non-commutative (associative)
-/// operations without any temporary, so `input` may even be a peer's buffer read in place.
-/// Leaves `dest` alone when `ranks` or `dest` is empty.
-pub(super) fn fold_in_rank_order<'v, T: Pod>(
-    op: &dyn Op<T>,
-    dest: &mut [T],
-    ranks: Range<usize>,
-    input: impl Fn(usize) -> Result<&'v [T]>,
-) -> Result<()> {
-    let mut ranks = ranks.rev();
-    let Some(last) = ranks.next().filter(|_| !dest.is_empty()) else { return Ok(()) };
-    dest.copy_from_slice(input(last)?);
-    for j in ranks {
-        op.combine(input(j)?, dest);
-    }
-    Ok(())
-}
-
 /// Posts nonblocking receives of the vectors of the ranks in `receive_from` into one temporary
 /// (`send.len()` elements per rank, in rank order), plus sends of `send` to the ranks in
 /// `send_to`, and waits. Both ranges skip this rank.

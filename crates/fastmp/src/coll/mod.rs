@@ -35,7 +35,7 @@ mod scatter_gather;
 pub(crate) mod select;
 mod transport;
 mod tree;
-mod vector;
+pub(crate) mod vector;
 
 use std::sync::Arc;
 
@@ -72,7 +72,8 @@ impl Comm {
 
     /// Whether a call of `coll` on this communicator can run `algorithm`.
     fn can_run(&self, coll: Collective, algorithm: Algorithm, commutative: bool) -> bool {
-        (algorithm != Algorithm::Native || self.native.is_some()) && (commutative || !coll.needs_commutative(algorithm))
+        (algorithm != Algorithm::Native || self.collectives.is_some())
+            && (commutative || !coll.needs_commutative(algorithm))
     }
 
     /// The algorithm of one dispatch (see [`Pick`]). Allocation-free.

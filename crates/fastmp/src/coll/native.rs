@@ -1,894 +1,114 @@
-//! Device-native collectives for the shm device: ranks publish references to their buffers in
-//! the communicator's shared area and peers copy or reduce directly from them — one copy, no
-//! intermediate buffers (the "smdev" collectives of the FastMPJ thesis, Listing 4.1).
+//! The `native` algorithm: the operation runs on the collective provider the device gave the
+//! communicator (`Device::collectives`; the shm device's shared-buffer collectives). Selection
+//! picks `native` only on communicators that have one (`Comm::algorithm_for`).
 //!
-//! Every operation is one [`Session`] of the area's enter/leave protocol (see
-//! `device::shm::native`): a rank publishes its buffers, waits only for the *sources* it reads or
-//! writes, does a bounded amount of copying or reducing, and leaves once no *accessor* can touch
-//! its buffers any more. Reductions split the vector into near-equal chunks, one per rank, so the
-//! combining runs in parallel, reading every rank's send buffer in place.
-
-use std::cell::Cell;
-use std::ops::Range;
-use std::task::Poll;
+//! This is the whole boundary: the run becomes a device-level `Operation` and the provider's
+//! operation is awaited in place, as part of the collective's future.
 
 use bytemuck::Pod;
 
 use super::Layout;
 use super::op::Op;
-use super::reduce::fold_in_rank_order;
-use super::reduce_scatter::even_block;
-use super::select::Collective;
 use super::transport::Run;
-use crate::comm::{Comm, NativeHandle};
-use crate::device::shm::native::{Buffers, Session, Waiting};
+use crate::device::collectives::CollectiveProvider;
 use crate::error::{Error, Result};
 
-/// Marks a stretch of synchronous work (copies, user reduction ops) of a native operation;
-/// dropping it (also while unwinding) ends the stretch.
-struct Busy<'a>(&'a Cell<bool>);
-
-impl<'a> Busy<'a> {
-    fn hold(flag: &'a Cell<bool>) -> Self {
-        flag.set(true);
-        Busy(flag)
-    }
-}
-
-impl Drop for Busy<'_> {
-    fn drop(&mut self) {
-        self.0.set(false);
-    }
-}
-
-/// The error of a collective started from inside another one's synchronous work (a user op
-/// calling a collective): it would run out of order with the other ranks.
-pub(super) fn nested_call() -> Error {
-    Error::InvalidArgument(
-        "a collective was called on a communicator from inside another collective on it (for example in a user op)"
-            .into(),
-    )
-}
-
-/// The communicator's native area, and this operation's lane and epoch once it is the lane's
-/// turn: every earlier operation of the lane (nonblocking ones still running) must be over.
-/// Waiting for them yields; a blocking operation then waits in the device, which drives them,
-/// except from inside an engine poll, where nothing would.
-/// `progress` drives the rank's point-to-point traffic during the operation's waits.
-async fn open_lane<'r>(run: &'r Run<'_>, progress: &'r dyn Fn()) -> Result<(&'r NativeHandle, Waiting<'r>, u64)> {
-    let handle =
-        run.native.as_deref().ok_or_else(|| Error::InvalidArgument("native collectives need the shm device".into()))?;
-    let (lane, epoch) = run.native_ticket()?;
-    if !handle.is_turn_of(run.seq()) {
-        if run.is_blocking() && run.process.engine.is_polling() {
-            return Err(nested_call());
-        }
-        std::future::poll_fn(|_| if handle.is_turn_of(run.seq()) { Poll::Ready(()) } else { Poll::Pending }).await;
-    }
-    let how = Waiting { me: run.rank(), lane, progress, blocking: run.is_blocking() };
-    Ok((handle, how, epoch))
-}
-
-/// This rank's part of one native operation: publish `buffers`, wait for `sources`, run `work`
-/// (synchronous: copies and reductions), then `then` (steps that wait for peers' intermediate
-/// results), then leave — also after an error, or when dropped or unwinding (the session leaves
-/// in place), so the borrowed buffers outlive every peer's access.
-async fn collective_then(
-    run: &Run<'_>,
-    kind: usize,
-    buffers: Buffers,
-    sources: Range<usize>,
-    accessors: Range<usize>,
-    work: impl FnOnce(&Session) -> Result<()>,
-    then: impl AsyncFnOnce(&Session) -> Result<()>,
-) -> Result<()> {
-    let progress = || run.dev.progress();
-    let (handle, how, epoch) = open_lane(run, &progress).await?;
-    let mut session = handle.area.enter(how, epoch, kind, buffers, (sources, accessors));
-    let mut outcome = session.await_sources().await;
-    if outcome.is_ok() {
-        let _busy = Busy::hold(&handle.busy);
-        outcome = work(&session);
-    }
-    if outcome.is_ok() {
-        outcome = then(&session).await;
-    }
-    let left = session.leave(outcome.is_ok()).await;
-    outcome.and(left)
-}
-
-/// [`collective_then`] without waiting steps.
-async fn collective(
-    run: &Run<'_>,
-    kind: usize,
-    buffers: Buffers,
-    sources: Range<usize>,
-    accessors: Range<usize>,
-    work: impl FnOnce(&Session) -> Result<()>,
-) -> Result<()> {
-    collective_then(run, kind, buffers, sources, accessors, work, async |_| Ok(())).await
-}
-
-/// What peers must agree on before touching each other's buffers: the operation and, for
-/// reductions, the element size (chunk boundaries are computed in elements, so ranks with
-/// different element types would write overlapping bytes).
-fn kind(coll: Collective, elem_size: usize) -> usize {
-    coll as usize | elem_size << 8
-}
-
-/// Sources and accessors of a rooted operation where only the root's buffers are shared.
-fn rooted(comm: &Comm, root: usize) -> (Range<usize>, Range<usize>) {
-    if comm.rank() == root { (0..0, 0..comm.size()) } else { (root..root + 1, 0..0) }
-}
-
-/// Peers in the order this rank visits them (starting after itself, so ranks spread out).
-fn others(comm: &Comm) -> impl Iterator<Item = usize> {
-    let (me, np) = (comm.rank(), comm.size());
-    (1..np).map(move |k| (me + k) % np)
-}
-
-/// Bytes `range` of a buffer published in `session`'s operation, bounds-checked against `len`.
-///
-/// # Safety
-/// `(ptr, len)` was published for this operation (by a source returned from [`Session::peer`],
-/// or by this rank itself) and, while the session lasts, nobody writes `range`.
-unsafe fn shared<'s>(_session: &'s Session, ptr: *const u8, len: usize, range: Range<usize>) -> Result<&'s [u8]> {
-    check_range(&range, len)?;
-    if range.is_empty() {
-        return Ok(&[]);
-    }
-    // SAFETY: in bounds of the published buffer, which its owner keeps alive until this session
-    // has left (protocol step 3); the caller guarantees no concurrent writes.
-    Ok(unsafe { std::slice::from_raw_parts(ptr.add(range.start), range.len()) })
-}
-
-/// Like [`shared`], for writing.
-///
-/// # Safety
-/// As for [`shared`], and while the session lasts nobody else reads or writes `range` (the
-/// operation gives each rank a disjoint part of a written buffer).
-#[allow(clippy::mut_from_ref)]
-unsafe fn exclusive<'s>(_session: &'s Session, ptr: *mut u8, len: usize, range: Range<usize>) -> Result<&'s mut [u8]> {
-    check_range(&range, len)?;
-    if range.is_empty() {
-        return Ok(&mut []);
-    }
-    // SAFETY: as in `shared`; exclusivity of `range` is the caller's guarantee.
-    Ok(unsafe { std::slice::from_raw_parts_mut(ptr.add(range.start), range.len()) })
-}
-
-fn check_range(range: &Range<usize>, len: usize) -> Result<()> {
-    if range.start <= range.end && range.end <= len {
-        Ok(())
-    } else {
-        Err(Error::InvalidArgument(format!(
-            "native collective: bytes {range:?} lie outside a peer's buffer of {len} bytes (arguments differ between ranks)"
-        )))
-    }
-}
-
-fn check_len(peer: usize, what: &str, actual: usize, expected: usize) -> Result<()> {
-    if actual == expected {
-        Ok(())
-    } else {
-        Err(Error::InvalidArgument(format!(
-            "collective arguments differ between ranks: rank {peer}'s {what} has {actual} bytes, expected {expected}"
-        )))
+/// The communicator's provider.
+fn provider<'r>(run: &Run<'r>) -> Result<&'r impl CollectiveProvider> {
+    match run.collectives() {
+        Some(collectives) => Ok(collectives.provider()),
+        None => Err(Error::InvalidArgument("the native algorithm needs a device with its own collectives".into())),
     }
 }
 
 pub(super) async fn barrier(run: &Run<'_>) -> Result<()> {
-    let progress = || run.dev.progress();
-    let (handle, how, epoch) = open_lane(run, &progress).await?;
-    handle.area.barrier(how, epoch).await
+    provider(run)?.barrier(&run.operation()).await
 }
 
-/// Listing 4.1 with Listing 4.3's rule for nonblocking use: the root publishes its buffer and
-/// every receiver its own; whoever arrives second copies, at once (the root pushes into the
-/// receivers already there, later receivers pull), so a rank that arrives first overlaps the
-/// whole transfer with its computation. A per-receiver claim makes exactly one side copy.
-pub(super) async fn bcast(comm: &Run<'_>, buf: &mut [u8], root: usize) -> Result<()> {
-    let (me, np, len) = (comm.rank(), comm.size(), buf.len());
-    let kind = kind(Collective::Bcast, 1);
-    if me == root {
-        // Only the published pointer is used from here on: a new `&mut` reborrow of `buf` would
-        // invalidate it (Stacked Borrows).
-        let buffers = Buffers { send: buf.as_ptr(), send_len: len, ..Buffers::default() };
-        let progress = || comm.dev.progress();
-        let (handle, how, epoch) = open_lane(comm, &progress).await?;
-        let session = handle.area.enter(how, epoch, kind, buffers, (0..np, 0..np));
-        let pushed = others(comm).try_for_each(|p| {
-            let Some(dst) = session.try_peer(p)? else { return Ok(()) };
-            check_len(p, "buffer", dst.recv_len, len)?;
-            if session.claim_copy(p) {
-                // SAFETY: `p` published its receive buffer for this bcast and we won its claim,
-                // so nobody else writes it; our own buffer is only read.
-                let into = unsafe { exclusive(&session, dst.recv, dst.recv_len, 0..len) }?;
-                // SAFETY: see above.
-                into.copy_from_slice(unsafe { shared(&session, buffers.send, len, 0..len) }?);
-                session.copied(p);
-            }
-            Ok(())
-        });
-        let left = session.leave(pushed.is_ok()).await;
-        return pushed.and(left);
-    }
-    let buffers = Buffers { recv: buf.as_mut_ptr(), recv_len: len, ..Buffers::default() };
-    let copied_by_root = Cell::new(false);
-    let pull = |s: &Session| {
-        let src = s.peer(root)?;
-        check_len(root, "buffer", src.send_len, len)?;
-        if !s.claim_copy(me) {
-            copied_by_root.set(true);
-            return Ok(());
-        }
-        // SAFETY: our own receive buffer, published for this bcast; we won the claim, so the
-        // root does not write it. The root's buffer is only read.
-        let into = unsafe { exclusive(s, buffers.recv, len, 0..len) }?;
-        // SAFETY: see above.
-        into.copy_from_slice(unsafe { shared(s, src.send, src.send_len, 0..len) }?);
-        s.copied(me);
-        Ok(())
-    };
-    let await_push = async |s: &Session| if copied_by_root.get() { s.await_copied(root).await } else { Ok(()) };
-    let only_root = root..root + 1;
-    collective_then(comm, kind, buffers, only_root.clone(), only_root, pull, await_push).await
+pub(super) async fn bcast(run: &Run<'_>, buf: &mut [u8], root: usize) -> Result<()> {
+    provider(run)?.bcast(&run.operation(), buf, root).await
 }
 
-/// How a buffer splits into per-rank blocks: equal blocks (implied by arguments every rank has,
-/// so nothing is published or allocated), a validated `v` layout, or (non-roots of `scatterv`
-/// and `gatherv`) the layout the root publishes.
-#[derive(Clone, Copy)]
-enum Blocks<'a> {
-    Equal(usize),
-    Layout(&'a Layout),
-    RootsLayout,
-}
-
-impl<'a> Blocks<'a> {
-    fn of(self, rank: usize) -> Range<usize> {
-        match self {
-            Blocks::Equal(size) => rank * size..(rank + 1) * size,
-            Blocks::Layout(layout) => layout.block(rank),
-            // Only roots look up their own blocks, and they always have a layout.
-            Blocks::RootsLayout => 0..0,
-        }
-    }
-
-    /// The layout to publish for peers (none for equal blocks, which peers know themselves).
-    fn published(self) -> *const () {
-        match self {
-            Blocks::Equal(_) | Blocks::RootsLayout => std::ptr::null(),
-            Blocks::Layout(layout) => std::ptr::from_ref(layout).cast(),
-        }
-    }
-
-    /// The blocks of source `p`'s buffer (`src`, of `src_len` bytes) in this operation: equal
-    /// blocks like ours, once `src_len` is checked to be `count` of them, or (`v` variants) the
-    /// layout `p` published.
-    fn of_source(self, s: &'a Session, p: usize, src: &Buffers, src_len: usize, count: usize) -> Result<Blocks<'a>> {
-        match self {
-            Blocks::Equal(size) => {
-                check_len(p, "buffer", src_len, size * count)?;
-                Ok(Blocks::Equal(size))
-            }
-            // SAFETY: our kind is a `v` variant (see `kind_of`) and the snapshot's kind equals
-            // ours, so `p` published its `&Layout` as `extra`.
-            Blocks::Layout(_) | Blocks::RootsLayout => Ok(Blocks::Layout(unsafe { source_layout(s, src) })),
-        }
-    }
-}
-
-/// The operation kind: `equal`, or its `v` variant `v` (which publishes its layout).
-fn kind_of(blocks: Blocks, equal: Collective, v: Collective) -> usize {
-    kind(if matches!(blocks, Blocks::Equal(_)) { equal } else { v }, 1)
-}
-
-/// The layout source `src` published.
-///
-/// # Safety
-/// `src` comes from `session`'s [`Session::peer`] and the session's kind is a `v` variant.
-unsafe fn source_layout<'s>(_session: &'s Session, src: &Buffers) -> &'s Layout {
-    // SAFETY: per the contract `extra` is the source's `&Layout`, alive until the session leaves
-    // (protocol step 3) and never written meanwhile.
-    unsafe { &*src.extra.cast::<Layout>() }
-}
-
-pub(super) async fn scatter(comm: &Run<'_>, send: &[u8], recv: &mut [u8], root: usize) -> Result<()> {
-    scatter_blocks(comm, send, Blocks::Equal(recv.len()), recv, root).await
+pub(super) async fn scatter(run: &Run<'_>, send: &[u8], recv: &mut [u8], root: usize) -> Result<()> {
+    provider(run)?.scatter(&run.operation(), send, recv, root).await
 }
 
 pub(super) async fn scatterv(
-    comm: &Run<'_>,
+    run: &Run<'_>,
     send: &[u8],
     layout: Option<&Layout>,
     recv: &mut [u8],
     root: usize,
 ) -> Result<()> {
-    scatter_blocks(comm, send, root_layout(comm, layout, root)?, recv, root).await
+    provider(run)?.scatterv(&run.operation(), send, layout, recv, root).await
 }
 
-/// The blocks of a rooted `v` collective: only the root has (and must have) a layout.
-fn root_layout<'a>(comm: &Comm, layout: Option<&'a Layout>, root: usize) -> Result<Blocks<'a>> {
-    match layout {
-        Some(layout) => Ok(Blocks::Layout(layout)),
-        None if comm.rank() == root => Err(Error::InvalidArgument("v collective: the root has no layout".into())),
-        None => Ok(Blocks::RootsLayout),
-    }
-}
-
-/// The root publishes its send buffer (and layout); every rank copies its own block.
-async fn scatter_blocks(comm: &Run<'_>, send: &[u8], blocks: Blocks<'_>, recv: &mut [u8], root: usize) -> Result<()> {
-    let (me, is_root) = (comm.rank(), comm.rank() == root);
-    let buffers = if is_root {
-        Buffers { send: send.as_ptr(), send_len: send.len(), extra: blocks.published(), ..Buffers::default() }
-    } else {
-        Buffers::default()
-    };
-    let (sources, accessors) = rooted(comm, root);
-    let kind = kind_of(blocks, Collective::Scatter, Collective::Scatterv);
-    collective(comm, kind, buffers, sources, accessors, |s| {
-        let (src, src_blocks) = if is_root {
-            (buffers, blocks)
-        } else {
-            let src = s.peer(root)?;
-            (src, blocks.of_source(s, root, &src, src.send_len, comm.size())?)
-        };
-        let mine = src_blocks.of(me);
-        check_len(root, "block for this rank", mine.len(), recv.len())?;
-        // SAFETY: the root's send buffer is published for this scatter, which only reads it.
-        recv.copy_from_slice(unsafe { shared(s, src.send, src.send_len, mine) }?);
-        Ok(())
-    })
-    .await
-}
-
-pub(super) async fn gather(comm: &Run<'_>, send: &[u8], recv: &mut [u8], root: usize) -> Result<()> {
-    gather_blocks(comm, send, recv, Blocks::Equal(send.len()), root).await
+pub(super) async fn gather(run: &Run<'_>, send: &[u8], recv: &mut [u8], root: usize) -> Result<()> {
+    provider(run)?.gather(&run.operation(), send, recv, root).await
 }
 
 pub(super) async fn gatherv(
-    comm: &Run<'_>,
+    run: &Run<'_>,
     send: &[u8],
     recv: &mut [u8],
     layout: Option<&Layout>,
     root: usize,
 ) -> Result<()> {
-    gather_blocks(comm, send, recv, root_layout(comm, layout, root)?, root).await
+    provider(run)?.gatherv(&run.operation(), send, recv, layout, root).await
 }
 
-/// The root publishes its receive buffer (and layout); every rank writes its own block into it.
-async fn gather_blocks(comm: &Run<'_>, send: &[u8], recv: &mut [u8], blocks: Blocks<'_>, root: usize) -> Result<()> {
-    let (me, is_root) = (comm.rank(), comm.rank() == root);
-    let buffers = if is_root {
-        Buffers { recv: recv.as_mut_ptr(), recv_len: recv.len(), extra: blocks.published(), ..Buffers::default() }
-    } else {
-        Buffers::default()
-    };
-    let (sources, accessors) = rooted(comm, root);
-    let kind = kind_of(blocks, Collective::Gather, Collective::Gatherv);
-    collective(comm, kind, buffers, sources, accessors, |s| {
-        let (dst, dst_blocks) = if is_root {
-            (buffers, blocks)
-        } else {
-            let dst = s.peer(root)?;
-            (dst, blocks.of_source(s, root, &dst, dst.recv_len, comm.size())?)
-        };
-        let mine = dst_blocks.of(me);
-        check_len(root, "block for this rank", mine.len(), send.len())?;
-        // SAFETY: the root's receive buffer is published for this gather; every rank writes
-        // only its own block (equal blocks, or the root's layout, validated free of overlaps)
-        // and the root reads nothing before all have left.
-        unsafe { exclusive(s, dst.recv, dst.recv_len, mine) }?.copy_from_slice(send);
-        Ok(())
-    })
-    .await
+pub(super) async fn allgather(run: &Run<'_>, send: &[u8], recv: &mut [u8]) -> Result<()> {
+    provider(run)?.allgather(&run.operation(), send, recv).await
 }
 
-pub(super) async fn allgather(comm: &Run<'_>, send: &[u8], recv: &mut [u8]) -> Result<()> {
-    allgather_blocks(comm, send, recv, Blocks::Equal(send.len())).await
+pub(super) async fn allgatherv(run: &Run<'_>, send: &[u8], recv: &mut [u8], layout: &Layout) -> Result<()> {
+    provider(run)?.allgatherv(&run.operation(), send, recv, layout).await
 }
 
-pub(super) async fn allgatherv(comm: &Run<'_>, send: &[u8], recv: &mut [u8], layout: &Layout) -> Result<()> {
-    allgather_blocks(comm, send, recv, Blocks::Layout(layout)).await
-}
-
-/// Every rank publishes its send buffer and copies every block into its own receive buffer.
-async fn allgather_blocks(comm: &Run<'_>, send: &[u8], recv: &mut [u8], blocks: Blocks<'_>) -> Result<()> {
-    let me = comm.rank();
-    let buffers = Buffers { send: send.as_ptr(), send_len: send.len(), ..Buffers::default() };
-    let everyone = 0..comm.size();
-    let kind = kind_of(blocks, Collective::Allgather, Collective::Allgatherv);
-    collective(comm, kind, buffers, everyone.clone(), everyone, |s| {
-        recv[blocks.of(me)].copy_from_slice(send);
-        for p in others(comm) {
-            let src = s.peer(p)?;
-            let dest = blocks.of(p);
-            check_len(p, "send buffer", src.send_len, dest.len())?;
-            // SAFETY: `p`'s send buffer is published for this allgather, which only reads it.
-            recv[dest.clone()].copy_from_slice(unsafe { shared(s, src.send, src.send_len, 0..dest.len()) }?);
-        }
-        Ok(())
-    })
-    .await
-}
-
-pub(super) async fn alltoall(comm: &Run<'_>, send: &[u8], recv: &mut [u8]) -> Result<()> {
-    let blocks = Blocks::Equal(send.len() / comm.size());
-    alltoall_blocks(comm, send, blocks, recv, blocks).await
+pub(super) async fn alltoall(run: &Run<'_>, send: &[u8], recv: &mut [u8]) -> Result<()> {
+    provider(run)?.alltoall(&run.operation(), send, recv).await
 }
 
 pub(super) async fn alltoallv(
-    comm: &Run<'_>,
+    run: &Run<'_>,
     send: &[u8],
     send_layout: &Layout,
     recv: &mut [u8],
     recv_layout: &Layout,
 ) -> Result<()> {
-    alltoall_blocks(comm, send, Blocks::Layout(send_layout), recv, Blocks::Layout(recv_layout)).await
+    provider(run)?.alltoallv(&run.operation(), send, send_layout, recv, recv_layout).await
 }
 
-/// Every rank publishes its send buffer (and layout) and reads its block from every peer's.
-async fn alltoall_blocks(
-    comm: &Run<'_>,
-    send: &[u8],
-    send_blocks: Blocks<'_>,
-    recv: &mut [u8],
-    recv_blocks: Blocks<'_>,
-) -> Result<()> {
-    let (me, np) = (comm.rank(), comm.size());
-    let buffers =
-        Buffers { send: send.as_ptr(), send_len: send.len(), extra: send_blocks.published(), ..Buffers::default() };
-    let everyone = 0..np;
-    let kind = kind_of(send_blocks, Collective::Alltoall, Collective::Alltoallv);
-    collective(comm, kind, buffers, everyone.clone(), everyone, |s| {
-        let own = send_blocks.of(me);
-        check_len(me, "block for itself", own.len(), recv_blocks.of(me).len())?;
-        recv[recv_blocks.of(me)].copy_from_slice(&send[own]);
-        for p in others(comm) {
-            let src = s.peer(p)?;
-            let from = send_blocks.of_source(s, p, &src, src.send_len, np)?.of(me);
-            let dest = recv_blocks.of(p);
-            check_len(p, "block for this rank", from.len(), dest.len())?;
-            // SAFETY: `p`'s send buffer is published for this alltoall, which only reads it.
-            recv[dest].copy_from_slice(unsafe { shared(s, src.send, src.send_len, from) }?);
-        }
-        Ok(())
-    })
-    .await
-}
-
-/// Elements to reduce: zero-sized types carry no data, so they reduce as empty vectors.
-fn reducible_len<T>(values: &[T]) -> usize {
-    if size_of::<T>() == 0 { 0 } else { values.len() }
-}
-
-fn typed<T: Pod>(bytes: &[u8]) -> Result<&[T]> {
-    if bytes.is_empty() {
-        return Ok(&[]);
-    }
-    bytemuck::try_cast_slice(bytes).map_err(type_mismatch)
-}
-
-fn typed_mut<T: Pod>(bytes: &mut [u8]) -> Result<&mut [T]> {
-    if bytes.is_empty() {
-        return Ok(&mut []);
-    }
-    bytemuck::try_cast_slice_mut(bytes).map_err(type_mismatch)
-}
-
-fn type_mismatch(e: bytemuck::PodCastError) -> Error {
-    Error::InvalidArgument(format!("native collective: element types differ between ranks ({e:?})"))
-}
-
-/// Elements `elems` of rank `p`'s send buffer (this rank's own `send` for `p == me`).
-fn send_of<'s, T: Pod>(s: &'s Session, send: &'s [T], p: usize, elems: Range<usize>) -> Result<&'s [T]> {
-    if p == s.me() {
-        return Ok(&send[elems]);
-    }
-    let src = s.peer(p)?;
-    let size = size_of::<T>();
-    // SAFETY: `p`'s send buffer is published for this reduction, which only reads it.
-    typed(unsafe { shared(s, src.send, src.send_len, elems.start * size..elems.end * size) }?)
-}
-
-/// Checks that every peer's send buffer has `bytes` bytes.
-fn check_sends(comm: &Comm, s: &Session, bytes: usize) -> Result<()> {
-    others(comm).try_for_each(|p| check_len(p, "send buffer", s.peer(p)?.send_len, bytes))
-}
-
-/// Rank i reduces chunk i over all send buffers straight into chunk i of the root's receive
-/// buffer.
 pub(super) async fn reduce<T: Pod>(
-    comm: &Run<'_>,
+    run: &Run<'_>,
     send: &[T],
     recv: &mut [T],
     op: &dyn Op<T>,
     root: usize,
 ) -> Result<()> {
-    let (me, np) = (comm.rank(), comm.size());
-    let len = reducible_len(send);
-    let bytes = size_of_val(send);
-    let mut buffers = Buffers { send: send.as_ptr().cast(), send_len: bytes, ..Buffers::default() };
-    if me == root {
-        (buffers.recv, buffers.recv_len) = (recv.as_mut_ptr().cast(), size_of_val(recv));
-    }
-    let everyone = 0..np;
-    collective(comm, kind(Collective::Reduce, size_of::<T>()), buffers, everyone.clone(), everyone.clone(), |s| {
-        check_sends(comm, s, bytes)?;
-        let dst = if me == root { buffers } else { s.peer(root)? };
-        check_len(root, "receive buffer", dst.recv_len, bytes)?;
-        let mine = even_block(len, np, me);
-        let size = size_of::<T>();
-        // SAFETY: the root's receive buffer is published for this reduce; each rank writes only
-        // its own chunk and nobody reads it before all have left.
-        let dest = unsafe { exclusive(s, dst.recv, dst.recv_len, mine.start * size..mine.end * size) }?;
-        fold_in_rank_order(op, typed_mut(dest)?, everyone, |j| send_of(s, send, j, mine.clone()))
-    })
-    .await
+    provider(run)?.reduce(&run.operation(), send, recv, op, root).await
 }
 
-/// Rank i reduces chunk i into its own receive buffer and announces it; then every rank copies
-/// the other chunks from their owners' receive buffers.
-pub(super) async fn allreduce<T: Pod>(comm: &Run<'_>, send: &[T], recv: &mut [T], op: &dyn Op<T>) -> Result<()> {
-    let (me, np) = (comm.rank(), comm.size());
-    let len = reducible_len(send);
-    let bytes = size_of_val(send);
-    let size = size_of::<T>();
-    let buffers = Buffers {
-        send: send.as_ptr().cast(),
-        send_len: bytes,
-        recv: recv.as_mut_ptr().cast(),
-        recv_len: size_of_val(recv),
-        extra: std::ptr::null(),
-    };
-    let everyone = 0..np;
-    let bytes_of = |elems: Range<usize>| elems.start * size..elems.end * size;
-    let reduce_own_chunk = |s: &Session| {
-        check_sends(comm, s, bytes)?;
-        let mine = even_block(len, np, me);
-        // SAFETY: our own receive buffer, published for this allreduce: peers read our chunk
-        // only after `mark_done`, and every other chunk is written by us alone.
-        let dest = unsafe { exclusive(s, buffers.recv, buffers.recv_len, bytes_of(mine.clone())) }?;
-        fold_in_rank_order(op, typed_mut(dest)?, everyone.clone(), |j| send_of(s, send, j, mine.clone()))?;
-        s.mark_done();
-        Ok(())
-    };
-    let copy_their_chunks = async |s: &Session| {
-        for p in others(comm) {
-            let theirs = bytes_of(even_block(len, np, p));
-            if theirs.is_empty() {
-                continue; // nothing to wait for (short vectors); `p`'s outcome is checked on leave
-            }
-            let src = s.peer(p)?;
-            check_len(p, "receive buffer", src.recv_len, bytes)?;
-            s.await_done(p).await?;
-            // SAFETY: as above for our own buffer (chunk `p` is ours to write); `p`'s chunk `p`
-            // is final since its `done` flag (Acquire) and nobody writes it any more.
-            let into = unsafe { exclusive(s, buffers.recv, buffers.recv_len, theirs.clone()) }?;
-            // SAFETY: see the previous comment.
-            into.copy_from_slice(unsafe { shared(s, src.recv, src.recv_len, theirs) }?);
-        }
-        Ok(())
-    };
-    let kind = kind(Collective::Allreduce, size_of::<T>());
-    collective_then(comm, kind, buffers, everyone.clone(), everyone.clone(), reduce_own_chunk, copy_their_chunks).await
+pub(super) async fn allreduce<T: Pod>(run: &Run<'_>, send: &[T], recv: &mut [T], op: &dyn Op<T>) -> Result<()> {
+    provider(run)?.allreduce(&run.operation(), send, recv, op).await
 }
 
-/// Rank i reduces its own block over all send buffers into its receive buffer.
 pub(super) async fn reduce_scatter<T: Pod>(
-    comm: &Run<'_>,
+    run: &Run<'_>,
     send: &[T],
     recv: &mut [T],
     counts: &[usize],
     op: &dyn Op<T>,
 ) -> Result<()> {
-    let (me, np) = (comm.rank(), comm.size());
-    let start: usize = counts[..me].iter().sum();
-    let mine = if size_of::<T>() == 0 { 0..0 } else { start..start + counts[me] };
-    let bytes = size_of_val(send);
-    let buffers = Buffers { send: send.as_ptr().cast(), send_len: bytes, ..Buffers::default() };
-    let everyone = 0..np;
-    collective(
-        comm,
-        kind(Collective::ReduceScatter, size_of::<T>()),
-        buffers,
-        everyone.clone(),
-        everyone.clone(),
-        |s| {
-            check_sends(comm, s, bytes)?;
-            let dest = if mine.is_empty() { &mut recv[..0] } else { &mut *recv };
-            fold_in_rank_order(op, dest, everyone, |j| send_of(s, send, j, mine.clone()))
-        },
-    )
-    .await
+    provider(run)?.reduce_scatter(&run.operation(), send, recv, counts, op).await
 }
 
-/// Rank i combines the send buffers of ranks 0..=i (0..i for exscan) in place.
 pub(super) async fn scan<T: Pod>(
-    comm: &Run<'_>,
+    run: &Run<'_>,
     send: &[T],
     recv: &mut [T],
     op: &dyn Op<T>,
     exclusive: bool,
 ) -> Result<()> {
-    let (me, np) = (comm.rank(), comm.size());
-    let len = reducible_len(send);
-    let bytes = size_of_val(send);
-    let buffers = Buffers { send: send.as_ptr().cast(), send_len: bytes, ..Buffers::default() };
-    let inputs = if exclusive { 0..me } else { 0..me + 1 };
-    collective(comm, kind(Collective::Scan, size_of::<T>()), buffers, inputs.clone(), me + 1..np, |s| {
-        for p in inputs.clone().filter(|&p| p != me) {
-            check_len(p, "send buffer", s.peer(p)?.send_len, bytes)?;
-        }
-        fold_in_rank_order(op, &mut recv[..len], inputs, |j| send_of(s, send, j, 0..len))
-    })
-    .await
-}
-
-#[cfg(test)]
-mod tests {
-    use super::super::{Algorithm, Collective, Tuning};
-    use crate::op::{Op, Sum, UserOp};
-    use crate::{Comm, Config, Error, Result};
-
-    fn native_tuning() -> Tuning {
-        Collective::ALL.iter().fold(Tuning::defaults(), |t, &c| t.force(c, Algorithm::Native).expect("native"))
-    }
-
-    fn job<R: Send>(np: usize, f: impl Fn(Comm) -> Result<R> + Sync) -> Result<Vec<R>> {
-        Config::new().np(np).tuning(native_tuning()).run(f)
-    }
-
-    fn val(rank: usize, i: usize) -> u64 {
-        (rank as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (i as u64).wrapping_mul(0xD1B5_4A32_D192_ED03)
-    }
-
-    fn data(rank: usize, n: usize) -> Vec<u64> {
-        (0..n).map(|i| val(rank, i)).collect()
-    }
-
-    /// Affine maps x ↦ a·x + b composed: associative, not commutative.
-    fn compose(l: [u64; 2], r: [u64; 2]) -> [u64; 2] {
-        [l[0].wrapping_mul(r[0]), l[0].wrapping_mul(r[1]).wrapping_add(l[1])]
-    }
-
-    fn affine(rank: usize, n: usize) -> Vec<[u64; 2]> {
-        (0..n).map(|i| [val(rank, i) | 1, val(rank + 100, i)]).collect()
-    }
-
-    /// Left fold of `affine` over `ranks`, or `None` for no ranks.
-    fn affine_prefix(ranks: std::ops::Range<usize>, n: usize) -> Option<Vec<[u64; 2]>> {
-        ranks.map(|r| affine(r, n)).reduce(|acc, x| acc.iter().zip(&x).map(|(&a, &b)| compose(a, b)).collect())
-    }
-
-    fn sum_over(ranks: std::ops::Range<usize>, n: usize) -> Vec<u64> {
-        (0..n).map(|i| ranks.clone().fold(0u64, |s, r| s.wrapping_add(val(r, i)))).collect()
-    }
-
-    /// Every collective with `n` elements per rank (blocks of `n`, or about `n / np` when large),
-    /// checked against locally computed expectations.
-    fn check_all(comm: &Comm, n: usize) -> Result<()> {
-        let (me, np) = (comm.rank(), comm.size());
-        let root = (n + 1) % np;
-        let block = if n <= 64 { n } else { n / np + 1 };
-        let matmul = UserOp::non_commutative(|input: &[[u64; 2]], inout: &mut [[u64; 2]]| {
-            for (l, r) in input.iter().zip(inout.iter_mut()) {
-                *r = compose(*l, *r);
-            }
-        });
-        comm.barrier()?;
-
-        let mut buf = if me == root { data(root, n) } else { vec![0; n] };
-        comm.bcast(&mut buf, root)?;
-        assert_eq!(buf, data(root, n), "bcast");
-
-        let blocks: Vec<u64> = (0..np).flat_map(|r| data(r, block)).collect();
-        let mut recv = vec![0; block];
-        comm.scatter(if me == root { &blocks[..] } else { &[] }, &mut recv, root)?;
-        assert_eq!(recv, data(me, block), "scatter");
-
-        let mut all = vec![0; if me == root { block * np } else { 0 }];
-        comm.gather(&data(me, block), &mut all, root)?;
-        if me == root {
-            assert_eq!(all, blocks, "gather");
-        }
-        let mut all = vec![0; block * np];
-        comm.allgather(&data(me, block), &mut all)?;
-        assert_eq!(all, blocks, "allgather");
-
-        // v-variants: uneven counts, blocks stored in reverse rank order with gaps.
-        let counts: Vec<usize> = (0..np).map(|r| if r % 2 == 0 { block } else { block / 2 }).collect();
-        let mut displs = vec![0; np];
-        let mut at = 0;
-        for r in (0..np).rev() {
-            displs[r] = at;
-            at += counts[r] + 1;
-        }
-        let mut vbuf = vec![0u64; at];
-        for r in 0..np {
-            vbuf[displs[r]..displs[r] + counts[r]].copy_from_slice(&data(r, counts[r]));
-        }
-        let mut recv = vec![0; counts[me]];
-        comm.scatterv(if me == root { &vbuf[..] } else { &[] }, &counts, &displs, &mut recv, root)?;
-        assert_eq!(recv, data(me, counts[me]), "scatterv");
-        let mut gathered = vec![0; if me == root { at } else { 0 }];
-        comm.gatherv(&data(me, counts[me]), &mut gathered, &counts, &displs, root)?;
-        if me == root {
-            assert_eq!(gathered, vbuf, "gatherv");
-        }
-        let mut gathered = vec![0; at];
-        comm.allgatherv(&data(me, counts[me]), &mut gathered, &counts, &displs)?;
-        assert_eq!(gathered, vbuf, "allgatherv");
-
-        let send: Vec<u64> = (0..np).flat_map(|j| data(me * np + j, block)).collect();
-        let mut recv = vec![0; block * np];
-        comm.alltoall(&send, &mut recv)?;
-        let expected: Vec<u64> = (0..np).flat_map(|j| data(j * np + me, block)).collect();
-        assert_eq!(recv, expected, "alltoall");
-
-        let count = |from: usize, to: usize| (block + from + 2 * to) % (block + 1);
-        let send_counts: Vec<usize> = (0..np).map(|j| count(me, j)).collect();
-        let recv_counts: Vec<usize> = (0..np).map(|j| count(j, me)).collect();
-        let send_displs: Vec<usize> =
-            (0..np).scan(0, |at, j| Some(std::mem::replace(at, *at + send_counts[j]))).collect();
-        // Receive blocks in reverse order.
-        let mut recv_displs = vec![0; np];
-        let mut at = 0;
-        for j in (0..np).rev() {
-            recv_displs[j] = at;
-            at += recv_counts[j];
-        }
-        let send: Vec<u64> = (0..np).flat_map(|j| data(me * np + j, send_counts[j])).collect();
-        let mut recv = vec![0; at];
-        comm.alltoallv(&send, &send_counts, &send_displs, &mut recv, &recv_counts, &recv_displs)?;
-        for j in 0..np {
-            assert_eq!(recv[recv_displs[j]..][..recv_counts[j]], data(j * np + me, recv_counts[j]), "alltoallv");
-        }
-
-        let mut total = vec![0; if me == root { n } else { 0 }];
-        comm.reduce(&data(me, n), &mut total, Sum, root)?;
-        if me == root {
-            assert_eq!(total, sum_over(0..np, n), "reduce");
-        }
-        let mut total = vec![0; n];
-        comm.allreduce(&data(me, n), &mut total, Sum)?;
-        assert_eq!(total, sum_over(0..np, n), "allreduce");
-
-        let mut product = vec![[0; 2]; if me == root { n } else { 0 }];
-        comm.reduce(&affine(me, n), &mut product, &matmul, root)?;
-        if me == root {
-            assert_eq!(Some(product), affine_prefix(0..np, n), "non-commutative reduce");
-        }
-        let mut product = vec![[0; 2]; n];
-        comm.allreduce(&affine(me, n), &mut product, &matmul)?;
-        assert_eq!(Some(product), affine_prefix(0..np, n), "non-commutative allreduce");
-
-        let mut part = vec![0; block];
-        comm.reduce_scatter_block(&data(me, block * np), &mut part, Sum)?;
-        assert_eq!(part, sum_over(0..np, block * np)[block * me..][..block], "reduce_scatter_block");
-        let offset: usize = counts[..me].iter().sum();
-        let total: usize = counts.iter().sum();
-        let mut part = vec![[0; 2]; counts[me]];
-        comm.reduce_scatter(&affine(me, total), &mut part, &counts, &matmul)?;
-        let expected = affine_prefix(0..np, total).expect("np >= 1");
-        assert_eq!(part, expected[offset..][..counts[me]], "reduce_scatter");
-
-        let mut prefix = vec![[0; 2]; n];
-        comm.scan(&affine(me, n), &mut prefix, &matmul)?;
-        assert_eq!(Some(prefix), affine_prefix(0..me + 1, n), "scan");
-        let mut prefix = vec![[7; 2]; n];
-        comm.exscan(&affine(me, n), &mut prefix, &matmul)?;
-        assert_eq!(prefix, affine_prefix(0..me, n).unwrap_or_else(|| vec![[7; 2]; n]), "exscan");
-        Ok(())
-    }
-
-    #[test]
-    fn every_collective_small_sizes() {
-        for np in [1, 2, 3, 4, 7, 8, 16] {
-            job(np, |world| {
-                for n in [0, 1, 3] {
-                    check_all(&world, n)?;
-                }
-                Ok(())
-            })
-            .unwrap_or_else(|e| panic!("np {np}: {e}"));
-        }
-    }
-
-    #[test]
-    fn every_collective_one_mebibyte() {
-        for np in [1, 3, 8, 16] {
-            job(np, |world| check_all(&world, (1 << 17) + 5)).unwrap_or_else(|e| panic!("np {np}: {e}"));
-        }
-    }
-
-    #[test]
-    fn back_to_back_on_split_and_dup() {
-        job(7, |world| {
-            let half = world.split(Some((world.rank() % 2) as u32), -(world.rank() as i32))?.expect("member");
-            let dup = world.dup()?;
-            for round in 0..50 {
-                let comm = [&world, &half, &dup][round % 3];
-                let mut v = [comm.rank() as u64 + round as u64];
-                comm.allreduce(&[comm.rank() as u64 + round as u64], &mut v, Sum)?;
-                let np = comm.size() as u64;
-                assert_eq!(v[0], np * (np - 1) / 2 + np * round as u64);
-                let mut b = [round as u8; 5];
-                comm.bcast(&mut b, round % comm.size())?;
-                comm.barrier()?;
-                if round % 10 == 0 {
-                    check_all(comm, 3)?;
-                }
-            }
-            Ok(())
-        })
-        .expect("job");
-    }
-
-    #[test]
-    fn panic_in_user_op_fails_the_job() {
-        for np in [2, 4, 7] {
-            let outcome = job(np, |world| {
-                let me = world.rank();
-                let op = UserOp::commutative(move |input: &[u64], inout: &mut [u64]| {
-                    assert!(me != 1, "user op fails on rank 1");
-                    Sum.combine(input, inout);
-                });
-                let mut v = vec![0u64; 100];
-                world.allreduce(&data(me, 100), &mut v, &op)?;
-                let mut r = vec![0u64; 100];
-                world.reduce(&data(me, 100), &mut r, &op, 0)?;
-                world.barrier()
-            });
-            assert!(outcome.is_err(), "np {np}");
-        }
-    }
-
-    #[test]
-    fn peer_gone_before_entering_fails_the_others() {
-        for np in [2, 3, 8] {
-            for fails in [true, false] {
-                let outcome = job(np, |world| {
-                    if world.rank() == np - 1 {
-                        return if fails { Err(Error::other("left early")) } else { Ok(()) };
-                    }
-                    let mut b = [0u8; 4];
-                    let bcast = world.bcast(&mut b, 0);
-                    assert!(bcast.is_err() || np > 2 && world.rank() != 0, "bcast");
-                    assert!(world.barrier().is_err());
-                    let mut v = [0u64];
-                    assert!(world.allreduce(&[1], &mut v, Sum).is_err());
-                    Ok(())
-                });
-                // A rank that exits normally fails nobody else's job by itself.
-                assert_eq!(outcome.is_err(), fails, "np {np} fails {fails}");
-            }
-        }
-    }
-
-    #[test]
-    fn mismatched_arguments_are_errors() {
-        let outcome = job(3, |world| {
-            let mut b = vec![0u8; 4 + world.rank()];
-            // The root hears of its peers' failures when it leaves.
-            assert!(world.bcast(&mut b, 0).is_err(), "bcast lengths");
-            let mut v = vec![0u64; 2 + world.rank()];
-            assert!(world.allreduce(&vec![1; 2 + world.rank()], &mut v, Sum).is_err(), "allreduce lengths");
-            // Same byte length, different element types: refused, never overlapping writes.
-            let mut total = [0u8; 8];
-            let outcome = if world.rank() == 0 {
-                world.reduce(&[1u8; 8], &mut total, Sum, 0)
-            } else {
-                world.reduce(&[1u64], &mut [], Sum, 0)
-            };
-            assert!(outcome.is_err(), "element types");
-            // Still in step afterwards.
-            let mut v = [0u64];
-            world.allreduce(&[1], &mut v, Sum)?;
-            assert_eq!(v, [3]);
-            Ok(())
-        });
-        outcome.expect("job");
-    }
+    provider(run)?.scan(&run.operation(), send, recv, op, exclusive).await
 }

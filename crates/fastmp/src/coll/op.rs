@@ -1,7 +1,11 @@
 //! Reduction operations: MPI's predefined ops as unit structs, pairs for `MinLoc`/`MaxLoc`, and
 //! user closures that say whether they commute.
 
+use std::ops::Range;
+
 use bytemuck::{Pod, Zeroable};
+
+use crate::error::Result;
 
 /// A reduction operation on elements of type `T` (MPI_Op).
 ///
@@ -205,6 +209,25 @@ impl<T, F: Fn(&[T], &mut [T])> Op<T> for UserOp<F> {
     fn is_commutative(&self) -> bool {
         self.commutative
     }
+}
+
+/// `dest = x(first) ∘ … ∘ x(last)` over `ranks`, folded from the right (`dest = x(last)`, then
+/// `dest = x(j) ∘ dest` for lower `j`): rank order is kept for non-commutative (associative)
+/// operations without any temporary, so `input` may even be a peer's buffer (the shm device's native reductions) read in place.
+/// Leaves `dest` alone when `ranks` or `dest` is empty.
+pub(crate) fn fold_in_rank_order<'v, T: Pod>(
+    op: &dyn Op<T>,
+    dest: &mut [T],
+    ranks: Range<usize>,
+    input: impl Fn(usize) -> Result<&'v [T]>,
+) -> Result<()> {
+    let mut ranks = ranks.rev();
+    let Some(last) = ranks.next().filter(|_| !dest.is_empty()) else { return Ok(()) };
+    dest.copy_from_slice(input(last)?);
+    for j in ranks {
+        op.combine(input(j)?, dest);
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -10,7 +10,7 @@ use super::tree::Mst;
 use crate::error::Result;
 
 // `native.rs` still imports this from here; its new home is `fold`.
-pub(super) use super::fold::fold_in_rank_order;
+use super::op::fold_in_rank_order;
 
 const COLL: Collective = Collective::Reduce;
 

@@ -11,7 +11,6 @@ use super::vector::{Layout, offset_block, offsets_of};
 use crate::error::Result;
 
 // `native.rs` still imports this from here; its new home is `vector`.
-pub(super) use super::vector::even_block;
 
 const COLL: Collective = Collective::ReduceScatter;
 

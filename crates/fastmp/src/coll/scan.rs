@@ -2,8 +2,9 @@
 
 use bytemuck::Pod;
 
-use super::fold::{exchange_flat, fold_in_rank_order, vector_of, zeroed};
+use super::fold::{exchange_flat, vector_of, zeroed};
 use super::op::Op;
+use super::op::fold_in_rank_order;
 use super::select::{Algorithm, Collective};
 use super::transport::Run;
 use crate::error::Result;

@@ -8,7 +8,6 @@
 //! yields until the device completes it, so the rank's progress engine can interleave it with
 //! computation and other operations.
 
-use std::cell::Cell;
 use std::future::{Future, poll_fn};
 use std::ops::Deref;
 use std::pin::pin;
@@ -16,8 +15,8 @@ use std::task::{Context, Poll, Waker};
 
 use crate::coll::select::Collective;
 use crate::comm::Comm;
+use crate::device::collectives::{CollectiveProvider, Collectives, Operation};
 use crate::device::requests::{self, InFlight, Outcome};
-use crate::device::shm::native::LANES;
 use crate::device::{MatchSpec, RawStatus, SendMode, Source};
 use crate::error::{Error, Result};
 
@@ -26,26 +25,26 @@ const COLL_BITS: u32 = 5;
 const _: () = assert!((Collective::Scan as u32) < (1 << COLL_BITS) - 1);
 /// Operation numbers wrap here in tags; more outstanding operations than this cannot exist.
 const SEQ_MASK: u32 = (1 << (31 - COLL_BITS)) - 1;
-/// Native operations one collective may run (composites run one per phase, at most 3).
-const NATIVE_PARTS: u64 = 8;
 
 /// One collective operation of this rank on a communicator.
 pub(crate) struct Run<'c> {
     comm: &'c Comm,
+    /// The device's collectives for the communicator (`Comm::collectives`), looked up once.
+    collectives: Option<&'c Collectives>,
     /// Number of the operation on the communicator (the same on every rank).
     seq: u64,
-    /// Native (shared-memory) operations this run has started: composites run several.
-    native_started: Cell<u64>,
     /// Sequence number of the operation on the communicator (the same on every rank, since all
     /// ranks issue collectives in the same order), shifted into tag position.
     tag_base: i32,
     blocking: bool,
 }
 
+/// The operation is over however it ends (finished, failed, or its future dropped): a device
+/// provider that orders operations by number (the shm lanes) passes the turn on.
 impl Drop for Run<'_> {
     fn drop(&mut self) {
-        if let Some(native) = &self.comm.native {
-            native.finished(self.seq);
+        if let Some(collectives) = self.collectives {
+            collectives.provider().finished(self.seq);
         }
     }
 }
@@ -76,42 +75,34 @@ fn outcome(result: Result<RawStatus>, peer: usize, expected: Option<usize>) -> R
 }
 
 impl<'c> Run<'c> {
-    /// Starts the next collective on `comm`. Fails, without taking a number, when called from
-    /// inside a native collective's synchronous work on `comm` (a user op calling a collective).
+    /// Starts the next collective on `comm`. Fails, without taking a number, when the device's
+    /// provider refuses (called from inside a native collective's synchronous work on `comm`: a
+    /// user op calling a collective).
     pub(crate) fn new(comm: &'c Comm, blocking: bool) -> Result<Self> {
         comm.check_live()?;
-        if comm.native.as_ref().is_some_and(|native| native.busy.get()) {
-            return Err(super::native::nested_call());
+        let collectives = comm.collectives.as_deref();
+        if let Some(collectives) = collectives {
+            collectives.provider().may_start()?;
         }
         let seq = comm.coll_seq.get();
         comm.coll_seq.set(seq + 1);
         let tag_base = ((seq as u32 & SEQ_MASK) << COLL_BITS) as i32;
-        Ok(Run { comm, seq, native_started: Cell::new(0), tag_base, blocking })
+        Ok(Run { comm, collectives, seq, tag_base, blocking })
     }
 
-    /// Number of the operation on its communicator.
-    pub(crate) fn seq(&self) -> u64 {
-        self.seq
+    /// The device's collectives for the communicator, if it has its own.
+    pub(crate) fn collectives(&self) -> Option<&'c Collectives> {
+        self.collectives
     }
 
-    /// Lane and epoch of this run's next native operation: lanes take operations in turn, and
-    /// each operation numbers its native parts within its own epoch range, so every rank
-    /// derives the same pair however its progress interleaves outstanding operations.
-    pub(crate) fn native_ticket(&self) -> Result<(usize, u64)> {
-        let part = self.native_started.get();
-        if part >= NATIVE_PARTS {
-            return Err(Error::InvalidArgument(format!(
-                "a collective ran more than {NATIVE_PARTS} native parts (a tuning loop between composites?)"
-            )));
+    /// The device-level description of this run, for the device's collectives.
+    pub(crate) fn operation(&self) -> Operation<'c> {
+        Operation {
+            seq: self.seq,
+            blocking: self.blocking,
+            engine_polling: self.process.engine.is_polling(),
+            dev: &*self.comm.dev,
         }
-        self.native_started.set(part + 1);
-        let lanes = LANES as u64;
-        Ok(((self.seq % lanes) as usize, (self.seq / lanes) * NATIVE_PARTS + part + 1))
-    }
-
-    /// Whether each step finishes before the next starts (no progress engine involved).
-    pub(crate) fn is_blocking(&self) -> bool {
-        self.blocking
     }
 
     /// Tag of this operation's messages of `coll` (composites run several collectives).

@@ -4,7 +4,9 @@
 //! `dyn Device` only, so a new transport is one more implementation of [`Device`] plus a branch in
 //! the launcher; nothing above changes.
 
+pub(crate) mod collectives;
 pub(crate) mod locality;
+pub(crate) mod one_sided;
 pub(crate) mod requests;
 pub(crate) mod shm;
 pub(crate) mod slab;
@@ -15,11 +17,11 @@ pub(crate) mod wait;
 #[doc(hidden)]
 pub use tcp::fuzzing::fuzz_decode_frames;
 
-use std::any::Any;
-use std::sync::Arc;
-
 use crate::error::Result;
+use collectives::Collectives;
 pub use locality::{Locality, Placement};
+use one_sided::OneSided;
+pub(crate) use shm::ShmWorld;
 
 /// Status of a completed receive of `len` bytes into `capacity`, or its truncation error.
 pub(crate) fn receive_result(source: usize, tag: i32, len: usize, capacity: usize) -> Result<RawStatus> {
@@ -229,12 +231,18 @@ pub trait Device {
     /// Short name of the device, as reported by benchmarks ("shm", "tcp", ...).
     fn name(&self) -> &'static str;
 
-    /// The shared area for device-native collectives of the communicator with `context` over
-    /// `members` (world ranks, in communicator order), if the device has one. All members get
-    /// the same area; it lives while any member's communicator does. Type-erased so the trait
-    /// stays device-neutral; the collectives layer downcasts it once, at communicator creation.
-    fn native_area(&self, context: ContextId, members: &[usize]) -> Option<Arc<dyn Any + Send + Sync>> {
+    /// The device's own implementation of the collectives of the communicator with `context` over
+    /// `members` (world ranks, in communicator order), asked once when the communicator is
+    /// created; `None` where the device accelerates none (the collectives layer's message-based
+    /// algorithms serve it). See `device::collectives`.
+    fn collectives(&self, context: ContextId, members: &[usize]) -> Option<Collectives> {
         let _ = (context, members);
+        None
+    }
+
+    /// One-sided operations (windows, put/get/atomics, flush), where the device supports them.
+    /// Not implemented by any device yet (see `device::one_sided`).
+    fn one_sided(&self) -> Option<&dyn OneSided> {
         None
     }
 }

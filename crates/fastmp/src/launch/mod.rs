@@ -10,7 +10,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 use crate::comm::Comm;
-use crate::device::shm::ShmWorld;
+use crate::device::ShmWorld;
 use crate::error::{Error, Result};
 use config::{Config, DeviceKind, Pin};
 

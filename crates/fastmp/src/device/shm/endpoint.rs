@@ -868,12 +868,12 @@ impl Device for ShmEndpoint {
         self.finalized.get()
     }
 
-    fn native_area(
+    fn collectives(
         &self,
         context: crate::device::ContextId,
         members: &[usize],
-    ) -> Option<Arc<dyn std::any::Any + Send + Sync>> {
-        Some(self.world.native_area(context, members))
+    ) -> Option<crate::device::collectives::Collectives> {
+        self.world.collectives(context, members, self.rank)
     }
 
     fn placement(&self) -> &crate::device::Placement {

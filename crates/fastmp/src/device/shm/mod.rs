@@ -11,8 +11,8 @@
 //! - synchronous: the receiver acknowledges the match through the send's [`record::SendRecord`].
 
 mod board;
+mod coll;
 mod endpoint;
-pub(crate) mod native;
 pub(crate) mod record;
 pub(crate) mod ring;
 #[cfg(all(test, not(loom)))]
@@ -23,6 +23,7 @@ use std::sync::{Arc, OnceLock};
 
 use crossbeam_utils::CachePadded;
 
+pub(crate) use coll::ShmCollectives;
 pub(crate) use endpoint::ShmEndpoint;
 
 use super::wait::{Parker, WaitPolicy};
@@ -63,10 +64,10 @@ pub(crate) struct ShmWorld {
     /// Why each failed rank failed.
     causes: Box<[OnceLock<String>]>,
     /// Set (`SeqCst`, after `first_failure`) when a rank fails; the native collectives' protocol
-    /// relies on its total order with their `SeqCst` entry stores (see `native`).
+    /// relies on its total order with their `SeqCst` entry stores (see `coll::area`).
     aborted: AtomicBool,
     /// Native-collective areas by communicator (context and member list).
-    native_areas: native::Registry,
+    native_areas: coll::Registry,
     /// Every rank is a thread of this process.
     placement: super::Placement,
 }
@@ -84,7 +85,7 @@ impl ShmWorld {
             first_failure: OnceLock::new(),
             causes: (0..np).map(|_| OnceLock::new()).collect(),
             aborted: AtomicBool::new(false),
-            native_areas: native::Registry::default(),
+            native_areas: coll::Registry::default(),
         })
     }
 
@@ -100,7 +101,7 @@ impl ShmWorld {
 
     /// Records that `rank`'s program returned normally and wakes anyone waiting on it.
     pub fn mark_exited(&self, rank: usize) {
-        // SeqCst (not just Release): part of the native collectives' protocol (see `native`).
+        // SeqCst (not just Release): part of the native collectives' protocol (see `coll::area`).
         self.ranks[rank].state.store(EXITED, Ordering::SeqCst);
         self.wake_all();
     }

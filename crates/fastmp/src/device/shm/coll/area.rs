@@ -1,5 +1,5 @@
 //! Shared areas for the shm device's native collectives: one per communicator, holding per-rank
-//! published buffer references and progress flags (see `coll::native` for the algorithms).
+//! published buffer references and progress flags (see `algorithms` for the collectives).
 //!
 //! Ranks are threads of one process, so a rank publishes raw pointers to its (borrowed) buffers
 //! and peers copy from or into them directly. Every flag is owned (written) by one rank and read
@@ -39,8 +39,8 @@ use std::task::Poll;
 
 use crossbeam_utils::CachePadded;
 
-use super::ShmWorld;
 use crate::device::ContextId;
+use crate::device::shm::ShmWorld;
 use crate::device::wait::{Backoff, Pause};
 use crate::error::{Error, Result};
 

@@ -1,0 +1,302 @@
+//! The shm device's collective provider: native collectives over a communicator's shared area.
+//!
+//! - `area`: the shared area (per lane, one published slot per rank) and the enter/leave protocol
+//!   that keeps borrowed buffers valid while peers touch them.
+//! - `algorithms`: the collectives, each one `async` body over that protocol.
+//! - this module: the communicator's [`ShmCollectives`], which hands operations their lane and
+//!   epoch, and the [`CollectiveProvider`] implementation.
+//!
+//! Lanes: operation `n` of the communicator uses lane `n % LANES`, with epochs derived from `n`
+//! (a composite's native parts number within the operation), so every rank computes the same
+//! (lane, epoch) however its nonblocking operations interleave. A rank enters a lane only when
+//! every earlier operation of that lane is over on this rank, so every rank uses each lane in the
+//! same order and at most `LANES` operations per communicator are in flight.
+
+mod algorithms;
+mod area;
+
+use std::cell::{Cell, RefCell};
+use std::future::{Future, poll_fn};
+use std::sync::Arc;
+use std::task::Poll;
+
+use bytemuck::Pod;
+
+pub(crate) use area::Registry;
+use area::{LANES, NativeArea, Waiting};
+
+use super::ShmWorld;
+use crate::coll::Layout;
+use crate::coll::op::Op;
+use crate::device::ContextId;
+use crate::device::collectives::{CollectiveProvider, Collectives, Operation};
+use crate::error::{Error, Result};
+use algorithms::Native;
+
+/// Native parts one collective may run (composites run one per phase, at most 3).
+const NATIVE_PARTS: u64 = 8;
+
+/// One rank's view of a communicator's native area, with its count of operations on it.
+pub(crate) struct ShmCollectives {
+    area: Arc<NativeArea>,
+    /// This rank in the communicator.
+    me: usize,
+    /// Per lane, the number of the operation whose turn it is: operation `n` may use lane
+    /// `n % LANES` once every earlier operation of the lane has finished, so every rank uses each
+    /// lane in the same order, whatever order its nonblocking operations progress or complete in.
+    lane_turn: [Cell<u64>; LANES],
+    /// Per lane, the native parts the operation whose turn it is has started (composites run
+    /// several).
+    parts: [Cell<u64>; LANES],
+    /// Operations that finished before their turn came (their lanes' turns skip them later).
+    finished_early: RefCell<Vec<u64>>,
+    /// A native collective of this rank is in its synchronous work (copies, user ops) on the area.
+    busy: Cell<bool>,
+}
+
+impl ShmWorld {
+    /// World rank `rank`'s collective provider for the communicator with `context` over
+    /// `members` (world ranks in communicator order); `None` if `rank` is not a member.
+    pub(crate) fn collectives(
+        self: &Arc<Self>,
+        context: ContextId,
+        members: &[usize],
+        rank: usize,
+    ) -> Option<Collectives> {
+        let me = members.iter().position(|&w| w == rank)?;
+        Some(Collectives::new(ShmCollectives::new(self.native_area(context, members), me)))
+    }
+}
+
+impl ShmCollectives {
+    /// Communicator rank `me`'s view of `area`.
+    fn new(area: Arc<NativeArea>, me: usize) -> Self {
+        ShmCollectives {
+            area,
+            me,
+            lane_turn: std::array::from_fn(|lane| Cell::new(lane as u64)),
+            parts: Default::default(),
+            finished_early: RefCell::default(),
+            busy: Cell::new(false),
+        }
+    }
+
+    /// Whether operation `seq` may use its lane now.
+    fn is_turn_of(&self, seq: u64) -> bool {
+        self.lane_turn[seq as usize % LANES].get() == seq
+    }
+
+    /// Lane and epoch of `op`'s next native part, once it is the lane's turn: every earlier
+    /// operation of the lane (nonblocking ones still running) must be over. Waiting for them
+    /// yields; a blocking operation's caller then waits in the device, which drives them, except
+    /// from inside an engine poll, where nothing would. `progress` drives the rank's
+    /// point-to-point traffic during the part's waits.
+    async fn open_lane<'a>(&self, op: &Operation<'_>, progress: &'a dyn Fn()) -> Result<(Waiting<'a>, u64)> {
+        if !self.is_turn_of(op.seq) {
+            if op.blocking && op.engine_polling {
+                return Err(nested_call());
+            }
+            poll_fn(|_| if self.is_turn_of(op.seq) { Poll::Ready(()) } else { Poll::Pending }).await;
+        }
+        let lane = op.seq as usize % LANES;
+        let part = self.parts[lane].get();
+        if part >= NATIVE_PARTS {
+            return Err(Error::InvalidArgument(format!(
+                "a collective ran more than {NATIVE_PARTS} native parts (a tuning loop between composites?)"
+            )));
+        }
+        self.parts[lane].set(part + 1);
+        let epoch = (op.seq / LANES as u64) * NATIVE_PARTS + part + 1;
+        Ok((Waiting { me: self.me, lane, progress, blocking: op.blocking }, epoch))
+    }
+
+    /// Marks the synchronous work of a native part (copies, user reduction ops) until dropped,
+    /// also while unwinding: collectives started meanwhile fail ([`CollectiveProvider::may_start`]).
+    fn hold_busy(&self) -> Busy<'_> {
+        self.busy.set(true);
+        Busy(&self.busy)
+    }
+
+    fn native<'a>(&'a self, op: &'a Operation<'a>) -> Native<'a> {
+        Native { provider: self, op }
+    }
+}
+
+/// See [`ShmCollectives::hold_busy`].
+struct Busy<'a>(&'a Cell<bool>);
+
+impl Drop for Busy<'_> {
+    fn drop(&mut self) {
+        self.0.set(false);
+    }
+}
+
+/// The error of a collective started from inside another one's synchronous work (a user op
+/// calling a collective): it would run out of order with the other ranks.
+fn nested_call() -> Error {
+    Error::InvalidArgument(
+        "a collective was called on a communicator from inside another collective on it (for example in a user op)"
+            .into(),
+    )
+}
+
+impl CollectiveProvider for ShmCollectives {
+    #[inline]
+    fn may_start(&self) -> Result<()> {
+        if self.busy.get() { Err(nested_call()) } else { Ok(()) }
+    }
+
+    #[inline]
+    fn finished(&self, seq: u64) {
+        let lane = seq as usize % LANES;
+        let turn = &self.lane_turn[lane];
+        if turn.get() != seq {
+            self.finished_early.borrow_mut().push(seq);
+            return;
+        }
+        self.parts[lane].set(0);
+        let mut early = self.finished_early.borrow_mut();
+        turn.set(seq + LANES as u64);
+        while let Some(i) = early.iter().position(|&s| s == turn.get()) {
+            early.swap_remove(i);
+            turn.set(turn.get() + LANES as u64);
+        }
+    }
+
+    fn barrier<'a>(&'a self, op: &'a Operation<'a>) -> impl Future<Output = Result<()>> + 'a {
+        algorithms::barrier(self.native(op))
+    }
+
+    fn bcast<'a>(
+        &'a self,
+        op: &'a Operation<'a>,
+        buf: &'a mut [u8],
+        root: usize,
+    ) -> impl Future<Output = Result<()>> + 'a {
+        algorithms::bcast(self.native(op), buf, root)
+    }
+
+    fn scatter<'a>(
+        &'a self,
+        op: &'a Operation<'a>,
+        send: &'a [u8],
+        recv: &'a mut [u8],
+        root: usize,
+    ) -> impl Future<Output = Result<()>> + 'a {
+        algorithms::scatter(self.native(op), send, recv, root)
+    }
+
+    fn scatterv<'a>(
+        &'a self,
+        op: &'a Operation<'a>,
+        send: &'a [u8],
+        layout: Option<&'a Layout>,
+        recv: &'a mut [u8],
+        root: usize,
+    ) -> impl Future<Output = Result<()>> + 'a {
+        algorithms::scatterv(self.native(op), send, layout, recv, root)
+    }
+
+    fn gather<'a>(
+        &'a self,
+        op: &'a Operation<'a>,
+        send: &'a [u8],
+        recv: &'a mut [u8],
+        root: usize,
+    ) -> impl Future<Output = Result<()>> + 'a {
+        algorithms::gather(self.native(op), send, recv, root)
+    }
+
+    fn gatherv<'a>(
+        &'a self,
+        op: &'a Operation<'a>,
+        send: &'a [u8],
+        recv: &'a mut [u8],
+        layout: Option<&'a Layout>,
+        root: usize,
+    ) -> impl Future<Output = Result<()>> + 'a {
+        algorithms::gatherv(self.native(op), send, recv, layout, root)
+    }
+
+    fn allgather<'a>(
+        &'a self,
+        op: &'a Operation<'a>,
+        send: &'a [u8],
+        recv: &'a mut [u8],
+    ) -> impl Future<Output = Result<()>> + 'a {
+        algorithms::allgather(self.native(op), send, recv)
+    }
+
+    fn allgatherv<'a>(
+        &'a self,
+        op: &'a Operation<'a>,
+        send: &'a [u8],
+        recv: &'a mut [u8],
+        layout: &'a Layout,
+    ) -> impl Future<Output = Result<()>> + 'a {
+        algorithms::allgatherv(self.native(op), send, recv, layout)
+    }
+
+    fn alltoall<'a>(
+        &'a self,
+        op: &'a Operation<'a>,
+        send: &'a [u8],
+        recv: &'a mut [u8],
+    ) -> impl Future<Output = Result<()>> + 'a {
+        algorithms::alltoall(self.native(op), send, recv)
+    }
+
+    fn alltoallv<'a>(
+        &'a self,
+        op: &'a Operation<'a>,
+        send: &'a [u8],
+        send_layout: &'a Layout,
+        recv: &'a mut [u8],
+        recv_layout: &'a Layout,
+    ) -> impl Future<Output = Result<()>> + 'a {
+        algorithms::alltoallv(self.native(op), send, send_layout, recv, recv_layout)
+    }
+
+    fn reduce<'a, T: Pod>(
+        &'a self,
+        op: &'a Operation<'a>,
+        send: &'a [T],
+        recv: &'a mut [T],
+        reduction: &'a dyn Op<T>,
+        root: usize,
+    ) -> impl Future<Output = Result<()>> + 'a {
+        algorithms::reduce(self.native(op), send, recv, reduction, root)
+    }
+
+    fn allreduce<'a, T: Pod>(
+        &'a self,
+        op: &'a Operation<'a>,
+        send: &'a [T],
+        recv: &'a mut [T],
+        reduction: &'a dyn Op<T>,
+    ) -> impl Future<Output = Result<()>> + 'a {
+        algorithms::allreduce(self.native(op), send, recv, reduction)
+    }
+
+    fn reduce_scatter<'a, T: Pod>(
+        &'a self,
+        op: &'a Operation<'a>,
+        send: &'a [T],
+        recv: &'a mut [T],
+        counts: &'a [usize],
+        reduction: &'a dyn Op<T>,
+    ) -> impl Future<Output = Result<()>> + 'a {
+        algorithms::reduce_scatter(self.native(op), send, recv, counts, reduction)
+    }
+
+    fn scan<'a, T: Pod>(
+        &'a self,
+        op: &'a Operation<'a>,
+        send: &'a [T],
+        recv: &'a mut [T],
+        reduction: &'a dyn Op<T>,
+        exclusive: bool,
+    ) -> impl Future<Output = Result<()>> + 'a {
+        algorithms::scan(self.native(op), send, recv, reduction, exclusive)
+    }
+}

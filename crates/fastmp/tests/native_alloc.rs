@@ -1,0 +1,91 @@
+//! Blocking collectives on the device's collective provider (`native`, shm) allocate nothing
+//! after warm-up: the provider's operation is part of the collective's future, which a blocking
+//! call runs on its own stack.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+
+use fastmp::coll::{Algorithm, Collective, Tuning};
+use fastmp::op::{Sum, UserOp};
+use fastmp::{Comm, Config, Result};
+
+struct CountingAlloc;
+
+thread_local! {
+    static ALLOCS: Cell<u64> = const { Cell::new(0) };
+}
+
+// SAFETY: forwards to the system allocator; the counter is a thread-local `Cell` without
+// destructor, so touching it cannot allocate or recurse.
+unsafe impl GlobalAlloc for CountingAlloc {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        ALLOCS.with(|c| c.set(c.get() + 1));
+        // SAFETY: caller upholds `GlobalAlloc::alloc`'s contract.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: caller upholds `GlobalAlloc::dealloc`'s contract.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: CountingAlloc = CountingAlloc;
+
+fn allocations() -> u64 {
+    ALLOCS.with(|c| c.get())
+}
+
+/// Every collective forced to `native`.
+fn native(world: &Comm) -> Result<Comm> {
+    let tuning = Collective::ALL.iter().try_fold(Tuning::defaults(), |t, &c| t.force(c, Algorithm::Native))?;
+    Ok(world.with_tuning(tuning))
+}
+
+/// One round of small blocking collectives, reductions with a predefined and a user op.
+fn round(comm: &Comm, matmul: &UserOp<impl Fn(&[[u64; 2]], &mut [[u64; 2]])>) -> Result<()> {
+    let (me, np) = (comm.rank() as u64, comm.size() as u64);
+    comm.barrier()?;
+    let mut b = [me; 2];
+    comm.bcast(&mut b, 0)?;
+    assert_eq!(b, [0; 2]);
+    let mut sum = [0u64; 1];
+    comm.allreduce(&[me], &mut sum, Sum)?;
+    assert_eq!(sum[0], np * (np - 1) / 2);
+    let mut total = [0u64; 1];
+    comm.reduce(&[1], &mut total, Sum, 0)?;
+    let mut product = [[0u64; 2]; 1];
+    comm.allreduce(&[[1, me]], &mut product, matmul)?;
+    let mut prefix = [0u64; 1];
+    comm.scan(&[1], &mut prefix, Sum)?;
+    assert_eq!(prefix[0], me + 1);
+    let mut all = [0u64; 8];
+    comm.allgather(&[me], &mut all[..np as usize])?;
+    Ok(())
+}
+
+#[test]
+fn blocking_native_collectives_do_not_allocate_after_warm_up() {
+    for np in [2, 3] {
+        let counts = Config::new()
+            .np(np)
+            .run(|world| {
+                let comm = native(&world)?;
+                let matmul = UserOp::non_commutative(|input: &[[u64; 2]], inout: &mut [[u64; 2]]| {
+                    for (l, r) in input.iter().zip(inout.iter_mut()) {
+                        *r = [l[0].wrapping_mul(r[0]), l[0].wrapping_mul(r[1]).wrapping_add(l[1])];
+                    }
+                });
+                for _ in 0..20 {
+                    round(&comm, &matmul)?;
+                }
+                let before = allocations();
+                for _ in 0..200 {
+                    round(&comm, &matmul)?;
+                }
+                Ok(allocations() - before)
+            })
+            .expect("job");
+        assert_eq!(counts, vec![0; np], "allocations per rank during 200 rounds at np {np}");
+    }
+}
