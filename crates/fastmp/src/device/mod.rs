@@ -5,9 +5,12 @@
 //! the launcher; nothing above changes.
 
 pub(crate) mod locality;
+pub(crate) mod matching;
 pub(crate) mod shm;
 pub(crate) mod slab;
 pub(crate) mod tcp;
+#[cfg(test)]
+mod test_transport;
 pub(crate) mod wait;
 
 /// Fuzzing entry point for the tcp receive path (`fuzz/`); not part of the supported API.
