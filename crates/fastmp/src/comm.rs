@@ -187,6 +187,11 @@ impl Comm {
         self.dev.name()
     }
 
+    /// Where the job's ranks run (process and node of every world rank, indexed by world rank).
+    pub fn placement(&self) -> &crate::Placement {
+        self.dev.placement()
+    }
+
     /// Ends this rank's use of fastmp: every later call on any communicator of this rank fails
     /// with [`Error::Finalized`]. Unlike `MPI_Finalize` it is local (no synchronization); a
     /// rank's resources are released when its closure returns in any case.

@@ -312,6 +312,23 @@ fn ring_runs_unchanged_on_tcp_and_shm() {
     }
 }
 
+/// Each rank is its own process on tcp (the bootstrap exchanged where every rank runs), and all
+/// ranks are one process on shm; either way they share this node.
+#[test]
+fn placement_tells_processes_and_nodes() {
+    for (device, separate_processes) in [("tcp", true), ("shm", false)] {
+        let job = run(
+            &format!("{device} placement of 3"),
+            &mut fastmprun(&["-np", "3", "--device", device, TESTPROG, "placement"]),
+        );
+        job.assert_success();
+        for rank in 0..3 {
+            let (process, processes) = if separate_processes { (rank, 3) } else { (0, 1) };
+            job.assert_stdout_has(&format!("rank {rank} of 3: process {process} of {processes}, node 0 of 1"));
+        }
+    }
+}
+
 /// Every rank's shutdown waits for its peers' goodbyes and closed connections; with many ranks
 /// and no traffic, a peer whose `Bye` and end-of-stream are read before it shut its own write
 /// side used to leave a cycle of half-closed connections (CLOSE-WAIT / FIN-WAIT-2) and hang.
@@ -558,4 +575,31 @@ fn ranks_on_two_hosts_in_network_namespaces() {
     job.assert_success();
     ring_checksum(&job, 4, |rank| format!("[{rank}] "));
     drop(namespaces);
+}
+
+/// Ranks on two hosts of their own name (each rank in a UTS namespace with that host name) are
+/// two nodes: a node is told apart by its host name as well as by its boot id.
+#[test]
+fn ranks_on_two_named_hosts_are_two_nodes() {
+    if Command::new("unshare").args(["--uts", "true"]).status().map_or(true, |status| !status.success()) {
+        eprintln!("skipped: needs root and unshare(1) for UTS namespaces");
+        return;
+    }
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let agent = dir.path().join("named-host");
+    // `named-host HOST COMMAND...` runs COMMAND with HOST as its host name, on this machine.
+    let script =
+        "#!/bin/sh\nhost=$1; shift\nexec unshare --uts sh -c 'hostname \"$0\" && exec \"$@\"' \"$host\" \"$@\"\n";
+    std::fs::write(&agent, script).expect("write the agent script");
+    std::fs::set_permissions(&agent, std::os::unix::fs::PermissionsExt::from_mode(0o755)).expect("make it executable");
+    let rendezvous = format!("127.0.0.1:{}", free_port());
+    let agent = agent.to_str().expect("a UTF-8 temporary path");
+    let args = ["-np", "4", "--hosts", "fmp-node-a:2,fmp-node-b:2", "--agent", agent, "--rendezvous", &rendezvous];
+    let mut launch = fastmprun(&args);
+    launch.args([TESTPROG, "placement"]);
+    let job = run("placement on two named hosts", &mut launch);
+    job.assert_success();
+    for rank in 0..4 {
+        job.assert_stdout_has(&format!("rank {rank} of 4: process {rank} of 4, node {} of 2", rank / 2));
+    }
 }

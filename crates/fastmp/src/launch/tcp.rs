@@ -13,7 +13,7 @@ use crate::coll::Tuning;
 use crate::comm::Comm;
 use crate::device::lock_ignoring_poison;
 use crate::device::tcp::TcpEndpoint;
-use crate::device::tcp::bootstrap::{Bootstrap, Rendezvous};
+use crate::device::tcp::bootstrap::{Bootstrap, Rendezvous, Site};
 use crate::device::tcp::handshake::JobSecret;
 use crate::error::{Error, Result};
 
@@ -71,6 +71,8 @@ impl Config {
     {
         let tuning = Arc::new(self.resolved_tuning()?);
         let secret = JobSecret::random()?;
+        // Every thread rank is in this process, so they all report its site.
+        let site = Site::of_this_process()?;
         let listener = TcpListener::bind(("127.0.0.1", 0))
             .map_err(|e| Error::other(format!("tcp: binding the rendezvous: {e}")))?;
         let address = listener.local_addr().map_err(|e| Error::other(format!("tcp: rendezvous address: {e}")))?;
@@ -87,9 +89,16 @@ impl Config {
                 Some(l) => Rendezvous::Listen(l),
                 None => Rendezvous::Connect(address),
             };
-            let bootstrap =
-                Bootstrap { rank, size: self.np, rendezvous, secret: secret.clone(), deadline, sockets: self.sockets };
-            let endpoint = bootstrap.connect().and_then(|streams| TcpEndpoint::new(rank, streams, self.tcp_options()));
+            let bootstrap = Bootstrap {
+                rank,
+                size: self.np,
+                rendezvous,
+                secret: secret.clone(),
+                deadline,
+                sockets: self.sockets,
+                site: site.clone(),
+            };
+            let endpoint = bootstrap.connect().and_then(|mesh| TcpEndpoint::new(rank, mesh, self.tcp_options()));
             match endpoint {
                 Ok(endpoint) => {
                     run_rank(Place { rank, first: &first, own_process: false }, endpoint, tuning.clone(), f)
@@ -130,9 +139,10 @@ impl Config {
             secret: secret_from_env(place)?,
             deadline: Instant::now() + connect_timeout()?,
             sockets: self.sockets,
+            site: Site::of_this_process()?,
         };
-        let streams = bootstrap.connect()?;
-        let endpoint = TcpEndpoint::new(place.rank, streams, self.tcp_options())?;
+        let mesh = bootstrap.connect()?;
+        let endpoint = TcpEndpoint::new(place.rank, mesh, self.tcp_options())?;
         let first = Mutex::new(None);
         run_rank(Place { rank: place.rank, first: &first, own_process: true }, endpoint, tuning, f)
             .map(|value| vec![value])

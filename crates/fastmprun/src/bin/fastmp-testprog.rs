@@ -17,6 +17,8 @@
 //! fastmp-testprog hang        every rank waits for a message nobody sends (for --timeout)
 //! fastmp-testprog env         after an allreduce, every rank prints its rank, size, device and
 //!                             which launcher variable its rank came from
+//! fastmp-testprog placement   every rank prints where it runs, as its device reports it:
+//!                             `rank R of N: process P of PS, node D of ND`
 //! ```
 //!
 //! `TESTPROG_START_GATE=PATH`: ranks other than 0 (by `FASTMP_RANK`) wait until PATH exists before
@@ -31,7 +33,7 @@ use std::time::{Duration, Instant};
 use fastmp::op::Sum;
 use fastmp::{ANY_SOURCE, Comm, Error, Result};
 
-const USAGE: &str = "usage: fastmp-testprog ring | fail RANK | die RANK [MIB] | hang | env";
+const USAGE: &str = "usage: fastmp-testprog ring | fail RANK | die RANK [MIB] | hang | env | placement";
 
 /// Message sizes of the ring: empty, tiny, around the default 8 KiB eager limit, and a few MiB.
 const RING_SIZES: [usize; 8] = [0, 1, 1000, 8192, 8193, 65_536, 1 << 20, 3 << 20];
@@ -61,6 +63,7 @@ enum Mode {
     Die { rank: usize, bytes: usize },
     Hang,
     Env,
+    Placement,
 }
 
 fn main() -> ExitCode {
@@ -99,6 +102,7 @@ fn parse(args: Vec<OsString>) -> std::result::Result<Mode, String> {
         }
         ["hang"] => Ok(Mode::Hang),
         ["env"] => Ok(Mode::Env),
+        ["placement"] => Ok(Mode::Placement),
         [] => Err("no mode given".into()),
         _ => Err(format!("unknown arguments {words:?}")),
     }
@@ -128,6 +132,7 @@ impl Mode {
             Mode::Die { rank, bytes } => die(world, checked_rank(world, rank)?, bytes),
             Mode::Hang => hang(world),
             Mode::Env => env(world),
+            Mode::Placement => placement(world),
         }
     }
 }
@@ -142,6 +147,20 @@ fn env(world: &Comm) -> Result<()> {
     }
     let source = RANK_VARIABLES.iter().find(|name| std::env::var_os(name).is_some()).unwrap_or(&"none");
     say(&format!("rank {} of {} device {} rank-from {source}", world.rank(), world.size(), world.device_name()));
+    Ok(())
+}
+
+/// Prints this rank's process and node among the job's.
+fn placement(world: &Comm) -> Result<()> {
+    let (rank, places) = (world.rank(), world.placement());
+    say(&format!(
+        "rank {rank} of {}: process {} of {}, node {} of {}",
+        world.size(),
+        places.process_of(rank),
+        places.processes(),
+        places.node_of(rank),
+        places.nodes()
+    ));
     Ok(())
 }
 

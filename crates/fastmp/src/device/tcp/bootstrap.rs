@@ -1,5 +1,5 @@
-//! Start-up of the tcp mesh: a rendezvous at rank 0 exchanges listening addresses, then every
-//! rank connects to the lower ranks and accepts the higher ones.
+//! Start-up of the tcp mesh: a rendezvous at rank 0 exchanges listening addresses and where each
+//! rank runs ([`Site`]), then every rank connects to the lower ranks and accepts the higher ones.
 //!
 //! Every connection is authenticated ([`super::handshake`]) before a single byte of it is trusted;
 //! strangers and garbage are logged and dropped, and never stop the start-up. Each handshake runs
@@ -9,17 +9,23 @@ use std::collections::BTreeMap;
 use std::collections::btree_map::Entry;
 use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
-use std::sync::mpsc;
+use std::sync::{OnceLock, mpsc};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 use socket2::{SockRef, TcpKeepalive};
 
 use super::handshake::{self, JobSecret, Role};
+use crate::device::Placement;
 use crate::error::{Error, Result};
 
-/// Longest start-up message accepted (a table of a few thousand addresses fits easily).
-const MAX_MESSAGE: usize = 1 << 20;
+/// Longest hello accepted (a real one is about a hundred bytes).
+const MAX_HELLO: usize = 1 << 20;
+/// Longest node key accepted (a boot id and a host name take about a hundred bytes).
+const MAX_NODE_KEY: usize = 256;
+/// Bound on one rank's entry in the address table (address, process key, node key, and their
+/// length prefixes), so the table's bound grows with the job.
+const MAX_TABLE_ENTRY: usize = MAX_NODE_KEY + 64;
 /// How long one connection may take to prove itself.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Pause between attempts to reach a listener that is not up yet.
@@ -51,6 +57,73 @@ pub(crate) struct Bootstrap {
     /// Start-up fails if the mesh is not complete by then.
     pub deadline: Instant,
     pub sockets: SocketOptions,
+    /// Where this rank runs ([`Site::of_this_process`], or made up by tests).
+    pub site: Site,
+}
+
+/// A rank's connected mesh and where every rank of the job runs.
+pub(crate) struct Mesh {
+    /// `streams[p]` leads to rank `p` (`None` for this rank).
+    pub streams: Vec<Option<TcpStream>>,
+    /// Built from every rank's [`Site`]: the same on every rank.
+    pub placement: Placement,
+}
+
+/// Where a rank runs: keys that are equal for ranks in one process, and for ranks on one node.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Site {
+    /// The process: its pid plus a random number drawn once per process, because pids repeat
+    /// across nodes (and over time), while thread ranks of one process share both.
+    pub process: (u32, u64),
+    /// The node: the kernel's boot id (or, without one, the machine id) plus the host name. A boot
+    /// id is random per boot, so it differs between machines even when they were cloned from one
+    /// image or share a host name; the host name keeps containers with their own UTS namespace
+    /// apart, which may not share memory with each other. Where none of these can be read the
+    /// key is the process key, so each process counts as its own node (never wrongly "local").
+    pub node: String,
+}
+
+impl Site {
+    /// This process's site (the same for every thread rank in it).
+    pub(crate) fn of_this_process() -> Result<Site> {
+        static SITE: OnceLock<Site> = OnceLock::new();
+        if let Some(site) = SITE.get() {
+            return Ok(site.clone());
+        }
+        let mut nonce = [0u8; 8];
+        handshake::fill_random(&mut nonce)?;
+        let process = (std::process::id(), u64::from_le_bytes(nonce));
+        let read = |path: &str| {
+            let text = std::fs::read_to_string(path).ok()?;
+            let text = text.trim();
+            (!text.is_empty()).then(|| text.to_string())
+        };
+        let machine = read("/proc/sys/kernel/random/boot_id").or_else(|| read("/etc/machine-id"));
+        let node = match (machine, read("/proc/sys/kernel/hostname")) {
+            (None, None) => format!("process {}.{:016x}", process.0, process.1),
+            (machine, host) => format!("{}/{}", machine.unwrap_or_default(), host.unwrap_or_default()),
+        };
+        let node = truncated(node, MAX_NODE_KEY);
+        // Two thread ranks may get here at once: both use whichever site was stored first.
+        Ok(SITE.get_or_init(|| Site { process, node }).clone())
+    }
+
+    /// Why a peer's site cannot be used, if it cannot.
+    fn check(&self) -> std::result::Result<(), String> {
+        if self.node.len() > MAX_NODE_KEY {
+            return Err(format!("a node key of {} bytes (at most {MAX_NODE_KEY} allowed)", self.node.len()));
+        }
+        Ok(())
+    }
+}
+
+/// `text` cut to at most `max` bytes, at a character boundary.
+fn truncated(mut text: String, max: usize) -> String {
+    if text.len() > max {
+        let cut = (0..=max).rev().find(|&at| text.is_char_boundary(at)).unwrap_or(0);
+        text.truncate(cut);
+    }
+    text
 }
 
 /// Sent by a connecting rank right after the handshake.
@@ -60,70 +133,95 @@ struct Hello {
     size: u32,
     /// Where this rank accepts connections from higher ranks.
     listen: SocketAddr,
+    site: Site,
 }
 
-/// Rank 0's answer: every rank's listening address.
+/// Rank 0's answer: every rank's listening address and site.
 #[derive(Serialize, Deserialize, Debug)]
 struct Table {
     listen: Vec<SocketAddr>,
+    sites: Vec<Site>,
+}
+
+impl Table {
+    /// Why a table cannot serve a job of `size` ranks, if it cannot.
+    fn check(&self, size: usize) -> std::result::Result<(), String> {
+        if self.listen.len() != size || self.sites.len() != size {
+            return Err(format!(
+                "rank 0 runs a job of {} ranks ({} sites), this rank was started for {size}",
+                self.listen.len(),
+                self.sites.len()
+            ));
+        }
+        for (rank, site) in self.sites.iter().enumerate() {
+            site.check().map_err(|why| format!("rank 0 reports for rank {rank} {why}"))?;
+        }
+        Ok(())
+    }
+
+    fn placement(&self) -> Placement {
+        let processes: Vec<_> = self.sites.iter().map(|s| s.process).collect();
+        let nodes: Vec<_> = self.sites.iter().map(|s| s.node.as_str()).collect();
+        Placement::from_keys(&processes, &nodes)
+    }
 }
 
 impl Bootstrap {
-    /// Connects this rank to every other; `streams[p]` leads to rank `p` (`None` for itself).
-    pub(crate) fn connect(self) -> Result<Vec<Option<TcpStream>>> {
+    /// Connects this rank to every other and learns where every rank runs.
+    pub(crate) fn connect(self) -> Result<Mesh> {
         if self.rank >= self.size {
             return Err(Error::InvalidArgument(format!("rank {} is not below the job size {}", self.rank, self.size)));
         }
+        // Frames and hellos carry ranks as 32-bit numbers.
+        if u32::try_from(self.size).is_err() {
+            return Err(Error::InvalidArgument(format!("a tcp job of {} ranks is too large", self.size)));
+        }
         let mut streams: Vec<Option<TcpStream>> = (0..self.size).map(|_| None).collect();
         if self.size == 1 {
-            return Ok(streams);
+            return Ok(Mesh { streams, placement: Placement::single_process(1) });
         }
-        match &self.rendezvous {
+        let table = match &self.rendezvous {
             Rendezvous::Listen(listener) => self.serve_rendezvous(listener, &mut streams)?,
             Rendezvous::Connect(addr) => self.join_mesh(*addr, &mut streams)?,
-        }
+        };
         for s in streams.iter().flatten() {
             configure(s, self.sockets)?;
         }
-        Ok(streams)
+        Ok(Mesh { streams, placement: table.placement() })
     }
 
     /// Rank 0: collects every other rank's hello, answers with the table; those connections
     /// become the mesh links to rank 0.
-    fn serve_rendezvous(&self, listener: &TcpListener, streams: &mut [Option<TcpStream>]) -> Result<()> {
+    fn serve_rendezvous(&self, listener: &TcpListener, streams: &mut [Option<TcpStream>]) -> Result<Table> {
         let own = listener.local_addr().map_err(|e| start_error("rendezvous address", e))?;
         let hellos = self.accept_ranks(listener, 1..self.size, "the rendezvous")?;
-        let mut table = Table { listen: vec![own; self.size] };
+        let mut table = Table { listen: vec![own; self.size], sites: vec![self.site.clone(); self.size] };
         for (&rank, (_, hello)) in &hellos {
             table.listen[rank] = hello.listen;
+            table.sites[rank] = hello.site.clone();
         }
         for (rank, (mut stream, _)) in hellos {
             write_message(&mut stream, &table)
                 .map_err(|e| Error::other(format!("tcp start-up: sending the address table to rank {rank}: {e}")))?;
             streams[rank] = Some(stream);
         }
-        Ok(())
+        Ok(table)
     }
 
     /// Ranks above 0: hello to rank 0, then connect down and accept up.
-    fn join_mesh(&self, rendezvous: SocketAddr, streams: &mut [Option<TcpStream>]) -> Result<()> {
+    fn join_mesh(&self, rendezvous: SocketAddr, streams: &mut [Option<TcpStream>]) -> Result<Table> {
         let mut to_zero = self.connect_authenticated(rendezvous, 0)?;
         // Listen where rank 0 reached us from: the interface the job's network uses.
         let ip: IpAddr = to_zero.local_addr().map_err(|e| start_error("local address", e))?.ip();
         let listener =
             TcpListener::bind((ip, 0)).map_err(|e| start_error(&format!("binding a listener on {ip}"), e))?;
         let listen = listener.local_addr().map_err(|e| start_error("listener address", e))?;
-        let hello = Hello { rank: self.rank as u32, size: self.size as u32, listen };
+        let hello = Hello { rank: self.rank as u32, size: self.size as u32, listen, site: self.site.clone() };
         write_message(&mut to_zero, &hello).map_err(|e| start_error("sending hello to rank 0", e))?;
-        let table: Table = read_message(&mut to_zero, self.deadline)
+        let max_table = self.size.saturating_mul(MAX_TABLE_ENTRY);
+        let table: Table = read_message(&mut to_zero, self.deadline, max_table)
             .map_err(|e| Error::other(format!("tcp start-up: no address table from rank 0: {e}")))?;
-        if table.listen.len() != self.size {
-            return Err(Error::other(format!(
-                "tcp start-up: rank 0 runs a job of {} ranks, this rank was started for {}",
-                table.listen.len(),
-                self.size
-            )));
-        }
+        table.check(self.size).map_err(|why| Error::other(format!("tcp start-up: {why}")))?;
         streams[0] = Some(to_zero);
         std::thread::scope(|s| {
             let higher = s.spawn(|| self.accept_ranks(&listener, self.rank + 1..self.size, "its listener"));
@@ -137,7 +235,8 @@ impl Bootstrap {
                 streams[rank] = Some(stream);
             }
             Ok(())
-        })
+        })?;
+        Ok(table)
     }
 
     /// Connects to rank `to` at `addr` (retrying until the deadline: it may not listen yet) and
@@ -245,8 +344,9 @@ impl Bootstrap {
 fn welcome(mut stream: TcpStream, secret: &JobSecret, deadline: Instant) -> Result<(TcpStream, Hello)> {
     stream.set_nonblocking(false).map_err(|e| start_error("socket mode", e))?;
     handshake::authenticate(&mut stream, secret, Role::Acceptor, HANDSHAKE_TIMEOUT)?;
-    let hello: Hello = read_message(&mut stream, deadline.min(Instant::now() + HANDSHAKE_TIMEOUT))
+    let hello: Hello = read_message(&mut stream, deadline.min(Instant::now() + HANDSHAKE_TIMEOUT), MAX_HELLO)
         .map_err(|e| Error::other(format!("no valid hello after the handshake: {e}")))?;
+    hello.site.check().map_err(|why| Error::other(format!("its hello (rank {}) carries {why}", hello.rank)))?;
     Ok((stream, hello))
 }
 
@@ -280,13 +380,18 @@ fn write_message<T: Serialize>(stream: &mut TcpStream, msg: &T) -> std::io::Resu
     stream.write_all(&framed)
 }
 
-fn read_message<T: for<'de> Deserialize<'de>>(stream: &mut TcpStream, deadline: Instant) -> std::io::Result<T> {
+/// Reads a message of at most `max` bytes.
+fn read_message<T: for<'de> Deserialize<'de>>(
+    stream: &mut TcpStream,
+    deadline: Instant,
+    max: usize,
+) -> std::io::Result<T> {
     let left = deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
     stream.set_read_timeout(Some(left))?;
     let mut len = [0u8; 4];
     stream.read_exact(&mut len)?;
     let len = u32::from_le_bytes(len) as usize;
-    if len > MAX_MESSAGE {
+    if len > max {
         return Err(std::io::Error::other(format!("start-up message of {len} bytes is too long")));
     }
     let mut body = vec![0u8; len];

@@ -1,13 +1,37 @@
-//! Wire format of the tcp device: fixed 32-byte headers, some followed by a payload.
+//! Wire format of the tcp device: fixed 40-byte headers, some followed by a payload.
 //!
-//! Every field is validated on decode (magic, kind, reserved bits, payload bounds), so a corrupt
-//! or hostile byte stream becomes an [`FrameError`] for that connection, never a panic or an
-//! unbounded allocation.
+//! Every field is validated on decode (magic, kind, reserved bits, payload bounds, and the ranks
+//! a frame travels between), so a corrupt or hostile byte stream becomes a [`FrameError`] for
+//! that connection, never a panic or an unbounded allocation.
+//!
+//! Header layout (little-endian):
+//!
+//! | bytes | field |
+//! |---|---|
+//! | 0 | kind |
+//! | 1 | flags (per kind) |
+//! | 2..4 | reserved, zero |
+//! | 4..8 | magic |
+//! | 8..12 | source rank (world rank of the sender) |
+//! | 12..16 | destination rank (world rank of the receiver) |
+//! | 16..20 | context |
+//! | 20..24 | tag |
+//! | 24..32 | first 64-bit field (length or request id, per kind) |
+//! | 32..40 | second 64-bit field (request id, per kind) |
+//!
+//! Every frame names both ranks, so one connection can serve several ranks of a process (thread
+//! ranks of a hybrid job): the receiver knows which of its ranks a frame is for and which of the
+//! peer's ranks sent it. The header grew from 32 to 40 bytes for them rather than packing them
+//! into existing fields: the two reserved bytes hold only 16 bits, and the 64-bit fields carry
+//! full lengths and request ids (slab index and generation). An eager message is still one
+//! `writev` of header and payload. A decoder accepts only the ranks its connection may carry
+//! ([`Accept`]): today exactly the authenticated peer as source and this endpoint's rank as
+//! destination.
 
 use std::fmt;
 
 /// Bytes in every frame header.
-pub(crate) const HEADER_LEN: usize = 32;
+pub(crate) const HEADER_LEN: usize = 40;
 
 /// Marks every header, so a stream that lost frame alignment is caught at the next header.
 const MAGIC: u32 = 0xF457_4D50;
@@ -55,9 +79,25 @@ pub(crate) enum Frame {
 pub(crate) enum FrameError {
     BadMagic(u32),
     UnknownKind(u8),
-    ReservedBits { kind: u8 },
+    ReservedBits {
+        kind: u8,
+    },
     NegativeTag(i32),
-    PayloadTooLong { kind: &'static str, len: u64, max: u64 },
+    PayloadTooLong {
+        kind: &'static str,
+        len: u64,
+        max: u64,
+    },
+    /// The header names a sender other than the rank the connection was authenticated as.
+    WrongSource {
+        claimed: u32,
+        connection: u32,
+    },
+    /// The header is addressed to a rank this endpoint does not serve.
+    WrongDestination {
+        addressed: u32,
+        served: u32,
+    },
 }
 
 impl fmt::Display for FrameError {
@@ -70,15 +110,36 @@ impl fmt::Display for FrameError {
             FrameError::PayloadTooLong { kind, len, max } => {
                 write!(f, "{kind} frame announces {len} bytes, more than the {max} allowed")
             }
+            FrameError::WrongSource { claimed, connection } => {
+                write!(f, "frame claims to come from rank {claimed}, but the connection belongs to rank {connection}")
+            }
+            FrameError::WrongDestination { addressed, served } => {
+                write!(f, "frame is addressed to rank {addressed}, but this endpoint serves rank {served}")
+            }
         }
     }
 }
 
-/// Bounds a decoder enforces on announced lengths.
+/// What one connection's decoder accepts: bounds on announced lengths, and the ranks its frames
+/// may travel between.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct Limits {
+pub(crate) struct Accept {
     /// Largest eager payload (the sender's eager limit; both sides use the same value).
     pub max_eager: u64,
+    /// The rank the connection was authenticated as: the only sender its frames may name.
+    pub source: u32,
+    /// The rank this endpoint serves: the only destination its frames may name.
+    pub dest: u32,
+}
+
+/// One frame header: the ranks it travels between and the frame.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Header {
+    /// World rank of the sender.
+    pub source: u32,
+    /// World rank of the receiver.
+    pub dest: u32,
+    pub frame: Frame,
 }
 
 impl Frame {
@@ -89,9 +150,11 @@ impl Frame {
             _ => 0,
         }
     }
+}
 
+impl Header {
     pub(crate) fn encode(&self) -> [u8; HEADER_LEN] {
-        let (kind, flags, context, tag, a, b) = match *self {
+        let (kind, flags, context, tag, a, b) = match self.frame {
             Frame::Eager { context, tag, len } => (KIND_EAGER, 0, context, tag, len, 0),
             Frame::Rts { context, tag, len, send_id, sync } => {
                 (KIND_RTS, if sync { FLAG_SYNC } else { 0 }, context, tag, len, send_id)
@@ -109,14 +172,16 @@ impl Frame {
         h[0] = kind;
         h[1] = flags;
         h[4..8].copy_from_slice(&MAGIC.to_le_bytes());
-        h[8..12].copy_from_slice(&context.to_le_bytes());
-        h[12..16].copy_from_slice(&tag.to_le_bytes());
-        h[16..24].copy_from_slice(&a.to_le_bytes());
-        h[24..32].copy_from_slice(&b.to_le_bytes());
+        h[8..12].copy_from_slice(&self.source.to_le_bytes());
+        h[12..16].copy_from_slice(&self.dest.to_le_bytes());
+        h[16..20].copy_from_slice(&context.to_le_bytes());
+        h[20..24].copy_from_slice(&tag.to_le_bytes());
+        h[24..32].copy_from_slice(&a.to_le_bytes());
+        h[32..40].copy_from_slice(&b.to_le_bytes());
         h
     }
 
-    pub(crate) fn decode(h: &[u8; HEADER_LEN], limits: Limits) -> Result<Frame, FrameError> {
+    pub(crate) fn decode(h: &[u8; HEADER_LEN], accept: Accept) -> Result<Header, FrameError> {
         let word = |at: usize| u32::from_le_bytes([h[at], h[at + 1], h[at + 2], h[at + 3]]);
         let long = |at: usize| {
             let mut b = [0u8; 8];
@@ -128,17 +193,24 @@ impl Frame {
             return Err(FrameError::BadMagic(magic));
         }
         let (kind, flags) = (h[0], h[1]);
-        let (context, tag, a, b) = (word(8), word(12) as i32, long(16), long(24));
         if h[2] != 0 || h[3] != 0 {
             return Err(FrameError::ReservedBits { kind });
         }
+        let (source, dest) = (word(8), word(12));
+        if source != accept.source {
+            return Err(FrameError::WrongSource { claimed: source, connection: accept.source });
+        }
+        if dest != accept.dest {
+            return Err(FrameError::WrongDestination { addressed: dest, served: accept.dest });
+        }
+        let (context, tag, a, b) = (word(16), word(20) as i32, long(24), long(32));
         // Fields a kind does not use must be zero, so every header has one valid reading.
         let unused_zero = |ok: bool| if ok { Ok(()) } else { Err(FrameError::ReservedBits { kind }) };
         let frame = match kind {
             KIND_EAGER => {
                 unused_zero(flags == 0 && b == 0)?;
-                if a > limits.max_eager {
-                    return Err(FrameError::PayloadTooLong { kind: "eager", len: a, max: limits.max_eager });
+                if a > accept.max_eager {
+                    return Err(FrameError::PayloadTooLong { kind: "eager", len: a, max: accept.max_eager });
                 }
                 Frame::Eager { context, tag, len: a }
             }
@@ -180,15 +252,21 @@ impl Frame {
         {
             return Err(FrameError::NegativeTag(tag));
         }
-        Ok(frame)
+        Ok(Header { source, dest, frame })
     }
 }
 
 /// Accumulates one header from a byte stream that arrives in arbitrary pieces.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct HeaderReader {
     bytes: [u8; HEADER_LEN],
     filled: usize,
+}
+
+impl Default for HeaderReader {
+    fn default() -> Self {
+        HeaderReader { bytes: [0; HEADER_LEN], filled: 0 }
+    }
 }
 
 impl HeaderReader {
@@ -205,40 +283,46 @@ impl HeaderReader {
     }
 
     /// The decoded header once all of it is here (and resets for the next one).
-    pub(crate) fn take(&mut self, limits: Limits) -> Option<Result<Frame, FrameError>> {
+    pub(crate) fn take(&mut self, accept: Accept) -> Option<Result<Header, FrameError>> {
         if self.filled < HEADER_LEN {
             return None;
         }
         self.filled = 0;
-        Some(Frame::decode(&self.bytes, limits))
+        Some(Header::decode(&self.bytes, accept))
     }
 }
 
 /// Decodes a whole byte stream, skipping payloads; stops at the first error. Used by the fuzz
 /// target and property tests to exercise exactly the header path the device runs.
-pub(crate) fn decode_stream(mut input: &[u8], limits: Limits) -> Result<Vec<Frame>, FrameError> {
-    let mut frames = Vec::new();
-    let mut header = HeaderReader::default();
+pub(crate) fn decode_stream(mut input: &[u8], accept: Accept) -> Result<Vec<Header>, FrameError> {
+    let mut headers = Vec::new();
+    let mut reader = HeaderReader::default();
     while !input.is_empty() {
-        input = &input[header.feed(input)..];
-        match header.take(limits) {
+        input = &input[reader.feed(input)..];
+        match reader.take(accept) {
             None => break,
-            Some(frame) => {
-                let frame = frame?;
-                let skip = usize::try_from(frame.payload_len()).unwrap_or(usize::MAX).min(input.len());
+            Some(header) => {
+                let header = header?;
+                let skip = usize::try_from(header.frame.payload_len()).unwrap_or(usize::MAX).min(input.len());
                 input = &input[skip..];
-                frames.push(frame);
+                headers.push(header);
             }
         }
     }
-    Ok(frames)
+    Ok(headers)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    const LIMITS: Limits = Limits { max_eager: 8192 };
+    /// A connection from rank 3 to rank 1.
+    const ACCEPT: Accept = Accept { max_eager: 8192, source: 3, dest: 1 };
+
+    /// `frame` as sent on the connection `ACCEPT` reads.
+    fn sent(frame: Frame) -> Header {
+        Header { source: ACCEPT.source, dest: ACCEPT.dest, frame }
+    }
 
     fn all_kinds() -> Vec<Frame> {
         vec![
@@ -258,33 +342,46 @@ mod tests {
     #[test]
     fn every_kind_round_trips() {
         for f in all_kinds() {
-            assert_eq!(Frame::decode(&f.encode(), LIMITS), Ok(f));
+            assert_eq!(Header::decode(&sent(f).encode(), ACCEPT), Ok(sent(f)));
         }
     }
 
     #[test]
     fn corrupt_headers_are_rejected() {
-        let mut h = Frame::Bye.encode();
+        let decode = |h: &[u8; HEADER_LEN]| Header::decode(h, ACCEPT);
+        let mut h = sent(Frame::Bye).encode();
         h[4] ^= 1;
-        assert!(matches!(Frame::decode(&h, LIMITS), Err(FrameError::BadMagic(_))));
-        let mut h = Frame::Bye.encode();
+        assert!(matches!(decode(&h), Err(FrameError::BadMagic(_))));
+        let mut h = sent(Frame::Bye).encode();
         h[0] = 99;
-        assert_eq!(Frame::decode(&h, LIMITS), Err(FrameError::UnknownKind(99)));
-        let mut h = Frame::Bye.encode();
-        h[20] = 1;
-        assert!(matches!(Frame::decode(&h, LIMITS), Err(FrameError::ReservedBits { .. })));
-        let h = Frame::Eager { context: 0, tag: 0, len: 8193 }.encode();
-        assert!(matches!(Frame::decode(&h, LIMITS), Err(FrameError::PayloadTooLong { .. })));
-        let h = Frame::Eager { context: 0, tag: -1, len: 0 }.encode();
-        assert_eq!(Frame::decode(&h, LIMITS), Err(FrameError::NegativeTag(-1)));
+        assert_eq!(decode(&h), Err(FrameError::UnknownKind(99)));
+        let mut h = sent(Frame::Bye).encode();
+        h[28] = 1;
+        assert!(matches!(decode(&h), Err(FrameError::ReservedBits { .. })));
+        let h = sent(Frame::Eager { context: 0, tag: 0, len: 8193 }).encode();
+        assert!(matches!(decode(&h), Err(FrameError::PayloadTooLong { .. })));
+        let h = sent(Frame::Eager { context: 0, tag: -1, len: 0 }).encode();
+        assert_eq!(decode(&h), Err(FrameError::NegativeTag(-1)));
+    }
+
+    #[test]
+    fn frames_between_other_ranks_are_rejected() {
+        let h = Header { source: 2, ..sent(Frame::Bye) }.encode();
+        assert_eq!(Header::decode(&h, ACCEPT), Err(FrameError::WrongSource { claimed: 2, connection: 3 }));
+        let h = Header { dest: 3, ..sent(Frame::Cts { send_id: 1, recv_id: 2 }) }.encode();
+        assert_eq!(Header::decode(&h, ACCEPT), Err(FrameError::WrongDestination { addressed: 3, served: 1 }));
+        // The causes name both ranks, as the abort they lead to reports them.
+        let cause = FrameError::WrongDestination { addressed: 3, served: 1 }.to_string();
+        assert!(cause.contains("rank 3") && cause.contains("rank 1"), "{cause}");
     }
 
     #[test]
     fn stream_decoding_skips_payloads() {
+        let eager = sent(Frame::Eager { context: 1, tag: 2, len: 3 });
         let mut bytes = Vec::new();
-        bytes.extend_from_slice(&Frame::Eager { context: 1, tag: 2, len: 3 }.encode());
+        bytes.extend_from_slice(&eager.encode());
         bytes.extend_from_slice(b"abc");
-        bytes.extend_from_slice(&Frame::Bye.encode());
-        assert_eq!(decode_stream(&bytes, LIMITS), Ok(vec![Frame::Eager { context: 1, tag: 2, len: 3 }, Frame::Bye]));
+        bytes.extend_from_slice(&sent(Frame::Bye).encode());
+        assert_eq!(decode_stream(&bytes, ACCEPT), Ok(vec![eager, sent(Frame::Bye)]));
     }
 }

@@ -1,15 +1,21 @@
 //! Property tests of the tcp wire format and receive path: valid frames round-trip however the
-//! stream is split into reads, and arbitrary or corrupted streams end in frames or an error,
-//! never a panic (the same harness the fuzz target runs, see `fuzzing.rs`).
+//! stream is split into reads, frames naming the wrong ranks are rejected, and arbitrary or
+//! corrupted streams end in frames or an error, never a panic (the same harness the fuzz target
+//! runs, see `fuzzing.rs`).
 
 use proptest::prelude::*;
 
-use super::frame::{Frame, MAX_ABORT_LEN};
-use super::fuzzing::{End, FUZZ_LIMITS, Reading, SinkPolicy, fuzz_decode_frames, receive};
+use super::frame::{Accept, Frame, FrameError, Header, MAX_ABORT_LEN};
+use super::fuzzing::{End, FUZZ_ACCEPT, Reading, SinkPolicy, fuzz_decode_frames, receive};
+
+/// `frame` as sent on the harness's connection.
+fn sent(frame: Frame) -> Header {
+    Header { source: FUZZ_ACCEPT.source, dest: FUZZ_ACCEPT.dest, frame }
+}
 
 /// Any valid frame whose payload (if it has one) is at most `max_payload` bytes.
 fn valid_frame(max_payload: u64) -> impl Strategy<Value = Frame> {
-    let eager_len = 0..=FUZZ_LIMITS.max_eager.min(max_payload);
+    let eager_len = 0..=FUZZ_ACCEPT.max_eager.min(max_payload);
     prop_oneof![
         (any::<u32>(), 0..=i32::MAX, eager_len).prop_map(|(context, tag, len)| Frame::Eager { context, tag, len }),
         (any::<u32>(), 0..=i32::MAX, any::<u64>(), any::<u64>(), any::<bool>())
@@ -23,11 +29,31 @@ fn valid_frame(max_payload: u64) -> impl Strategy<Value = Frame> {
     ]
 }
 
-/// A stream's worth of valid frames: mostly short ones, sometimes a rendezvous payload long
-/// enough (>= 16 KiB) for the receive path to read it straight into the user buffer.
-fn valid_frames() -> impl Strategy<Value = Vec<Frame>> {
+/// A stream's worth of valid frames on the harness's connection: mostly short ones, sometimes a
+/// rendezvous payload long enough (>= 16 KiB) for the receive path to read it straight into the
+/// user buffer.
+fn valid_frames() -> impl Strategy<Value = Vec<Header>> {
     let long_data = (any::<u64>(), 16_384u64..40_000).prop_map(|(recv_id, len)| Frame::Data { recv_id, len });
-    prop::collection::vec(prop_oneof![12 => valid_frame(300), 1 => long_data], 0..12)
+    prop::collection::vec(prop_oneof![12 => valid_frame(300), 1 => long_data].prop_map(sent), 0..12)
+}
+
+/// A rank other than `rank`.
+fn other_rank(rank: u32) -> impl Strategy<Value = u32> {
+    any::<u32>().prop_filter("another rank", move |&r| r != rank)
+}
+
+/// A header that names a wrong sender or a wrong receiver for the harness's connection, and the
+/// error it must meet.
+fn misrouted(frame: Frame) -> impl Strategy<Value = (Header, FrameError)> {
+    let (source, dest) = (FUZZ_ACCEPT.source, FUZZ_ACCEPT.dest);
+    prop_oneof![
+        other_rank(source).prop_map(move |claimed| {
+            (Header { source: claimed, dest, frame }, FrameError::WrongSource { claimed, connection: source })
+        }),
+        other_rank(dest).prop_map(move |addressed| {
+            (Header { source, dest: addressed, frame }, FrameError::WrongDestination { addressed, served: dest })
+        }),
+    ]
 }
 
 fn any_reading() -> impl Strategy<Value = Reading> {
@@ -44,12 +70,12 @@ fn payload_of(index: usize, frame: &Frame) -> Vec<u8> {
 }
 
 /// The wire bytes of `frames` and where each frame ends in them.
-fn encode_stream(frames: &[Frame]) -> (Vec<u8>, Vec<usize>) {
+fn encode_stream(frames: &[Header]) -> (Vec<u8>, Vec<usize>) {
     let mut bytes = Vec::new();
     let mut ends = Vec::new();
-    for (index, frame) in frames.iter().enumerate() {
-        bytes.extend_from_slice(&frame.encode());
-        bytes.extend_from_slice(&payload_of(index, frame));
+    for (index, header) in frames.iter().enumerate() {
+        bytes.extend_from_slice(&header.encode());
+        bytes.extend_from_slice(&payload_of(index, &header.frame));
         ends.push(bytes.len());
     }
     (bytes, ends)
@@ -64,8 +90,8 @@ fn expected_payload(index: usize, frame: &Frame, sinks: SinkPolicy) -> Vec<u8> {
     payload
 }
 
-fn expected_completions(frames: &[Frame], sinks: SinkPolicy) -> Vec<(Frame, Vec<u8>)> {
-    frames.iter().enumerate().map(|(i, f)| (*f, expected_payload(i, f, sinks))).collect()
+fn expected_completions(frames: &[Header], sinks: SinkPolicy) -> Vec<(Header, Vec<u8>)> {
+    frames.iter().enumerate().map(|(i, h)| (*h, expected_payload(i, &h.frame, sinks))).collect()
 }
 
 /// Header fields that are zero half of the time, so random headers often pass the "unused
@@ -76,9 +102,56 @@ fn mostly_zero_u64() -> impl Strategy<Value = u64> {
 
 proptest! {
     #[test]
-    fn valid_frames_round_trip(frame in valid_frame(u64::MAX)) {
-        let header = frame.encode();
-        prop_assert_eq!(Frame::decode(&header, FUZZ_LIMITS), Ok(frame));
+    fn valid_frames_round_trip(frame in valid_frame(u64::MAX), source in any::<u32>(), dest in any::<u32>()) {
+        let header = Header { source, dest, frame };
+        let accept = Accept { source, dest, ..FUZZ_ACCEPT };
+        prop_assert_eq!(Header::decode(&header.encode(), accept), Ok(header));
+    }
+
+    #[test]
+    fn a_frame_from_another_rank_is_rejected(
+        frame in valid_frame(u64::MAX),
+        (source, claimed) in any::<u32>().prop_flat_map(|source| (Just(source), other_rank(source))),
+        dest in any::<u32>(),
+    ) {
+        let accept = Accept { source, dest, ..FUZZ_ACCEPT };
+        let header = Header { source: claimed, dest, frame };
+        prop_assert_eq!(
+            Header::decode(&header.encode(), accept),
+            Err(FrameError::WrongSource { claimed, connection: source })
+        );
+    }
+
+    #[test]
+    fn a_frame_for_another_rank_is_rejected(
+        frame in valid_frame(u64::MAX),
+        source in any::<u32>(),
+        (dest, addressed) in any::<u32>().prop_flat_map(|dest| (Just(dest), other_rank(dest))),
+    ) {
+        let accept = Accept { source, dest, ..FUZZ_ACCEPT };
+        let header = Header { source, dest: addressed, frame };
+        prop_assert_eq!(
+            Header::decode(&header.encode(), accept),
+            Err(FrameError::WrongDestination { addressed, served: dest })
+        );
+    }
+
+    #[test]
+    fn a_misrouted_frame_ends_the_stream_after_the_frames_before_it(
+        frames in valid_frames(),
+        at in any::<prop::sample::Index>(),
+        (wrong, error) in valid_frame(300).prop_flat_map(misrouted),
+        reading in any_reading(),
+        sinks in any_sinks(),
+    ) {
+        let at = at.index(frames.len() + 1);
+        let mut stream = frames[..at].to_vec();
+        stream.push(wrong);
+        stream.extend_from_slice(&frames[at..]);
+        let (bytes, _) = encode_stream(&stream);
+        let received = receive(&bytes, reading, sinks);
+        prop_assert_eq!(received.completed, expected_completions(&frames[..at], sinks));
+        prop_assert_eq!(received.end, End::Protocol(error));
     }
 
     #[test]
@@ -86,21 +159,25 @@ proptest! {
         kind in 0u8..10,
         flags in prop_oneof![Just(0u8), any::<u8>()],
         reserved in prop_oneof![Just(0u16), any::<u16>()],
+        source in prop_oneof![Just(FUZZ_ACCEPT.source), any::<u32>()],
+        dest in prop_oneof![Just(FUZZ_ACCEPT.dest), any::<u32>()],
         context in prop_oneof![Just(0u32), any::<u32>()],
         tag in prop_oneof![Just(0i32), any::<i32>()],
         a in mostly_zero_u64(),
         b in mostly_zero_u64(),
     ) {
-        let mut header = Frame::Bye.encode(); // for the magic
+        let mut header = sent(Frame::Bye).encode(); // for the magic
         header[0] = kind;
         header[1] = flags;
         header[2..4].copy_from_slice(&reserved.to_le_bytes());
-        header[8..12].copy_from_slice(&context.to_le_bytes());
-        header[12..16].copy_from_slice(&tag.to_le_bytes());
-        header[16..24].copy_from_slice(&a.to_le_bytes());
-        header[24..32].copy_from_slice(&b.to_le_bytes());
-        if let Ok(frame) = Frame::decode(&header, FUZZ_LIMITS) {
-            prop_assert_eq!(frame.encode(), header);
+        header[8..12].copy_from_slice(&source.to_le_bytes());
+        header[12..16].copy_from_slice(&dest.to_le_bytes());
+        header[16..20].copy_from_slice(&context.to_le_bytes());
+        header[20..24].copy_from_slice(&tag.to_le_bytes());
+        header[24..32].copy_from_slice(&a.to_le_bytes());
+        header[32..40].copy_from_slice(&b.to_le_bytes());
+        if let Ok(decoded) = Header::decode(&header, FUZZ_ACCEPT) {
+            prop_assert_eq!(decoded.encode(), header);
         }
     }
 
@@ -179,7 +256,8 @@ proptest! {
 /// arriving in pieces, so the receive path runs past the buffer's end without touching it.
 #[test]
 fn payload_longer_than_its_buffer_is_cut_in_place() {
-    let frames = [Frame::Eager { context: 1, tag: 2, len: 100 }, Frame::Data { recv_id: 3, len: 20_000 }, Frame::Bye];
+    let frames =
+        [Frame::Eager { context: 1, tag: 2, len: 100 }, Frame::Data { recv_id: 3, len: 20_000 }, Frame::Bye].map(sent);
     let (bytes, _) = encode_stream(&frames);
     for max_piece in [7, 4096, usize::MAX] {
         let reading = Reading { max_piece, would_block_between: max_piece == 7 };

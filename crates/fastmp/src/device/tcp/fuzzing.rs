@@ -10,12 +10,13 @@
 
 use std::io::{self, Read};
 
-use super::frame::{self, Frame, FrameError, HEADER_LEN, Limits};
+use super::frame::{self, Accept, Frame, FrameError, HEADER_LEN, Header};
 use super::rx::{Delivery, Pumped, Rx, RxError, RxHandler, Sink};
 use crate::device::ReqId;
 
-/// Limits of the harness: small, so the fuzzer reaches the "payload too long" edge cheaply.
-pub(crate) const FUZZ_LIMITS: Limits = Limits { max_eager: 4096 };
+/// What the harness's connection accepts: a small eager limit, so the fuzzer reaches the
+/// "payload too long" edge cheaply, on a connection from rank 1 to rank 0.
+pub(crate) const FUZZ_ACCEPT: Accept = Accept { max_eager: 4096, source: 1, dest: 0 };
 
 /// Largest receive buffer the harness hands out: a longer announced payload is truncated into
 /// it as into a real short receive buffer, and a hostile `len` costs no memory.
@@ -47,8 +48,8 @@ fn check_canonical_headers(stream: &[u8]) {
     for chunk in stream.chunks_exact(HEADER_LEN) {
         let mut header = [0u8; HEADER_LEN];
         header.copy_from_slice(chunk);
-        if let Ok(frame) = Frame::decode(&header, FUZZ_LIMITS) {
-            assert_eq!(frame.encode(), header, "{frame:?} has a second encoding");
+        if let Ok(decoded) = Header::decode(&header, FUZZ_ACCEPT) {
+            assert_eq!(decoded.encode(), header, "{decoded:?} has a second encoding");
         }
     }
 }
@@ -56,7 +57,7 @@ fn check_canonical_headers(stream: &[u8]) {
 /// `frame::decode_stream` (headers only) and the receive path must see the same headers and the
 /// same first protocol error.
 fn check_against_decode_stream(stream: &[u8], received: &Received) {
-    match frame::decode_stream(stream, FUZZ_LIMITS) {
+    match frame::decode_stream(stream, FUZZ_ACCEPT) {
         Ok(frames) => {
             assert_eq!(frames, received.headers, "decode_stream and Rx disagree on the headers");
             assert!(!matches!(received.end, End::Protocol(_)), "only Rx found a protocol error: {received:?}");
@@ -69,9 +70,9 @@ fn check_against_decode_stream(stream: &[u8], received: &Received) {
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) struct Received {
     /// Every header, in order, as the handler saw it.
-    pub headers: Vec<Frame>,
+    pub headers: Vec<Header>,
     /// Every completed frame with the payload bytes that landed in its sink.
-    pub completed: Vec<(Frame, Vec<u8>)>,
+    pub completed: Vec<(Header, Vec<u8>)>,
     pub end: End,
 }
 
@@ -81,9 +82,9 @@ impl Received {
         let completed: Vec<_> = self
             .completed
             .iter()
-            .map(|(frame, payload)| {
+            .map(|(header, payload)| {
                 let checksum = payload.iter().fold(0u32, |sum, &b| sum.rotate_left(5) ^ u32::from(b));
-                format!("{frame:?} with {} bytes (checksum {checksum:#x})", payload.len())
+                format!("{header:?} with {} bytes (checksum {checksum:#x})", payload.len())
             })
             .collect();
         format!("headers {:?}, completed [{}], end {:?}", self.headers, completed.join(", "), self.end)
@@ -147,7 +148,7 @@ impl SinkPolicy {
 
 /// Runs `stream` through a fresh [`Rx`] as a peer reading it per `reading` would deliver it.
 pub(crate) fn receive(stream: &[u8], reading: Reading, sinks: SinkPolicy) -> Received {
-    let mut rx = Rx::new(FUZZ_LIMITS);
+    let mut rx = Rx::new(FUZZ_ACCEPT);
     let mut peer = ScriptedPeer { rest: stream, reading, blocked_last: false };
     let mut handler =
         RecordingHandler { sinks, user_buffer: None, next_id: 0, headers: Vec::new(), completed: Vec::new() };
@@ -194,13 +195,14 @@ struct RecordingHandler {
     /// The receive buffer of the payload in flight (the receive path has one at a time).
     user_buffer: Option<(ReqId, Vec<u8>)>,
     next_id: u32,
-    headers: Vec<Frame>,
-    completed: Vec<(Frame, Vec<u8>)>,
+    headers: Vec<Header>,
+    completed: Vec<(Header, Vec<u8>)>,
 }
 
 impl RxHandler for RecordingHandler {
-    fn on_header(&mut self, frame: Frame) -> Sink {
-        self.headers.push(frame);
+    fn on_header(&mut self, header: Header) -> Sink {
+        self.headers.push(header);
+        let frame = header.frame;
         let announced = usize::try_from(frame.payload_len()).unwrap_or(usize::MAX);
         let capacity = match self.sinks {
             _ if !matches!(frame, Frame::Eager { .. } | Frame::Data { .. }) => return Sink::Owned(Vec::new()),
@@ -220,11 +222,11 @@ impl RxHandler for RecordingHandler {
     }
 
     fn on_complete(&mut self, delivery: Delivery) {
-        assert_eq!(delivery.done, delivery.len, "{:?} completed with a partial payload", delivery.frame);
+        assert_eq!(delivery.done, delivery.len, "{:?} completed with a partial payload", delivery.header);
         let payload = match delivery.sink {
             Sink::User { id, capacity, .. } => {
                 let Some((expected, buffer)) = self.user_buffer.take() else {
-                    panic!("{:?} completed into a receive buffer that was never handed out", delivery.frame)
+                    panic!("{:?} completed into a receive buffer that was never handed out", delivery.header)
                 };
                 assert_eq!(id, expected, "completed into the wrong receive buffer");
                 assert_eq!(buffer.len(), capacity);
@@ -236,6 +238,6 @@ impl RxHandler for RecordingHandler {
             }
             Sink::Discard => panic!("the harness never hands out Discard"),
         };
-        self.completed.push((delivery.frame, payload));
+        self.completed.push((delivery.header, payload));
     }
 }

@@ -114,7 +114,7 @@ fn hex_digit_value(digit: u8) -> u8 {
 }
 
 /// Fills `bytes` from the OS random source.
-fn fill_random(bytes: &mut [u8]) -> Result<()> {
+pub(super) fn fill_random(bytes: &mut [u8]) -> Result<()> {
     getrandom::fill(bytes).map_err(|e| Error::other(format!("cannot get random bytes from the operating system: {e}")))
 }
 

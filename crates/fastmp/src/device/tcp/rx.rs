@@ -7,7 +7,7 @@
 
 use std::io::{self, Read};
 
-use super::frame::{Frame, FrameError, HeaderReader, Limits};
+use super::frame::{Accept, FrameError, Header, HeaderReader};
 use crate::device::ReqId;
 
 /// Staging buffer size: several small frames per `read` system call.
@@ -27,7 +27,7 @@ pub(super) enum Sink {
 
 /// The payload being received and what to do once it is complete.
 pub(super) struct Delivery {
-    pub frame: Frame,
+    pub header: Header,
     pub sink: Sink,
     /// Total payload bytes announced by the header.
     pub len: usize,
@@ -37,7 +37,7 @@ pub(super) struct Delivery {
 /// Protocol decisions for the frames of one connection.
 pub(super) trait RxHandler {
     /// A header arrived; returns where its payload (if any) goes.
-    fn on_header(&mut self, frame: Frame) -> Sink;
+    fn on_header(&mut self, header: Header) -> Sink;
     /// The whole payload of `delivery` has arrived (called for payload-free frames too).
     fn on_complete(&mut self, delivery: Delivery);
 }
@@ -67,7 +67,7 @@ pub(super) struct Rx {
     start: usize,
     end: usize,
     current: Option<Delivery>,
-    limits: Limits,
+    accept: Accept,
     /// Frames completed so far (lets `pump` notice progress).
     frames: u64,
 }
@@ -78,14 +78,14 @@ pub(super) struct Rx {
 unsafe impl Send for Rx {}
 
 impl Rx {
-    pub(super) fn new(limits: Limits) -> Self {
+    pub(super) fn new(accept: Accept) -> Self {
         Rx {
             header: HeaderReader::default(),
             staging: vec![0u8; STAGING_LEN].into_boxed_slice(),
             start: 0,
             end: 0,
             current: None,
-            limits,
+            accept,
             frames: 0,
         }
     }
@@ -173,14 +173,14 @@ impl Rx {
                 }
                 let used = self.header.feed(&self.staging[self.start..self.end]);
                 self.start += used;
-                match self.header.take(self.limits) {
+                match self.header.take(self.accept) {
                     None => return Ok(()),
                     Some(Err(e)) => return Err(RxError::Protocol(e)),
-                    Some(Ok(frame)) => {
-                        let len = usize::try_from(frame.payload_len())
+                    Some(Ok(header)) => {
+                        let len = usize::try_from(header.frame.payload_len())
                             .map_err(|_| RxError::Protocol(FrameError::UnknownKind(0)))?;
-                        let sink = handler.on_header(frame);
-                        self.current = Some(Delivery { frame, sink, len, done: 0 });
+                        let sink = handler.on_header(header);
+                        self.current = Some(Delivery { header, sink, len, done: 0 });
                         self.finish_if_complete(handler);
                     }
                 }

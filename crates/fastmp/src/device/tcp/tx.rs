@@ -10,7 +10,7 @@ use std::collections::VecDeque;
 use std::io::{self, IoSlice, Write};
 use std::net::TcpStream;
 
-use super::frame::{Frame, HEADER_LEN};
+use super::frame::{HEADER_LEN, Header};
 use crate::device::ReqId;
 
 /// Payload bytes of a queued frame.
@@ -65,11 +65,11 @@ impl Tx {
     pub(super) fn send_copied(
         &mut self,
         stream: &TcpStream,
-        frame: Frame,
+        header: Header,
         payload: &[u8],
         done: &mut dyn FnMut(ReqId),
     ) -> io::Result<()> {
-        let header = frame.encode();
+        let header = header.encode();
         let mut written = 0;
         if self.queue.is_empty() {
             written = write_parts(stream, &header, payload, 0)?;
@@ -98,14 +98,14 @@ impl Tx {
     pub(super) unsafe fn send_borrowed(
         &mut self,
         stream: &TcpStream,
-        frame: Frame,
+        header: Header,
         ptr: *const u8,
         len: usize,
         id: ReqId,
         done: &mut dyn FnMut(ReqId),
     ) -> io::Result<()> {
         self.queue.push_back(Queued {
-            header: frame.encode(),
+            header: header.encode(),
             body: Body::Borrowed { ptr, len },
             written: 0,
             completes: Some(id),
@@ -117,13 +117,13 @@ impl Tx {
     pub(super) fn send_owned(
         &mut self,
         stream: &TcpStream,
-        frame: Frame,
+        header: Header,
         data: Vec<u8>,
         id: ReqId,
         done: &mut dyn FnMut(ReqId),
     ) -> io::Result<()> {
         self.queue.push_back(Queued {
-            header: frame.encode(),
+            header: header.encode(),
             body: Body::Owned(data),
             written: 0,
             completes: Some(id),

@@ -1,0 +1,522 @@
+//! The tcp endpoint of one rank: the [`Device`] implementation, requests (completion, cancel,
+//! release) and messages to the rank itself, over the connections and progress of [`Shared`].
+
+use std::net::Shutdown;
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use super::bootstrap::Mesh;
+use super::frame::{self, Accept, Frame};
+use super::progress::input_loop;
+use super::rx::Rx;
+use super::state::{self, Body, PeerState, RecvPhase, RecvReq, Req, SendPhase, SendReq, State, Unexpected};
+use super::tx::Tx;
+use super::{Peer, Shared, TcpOptions, io_error};
+use crate::device::slab::NO_OWNER;
+use crate::device::wait::WaitPolicy;
+use crate::device::{
+    ContextId, Device, MatchSpec, Placement, RawStatus, ReqId, SendMode, Source, Started, TAG_UB,
+    lock_ignoring_poison as lock, receive_result,
+};
+use crate::error::{Error, Result};
+
+/// How long an aborting rank tries to get its abort notice out.
+const ABORT_FLUSH: Duration = Duration::from_secs(1);
+
+/// The tcp [`Device`] of one rank. Thread-safe: user threads and the input thread share it.
+pub(crate) struct TcpEndpoint {
+    shared: Arc<Shared>,
+    input: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl TcpEndpoint {
+    /// Wraps the connected mesh of rank `rank` and starts the input-handler thread.
+    pub(crate) fn new(rank: usize, mesh: Mesh, options: TcpOptions) -> Result<Self> {
+        let Mesh { streams, placement } = mesh;
+        let size = streams.len();
+        let mut peers = Vec::with_capacity(size);
+        for (p, s) in streams.into_iter().enumerate() {
+            peers.push(match s {
+                None => None,
+                Some(stream) => {
+                    stream.set_nonblocking(true).map_err(|e| io_error("could not make a socket non-blocking", e))?;
+                    // The bootstrap authenticated this connection as rank `p`'s; ranks fit 32 bits.
+                    let accept = Accept { max_eager: options.eager_limit as u64, source: p as u32, dest: rank as u32 };
+                    Some(Peer {
+                        stream,
+                        rx: Mutex::new(Rx::new(accept)),
+                        tx: Mutex::new(Tx::default()),
+                        tx_busy: AtomicBool::new(false),
+                        closed: AtomicBool::new(false),
+                        write_shut: AtomicBool::new(false),
+                    })
+                }
+            });
+        }
+        // SAFETY: eventfd takes two integers and returns a new descriptor or -1.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(io_error("could not create an eventfd", std::io::Error::last_os_error()));
+        }
+        // SAFETY: `fd` is a fresh descriptor nobody else owns.
+        let wake_fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        let shared = Arc::new(Shared {
+            rank,
+            size,
+            eager_limit: options.eager_limit,
+            peers,
+            state: Mutex::new(State::new(size, options.eager_limit)),
+            policy: WaitPolicy::for_ranks(size),
+            epoch: Mutex::new(0),
+            woken: Condvar::new(),
+            parked: AtomicUsize::new(0),
+            active: AtomicUsize::new(0),
+            user_polls: AtomicU64::new(0),
+            idle: Mutex::new(()),
+            idle_cv: Condvar::new(),
+            wake_fd,
+            stop: AtomicBool::new(false),
+            progress_thread: options.progress_thread,
+            scopes: AtomicU64::new(NO_OWNER),
+            finalized: AtomicBool::new(false),
+            placement,
+        });
+        let input_shared = shared.clone();
+        let input = std::thread::Builder::new()
+            .name(format!("fastmp-tcp-input-{rank}"))
+            .spawn(move || input_loop(&input_shared))
+            .map_err(|e| io_error("could not start the input-handler thread", e))?;
+        Ok(TcpEndpoint { shared, input: Mutex::new(Some(input)) })
+    }
+
+    /// Ends a rank that finished its program: says `Bye` to every peer, keeps serving them
+    /// (their receives of our released sends) until each has said `Bye` too, then closes.
+    /// Like `MPI_Finalize` this waits for every peer to finish; a failed peer ends the wait.
+    pub(crate) fn shutdown(&self) -> Result<()> {
+        let sh = &*self.shared;
+        for p in sh.peer_ranks() {
+            sh.send_frame(p, Frame::Bye, &[]);
+        }
+        // Every peer is visited each round (no short-circuit): each needs its write side shut.
+        let result = self.wait_until(&mut || Ok(sh.peer_ranks().filter(|&p| !sh.try_close(p)).count() == 0));
+        self.stop_input();
+        result
+    }
+
+    /// Ends a rank whose program failed: tells every peer why (best effort, bounded time), so
+    /// their pending and future operations fail instead of waiting.
+    pub(crate) fn abort(&self, cause: &str) {
+        let sh = &*self.shared;
+        lock(&sh.state).abort(sh.rank, cause.to_string());
+        let text = &cause.as_bytes()[..cause.len().min(frame::MAX_ABORT_LEN as usize)];
+        for p in sh.peer_ranks() {
+            sh.send_frame(p, Frame::Abort { len: text.len() as u64 }, text);
+        }
+        let deadline = Instant::now() + ABORT_FLUSH;
+        while Instant::now() < deadline && sh.peer_ranks().any(|p| sh.peer(p).tx_busy.load(Ordering::Acquire)) {
+            sh.progress_once();
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        for p in sh.peer_ranks() {
+            let _ = sh.peer(p).stream.shutdown(Shutdown::Both);
+        }
+        self.stop_input();
+    }
+
+    fn stop_input(&self) {
+        self.shared.stop.store(true, Ordering::Release);
+        self.shared.kick_input();
+        if let Some(handle) = lock(&self.input).take() {
+            let _ = handle.join();
+        }
+    }
+
+    /// Completes `id` if it is done, or fails it if it can never be; `Ok(None)` while in flight.
+    fn try_complete(&self, id: ReqId, blocked: bool) -> Result<Option<RawStatus>> {
+        let sh = &*self.shared;
+        let mut st = lock(&sh.state);
+        st.reqs.get_mut(id)?; // a stale handle is an error
+        let Some(req) = st.reqs.get(id) else { unreachable!("checked above") };
+        let failure = match req {
+            Req::Recv(r) => match &r.phase {
+                RecvPhase::Done(_) => {
+                    let Some(Req::Recv(r)) = st.reqs.remove(id) else { unreachable!("checked above") };
+                    let RecvPhase::Done(result) = r.phase else { unreachable!("checked above") };
+                    return result.map(Some);
+                }
+                RecvPhase::Posted => st.unreachable(sh.rank, r.spec, blocked),
+                RecvPhase::Matched { .. } => st.abort_error(),
+            },
+            Req::Send(s) => match &s.phase {
+                SendPhase::Done(status) => {
+                    let status = *status;
+                    st.reqs.remove(id);
+                    return Ok(Some(status));
+                }
+                SendPhase::SelfQueued if blocked => {
+                    // Withdrawn, not left behind: the message never happened.
+                    st.unexpected.retain(|u| !matches!(u.body, Body::SelfSync(x) if x == id));
+                    st.reqs.remove(id);
+                    return Err(Error::Deadlock {
+                        rank: sh.rank,
+                        reason: "a send to itself that no posted receive matches",
+                    });
+                }
+                SendPhase::SelfQueued => None,
+                // A receiver that said `Bye` before answering our ready-to-send never will.
+                SendPhase::AwaitCts | SendPhase::CancelRequested => st
+                    .abort_error()
+                    .or_else(|| (st.peers[s.dest] == PeerState::Exited).then_some(Error::PeerExited { rank: s.dest })),
+                SendPhase::Transferring => st.abort_error(),
+            },
+        };
+        drop(st);
+        match failure {
+            None => Ok(None),
+            Some(e) => {
+                self.release(id);
+                Err(e)
+            }
+        }
+    }
+
+    fn check_live(&self) -> Result<()> {
+        if self.shared.finalized.load(Ordering::Acquire) { Err(Error::Finalized("device")) } else { Ok(()) }
+    }
+
+    /// A message to this rank itself: matched in memory, never through a socket. Eager-sized
+    /// standard sends are copied and complete at once; the others wait for their receive.
+    fn send_to_self(&self, buf: *const u8, len: usize, tag: i32, context: ContextId, mode: SendMode) -> Started {
+        let sh = &*self.shared;
+        let me = sh.rank;
+        let status = RawStatus { source: me, tag, bytes: len, cancelled: false };
+        let mut st = lock(&sh.state);
+        if let Some(rid) = st.take_posted(context, me, tag) {
+            let Ok(Req::Recv(r)) = st.reqs.get_mut(rid) else { unreachable!("posted receives are live") };
+            let fit = len.min(r.capacity);
+            // SAFETY: the send buffer is readable for `len` bytes (caller contract) and the posted
+            // receive's buffer writable for `capacity` (its request is live); distinct requests
+            // own non-overlapping buffers.
+            unsafe { std::ptr::copy_nonoverlapping(buf, r.buf, fit) };
+            let result = receive_result(me, tag, len, r.capacity);
+            st.finish_recv(rid, result);
+            drop(st);
+            sh.wake_waiters();
+            return Started::Complete(Ok(status));
+        }
+        // Like a rendezvous: the receive copies straight from the sender's buffer.
+        if mode == SendMode::Synchronous || len > sh.eager_limit {
+            let id = st.reqs.insert(Req::Send(SendReq {
+                dest: me,
+                tag,
+                buf,
+                len,
+                phase: SendPhase::SelfQueued,
+                detached: None,
+            }));
+            st.unexpected.push_back(Unexpected { source: me, context, tag, len, body: Body::SelfSync(id) });
+            return Started::Pending(id);
+        }
+        let mut copy = st.buffer(len);
+        // SAFETY: the send buffer is readable for `len` bytes (caller contract).
+        copy.extend_from_slice(unsafe { std::slice::from_raw_parts(buf, len) });
+        st.unexpected.push_back(Unexpected { source: me, context, tag, len, body: Body::Eager(copy) });
+        Started::Complete(Ok(status))
+    }
+
+    /// Receives a queued message into `buf` (or, for a rendezvous, starts its transfer).
+    fn take_queued(&self, mut st: MutexGuard<'_, State>, msg: Unexpected, buf: *mut u8, capacity: usize) -> Started {
+        let sh = &*self.shared;
+        let result = receive_result(msg.source, msg.tag, msg.len, capacity);
+        match msg.body {
+            Body::Eager(data) => {
+                drop(st);
+                // SAFETY: `buf` is writable for `capacity` bytes (caller contract).
+                unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), buf, data.len().min(capacity)) };
+                lock(&sh.state).recycle(data);
+                Started::Complete(result)
+            }
+            Body::SelfSync(sid) => {
+                if let Ok(Req::Send(s)) = st.reqs.get_mut(sid) {
+                    // SAFETY: the pending synchronous send keeps its buffer valid for `len` bytes;
+                    // `buf` is writable for `capacity` (caller contract).
+                    unsafe { std::ptr::copy_nonoverlapping(s.buf, buf, s.len.min(capacity)) };
+                    let status = RawStatus { source: sh.rank, tag: msg.tag, bytes: msg.len, cancelled: false };
+                    st.finish_send(sid, status);
+                }
+                drop(st);
+                sh.wake_waiters();
+                Started::Complete(result)
+            }
+            Body::Rts { send_id } => {
+                let spec = MatchSpec { context: msg.context, source: Source::Rank(msg.source), tag: msg.tag };
+                let phase = RecvPhase::Matched { source: msg.source, tag: msg.tag };
+                let id = st.reqs.insert(Req::Recv(RecvReq { spec, buf, capacity, phase }));
+                drop(st);
+                sh.send_frame(msg.source, Frame::Cts { send_id, recv_id: state::wire_id(id) }, &[]);
+                Started::Pending(id)
+            }
+        }
+    }
+
+    fn release_recv_in_flight(&self, id: ReqId, source: usize) {
+        let sh = &*self.shared;
+        let peer = sh.peer(source);
+        let mut rx = lock(&peer.rx);
+        let mut st = lock(&sh.state);
+        if let Some(Req::Recv(_)) = st.reqs.get(id) {
+            st.reqs.remove(id);
+            rx.retarget(id);
+        }
+    }
+
+    fn release_send_in_flight(&self, id: ReqId, dest: usize) {
+        let sh = &*self.shared;
+        let peer = sh.peer(dest);
+        let mut tx = lock(&peer.tx);
+        let mut st = lock(&sh.state);
+        if let Some(Req::Send(_)) = st.reqs.get(id) {
+            tx.detach(id);
+            st.reqs.remove(id);
+        }
+    }
+}
+
+impl Device for TcpEndpoint {
+    fn rank(&self) -> usize {
+        self.shared.rank
+    }
+
+    fn size(&self) -> usize {
+        self.shared.size
+    }
+
+    unsafe fn isend(
+        &self,
+        buf: *const u8,
+        len: usize,
+        dest: usize,
+        tag: i32,
+        context: ContextId,
+        mode: SendMode,
+    ) -> Result<Started> {
+        self.check_live()?;
+        let sh = &*self.shared;
+        if dest >= sh.size {
+            return Err(Error::RankOutOfRange { rank: dest, size: sh.size });
+        }
+        if tag < 0 {
+            return Err(Error::TagOutOfRange { tag, max: TAG_UB });
+        }
+        if dest == sh.rank {
+            return Ok(self.send_to_self(buf, len, tag, context, mode));
+        }
+        {
+            let st = lock(&sh.state);
+            if let Some(e) = st.abort_error() {
+                return Err(e);
+            }
+            if st.peers[dest] == PeerState::Exited {
+                return Err(Error::PeerExited { rank: dest });
+            }
+        }
+        if mode == SendMode::Standard && len <= sh.eager_limit {
+            // SAFETY: `buf` is readable for `len` bytes for the duration of this call (caller
+            // contract); `send_frame` copies whatever it cannot write now.
+            let payload = unsafe { std::slice::from_raw_parts(buf, len) };
+            if !sh.send_frame(dest, Frame::Eager { context, tag, len: len as u64 }, payload) {
+                let lost = Error::PeerFailed { rank: dest, cause: "the connection broke while sending".into() };
+                return Err(lock(&sh.state).abort_error().unwrap_or(lost));
+            }
+            return Ok(Started::Complete(Ok(RawStatus { source: sh.rank, tag, bytes: len, cancelled: false })));
+        }
+        let id = lock(&sh.state).reqs.insert(Req::Send(SendReq {
+            dest,
+            tag,
+            buf,
+            len,
+            phase: SendPhase::AwaitCts,
+            detached: None,
+        }));
+        let rts = Frame::Rts {
+            context,
+            tag,
+            len: len as u64,
+            send_id: state::wire_id(id),
+            sync: mode == SendMode::Synchronous,
+        };
+        sh.send_frame(dest, rts, &[]);
+        Ok(Started::Pending(id))
+    }
+
+    unsafe fn irecv(&self, buf: *mut u8, capacity: usize, spec: MatchSpec) -> Result<Started> {
+        self.check_live()?;
+        let sh = &*self.shared;
+        if let Source::Rank(r) = spec.source
+            && r >= sh.size
+        {
+            return Err(Error::RankOutOfRange { rank: r, size: sh.size });
+        }
+        let mut st = lock(&sh.state);
+        if let Some(msg) = st.take_unexpected(spec) {
+            return Ok(self.take_queued(st, msg, buf, capacity));
+        }
+        let id = st.reqs.insert(Req::Recv(RecvReq { spec, buf, capacity, phase: RecvPhase::Posted }));
+        st.posted.push_back(id);
+        Ok(Started::Pending(id))
+    }
+
+    fn iprobe(&self, spec: MatchSpec) -> Result<Option<RawStatus>> {
+        self.check_live()?;
+        let sh = &*self.shared;
+        sh.user_progress();
+        let st = lock(&sh.state);
+        if let Some(found) = st.peek_unexpected(spec) {
+            return Ok(Some(found));
+        }
+        // A non-blocking probe answers "no message" even if none can come any more, unless the
+        // job is aborted; a blocked one (`probe`) fails instead of waiting forever.
+        let blocked = sh.active.load(Ordering::Acquire) > 0;
+        let hopeless = st.abort_error().or_else(|| blocked.then(|| st.unreachable(sh.rank, spec, true)).flatten());
+        match hopeless {
+            Some(e) => Err(e),
+            None => Ok(None),
+        }
+    }
+
+    fn test(&self, id: ReqId) -> Result<Option<RawStatus>> {
+        self.check_live()?;
+        self.shared.user_progress();
+        self.try_complete(id, false)
+    }
+
+    fn wait(&self, id: ReqId) -> Result<RawStatus> {
+        self.check_live()?;
+        let mut done = None;
+        self.wait_until(&mut || {
+            done = self.try_complete(id, true)?;
+            Ok(done.is_some())
+        })?;
+        Ok(done.expect("wait_until returns after completion"))
+    }
+
+    fn cancel(&self, id: ReqId) -> Result<()> {
+        self.check_live()?;
+        let sh = &*self.shared;
+        let cancelled = RawStatus { source: sh.rank, tag: 0, bytes: 0, cancelled: true };
+        let mut st = lock(&sh.state);
+        match st.reqs.get_mut(id)? {
+            Req::Recv(r) if matches!(r.phase, RecvPhase::Posted) => {
+                r.phase = RecvPhase::Done(Ok(cancelled));
+                st.posted.retain(|&x| x != id);
+            }
+            Req::Send(s) if matches!(s.phase, SendPhase::AwaitCts) => {
+                s.phase = SendPhase::CancelRequested;
+                let dest = s.dest;
+                drop(st);
+                sh.send_frame(dest, Frame::Cancel { send_id: state::wire_id(id) }, &[]);
+            }
+            Req::Send(s) if matches!(s.phase, SendPhase::SelfQueued) => {
+                s.phase = SendPhase::Done(cancelled);
+                st.unexpected.retain(|u| !matches!(u.body, Body::SelfSync(x) if x == id));
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn release(&self, id: ReqId) {
+        let sh = &*self.shared;
+        let mut st = lock(&sh.state);
+        let Some(req) = st.reqs.get(id) else { return };
+        match req {
+            Req::Recv(r) => match r.phase {
+                RecvPhase::Matched { source, .. } => {
+                    drop(st);
+                    self.release_recv_in_flight(id, source);
+                }
+                _ => {
+                    st.posted.retain(|&x| x != id);
+                    st.reqs.remove(id);
+                }
+            },
+            Req::Send(s) => match s.phase {
+                SendPhase::Done(_) => {
+                    st.reqs.remove(id);
+                }
+                SendPhase::Transferring => {
+                    let dest = s.dest;
+                    drop(st);
+                    self.release_send_in_flight(id, dest);
+                }
+                SendPhase::SelfQueued => {
+                    // SAFETY: the pending send's buffer is valid for `len` bytes until released.
+                    let data = unsafe { std::slice::from_raw_parts(s.buf, s.len) }.to_vec();
+                    if let Some(u) = st.unexpected.iter_mut().find(|u| matches!(u.body, Body::SelfSync(x) if x == id)) {
+                        u.body = Body::Eager(data);
+                    }
+                    st.reqs.remove(id);
+                }
+                SendPhase::AwaitCts | SendPhase::CancelRequested => {
+                    let Ok(Req::Send(s)) = st.reqs.get_mut(id) else { return };
+                    // SAFETY: as above; after this the device only uses the copy.
+                    s.detached = Some(unsafe { std::slice::from_raw_parts(s.buf, s.len) }.to_vec());
+                    s.buf = std::ptr::null();
+                    st.reqs.set_owner(id, NO_OWNER);
+                }
+            },
+        }
+    }
+
+    fn new_scope(&self) -> u64 {
+        self.shared.scopes.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    fn adopt(&self, req: ReqId, scope: u64) {
+        lock(&self.shared.state).reqs.set_owner(req, scope);
+    }
+
+    fn release_scope(&self, scope: u64) {
+        let mut cursor = 0;
+        loop {
+            let next = lock(&self.shared.state).reqs.next_owned(&mut cursor, Some(scope));
+            match next {
+                Some(id) => self.release(id),
+                None => return,
+            }
+        }
+    }
+
+    fn wait_until(&self, poll: &mut dyn FnMut() -> Result<bool>) -> Result<()> {
+        self.shared.wait_until(poll)
+    }
+
+    fn progress(&self) {
+        self.shared.user_progress();
+    }
+
+    fn finalize(&self) {
+        self.shared.finalized.store(true, Ordering::Release);
+    }
+
+    fn is_finalized(&self) -> bool {
+        self.shared.finalized.load(Ordering::Acquire)
+    }
+
+    fn placement(&self) -> &Placement {
+        &self.shared.placement
+    }
+
+    fn name(&self) -> &'static str {
+        "tcp"
+    }
+}
+
+impl Drop for TcpEndpoint {
+    fn drop(&mut self) {
+        self.stop_input();
+    }
+}

@@ -1,0 +1,184 @@
+//! The tcp protocol: what each frame arriving from a peer does (eager arrival, rendezvous
+//! ready-to-send / ready-to-receive / data, cancel, abort, goodbye).
+//!
+//! Messages up to the eager limit are written at once with their header; longer and synchronous
+//! ones go by rendezvous (ready-to-send, ready-to-receive, then the payload straight from the
+//! sender's buffer into the receiver's). The handler runs under the arriving connection's rx lock.
+
+use std::sync::atomic::Ordering;
+
+use super::Shared;
+use super::frame::{Frame, Header};
+use super::rx::{Delivery, RxHandler, Sink};
+use super::state::{self, Body, PeerState, RecvPhase, RecvReq, Req, SendPhase, Unexpected};
+use crate::device::{ContextId, RawStatus, ReqId, lock_ignoring_poison as lock, receive_result};
+
+/// Protocol actions for frames arriving from one peer (runs under that peer's rx lock).
+pub(super) struct PeerHandler<'a> {
+    pub(super) sh: &'a Shared,
+    pub(super) peer: usize,
+}
+
+impl RxHandler for PeerHandler<'_> {
+    fn on_header(&mut self, header: Header) -> Sink {
+        let (sh, p) = (self.sh, self.peer);
+        match header.frame {
+            Frame::Eager { context, tag, len } => {
+                let mut st = lock(&sh.state);
+                match st.take_posted(context, p, tag) {
+                    Some(id) => match st.reqs.get(id) {
+                        Some(Req::Recv(r)) => Sink::User { id, ptr: r.buf, capacity: r.capacity },
+                        _ => Sink::Discard,
+                    },
+                    None => Sink::Owned(st.buffer(len as usize)),
+                }
+            }
+            Frame::Rts { context, tag, len, send_id, .. } => {
+                let mut st = lock(&sh.state);
+                match st.take_posted(context, p, tag) {
+                    Some(id) => {
+                        drop(st);
+                        sh.send_frame(p, Frame::Cts { send_id, recv_id: state::wire_id(id) }, &[]);
+                    }
+                    None => {
+                        let len = usize::try_from(len).unwrap_or(usize::MAX);
+                        st.unexpected.push_back(Unexpected {
+                            source: p,
+                            context,
+                            tag,
+                            len,
+                            body: Body::Rts { send_id },
+                        });
+                    }
+                }
+                Sink::Discard
+            }
+            Frame::Cts { send_id, recv_id } => {
+                self.start_transfer(state::from_wire(send_id), recv_id);
+                Sink::Discard
+            }
+            Frame::Data { recv_id, .. } => {
+                let id = state::from_wire(recv_id);
+                match lock(&sh.state).reqs.get(id) {
+                    Some(Req::Recv(r)) if matches!(r.phase, RecvPhase::Matched { .. }) => {
+                        Sink::User { id, ptr: r.buf, capacity: r.capacity }
+                    }
+                    _ => Sink::Discard,
+                }
+            }
+            Frame::Bye => {
+                lock(&sh.state).peers[p] = PeerState::Exited;
+                sh.wake_waiters_always();
+                Sink::Discard
+            }
+            Frame::Abort { len } => Sink::Owned(Vec::with_capacity(len as usize)),
+            Frame::Cancel { send_id } => {
+                let mut st = lock(&sh.state);
+                let pos = st
+                    .unexpected
+                    .iter()
+                    .position(|u| u.source == p && matches!(u.body, Body::Rts { send_id: s } if s == send_id));
+                let cancelled = pos.and_then(|i| st.unexpected.remove(i)).is_some();
+                drop(st);
+                sh.send_frame(p, Frame::CancelAck { send_id, cancelled }, &[]);
+                Sink::Discard
+            }
+            Frame::CancelAck { send_id, cancelled } => {
+                let id = state::from_wire(send_id);
+                let mut st = lock(&sh.state);
+                if let Ok(Req::Send(s)) = st.reqs.get_mut(id)
+                    && matches!(s.phase, SendPhase::CancelRequested)
+                {
+                    if cancelled {
+                        let status = RawStatus { source: sh.rank, tag: s.tag, bytes: 0, cancelled: true };
+                        st.finish_send(id, status);
+                    } else {
+                        s.phase = SendPhase::AwaitCts;
+                    }
+                }
+                Sink::Discard
+            }
+        }
+    }
+
+    fn on_complete(&mut self, d: Delivery) {
+        let (sh, p) = (self.sh, self.peer);
+        match (d.header.frame, d.sink) {
+            (Frame::Eager { tag, .. }, Sink::User { id, capacity, .. }) => {
+                lock(&sh.state).finish_recv(id, receive_result(p, tag, d.len, capacity));
+            }
+            (Frame::Eager { context, tag, .. }, Sink::Owned(data)) => self.eager_arrived(context, tag, data),
+            (Frame::Data { .. }, Sink::User { id, capacity, .. }) => {
+                let mut st = lock(&sh.state);
+                if let Some(Req::Recv(RecvReq { phase: RecvPhase::Matched { source, tag }, .. })) = st.reqs.get(id) {
+                    let result = receive_result(*source, *tag, d.len, capacity);
+                    st.finish_recv(id, result);
+                }
+            }
+            (Frame::Abort { .. }, Sink::Owned(text)) => {
+                let cause = String::from_utf8_lossy(&text).into_owned();
+                lock(&sh.state).abort(p, cause);
+                sh.wake_waiters_always();
+            }
+            _ => {}
+        }
+    }
+}
+
+impl PeerHandler<'_> {
+    /// An eager message that found no receive when its header arrived: a receive posted since
+    /// then gets it now, otherwise it joins the unexpected queue.
+    fn eager_arrived(&self, context: ContextId, tag: i32, data: Vec<u8>) {
+        let (sh, p) = (self.sh, self.peer);
+        let len = data.len();
+        let mut st = lock(&sh.state);
+        let Some(id) = st.take_posted(context, p, tag) else {
+            st.unexpected.push_back(Unexpected { source: p, context, tag, len, body: Body::Eager(data) });
+            return;
+        };
+        let Some(Req::Recv(r)) = st.reqs.get(id) else { return };
+        let (buf, capacity) = (r.buf, r.capacity);
+        drop(st);
+        // SAFETY: the receive is matched (so release waits for the rx lock we hold) and its
+        // buffer is writable for `capacity` bytes.
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), buf, len.min(capacity)) };
+        let mut st = lock(&sh.state);
+        st.finish_recv(id, receive_result(p, tag, len, capacity));
+        st.recycle(data);
+    }
+
+    /// The receiver is ready for rendezvous send `id`: queue its payload.
+    fn start_transfer(&self, id: ReqId, recv_id: u64) {
+        let (sh, p) = (self.sh, self.peer);
+        let peer = sh.peer(p);
+        let mut tx = lock(&peer.tx);
+        let mut st = lock(&sh.state);
+        let Ok(Req::Send(s)) = st.reqs.get_mut(id) else { return };
+        if !matches!(s.phase, SendPhase::AwaitCts | SendPhase::CancelRequested) {
+            return;
+        }
+        s.phase = SendPhase::Transferring;
+        let data_frame = Frame::Data { recv_id, len: s.len as u64 };
+        let result = match s.detached.as_mut() {
+            Some(data) => {
+                let data = std::mem::take(data);
+                drop(st);
+                tx.send_owned(&peer.stream, sh.header_to(p, data_frame), data, id, &mut |done| sh.sent(done))
+            }
+            None => {
+                let (ptr, len) = (s.buf, s.len);
+                drop(st);
+                // SAFETY: the send request is live and not detached, so its buffer stays valid
+                // until `sent` completes it or release detaches it under this tx lock.
+                unsafe {
+                    tx.send_borrowed(&peer.stream, sh.header_to(p, data_frame), ptr, len, id, &mut |done| sh.sent(done))
+                }
+            }
+        };
+        peer.tx_busy.store(!tx.is_empty(), Ordering::Release);
+        drop(tx);
+        if let Err(e) = result {
+            sh.connection_lost(p, &format!("sending to it failed: {e}"));
+        }
+    }
+}
