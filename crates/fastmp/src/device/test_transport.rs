@@ -113,11 +113,10 @@ impl Rank {
     /// The next message of `from` reaches this rank (its transport's mechanics apply).
     fn deliver(&mut self, from: usize) {
         match self.wires[from].pop_front().expect("a message in flight") {
-            InFlight::Eager(env, data) => {
-                if let Some((id, Payload::Bytes(data))) = self.matcher.arrive(env, Payload::Bytes(data)) {
-                    self.complete(id, env, data);
-                }
-            }
+            InFlight::Eager(env, data) => match self.matcher.take_posted(&env) {
+                Some(id) => self.complete(id, env, data),
+                None => self.matcher.push_unexpected(env, Payload::Bytes(data)),
+            },
             InFlight::Rts(env, send_id) => match self.matcher.find_posted(&env) {
                 Some(found) => {
                     // Pulled only now; a cancelled send vanishes and the receive stays posted.
