@@ -77,8 +77,9 @@ impl<P> Matcher<P> {
     // ------------------------------------------------------------ arriving messages
 
     /// A message arrives: the earliest-posted receive matching it, taken off the posted list.
-    /// `None`: the transport queues the message with [`Matcher::push_unexpected`] (after
-    /// fetching its payload if need be: nothing else may change the engine in between).
+    /// `None`: the transport queues the message with [`Matcher::push_unexpected`]; if it lets go
+    /// of the engine in between (to read the payload), it asks again first, since a receive
+    /// posted meanwhile must not miss the message.
     #[inline]
     pub fn take_posted(&mut self, env: &Envelope) -> Option<ReqId> {
         let found = self.find_posted(env)?;
