@@ -98,7 +98,7 @@ impl<P> Matcher<P> {
     /// Takes a receive found by [`Matcher::find_posted`] off the posted list.
     pub fn take_found(&mut self, found: Found) -> ReqId {
         debug_assert!(self.posted.get(found.pos).is_some_and(|p| p.id == found.id), "stale Found");
-        self.posted.remove(found.pos).expect("found receive is still posted").id
+        take_at(&mut self.posted, found.pos).expect("found receive is still posted").id
     }
 
     /// Queues a message no posted receive wanted (callers have checked with `take_posted`
@@ -114,7 +114,7 @@ impl<P> Matcher<P> {
     #[inline]
     pub fn take_unexpected(&mut self, spec: &MatchSpec) -> Option<(Envelope, P)> {
         let pos = self.unexpected.iter().position(|(env, _)| env.accepted_by(spec))?;
-        self.unexpected.remove(pos)
+        take_at(&mut self.unexpected, pos)
     }
 
     /// Posts a receive that found no unexpected message (`take_unexpected` returned `None`):
@@ -155,7 +155,7 @@ impl<P> Matcher<P> {
     /// Takes the earliest unexpected message for which `which` is true (a sender's cancel).
     pub fn remove_unexpected(&mut self, mut which: impl FnMut(&Envelope, &P) -> bool) -> Option<(Envelope, P)> {
         let pos = self.unexpected.iter().position(|(env, payload)| which(env, payload))?;
-        self.unexpected.remove(pos)
+        take_at(&mut self.unexpected, pos)
     }
 
     /// The unexpected messages in arrival order.
@@ -168,6 +168,12 @@ impl<P> Matcher<P> {
     pub fn unexpected_mut(&mut self) -> impl Iterator<Item = (&Envelope, &mut P)> {
         self.unexpected.iter_mut().map(|(env, payload)| (&*env, payload))
     }
+}
+
+/// `VecDeque::remove`, with the common case (the oldest entry matched) as a plain `pop_front`.
+#[inline]
+fn take_at<T>(queue: &mut VecDeque<T>, pos: usize) -> Option<T> {
+    if pos == 0 { queue.pop_front() } else { queue.remove(pos) }
 }
 
 // ---------------------------------------------------------------- hopeless receives

@@ -538,15 +538,21 @@ impl ShmEndpoint {
     /// rank that could complete it is gone, or (while this rank is blocked and so cannot start
     /// new sends) it depends on this rank itself.
     fn doomed(&self, st: &State, id: ReqId) -> Option<Error> {
+        let send = match st.reqs.get(id) {
+            // The matcher's verdict covers the abort too (checked once per poll of a wait).
+            Some(Req::Recv(r)) => return self.unreachable_source(st, r.spec),
+            Some(Req::Send(s)) => s,
+            None => return self.world.abort_error(),
+        };
         if let Some(e) = self.world.abort_error() {
             return Some(e);
         }
         let me = self.rank;
-        match st.reqs.get(id)? {
-            Req::Send(s) if s.msg.dest == me => (self.blocked.get() && !matches!(s.phase, SendPhase::Queued))
-                .then_some(Error::Deadlock { rank: me, reason: "a send to itself that no posted receive matches" }),
-            Req::Send(s) => self.world.gone(s.msg.dest),
-            Req::Recv(r) => self.unreachable_source(st, r.spec),
+        if send.msg.dest == me {
+            (self.blocked.get() && !matches!(send.phase, SendPhase::Queued))
+                .then_some(Error::Deadlock { rank: me, reason: "a send to itself that no posted receive matches" })
+        } else {
+            self.world.gone(send.msg.dest)
         }
     }
 
