@@ -34,9 +34,11 @@ fi
 CORPUS=fuzz/corpus/frame_decode
 mkdir -p "$CORPUS"
 byte() { printf "\\x$(printf %02x "$1")"; }
+le32() { for shift in 0 8 16 24; do byte $((($1 >> shift) & 255)); done; }
 le64() { for shift in 0 8 16 24 32 40 48 56; do byte $((($1 >> shift) & 255)); done; }
-header() { # KIND A B: a frame header (magic 0xF4574D50) with zero flags, context and tag
-    byte "$1"; printf '\0\0\0PMW\xf4'; le64 0; le64 "$2"; le64 "$3"
+header() { # KIND A B: a frame header (magic 0xF4574D50) from rank 1 to rank 0 (the harness's
+           # connection) with zero flags, context and tag
+    byte "$1"; printf '\0\0\0PMW\xf4'; le32 1; le32 0; le64 0; le64 "$2"; le64 "$3"
 }
 seed() { # NAME CONTROL-BYTE: eager "abc", a 20000-byte rendezvous payload, bye
     { byte "$2"; header 1 3 0; printf abc; header 4 20000 7

@@ -9,18 +9,18 @@ use std::collections::BTreeMap;
 use std::collections::btree_map::Entry;
 use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
-use std::sync::{OnceLock, mpsc};
+use std::sync::{Mutex, mpsc};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 use socket2::{SockRef, TcpKeepalive};
 
 use super::handshake::{self, JobSecret, Role};
-use crate::device::Placement;
+use crate::device::{Placement, lock_ignoring_poison};
 use crate::error::{Error, Result};
 
-/// Longest hello accepted (a real one is about a hundred bytes).
-const MAX_HELLO: usize = 1 << 20;
+/// Longest hello accepted (a real one is at most a few hundred bytes, most of it the node key).
+const MAX_HELLO: usize = 4096;
 /// Longest node key accepted (a boot id and a host name take about a hundred bytes).
 const MAX_NODE_KEY: usize = 256;
 /// Bound on one rank's entry in the address table (address, process key, node key, and their
@@ -86,13 +86,16 @@ pub(crate) struct Site {
 impl Site {
     /// This process's site (the same for every thread rank in it).
     pub(crate) fn of_this_process() -> Result<Site> {
-        static SITE: OnceLock<Site> = OnceLock::new();
-        if let Some(site) = SITE.get() {
+        // Drawn once per process; a child forked after that draws its own (its pid differs).
+        static SITE: Mutex<Option<Site>> = Mutex::new(None);
+        let mut cached = lock_ignoring_poison(&SITE);
+        let pid = std::process::id();
+        if let Some(site) = cached.as_ref().filter(|site| site.process.0 == pid) {
             return Ok(site.clone());
         }
         let mut nonce = [0u8; 8];
         handshake::fill_random(&mut nonce)?;
-        let process = (std::process::id(), u64::from_le_bytes(nonce));
+        let process = (pid, u64::from_le_bytes(nonce));
         let read = |path: &str| {
             let text = std::fs::read_to_string(path).ok()?;
             let text = text.trim();
@@ -103,9 +106,9 @@ impl Site {
             (None, None) => format!("process {}.{:016x}", process.0, process.1),
             (machine, host) => format!("{}/{}", machine.unwrap_or_default(), host.unwrap_or_default()),
         };
-        let node = truncated(node, MAX_NODE_KEY);
-        // Two thread ranks may get here at once: both use whichever site was stored first.
-        Ok(SITE.get_or_init(|| Site { process, node }).clone())
+        let site = Site { process, node: truncated(node, MAX_NODE_KEY) };
+        *cached = Some(site.clone());
+        Ok(site)
     }
 
     /// Why a peer's site cannot be used, if it cannot.

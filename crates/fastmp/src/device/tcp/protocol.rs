@@ -14,7 +14,8 @@ use super::state::{self, Body, PeerState, RecvPhase, RecvReq, Req, SendPhase};
 use crate::device::matching::Envelope;
 use crate::device::{ContextId, RawStatus, ReqId, lock_ignoring_poison as lock, receive_result};
 
-/// Protocol actions for frames arriving from one peer (runs under that peer's rx lock).
+/// Protocol actions for frames arriving from one peer (runs under that peer's rx lock). The
+/// decoder has checked each header's ranks: its source is `peer`, its destination this rank.
 pub(super) struct PeerHandler<'a> {
     pub(super) sh: &'a Shared,
     pub(super) peer: usize,
