@@ -6,11 +6,14 @@
 
 pub(crate) mod collectives;
 pub(crate) mod locality;
+pub(crate) mod matching;
 pub(crate) mod one_sided;
 pub(crate) mod requests;
 pub(crate) mod shm;
 pub(crate) mod slab;
 pub(crate) mod tcp;
+#[cfg(test)]
+mod test_transport;
 pub(crate) mod wait;
 
 /// Fuzzing entry point for the tcp receive path (`fuzz/`); not part of the supported API.

@@ -1,4 +1,5 @@
-//! One rank's side of the shm device: request table, private matching queues, progress.
+//! One rank's side of the shm device: request table, matching (the board's lock-free fast path,
+//! then the rank's own [`Matcher`]), progress.
 
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
@@ -8,6 +9,7 @@ use super::ShmWorld;
 use super::board::{Claim, Completion};
 use super::record::{self, SendRecord};
 use super::ring::{Header, INLINE_BYTES, Kind, SlotView};
+use crate::device::matching::{self, Envelope, Matcher, PeerView};
 use crate::device::slab::Slab;
 use crate::device::wait::{Backoff, Pause};
 use crate::device::{
@@ -62,7 +64,7 @@ enum RecvPhase {
         index: usize,
         generation: u64,
     },
-    /// In `private_posted` (board overflow).
+    /// Posted in the rank's matcher only (board overflow).
     Private,
     Done(Result<RawStatus>),
 }
@@ -72,15 +74,18 @@ enum Req {
     Recv(RecvReq),
 }
 
-/// A message that arrived before its receive was posted.
-struct Unexpected {
-    source: usize,
-    tag: i32,
-    context: ContextId,
-    len: usize,
+/// The payload descriptor of a message waiting in the matcher's unexpected queue.
+struct Payload {
     body: Body,
     /// The sender's record, for rendezvous and synchronous messages.
     record: Option<Arc<SendRecord>>,
+}
+
+impl Payload {
+    /// The sender cancelled the message: it no longer exists.
+    fn withdrawn(&self) -> bool {
+        self.record.as_ref().is_some_and(|r| r.state() == record::CANCELLED)
+    }
 }
 
 enum Body {
@@ -92,10 +97,7 @@ enum Body {
 /// A message about to be matched: where its bytes are, and the sender's record if the receiver
 /// has to complete one.
 struct Incoming<'a> {
-    source: usize,
-    tag: i32,
-    context: ContextId,
-    len: usize,
+    env: Envelope,
     /// Eager bytes (`None` for a rendezvous).
     bytes: Option<&'a [u8]>,
     record: Option<&'a Arc<SendRecord>>,
@@ -109,12 +111,11 @@ enum Filled {
     Vanished,
 }
 
-#[derive(Default)]
 struct State {
     reqs: Slab<Req>,
-    unexpected: VecDeque<Unexpected>,
-    /// Receives posted while the board overflowed, in posting order (request indices).
-    private_posted: VecDeque<ReqId>,
+    /// Receives posted while the board overflowed (all younger than the board's) and messages
+    /// that arrived before their receive.
+    matcher: Matcher<Payload>,
     /// Sends waiting for ring space, per destination, in order.
     pending: Vec<VecDeque<ReqId>>,
     pending_count: usize,
@@ -150,8 +151,7 @@ impl ShmEndpoint {
         // Pre-sized so typical traffic never grows them on the hot path.
         let st = State {
             reqs: Slab::with_capacity(128),
-            unexpected: VecDeque::with_capacity(128),
-            private_posted: VecDeque::with_capacity(16),
+            matcher: Matcher::with_capacity(16, 128),
             pending: (0..world.np).map(|_| VecDeque::new()).collect(),
             // Spares replace spill buffers taken by unexpected messages; a few up front keep the
             // sender from re-allocating while the pool warms up.
@@ -191,23 +191,23 @@ impl ShmEndpoint {
                     return Filled::Vanished;
                 }
                 copy_into(dst, capacity, bytes);
-                self.world.ranks[msg.source].parker.notify();
+                self.world.ranks[msg.env.source].parker.notify();
             }
             (None, Some(rec)) => {
                 let Some(src) = rec.claim() else { return Filled::Vanished };
                 // SAFETY: a PENDING→CLAIMED record points at `len` readable bytes (the sender's
                 // buffer, kept alive until DONE by the send contract, or the record's own copy).
-                let bytes = unsafe { std::slice::from_raw_parts(src, msg.len) };
+                let bytes = unsafe { std::slice::from_raw_parts(src, msg.env.len) };
                 copy_into(dst, capacity, bytes);
                 rec.complete();
-                self.world.ranks[msg.source].parker.notify();
+                self.world.ranks[msg.env.source].parker.notify();
             }
             (None, None) => unreachable!("rendezvous without a record"),
         }
-        Filled::Delivered(msg.len)
+        Filled::Delivered(msg.env.len)
     }
 
-    /// Matches an arriving message against posted receives (board, then private, then the
+    /// Matches an arriving message against posted receives (board, then the matcher's, then the
     /// `candidate` being posted right now). `true` if it was consumed by a receive; `Some(result)`
     /// in the second field if the candidate got it.
     fn deliver_posted(
@@ -216,11 +216,12 @@ impl ShmEndpoint {
         msg: &Incoming<'_>,
         candidate: Option<(MatchSpec, *mut u8, usize)>,
     ) -> (bool, Option<Result<RawStatus>>) {
+        let Envelope { source, context, tag, .. } = msg.env;
         let board = &self.world.ranks[self.rank].board;
-        if let Some(claim) = board.claim_own(msg.context, msg.source, msg.tag) {
+        if let Some(claim) = board.claim_own(context, source, tag) {
             return match self.fill(msg, claim.buf, claim.capacity) {
                 Filled::Delivered(len) => {
-                    board.complete(&claim, Completion { source: msg.source, tag: msg.tag, bytes: len });
+                    board.complete(&claim, Completion { source, tag, bytes: len });
                     (true, None)
                 }
                 Filled::Vanished => {
@@ -229,26 +230,23 @@ impl ShmEndpoint {
                 }
             };
         }
-        for pos in 0..st.private_posted.len() {
-            let id = st.private_posted[pos];
-            let Ok(Req::Recv(r)) = st.reqs.get_mut(id) else { continue };
-            if !r.spec.matches(msg.context, msg.source, msg.tag) {
-                continue;
-            }
+        if let Some(found) = st.matcher.find_posted(&msg.env) {
+            let Ok(Req::Recv(r)) = st.reqs.get_mut(found.id) else { unreachable!("posted receives are live") };
+            // A message its sender cancelled meanwhile vanishes; the receive stays posted.
             if let Filled::Delivered(len) = self.fill(msg, r.buf, r.capacity) {
-                r.phase = RecvPhase::Done(receive_result(msg.source, msg.tag, len, r.capacity));
-                st.private_posted.remove(pos);
-                if st.private_posted.is_empty() {
+                r.phase = RecvPhase::Done(receive_result(source, tag, len, r.capacity));
+                st.matcher.take_found(found);
+                if !st.matcher.has_posted() {
                     board.end_overflow();
                 }
             }
             return (true, None);
         }
         if let Some((spec, buf, capacity)) = candidate
-            && spec.matches(msg.context, msg.source, msg.tag)
+            && spec.matches(context, source, tag)
         {
             return match self.fill(msg, buf, capacity) {
-                Filled::Delivered(len) => (true, Some(receive_result(msg.source, msg.tag, len, capacity))),
+                Filled::Delivered(len) => (true, Some(receive_result(source, tag, len, capacity))),
                 Filled::Vanished => (true, None),
             };
         }
@@ -271,14 +269,8 @@ impl ShmEndpoint {
         if record.as_ref().is_some_and(|rec| rec.state() == record::CANCELLED) {
             return None;
         }
-        let msg = Incoming {
-            source,
-            tag: h.tag,
-            context: h.context,
-            len,
-            bytes: (h.kind == Kind::Eager).then(|| view.payload()),
-            record: record.as_ref(),
-        };
+        let env = Envelope { source, context: h.context, tag: h.tag, len };
+        let msg = Incoming { env, bytes: (h.kind == Kind::Eager).then(|| view.payload()), record: record.as_ref() };
         let (consumed, got) = self.deliver_posted(st, &msg, candidate);
         if consumed {
             return got;
@@ -292,7 +284,7 @@ impl ShmEndpoint {
             }
             Kind::Eager => Body::Spilled(view.take_spill(st.spare_spills.pop()).expect("spilled payload")),
         };
-        st.unexpected.push_back(Unexpected { source, tag: h.tag, context: h.context, len, body, record });
+        st.matcher.push_unexpected(env, Payload { body, record });
         None
     }
 
@@ -338,32 +330,19 @@ impl ShmEndpoint {
         buf: *mut u8,
         capacity: usize,
     ) -> Option<Result<RawStatus>> {
-        let mut pos = 0;
-        while pos < st.unexpected.len() {
-            let u = &st.unexpected[pos];
-            if !spec.matches(u.context, u.source, u.tag) {
-                pos += 1;
-                continue;
-            }
-            let u = st.unexpected.remove(pos).expect("index in range");
-            let msg = Incoming {
-                source: u.source,
-                tag: u.tag,
-                context: u.context,
-                len: u.len,
-                bytes: match &u.body {
-                    Body::Inline(b) => Some(&b[..u.len]),
-                    Body::Spilled(b) => Some(&b[..u.len]),
-                    Body::Rts => None,
-                },
-                record: u.record.as_ref(),
+        // A message its sender cancelled meanwhile vanishes; the next match is tried.
+        while let Some((env, payload)) = st.matcher.take_unexpected(&spec) {
+            let bytes = match &payload.body {
+                Body::Inline(b) => Some(&b[..env.len]),
+                Body::Spilled(b) => Some(&b[..env.len]),
+                Body::Rts => None,
             };
-            let filled = self.fill(&msg, buf, capacity);
-            if let Body::Spilled(b) = u.body {
+            let filled = self.fill(&Incoming { env, bytes, record: payload.record.as_ref() }, buf, capacity);
+            if let Body::Spilled(b) = payload.body {
                 st.spare_spills.push(b);
             }
             if let Filled::Delivered(len) = filled {
-                return Some(receive_result(u.source, u.tag, len, capacity));
+                return Some(receive_result(env.source, env.tag, len, capacity));
             }
         }
         None
@@ -395,13 +374,8 @@ impl ShmEndpoint {
 
     /// The first queued message matching `spec`, dropping ones their senders cancelled.
     fn first_unexpected(st: &mut State, spec: MatchSpec) -> Option<RawStatus> {
-        st.unexpected.retain(|u| u.record.as_ref().is_none_or(|r| r.state() != record::CANCELLED));
-        st.unexpected.iter().find(|u| spec.matches(u.context, u.source, u.tag)).map(|u| RawStatus {
-            source: u.source,
-            tag: u.tag,
-            bytes: u.len,
-            cancelled: false,
-        })
+        st.matcher.retain_unexpected(|_, payload| !payload.withdrawn());
+        st.matcher.peek(&spec).map(Envelope::status)
     }
 
     // ---------------------------------------------------------------- sending side
@@ -555,38 +529,29 @@ impl ShmEndpoint {
     /// rank that could complete it is gone, or (while this rank is blocked and so cannot start
     /// new sends) it depends on this rank itself.
     fn doomed(&self, st: &State, id: ReqId) -> Option<Error> {
+        let send = match st.reqs.get(id) {
+            // The matcher's verdict covers the abort too (checked once per poll of a wait).
+            Some(Req::Recv(r)) => return self.unreachable_source(st, r.spec),
+            Some(Req::Send(s)) => s,
+            None => return self.world.abort_error(),
+        };
         if let Some(e) = self.world.abort_error() {
             return Some(e);
         }
         let me = self.rank;
-        match st.reqs.get(id)? {
-            Req::Send(s) if s.msg.dest == me => (self.blocked.get() && !matches!(s.phase, SendPhase::Queued))
-                .then_some(Error::Deadlock { rank: me, reason: "a send to itself that no posted receive matches" }),
-            Req::Send(s) => self.world.gone(s.msg.dest),
-            Req::Recv(r) => self.unreachable_source(st, r.spec),
+        if send.msg.dest == me {
+            (self.blocked.get() && !matches!(send.phase, SendPhase::Queued))
+                .then_some(Error::Deadlock { rank: me, reason: "a send to itself that no posted receive matches" })
+        } else {
+            self.world.gone(send.msg.dest)
         }
     }
 
     /// Why no message matching `spec` can arrive any more (receives and probes), if certain.
     fn unreachable_source(&self, st: &State, spec: MatchSpec) -> Option<Error> {
-        let me = self.rank;
         // Blocked with no queued self-sends left: nothing from this rank can still arrive.
-        let self_silent = self.blocked.get() && st.pending[me].is_empty();
-        let deadlock = |reason| Error::Deadlock { rank: me, reason };
-        match spec.source {
-            Source::Rank(src) if src == me => {
-                self_silent.then(|| deadlock("a receive from itself with no matching send started"))
-            }
-            Source::Rank(src) => self.world.gone(src),
-            Source::Any if self_silent => {
-                let mut first = None;
-                for peer in (0..self.world.np).filter(|&p| p != me) {
-                    first.get_or_insert(self.world.gone(peer)?);
-                }
-                Some(first.unwrap_or_else(|| deadlock("an ANY_SOURCE receive no rank can still match")))
-            }
-            Source::Any => None,
-        }
+        let self_silent = self.blocked.get() && st.pending[self.rank].is_empty();
+        matching::unreachable(&spec, &Peers { world: &self.world, me: self.rank, self_silent })
     }
 
     /// Abandons a request (see `Device::release`).
@@ -619,10 +584,8 @@ impl ShmEndpoint {
             Req::Recv(r) => match r.phase {
                 RecvPhase::Done(_) => {}
                 RecvPhase::Private => {
-                    if let Some(pos) = st.private_posted.iter().position(|&x| x == id) {
-                        st.private_posted.remove(pos);
-                    }
-                    if st.private_posted.is_empty() {
+                    st.matcher.cancel_posted(id);
+                    if !st.matcher.has_posted() {
                         self.world.ranks[self.rank].board.end_overflow();
                     }
                 }
@@ -638,6 +601,35 @@ impl ShmEndpoint {
                 }
             },
         }
+    }
+}
+
+/// The matcher's view of the peers' liveness.
+struct Peers<'a> {
+    world: &'a ShmWorld,
+    me: usize,
+    self_silent: bool,
+}
+
+impl PeerView for Peers<'_> {
+    fn me(&self) -> usize {
+        self.me
+    }
+
+    fn size(&self) -> usize {
+        self.world.np
+    }
+
+    fn abort_error(&self) -> Option<Error> {
+        self.world.abort_error()
+    }
+
+    fn gone(&self, rank: usize) -> Option<Error> {
+        self.world.gone(rank)
+    }
+
+    fn self_silent(&self) -> bool {
+        self.self_silent
     }
 }
 
@@ -698,7 +690,7 @@ impl Device for ShmEndpoint {
         let private = matches!(phase, RecvPhase::Private);
         let id = st.reqs.insert(Req::Recv(RecvReq { spec, buf, capacity, phase }));
         if private {
-            st.private_posted.push_back(id);
+            st.matcher.push_posted(spec, id);
         }
         Ok(Started::Pending(id))
     }
@@ -795,10 +787,8 @@ impl Device for ShmEndpoint {
                 }
                 RecvPhase::Private => {
                     r.phase = RecvPhase::Done(Ok(cancelled));
-                    if let Some(pos) = st.private_posted.iter().position(|&x| x == id) {
-                        st.private_posted.remove(pos);
-                    }
-                    if st.private_posted.is_empty() {
+                    st.matcher.cancel_posted(id);
+                    if !st.matcher.has_posted() {
                         board.end_overflow();
                     }
                 }

@@ -12,9 +12,10 @@ use super::bootstrap::Mesh;
 use super::frame::{self, Accept, Frame};
 use super::progress::input_loop;
 use super::rx::Rx;
-use super::state::{self, Body, PeerState, RecvPhase, RecvReq, Req, SendPhase, SendReq, State, Unexpected};
+use super::state::{self, Body, PeerState, RecvPhase, RecvReq, Req, SendPhase, SendReq, State};
 use super::tx::Tx;
 use super::{Peer, Shared, TcpOptions, io_error};
+use crate::device::matching::Envelope;
 use crate::device::wait::WaitPolicy;
 use crate::device::{
     ContextId, Device, MatchSpec, Placement, RawStatus, ReqId, SendMode, Source, Started, TAG_UB,
@@ -156,7 +157,7 @@ impl TcpEndpoint {
                 }
                 SendPhase::SelfQueued if blocked => {
                     // Withdrawn, not left behind: the message never happened.
-                    st.unexpected.retain(|u| !matches!(u.body, Body::SelfSync(x) if x == id));
+                    st.withdraw_self_send(id);
                     st.reqs.remove(id);
                     return Err(Error::Deadlock {
                         rank: sh.rank,
@@ -191,8 +192,9 @@ impl TcpEndpoint {
         let sh = &*self.shared;
         let me = sh.rank;
         let status = RawStatus { source: me, tag, bytes: len, cancelled: false };
+        let env = Envelope { source: me, context, tag, len };
         let mut st = lock(&sh.state);
-        if let Some(rid) = st.take_posted(context, me, tag) {
+        if let Some(rid) = st.take_posted(&env) {
             let Ok(Req::Recv(r)) = st.reqs.get_mut(rid) else { unreachable!("posted receives are live") };
             let fit = len.min(r.capacity);
             // SAFETY: the send buffer is readable for `len` bytes (caller contract) and the posted
@@ -215,21 +217,27 @@ impl TcpEndpoint {
                 phase: SendPhase::SelfQueued,
                 detached: None,
             }));
-            st.unexpected.push_back(Unexpected { source: me, context, tag, len, body: Body::SelfSync(id) });
+            st.matcher.push_unexpected(env, Body::SelfSync(id));
             return Started::Pending(id);
         }
         let mut copy = st.buffer(len);
         // SAFETY: the send buffer is readable for `len` bytes (caller contract).
         copy.extend_from_slice(unsafe { std::slice::from_raw_parts(buf, len) });
-        st.unexpected.push_back(Unexpected { source: me, context, tag, len, body: Body::Eager(copy) });
+        st.matcher.push_unexpected(env, Body::Eager(copy));
         Started::Complete(Ok(status))
     }
 
     /// Receives a queued message into `buf` (or, for a rendezvous, starts its transfer).
-    fn take_queued(&self, mut st: MutexGuard<'_, State>, msg: Unexpected, buf: *mut u8, capacity: usize) -> Started {
+    fn take_queued(
+        &self,
+        mut st: MutexGuard<'_, State>,
+        (msg, body): (Envelope, Body),
+        buf: *mut u8,
+        capacity: usize,
+    ) -> Started {
         let sh = &*self.shared;
         let result = receive_result(msg.source, msg.tag, msg.len, capacity);
-        match msg.body {
+        match body {
             Body::Eager(data) => {
                 drop(st);
                 // SAFETY: `buf` is writable for `capacity` bytes (caller contract).
@@ -359,11 +367,11 @@ impl Device for TcpEndpoint {
             return Err(Error::RankOutOfRange { rank: r, size: sh.size });
         }
         let mut st = lock(&sh.state);
-        if let Some(msg) = st.take_unexpected(spec) {
+        if let Some(msg) = st.matcher.take_unexpected(&spec) {
             return Ok(self.take_queued(st, msg, buf, capacity));
         }
         let id = st.reqs.insert(Req::Recv(RecvReq { spec, buf, capacity, phase: RecvPhase::Posted }));
-        st.posted.push_back(id);
+        st.matcher.push_posted(spec, id);
         Ok(Started::Pending(id))
     }
 
@@ -372,8 +380,8 @@ impl Device for TcpEndpoint {
         let sh = &*self.shared;
         sh.user_progress();
         let st = lock(&sh.state);
-        if let Some(found) = st.peek_unexpected(spec) {
-            return Ok(Some(found));
+        if let Some(found) = st.matcher.peek(&spec) {
+            return Ok(Some(found.status()));
         }
         // A non-blocking probe answers "no message" even if none can come any more, unless the
         // job is aborted; a blocked one (`probe`) fails instead of waiting forever.
@@ -409,7 +417,7 @@ impl Device for TcpEndpoint {
         match st.reqs.get_mut(id)? {
             Req::Recv(r) if matches!(r.phase, RecvPhase::Posted) => {
                 r.phase = RecvPhase::Done(Ok(cancelled));
-                st.posted.retain(|&x| x != id);
+                st.matcher.cancel_posted(id);
             }
             Req::Send(s) if matches!(s.phase, SendPhase::AwaitCts) => {
                 s.phase = SendPhase::CancelRequested;
@@ -419,7 +427,7 @@ impl Device for TcpEndpoint {
             }
             Req::Send(s) if matches!(s.phase, SendPhase::SelfQueued) => {
                 s.phase = SendPhase::Done(cancelled);
-                st.unexpected.retain(|u| !matches!(u.body, Body::SelfSync(x) if x == id));
+                st.withdraw_self_send(id);
             }
             _ => {}
         }
@@ -437,7 +445,7 @@ impl Device for TcpEndpoint {
                     self.release_recv_in_flight(id, source);
                 }
                 _ => {
-                    st.posted.retain(|&x| x != id);
+                    st.matcher.cancel_posted(id);
                     st.reqs.remove(id);
                 }
             },
@@ -453,8 +461,10 @@ impl Device for TcpEndpoint {
                 SendPhase::SelfQueued => {
                     // SAFETY: the pending send's buffer is valid for `len` bytes until released.
                     let data = unsafe { std::slice::from_raw_parts(s.buf, s.len) }.to_vec();
-                    if let Some(u) = st.unexpected.iter_mut().find(|u| matches!(u.body, Body::SelfSync(x) if x == id)) {
-                        u.body = Body::Eager(data);
+                    let queued =
+                        st.matcher.unexpected_mut().find(|(_, body)| matches!(body, Body::SelfSync(x) if *x == id));
+                    if let Some((_, body)) = queued {
+                        *body = Body::Eager(data);
                     }
                     st.reqs.remove(id);
                 }

@@ -10,7 +10,8 @@ use std::sync::atomic::Ordering;
 use super::Shared;
 use super::frame::{Frame, Header};
 use super::rx::{Delivery, RxHandler, Sink};
-use super::state::{self, Body, PeerState, RecvPhase, RecvReq, Req, SendPhase, Unexpected};
+use super::state::{self, Body, PeerState, RecvPhase, RecvReq, Req, SendPhase};
+use crate::device::matching::Envelope;
 use crate::device::{ContextId, RawStatus, ReqId, lock_ignoring_poison as lock, receive_result};
 
 /// Protocol actions for frames arriving from one peer (runs under that peer's rx lock). The
@@ -25,8 +26,9 @@ impl RxHandler for PeerHandler<'_> {
         let (sh, p) = (self.sh, self.peer);
         match header.frame {
             Frame::Eager { context, tag, len } => {
+                let env = Envelope { source: p, context, tag, len: len as usize };
                 let mut st = lock(&sh.state);
-                match st.take_posted(context, p, tag) {
+                match st.take_posted(&env) {
                     Some(id) => match st.reqs.get(id) {
                         Some(Req::Recv(r)) => Sink::User { id, ptr: r.buf, capacity: r.capacity },
                         _ => Sink::Discard,
@@ -35,22 +37,15 @@ impl RxHandler for PeerHandler<'_> {
                 }
             }
             Frame::Rts { context, tag, len, send_id, .. } => {
+                let len = usize::try_from(len).unwrap_or(usize::MAX);
+                let env = Envelope { source: p, context, tag, len };
                 let mut st = lock(&sh.state);
-                match st.take_posted(context, p, tag) {
+                match st.take_posted(&env) {
                     Some(id) => {
                         drop(st);
                         sh.send_frame(p, Frame::Cts { send_id, recv_id: state::wire_id(id) }, &[]);
                     }
-                    None => {
-                        let len = usize::try_from(len).unwrap_or(usize::MAX);
-                        st.unexpected.push_back(Unexpected {
-                            source: p,
-                            context,
-                            tag,
-                            len,
-                            body: Body::Rts { send_id },
-                        });
-                    }
+                    None => st.matcher.push_unexpected(env, Body::Rts { send_id }),
                 }
                 Sink::Discard
             }
@@ -75,11 +70,12 @@ impl RxHandler for PeerHandler<'_> {
             Frame::Abort { len } => Sink::Owned(Vec::with_capacity(len as usize)),
             Frame::Cancel { send_id } => {
                 let mut st = lock(&sh.state);
-                let pos = st
-                    .unexpected
-                    .iter()
-                    .position(|u| u.source == p && matches!(u.body, Body::Rts { send_id: s } if s == send_id));
-                let cancelled = pos.and_then(|i| st.unexpected.remove(i)).is_some();
+                let cancelled = st
+                    .matcher
+                    .remove_unexpected(|env, body| {
+                        env.source == p && matches!(body, Body::Rts { send_id: s } if *s == send_id)
+                    })
+                    .is_some();
                 drop(st);
                 sh.send_frame(p, Frame::CancelAck { send_id, cancelled }, &[]);
                 Sink::Discard
@@ -132,9 +128,10 @@ impl PeerHandler<'_> {
     fn eager_arrived(&self, context: ContextId, tag: i32, data: Vec<u8>) {
         let (sh, p) = (self.sh, self.peer);
         let len = data.len();
+        let env = Envelope { source: p, context, tag, len };
         let mut st = lock(&sh.state);
-        let Some(id) = st.take_posted(context, p, tag) else {
-            st.unexpected.push_back(Unexpected { source: p, context, tag, len, body: Body::Eager(data) });
+        let Some(id) = st.take_posted(&env) else {
+            st.matcher.push_unexpected(env, Body::Eager(data));
             return;
         };
         let Some(Req::Recv(r)) = st.reqs.get(id) else { return };

@@ -1,10 +1,10 @@
-//! Matching state of one tcp endpoint: requests, posted receives, unexpected messages, and what
-//! is known about each peer. Pure bookkeeping under one lock; no I/O happens here.
+//! Matching state of one tcp endpoint: requests, the rank's [`Matcher`] (posted receives,
+//! unexpected messages), and what is known about each peer. Pure bookkeeping under one lock; no
+//! I/O happens here.
 
-use std::collections::VecDeque;
-
+use crate::device::matching::{self, Envelope, Matcher, PeerView};
 use crate::device::slab::Slab;
-use crate::device::{ContextId, MatchSpec, RawStatus, ReqId, Source};
+use crate::device::{MatchSpec, RawStatus, ReqId};
 use crate::error::{Error, Result};
 
 /// Buffers kept for unexpected eager messages; beyond this, freed.
@@ -57,7 +57,7 @@ pub(super) enum Req {
     Recv(RecvReq),
 }
 
-/// What waits in the unexpected queue for a receive.
+/// The payload descriptor of an unexpected message: what a receive that takes it does.
 pub(super) enum Body {
     Eager(Vec<u8>),
     /// A remote rendezvous message; taking it sends a ready-to-receive.
@@ -66,20 +66,6 @@ pub(super) enum Body {
     },
     /// A synchronous or rendezvous-sized send to this rank itself; taking it copies from the sender's request.
     SelfSync(ReqId),
-}
-
-pub(super) struct Unexpected {
-    pub source: usize,
-    pub context: ContextId,
-    pub tag: i32,
-    pub len: usize,
-    pub body: Body,
-}
-
-impl Unexpected {
-    pub fn status(&self) -> RawStatus {
-        RawStatus { source: self.source, tag: self.tag, bytes: self.len, cancelled: false }
-    }
 }
 
 /// How a peer stands.
@@ -92,10 +78,8 @@ pub(super) enum PeerState {
 
 pub(super) struct State {
     pub reqs: Slab<Req>,
-    /// Posted receives, in posting order.
-    pub posted: VecDeque<ReqId>,
-    /// Arrived messages nobody has received yet, in arrival order.
-    pub unexpected: VecDeque<Unexpected>,
+    /// Posted receives and arrived messages nobody has received yet.
+    pub matcher: Matcher<Body>,
     pub peers: Vec<PeerState>,
     /// The first failure this rank heard of: the job is aborted.
     pub aborted: Option<(usize, String)>,
@@ -115,8 +99,7 @@ impl State {
         pool.extend((0..POOL_START).map(|_| Vec::with_capacity(eager_limit)));
         State {
             reqs: Slab::with_capacity(64),
-            posted: VecDeque::with_capacity(64),
-            unexpected: VecDeque::with_capacity(64),
+            matcher: Matcher::with_capacity(64, 64),
             peers: vec![PeerState::Live; size],
             aborted: None,
             pool,
@@ -133,28 +116,19 @@ impl State {
         self.aborted.get_or_insert((rank, cause));
     }
 
-    /// First posted receive matching an arriving envelope, taken off the posted list.
-    pub fn take_posted(&mut self, context: ContextId, source: usize, tag: i32) -> Option<ReqId> {
-        let reqs = &self.reqs;
-        let pos = self
-            .posted
-            .iter()
-            .position(|&id| matches!(reqs.get(id), Some(Req::Recv(r)) if r.spec.matches(context, source, tag)))?;
-        let id = self.posted.remove(pos)?;
+    /// The posted receive an arriving envelope matches, taken off the posted list and marked
+    /// matched (its payload is on its way).
+    pub fn take_posted(&mut self, env: &Envelope) -> Option<ReqId> {
+        let id = self.matcher.take_posted(env)?;
         if let Ok(Req::Recv(r)) = self.reqs.get_mut(id) {
-            r.phase = RecvPhase::Matched { source, tag };
+            r.phase = RecvPhase::Matched { source: env.source, tag: env.tag };
         }
         Some(id)
     }
 
-    /// First queued message matching `spec`, taken off the queue.
-    pub fn take_unexpected(&mut self, spec: MatchSpec) -> Option<Unexpected> {
-        let pos = self.unexpected.iter().position(|u| spec.matches(u.context, u.source, u.tag))?;
-        self.unexpected.remove(pos)
-    }
-
-    pub fn peek_unexpected(&self, spec: MatchSpec) -> Option<RawStatus> {
-        self.unexpected.iter().find(|u| spec.matches(u.context, u.source, u.tag)).map(Unexpected::status)
+    /// Takes the queued self-send of request `id` off the unexpected queue (cancel, withdrawal).
+    pub fn withdraw_self_send(&mut self, id: ReqId) {
+        self.matcher.remove_unexpected(|_, body| matches!(body, Body::SelfSync(x) if *x == id));
     }
 
     /// Completes a matched receive (ignored if it was released meanwhile).
@@ -196,35 +170,39 @@ impl State {
     /// Why no message matching `spec` can arrive any more, if that is certain (`blocked`: the
     /// caller is this rank's only thread and waits, so it cannot send to itself meanwhile).
     pub fn unreachable(&self, me: usize, spec: MatchSpec, blocked: bool) -> Option<Error> {
-        if let Some(e) = self.abort_error() {
-            return Some(e);
-        }
-        let deadlock = |reason| Error::Deadlock { rank: me, reason };
-        let self_silent = blocked && !self.self_sync_pending(me);
-        match spec.source {
-            Source::Rank(src) if src == me => {
-                self_silent.then(|| deadlock("a receive from itself with no matching send started"))
-            }
-            Source::Rank(src) => (self.peers[src] == PeerState::Exited).then_some(Error::PeerExited { rank: src }),
-            Source::Any if self_silent => {
-                let mut first = None;
-                for (peer, st) in self.peers.iter().enumerate().filter(|&(p, _)| p != me) {
-                    if *st != PeerState::Exited {
-                        return None;
-                    }
-                    first.get_or_insert(peer);
-                }
-                Some(match first {
-                    Some(rank) => Error::PeerExited { rank },
-                    None => deadlock("an ANY_SOURCE receive no rank can still match"),
-                })
-            }
-            Source::Any => None,
-        }
+        matching::unreachable(&spec, &Peers { st: self, me, blocked })
+    }
+}
+
+/// The matcher's view of the peers: what their goodbyes and the abort record say.
+struct Peers<'a> {
+    st: &'a State,
+    me: usize,
+    blocked: bool,
+}
+
+impl PeerView for Peers<'_> {
+    fn me(&self) -> usize {
+        self.me
     }
 
-    fn self_sync_pending(&self, me: usize) -> bool {
-        self.unexpected.iter().any(|u| u.source == me && matches!(u.body, Body::SelfSync(_)))
+    fn size(&self) -> usize {
+        self.st.peers.len()
+    }
+
+    fn abort_error(&self) -> Option<Error> {
+        self.st.abort_error()
+    }
+
+    fn gone(&self, rank: usize) -> Option<Error> {
+        (self.st.peers[rank] == PeerState::Exited).then_some(Error::PeerExited { rank })
+    }
+
+    /// A synchronous or rendezvous-sized self-send still queued counts as one on the way.
+    fn self_silent(&self) -> bool {
+        let me = self.me;
+        self.blocked
+            && !self.st.matcher.unexpected().any(|(env, body)| env.source == me && matches!(body, Body::SelfSync(_)))
     }
 }
 
