@@ -1,9 +1,15 @@
 //! Small messages allocate nothing on the hot path: after warm-up, a ping-pong of eager messages
 //! (blocking and nonblocking) performs zero heap allocations on either rank thread, on the shm
-//! and tcp devices.
+//! and tcp devices. Blocking collectives on the device's collective provider (`native`, shm)
+//! allocate nothing either: the provider's operation is part of the collective's future, which a
+//! blocking call runs on its own stack.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
+
+use fastmp::coll::{Algorithm, Collective, Tuning};
+use fastmp::op::{Sum, UserOp};
+use fastmp::{Comm, Config, Result};
 
 struct CountingAlloc;
 
@@ -92,4 +98,58 @@ fn eager_messages_do_not_allocate_after_warm_up() {
 fn tcp_messages_do_not_allocate_after_warm_up() {
     let config = fastmp::Config::new().device(fastmp::DeviceKind::Tcp).np(2);
     assert_no_allocations(&allocations_per_size(config, &[0, 8, 1024, 8192, 65536]));
+}
+
+/// Every collective forced to `native`.
+fn native(world: &Comm) -> Result<Comm> {
+    let tuning = Collective::ALL.iter().try_fold(Tuning::defaults(), |t, &c| t.force(c, Algorithm::Native))?;
+    Ok(world.with_tuning(tuning))
+}
+
+/// One round of small blocking collectives, reductions with a predefined and a user op.
+fn round(comm: &Comm, matmul: &UserOp<impl Fn(&[[u64; 2]], &mut [[u64; 2]])>) -> Result<()> {
+    let (me, np) = (comm.rank() as u64, comm.size() as u64);
+    comm.barrier()?;
+    let mut b = [me; 2];
+    comm.bcast(&mut b, 0)?;
+    assert_eq!(b, [0; 2]);
+    let mut sum = [0u64; 1];
+    comm.allreduce(&[me], &mut sum, Sum)?;
+    assert_eq!(sum[0], np * (np - 1) / 2);
+    let mut total = [0u64; 1];
+    comm.reduce(&[1], &mut total, Sum, 0)?;
+    let mut product = [[0u64; 2]; 1];
+    comm.allreduce(&[[1, me]], &mut product, matmul)?;
+    let mut prefix = [0u64; 1];
+    comm.scan(&[1], &mut prefix, Sum)?;
+    assert_eq!(prefix[0], me + 1);
+    let mut all = [0u64; 8];
+    comm.allgather(&[me], &mut all[..np as usize])?;
+    Ok(())
+}
+
+#[test]
+fn blocking_native_collectives_do_not_allocate_after_warm_up() {
+    for np in [2, 3] {
+        let counts = Config::new()
+            .np(np)
+            .run(|world| {
+                let comm = native(&world)?;
+                let matmul = UserOp::non_commutative(|input: &[[u64; 2]], inout: &mut [[u64; 2]]| {
+                    for (l, r) in input.iter().zip(inout.iter_mut()) {
+                        *r = [l[0].wrapping_mul(r[0]), l[0].wrapping_mul(r[1]).wrapping_add(l[1])];
+                    }
+                });
+                for _ in 0..20 {
+                    round(&comm, &matmul)?;
+                }
+                let before = allocations();
+                for _ in 0..200 {
+                    round(&comm, &matmul)?;
+                }
+                Ok(allocations() - before)
+            })
+            .expect("job");
+        assert_eq!(counts, vec![0; np], "allocations per rank during 200 rounds at np {np}");
+    }
 }
