@@ -86,15 +86,16 @@ for bench in sys.argv[5:]:
             for line in open(path):
                 obj = json.loads(line)
                 key = "avg_us" if "avg_us" in obj else "mb_s" if "mb_s" in obj else None
-                if key is None or "size" not in obj:
+                if key is None:
                     continue
                 metric = key
-                data.setdefault(int(obj["size"]), {}).setdefault(side, []).append(obj[key])
+                # Size-less benchmarks (barrier) are reported as size 0.
+                data.setdefault(int(obj.get("size", 0)), {}).setdefault(side, []).append(obj[key])
     lower = metric == "avg_us"
     print(f"# {bench} np={np_} {'tcp' if tcp else 'shm'}: median {metric} ({'lower' if lower else 'higher'} is better)")
     print(f"{'size':>9} {'before':>10} {'after':>10} {'mpi':>10} {'after/before':>13} {'after/mpi':>10}")
     for size in sorted(data):
-        if wanted and size not in wanted:
+        if wanted and size not in wanted and size != 0:
             continue
         med = {s: statistics.median(v) for s, v in data[size].items()}
         b, a, m = med.get("before"), med.get("after"), med.get("mpi")
