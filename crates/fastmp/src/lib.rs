@@ -60,7 +60,7 @@ mod topology;
 
 pub use comm::{Comm, Status};
 pub use communicators::SplitType;
-pub use device::{ANY_SOURCE, ANY_TAG, Locality, Placement, Source, TAG_UB};
+pub use device::{ANY_SOURCE, ANY_TAG, Locality, PROC_NULL, Placement, Source, TAG_UB};
 pub use error::{Error, Result};
 pub use group::{Group, GroupOrdering};
 pub use launch::config::{Config, DEFAULT_EAGER_LIMIT, DEFAULT_TCP_EAGER_LIMIT, DeviceKind, Pin};

@@ -64,6 +64,11 @@ pub enum Source {
 /// Wildcard source for receives and probes (MPI's `MPI_ANY_SOURCE`).
 pub const ANY_SOURCE: Source = Source::Any;
 
+/// The null rank (MPI's `MPI_PROC_NULL`): a send to it or a receive from it completes at once and
+/// moves no data; `CartComm::shift` returns it past a non-periodic edge, so its results go
+/// straight into `sendrecv`.
+pub const PROC_NULL: usize = usize::MAX;
+
 impl From<usize> for Source {
     fn from(rank: usize) -> Self {
         Source::Rank(rank)
