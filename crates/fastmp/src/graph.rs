@@ -7,6 +7,7 @@
 //! allreduce makes every rank fail together on bad arguments, so a wrong graph is an `Err` on
 //! all ranks instead of a neighbourhood collective that waits forever for a message nobody sends.
 
+use std::fmt;
 use std::ops::Deref;
 use std::rc::Rc;
 
@@ -58,6 +59,18 @@ impl Deref for GraphComm {
     type Target = Comm;
     fn deref(&self) -> &Comm {
         &self.comm
+    }
+}
+
+impl fmt::Debug for GraphComm {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("GraphComm")
+            .field("rank", &self.comm.rank())
+            .field("size", &self.comm.size())
+            .field("sources", &self.edges.sources)
+            .field("destinations", &self.edges.destinations)
+            .field("weights", &self.edges.weights)
+            .finish()
     }
 }
 
@@ -216,8 +229,11 @@ impl Comm {
             }
             Ok(())
         })();
-        // How many edges this rank leads to each rank, and how many each rank leads here.
-        let mut claims = vec![0u64; np];
+        // How many edges this rank leads to each rank, and how many each rank leads here; a
+        // rank with bad arguments claims `UNKNOWN`, so the others blame its arguments, not the
+        // graph.
+        const UNKNOWN: u64 = u64::MAX;
+        let mut claims = vec![if local.is_ok() { 0 } else { UNKNOWN }; np];
         if local.is_ok() {
             destinations.iter().for_each(|&d| claims[d] += 1);
         }
@@ -226,7 +242,7 @@ impl Comm {
         let local = local.and_then(|()| {
             let mut listed = vec![0u64; np];
             sources.iter().for_each(|&s| listed[s] += 1);
-            match (0..np).find(|&r| listed[r] != claimed[r]) {
+            match (0..np).find(|&r| claimed[r] != UNKNOWN && listed[r] != claimed[r]) {
                 Some(r) => Err(invalid(
                     CALL,
                     format_args!(
