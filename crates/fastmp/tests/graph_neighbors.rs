@@ -473,7 +473,8 @@ fn cartesian_neighborhoods_match_the_reference() {
             let Some(grid) = world.cart_create(dims, periods)? else { return Ok(()) };
             let me = grid.rank();
             let slots = 2 * dims.len();
-            let neighbor = |slot: usize| cart_neighbor(dims, periods, me, slot / 2, if slot % 2 == 0 { -1 } else { 1 });
+            let neighbor =
+                |slot: usize| cart_neighbor(dims, periods, me, slot / 2, if slot.is_multiple_of(2) { -1 } else { 1 });
             let send: Vec<u32> = (0..slots * BLOCK).map(|x| value(me, x / BLOCK, x % BLOCK)).collect();
             let untouched = u32::MAX;
 

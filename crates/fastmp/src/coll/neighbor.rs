@@ -347,14 +347,13 @@ impl<'scope> Scope<'scope, '_> {
     /// Nonblocking [`NeighborTopology::neighbor_allgather`] (MPI_Ineighbor_allgather).
     ///
     /// ```
-    /// use fastmp::NeighborTopology;
     /// fastmp::run(3, |world| {
     ///     let (me, np) = (world.rank(), world.size());
     ///     // Everybody hears from everybody else.
     ///     let others: Vec<usize> = (0..np).filter(|&r| r != me).collect();
     ///     let graph = world.dist_graph_create_adjacent(&others, None, &others, None, false)?;
-    ///     let mut heard = [0u32; 2];
-    ///     graph.scope(|s| s.ineighbor_allgather(&graph, &[me as u32], &mut heard)?.wait().map(drop))?;
+    ///     let (mine, mut heard) = ([me as u32], [0u32; 2]);
+    ///     graph.scope(|s| s.ineighbor_allgather(&graph, &mine, &mut heard)?.wait().map(drop))?;
     ///     assert_eq!(heard.map(|r| r as usize), [others[0], others[1]]);
     ///     Ok(())
     /// })?;
