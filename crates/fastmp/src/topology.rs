@@ -310,8 +310,9 @@ mod tests {
         // Ranks dealt round robin onto two nodes, one process per rank.
         let placement = Placement::from_keys(&[0, 1, 2, 3, 4, 5], &["a", "b", "a", "b", "a", "b"]);
         assert_eq!(placement_order(&[0, 1, 2, 3, 4, 5], &placement), [0, 2, 4, 1, 3, 5]);
-        // A communicator of world ranks 5, 4, 1: node "b" holds its ranks 0 and 2.
-        assert_eq!(placement_order(&[5, 4, 1], &placement), [1, 0, 2]);
+        // A communicator of world ranks 5, 4, 1: node "a" holds its rank 1, node "b" its ranks
+        // 0 and 2, whose processes (world ranks 5 and 1) go in process order.
+        assert_eq!(placement_order(&[5, 4, 1], &placement), [1, 2, 0]);
         // One process on one node: the identity.
         assert_eq!(placement_order(&[3, 1, 2], &Placement::single_process(4)), [0, 1, 2]);
     }
