@@ -122,8 +122,10 @@ impl Info {
             .iter()
             .filter_map(|(&id, entry)| entry.copy.map(|copy| (id, entry.value.clone(), copy)))
             .collect();
-        let attrs =
-            to_copy.into_iter().map(|(id, value, copy)| (id, Entry { value: copy(&value), copy: Some(copy) })).collect();
+        let attrs = to_copy
+            .into_iter()
+            .map(|(id, value, copy)| (id, Entry { value: copy(&value), copy: Some(copy) }))
+            .collect();
         Info { name: RefCell::default(), attrs: RefCell::new(attrs) }
     }
 }

@@ -248,7 +248,8 @@ impl Comm {
         }
         // Every member of the group this rank passed must have passed the same group; the
         // smallest (rank, member) pair that did not wins the veto, so every rank reports it.
-        let differs = group.members().iter().filter_map(|&w| self.group.group_rank_of(w)).find(|&m| all[2 * m] != digest);
+        let differs =
+            group.members().iter().filter_map(|&w| self.group.group_rank_of(w)).find(|&m| all[2 * m] != digest);
         let veto = differs.map_or(0, |m| u64::MAX - (self.rank * n + m) as u64);
         let (context, veto) = self.agree_context_vetoed(veto)?;
         if veto != 0 {

@@ -168,7 +168,14 @@ impl Comm {
         };
         let call = "intercomm_create";
         let mut header = [0u64; 2];
-        exchange(call, &*self.dev, bytemuck::cast_slice(&[next, self.size() as u64]), peer, bytemuck::cast_slice_mut(&mut header), spec)?;
+        exchange(
+            call,
+            &*self.dev,
+            bytemuck::cast_slice(&[next, self.size() as u64]),
+            peer,
+            bytemuck::cast_slice_mut(&mut header),
+            spec,
+        )?;
         let [remote_next, remote_size] = header;
         if remote_size == 0 || remote_size > self.dev.size() as u64 {
             return Err(Error::InvalidArgument(format!(
@@ -306,10 +313,10 @@ impl InterComm {
         match root {
             InterRoot::Null => Ok(()),
             // The remote leader receives and broadcasts in its group.
-            InterRoot::Root => self.to_remote(bytemuck::cast_slice(buf), 0, tag),
+            InterRoot::Root => self.send_remote(bytemuck::cast_slice(buf), 0, tag),
             InterRoot::Remote(r) => {
                 if self.rank() == 0 {
-                    self.from_remote("bcast", bytemuck::cast_slice_mut(buf), r, tag)?;
+                    self.recv_remote("bcast", bytemuck::cast_slice_mut(buf), r, tag)?;
                 }
                 self.local.bcast(buf, 0)
             }
@@ -377,7 +384,8 @@ impl InterComm {
         } else {
             !our_high
         };
-        let (first, second) = if we_first { (&self.local.group, &self.remote.group) } else { (&self.remote.group, &self.local.group) };
+        let (first, second) =
+            if we_first { (&self.local.group, &self.remote.group) } else { (&self.remote.group, &self.local.group) };
         let members = first.members().iter().chain(second.members()).copied().collect();
         let context = self.local.take_contexts(ours[2].max(theirs[2]), 2)?;
         let group = Group::from_members(members, self.local.dev.size(), self.local.dev.rank())?;
@@ -395,7 +403,7 @@ impl InterComm {
         (seq & crate::TAG_UB as u64) as i32
     }
 
-    fn to_remote(&self, bytes: &[u8], dest: usize, tag: i32) -> Result<()> {
+    fn send_remote(&self, bytes: &[u8], dest: usize, tag: i32) -> Result<()> {
         let dest = self.remote.group.world_rank(dest);
         requests::send(&*self.remote.dev, bytes, dest, tag, self.remote.coll_context(), SendMode::Standard).map(drop)
     }
@@ -405,7 +413,7 @@ impl InterComm {
         MatchSpec { context: self.remote.coll_context(), source, tag }
     }
 
-    fn from_remote(&self, call: &str, bytes: &mut [u8], source: usize, tag: i32) -> Result<()> {
+    fn recv_remote(&self, call: &str, bytes: &mut [u8], source: usize, tag: i32) -> Result<()> {
         let expected = bytes.len();
         let raw = requests::recv(&*self.remote.dev, bytes, self.spec_from(source, tag))?;
         expect_bytes(call, raw, expected).map(drop)

@@ -90,7 +90,14 @@ fn spread(dims: &[usize]) -> usize {
 
 /// Extends `current` (non-increasing, each factor at most `cap`) by `left` factors whose
 /// product is `rest`, keeping the best complete choice in `best`.
-fn search_balanced(rest: usize, left: usize, cap: usize, divisors: &[usize], current: &mut Vec<usize>, best: &mut Vec<usize>) {
+fn search_balanced(
+    rest: usize,
+    left: usize,
+    cap: usize,
+    divisors: &[usize],
+    current: &mut Vec<usize>,
+    best: &mut Vec<usize>,
+) {
     if rest == 1 || left == 0 {
         if rest != 1 {
             return;
@@ -165,7 +172,8 @@ impl Comm {
     /// rank `i` is rank `i` of this communicator; on one node both are the identity.
     pub fn cart_create(&self, dims: &[usize], periods: &[bool], reorder: bool) -> Result<Option<CartComm>> {
         let cells = grid_cells("cart_create", dims, periods, self.size())?;
-        let grid_rank = if reorder { self.cart_map(dims, periods)? } else { (self.rank() < cells).then_some(self.rank()) };
+        let grid_rank =
+            if reorder { self.cart_map(dims, periods)? } else { (self.rank() < cells).then_some(self.rank()) };
         let key = i32::try_from(grid_rank.unwrap_or(0))
             .map_err(|_| Error::InvalidArgument(format!("cart_create: {cells} grid cells exceed i32 keys")))?;
         let comm = self.split(grid_rank.map(|_| 0), key)?;

@@ -14,7 +14,7 @@ use fastmp::{ANY_SOURCE, Comm, Error, InterComm, InterRoot, Result};
 
 /// World ranks `0, 2, 4` and `1, 3`, each group's leader its rank 1 (world ranks 2 and 3).
 fn interleaved(world: &Comm) -> Result<(bool, InterComm)> {
-    let even = world.rank() % 2 == 0;
+    let even = world.rank().is_multiple_of(2);
     let local = world.split(Some(u32::from(even)), 0)?.expect("every rank has a colour");
     let inter = local.intercomm_create(1, world, if even { 3 } else { 2 }, 5)?;
     Ok((even, inter))
@@ -97,7 +97,7 @@ fn collectives_move_data_between_the_groups() {
         // bcast from world rank 4 (even rank 2), then from world rank 1 (odd rank 0).
         for (root_world, root_local) in [(4usize, 2usize), (1, 0)] {
             let mut buf = [if me == root_world { 1000 + root_world as u32 } else { 7 }; 2];
-            let root = match (me == root_world, even == (root_world % 2 == 0)) {
+            let root = match (me == root_world, even == root_world.is_multiple_of(2)) {
                 (true, _) => InterRoot::Root,
                 (false, true) => InterRoot::Null,
                 (false, false) => InterRoot::Remote(root_local),
