@@ -1,4 +1,4 @@
-//! Neighbour alltoall on a periodic 2-D grid (dims from `dims_create(np, 2)`), the fastmp side of
+//! Neighbour alltoall on a periodic 2-D grid (dims from `dims_create(np, &[0, 0])`), the fastmp side of
 //! `bench/neighbor_bench.c`: for each block size, 7 rounds of `iters` calls after a warm-up,
 //! the median round's time per call in µs (rank 0 prints; OSU-style average within a round).
 //!
@@ -9,8 +9,8 @@ use fastmp::{NeighborTopology, dims_create};
 
 fn main() {
     fastmp::main(|world| {
-        let dims = dims_create(world.size(), 2)?;
-        let grid = world.cart_create(&dims, &[true, true])?.expect("every rank is on the grid");
+        let dims = dims_create(world.size(), &[0, 0])?;
+        let grid = world.cart_create(&dims, &[true, true], false)?.expect("every rank is on the grid");
         let slots = 4;
         if grid.rank() == 0 {
             println!(

@@ -47,6 +47,8 @@ pub struct Comm {
     /// Collectives this rank has issued on the communicator (shared by its clones); numbers
     /// each operation's messages so outstanding nonblocking ones never match each other's.
     pub(crate) coll_seq: Rc<Cell<u64>>,
+    /// Name and attributes of this handle (shared by its clones).
+    pub(crate) info: Rc<crate::attributes::Info>,
 }
 
 /// State of one process (rank thread) shared by all its communicators.
@@ -106,7 +108,8 @@ impl Comm {
             last_scope: Cell::new(0),
             request_lists: RefCell::default(),
         });
-        Comm::with_context(dev, WORLD_CONTEXT, group, tuning, process)
+        let world = Comm::with_context(dev, WORLD_CONTEXT, group, tuning, process);
+        Comm { info: Rc::new(crate::attributes::Info::named("WORLD")), ..world }
     }
 
     /// A communicator on `context` over `group`, which must contain this process.
@@ -119,7 +122,7 @@ impl Comm {
     ) -> Self {
         let rank = group.rank().expect("a communicator's group contains its process");
         let collectives = dev.collectives(context, group.members()).map(Rc::new);
-        Comm { dev, context, group, rank, tuning, process, collectives, coll_seq: Rc::default() }
+        Comm { dev, context, group, rank, tuning, process, collectives, coll_seq: Rc::default(), info: Rc::default() }
     }
 
     /// This rank's number, `0..size()`.

@@ -14,7 +14,6 @@ use std::rc::Rc;
 use crate::coll::op::Min;
 use crate::coll::{Adjacency, Topology};
 use crate::comm::Comm;
-use crate::device::PROC_NULL;
 use crate::error::{Error, Result};
 use crate::topology::CartComm;
 
@@ -114,11 +113,6 @@ impl Topology for GraphComm {
     }
 }
 
-/// `shift`'s answer for a neighbour off a non-periodic edge, as a rank (PROC_NULL).
-fn or_proc_null(rank: Option<usize>) -> usize {
-    rank.unwrap_or(PROC_NULL)
-}
-
 /// The Cartesian neighbourhood of MPI: for each dimension the neighbour one step below, then the
 /// one above (MPI_Cart_shift by 1), PROC_NULL off a non-periodic edge.
 impl Topology for CartComm {
@@ -130,7 +124,7 @@ impl Topology for CartComm {
         let mut neighbors = Vec::with_capacity(2 * self.dims().len());
         for dimension in 0..self.dims().len() {
             let (below, above) = self.shift(dimension, 1)?;
-            neighbors.extend([below, above].map(or_proc_null));
+            neighbors.extend([below, above]);
         }
         Ok(Adjacency::cartesian(neighbors))
     }

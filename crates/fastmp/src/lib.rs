@@ -44,6 +44,7 @@
 //! borrows the compiler checks: see [`Scope`]) sits on the narrow [`device::Device`] trait; the
 //! `shm` and `tcp` devices implement it.
 
+mod attributes;
 pub mod coll;
 mod comm;
 mod communicators;
@@ -51,6 +52,7 @@ pub mod device;
 mod error;
 mod graph;
 mod group;
+mod intercomm;
 mod launch;
 mod p2p;
 mod progress;
@@ -59,13 +61,15 @@ mod scope;
 mod sync;
 mod topology;
 
+pub use attributes::AttrKey;
 pub use coll::NeighborTopology;
 pub use comm::{Comm, Status};
-pub use communicators::SplitType;
+pub use communicators::{Comparison, SplitType};
 pub use device::{ANY_SOURCE, ANY_TAG, Locality, PROC_NULL, Placement, Source, TAG_UB};
 pub use error::{Error, Result};
 pub use graph::GraphComm;
 pub use group::{Group, GroupOrdering};
+pub use intercomm::{InterComm, InterRoot, InterScope};
 pub use launch::config::{Config, DEFAULT_EAGER_LIMIT, DEFAULT_TCP_EAGER_LIMIT, DeviceKind, Pin};
 pub use launch::{init, main, run};
 pub use scope::{Request, Scope, testall, testany, waitall, waitany};

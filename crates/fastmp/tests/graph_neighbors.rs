@@ -470,7 +470,7 @@ fn cartesian_neighborhoods_match_the_reference() {
         let np: usize = dims.iter().product();
         on_both(np + 1, &format!("grid {dims:?} {periods:?}"), move |world| {
             // One rank more than the grid: it gets no grid communicator and takes no part.
-            let Some(grid) = world.cart_create(dims, periods)? else { return Ok(()) };
+            let Some(grid) = world.cart_create(dims, periods, false)? else { return Ok(()) };
             let me = grid.rank();
             let slots = 2 * dims.len();
             let neighbor =

@@ -68,7 +68,7 @@ pub trait Topology {
 /// ```
 /// use fastmp::NeighborTopology;
 /// fastmp::run(4, |world| {
-///     let ring = world.cart_create(&[4], &[true])?.unwrap();
+///     let ring = world.cart_create(&[4], &[true], false)?.unwrap();
 ///     // Send my rank both ways; receive from below (block 0) and from above (block 1).
 ///     let mut got = [0u32; 2];
 ///     ring.neighbor_allgather(&[ring.rank() as u32], &mut got)?;
