@@ -64,7 +64,7 @@ pub use device::{ANY_SOURCE, ANY_TAG, Locality, PROC_NULL, Placement, Source, TA
 pub use error::{Error, Result};
 pub use group::{Group, GroupOrdering};
 pub use launch::config::{Config, DEFAULT_EAGER_LIMIT, DEFAULT_TCP_EAGER_LIMIT, DeviceKind, Pin};
-pub use launch::{init, main, run};
+pub use launch::{init, main, processor_name, run, wtick, wtime};
 pub use scope::{Request, Scope, testall, testany, waitall, waitany};
 pub use topology::{CartComm, dims_create};
 
