@@ -22,8 +22,7 @@
 //! fastmp-testprog run NP      calls `fastmp::run(NP, ..)` (not `init`): under a launcher it
 //!                             joins the launcher's job or fails; every rank prints
 //!                             `run: rank R of N` after a barrier
-//! fastmp-testprog abort R C   after a barrier rank R calls `Comm::abort(C)`; the others block in
-//!                             a receive from R and print what it got
+//! fastmp-testprog abort R C   as `fail`, but rank R calls `Comm::abort(C)` instead of failing
 //! fastmp-testprog size        rank 0 prints `size N`
 //! ```
 //!
@@ -274,19 +273,25 @@ fn report_failure(rank: usize, what: &str, outcome: Result<()>) -> Result<()> {
     Err(error)
 }
 
-fn fail(world: &Comm, failing: usize) -> Result<()> {
-    let rank = world.rank();
+/// A barrier after which rank `failing` knows that every survivor has left it: otherwise a
+/// survivor still waiting there for a third rank's message could see the failure first, and
+/// report the barrier instead of the receive that follows (allowed by MPI, but not what the
+/// `fail` and `abort` modes test).
+fn barrier_all_left(world: &Comm, failing: usize) -> Result<()> {
     world.barrier()?;
-    // The failing rank waits until every survivor has left the barrier: otherwise a survivor
-    // still waiting there for a third rank's message could see the failure first, and report
-    // the barrier instead of the receive below (allowed by MPI, but not what this mode tests).
-    if rank == failing {
+    if world.rank() == failing {
         for peer in (0..world.size()).filter(|&p| p != failing) {
             world.recv(&mut [0u8; 0], peer, PAST_BARRIER)?;
         }
+        Ok(())
     } else {
-        world.send(&[0u8; 0], failing, PAST_BARRIER)?;
+        world.send(&[0u8; 0], failing, PAST_BARRIER)
     }
+}
+
+fn fail(world: &Comm, failing: usize) -> Result<()> {
+    let rank = world.rank();
+    barrier_all_left(world, failing)?;
     if rank == failing {
         // Printed before failing: once its peers learn of the failure and exit, a launcher may
         // stop this process before its error reaches stderr.
@@ -300,7 +305,7 @@ fn fail(world: &Comm, failing: usize) -> Result<()> {
 
 fn abort(world: &Comm, aborting: usize, code: i32) -> Result<()> {
     let rank = world.rank();
-    world.barrier()?;
+    barrier_all_left(world, aborting)?;
     if rank == aborting {
         say(&format!("rank {rank}: aborting with code {code}"));
         world.abort(code);
