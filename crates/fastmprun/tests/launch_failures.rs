@@ -126,7 +126,8 @@ fn abort_code_is_the_launchers_exit_status() {
             // stopped by the launcher before they print: see `processes_...` below).
             if device == "shm" {
                 for survivor in [0, 2] {
-                    let line = format!("rank {survivor}: receive from rank 1 failed: rank 1 failed: called abort with code 7");
+                    let line =
+                        format!("rank {survivor}: receive from rank 1 failed: rank 1 failed: called abort with code 7");
                     assert!(text(&out.stdout).lines().any(|l| l == line), "{device}: missing {line:?} in {out:?}");
                 }
             }

@@ -1,8 +1,8 @@
 //! Starting SPMD jobs: `run` (thread ranks), `init`/`main` (configuration from the environment).
 
+mod abort;
 pub(crate) mod affinity;
 pub(crate) mod config;
-mod abort;
 mod info;
 mod tcp;
 

@@ -11,10 +11,10 @@ use super::config::{Config, Pin, ProcessPlace};
 use super::{affinity, rank_failure};
 use crate::coll::Tuning;
 use crate::comm::Comm;
-use crate::device::{Device, Failure, lock_ignoring_poison};
 use crate::device::tcp::TcpEndpoint;
 use crate::device::tcp::bootstrap::{Bootstrap, Rendezvous, Site};
 use crate::device::tcp::handshake::JobSecret;
+use crate::device::{Device, Failure, lock_ignoring_poison};
 use crate::error::{Error, Result};
 
 /// Start-up timeout unless `FASTMP_CONNECT_TIMEOUT` (seconds) says otherwise.

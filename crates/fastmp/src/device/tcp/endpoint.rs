@@ -18,8 +18,7 @@ use super::{Peer, Shared, TcpOptions, io_error};
 use crate::device::matching::Envelope;
 use crate::device::wait::WaitPolicy;
 use crate::device::{
-    Failure,
-    ContextId, Device, MatchSpec, Placement, RawStatus, ReqId, SendMode, Source, Started, TAG_UB,
+    ContextId, Device, Failure, MatchSpec, Placement, RawStatus, ReqId, SendMode, Source, Started, TAG_UB,
     lock_ignoring_poison as lock, receive_result,
 };
 use crate::error::{Error, Result};
