@@ -63,6 +63,12 @@ pub enum Error {
     #[error("rank {rank} failed: {cause}")]
     RankFailed { rank: usize, cause: String },
 
+    /// A rank called [`crate::Comm::abort`] (MPI_Abort) and so ended the whole job: [`crate::run`]
+    /// returns this, [`crate::main`] and `fastmprun` exit with `code`. The other ranks' pending
+    /// and later operations fail with [`Error::PeerFailed`] naming `rank`.
+    #[error("rank {rank} aborted the job with code {code}")]
+    Aborted { rank: usize, code: i32 },
+
     /// An error raised by user code inside a rank.
     #[error(transparent)]
     Other(Box<dyn std::error::Error + Send + Sync + 'static>),
@@ -75,5 +81,14 @@ impl Error {
         E: Into<Box<dyn std::error::Error + Send + Sync + 'static>>,
     {
         Error::Other(error.into())
+    }
+
+    /// The exit status a process ending with this error should have: the code of
+    /// [`Error::Aborted`], 1 for anything else (what [`crate::main`] exits with).
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            Error::Aborted { code, .. } => *code,
+            _ => 1,
+        }
     }
 }

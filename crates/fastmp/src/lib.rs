@@ -39,6 +39,15 @@
 //! one) is shared by every rank, unlike MPI processes. Keep rank-local state inside the closure
 //! given to [`run`] / [`main`].
 //!
+//! ## Launchers, failures, abort
+//! [`run`] starts `np` thread ranks, unless a launcher (`fastmprun`, `mpirun`, `srun`) started
+//! this process: then it joins the launcher's job if `np` is the launcher's size and is an `Err`
+//! otherwise. [`main`] always takes the job from the launcher, or runs `FASTMP_NP` thread ranks
+//! (one per allowed CPU when unset). A failing rank (error, panic, [`Comm::abort`]) aborts the
+//! job: peers' operations fail with [`Error::PeerFailed`] naming the rank that failed first, and
+//! `run` returns [`Error::RankFailed`] (or [`Error::Aborted`]) for it. [`wtime`], [`wtick`] and
+//! [`processor_name`] are MPI_Wtime, MPI_Wtick and MPI_Get_processor_name.
+//!
 //! ## Layers
 //! [`Comm`] (typed point-to-point, [`Comm::scope`] for nonblocking requests, whose buffer
 //! borrows the compiler checks: see [`Scope`]) sits on the narrow [`device::Device`] trait; the
@@ -71,7 +80,7 @@ pub use graph::GraphComm;
 pub use group::{Group, GroupOrdering};
 pub use intercomm::{InterComm, InterRoot, InterScope};
 pub use launch::config::{Config, DEFAULT_EAGER_LIMIT, DEFAULT_TCP_EAGER_LIMIT, DeviceKind, Pin};
-pub use launch::{init, main, run};
+pub use launch::{init, main, processor_name, run, wtick, wtime};
 pub use scope::{Request, Scope, testall, testany, waitall, waitany};
 pub use topology::{CartComm, dims_create};
 

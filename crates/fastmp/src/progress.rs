@@ -268,6 +268,10 @@ impl<D: Device + ?Sized> Device for Progressing<D> {
         self.inner.name()
     }
 
+    fn abort_job(&self, failure: crate::device::Failure) -> crate::device::Failure {
+        self.inner.abort_job(failure)
+    }
+
     fn collectives(&self, context: ContextId, members: &[usize]) -> Option<crate::device::collectives::Collectives> {
         self.inner.collectives(context, members)
     }

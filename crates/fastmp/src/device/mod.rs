@@ -5,6 +5,7 @@
 //! the launcher; nothing above changes.
 
 pub(crate) mod collectives;
+pub(crate) mod failure;
 pub(crate) mod locality;
 pub(crate) mod matching;
 pub(crate) mod one_sided;
@@ -22,6 +23,7 @@ pub use tcp::fuzzing::fuzz_decode_frames;
 
 use crate::error::Result;
 use collectives::Collectives;
+pub use failure::Failure;
 pub use locality::{Locality, Placement};
 use one_sided::OneSided;
 pub(crate) use shm::ShmWorld;
@@ -238,6 +240,15 @@ pub trait Device {
 
     /// Short name of the device, as reported by benchmarks ("shm", "tcp", ...).
     fn name(&self) -> &'static str;
+
+    /// Aborts the job because this rank failed (MPI_Abort, or an error or panic it is about to
+    /// end with): every peer's pending and later operations fail with `PeerFailed`. The job keeps
+    /// the *first* failure, so this returns the one it ends with: `failure` itself, or an earlier
+    /// one this rank had already heard of (whose consequence this rank's failure then is). The
+    /// default, for devices without peers to tell, changes nothing.
+    fn abort_job(&self, failure: Failure) -> Failure {
+        failure
+    }
 
     /// The device's own implementation of the collectives of the communicator with `context` over
     /// `members` (world ranks, in communicator order), asked once when the communicator is

@@ -873,6 +873,11 @@ impl Device for ShmEndpoint {
     fn name(&self) -> &'static str {
         "shm"
     }
+
+    fn abort_job(&self, failure: crate::device::Failure) -> crate::device::Failure {
+        self.world.mark_failed(self.rank, failure.clone());
+        self.world.first_failure().unwrap_or(failure)
+    }
 }
 
 impl Drop for ShmEndpoint {

@@ -18,7 +18,7 @@ use super::{Peer, Shared, TcpOptions, io_error};
 use crate::device::matching::Envelope;
 use crate::device::wait::WaitPolicy;
 use crate::device::{
-    ContextId, Device, MatchSpec, Placement, RawStatus, ReqId, SendMode, Source, Started, TAG_UB,
+    ContextId, Device, Failure, MatchSpec, Placement, RawStatus, ReqId, SendMode, Source, Started, TAG_UB,
     lock_ignoring_poison as lock, receive_result,
 };
 use crate::error::{Error, Result};
@@ -105,15 +105,12 @@ impl TcpEndpoint {
         result
     }
 
-    /// Ends a rank whose program failed: tells every peer why (best effort, bounded time), so
-    /// their pending and future operations fail instead of waiting.
-    pub(crate) fn abort(&self, cause: &str) {
+    /// Ends a rank whose program failed: tells every peer about the job's failure (best effort,
+    /// bounded time), so their pending and future operations fail instead of waiting, and closes
+    /// the connections. Returns the failure the job ends with (see [`Device::abort_job`]).
+    pub(crate) fn abort(&self, failure: Failure) -> Failure {
         let sh = &*self.shared;
-        lock(&sh.state).abort(sh.rank, cause.to_string());
-        let text = &cause.as_bytes()[..cause.len().min(frame::MAX_ABORT_LEN as usize)];
-        for p in sh.peer_ranks() {
-            sh.send_frame(p, Frame::Abort { len: text.len() as u64 }, text);
-        }
+        let job = self.abort_job(failure);
         let deadline = Instant::now() + ABORT_FLUSH;
         while Instant::now() < deadline && sh.peer_ranks().any(|p| sh.peer(p).tx_busy.load(Ordering::Acquire)) {
             sh.progress_once();
@@ -123,6 +120,7 @@ impl TcpEndpoint {
             let _ = sh.peer(p).stream.shutdown(Shutdown::Both);
         }
         self.stop_input();
+        job
     }
 
     fn stop_input(&self) {
@@ -500,6 +498,28 @@ impl Device for TcpEndpoint {
 
     fn name(&self) -> &'static str {
         "tcp"
+    }
+
+    /// Records the failure (an earlier one this rank heard of wins) and passes the job's failure
+    /// on to every peer, once: a rank that only ran into another's failure relays that rank's
+    /// record, so nobody blames the relay.
+    fn abort_job(&self, failure: Failure) -> Failure {
+        let sh = &*self.shared;
+        let (job, first_time) = {
+            let mut st = lock(&sh.state);
+            let job = st.abort(failure).clone();
+            (job, !std::mem::replace(&mut st.abort_relayed, true))
+        };
+        if first_time {
+            let text = &job.cause.as_bytes()[..job.cause.len().min(frame::MAX_ABORT_LEN as usize)];
+            // Ranks fit 32 bits (checked at start-up).
+            let frame = Frame::Abort { len: text.len() as u64, origin: job.rank as u32, code: job.code };
+            for p in sh.peer_ranks() {
+                sh.send_frame(p, frame, text);
+            }
+            sh.wake_waiters_always();
+        }
+        job
     }
 }
 

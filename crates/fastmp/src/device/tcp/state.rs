@@ -4,7 +4,7 @@
 
 use crate::device::matching::{self, Envelope, Matcher, PeerView};
 use crate::device::slab::Slab;
-use crate::device::{MatchSpec, RawStatus, ReqId};
+use crate::device::{Failure, MatchSpec, RawStatus, ReqId};
 use crate::error::{Error, Result};
 
 /// Buffers kept for unexpected eager messages; beyond this, freed.
@@ -82,7 +82,9 @@ pub(super) struct State {
     pub matcher: Matcher<Body>,
     pub peers: Vec<PeerState>,
     /// The first failure this rank heard of: the job is aborted.
-    pub aborted: Option<(usize, String)>,
+    pub aborted: Option<Failure>,
+    /// Whether this rank has sent its peers the job's failure (`Device::abort_job`).
+    pub abort_relayed: bool,
     pool: Vec<Vec<u8>>,
     /// Smallest capacity of a pooled buffer: any eager message fits any pooled buffer.
     buffer_floor: usize,
@@ -102,18 +104,19 @@ impl State {
             matcher: Matcher::with_capacity(64, 64),
             peers: vec![PeerState::Live; size],
             aborted: None,
+            abort_relayed: false,
             pool,
             buffer_floor: eager_limit,
         }
     }
 
     pub fn abort_error(&self) -> Option<Error> {
-        self.aborted.as_ref().map(|(rank, cause)| Error::PeerFailed { rank: *rank, cause: cause.clone() })
+        self.aborted.as_ref().map(Failure::peer_error)
     }
 
     /// Records the first failure; later ones are consequences.
-    pub fn abort(&mut self, rank: usize, cause: String) {
-        self.aborted.get_or_insert((rank, cause));
+    pub fn abort(&mut self, failure: Failure) -> &Failure {
+        self.aborted.get_or_insert(failure)
     }
 
     /// The posted receive an arriving envelope matches, taken off the posted list and marked
