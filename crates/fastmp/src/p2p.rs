@@ -19,7 +19,7 @@ impl Comm {
     ///     } else {
     ///         let mut buf = [0.0f64; 2];
     ///         let status = world.recv(&mut buf, 0, 7)?;
-    ///         assert_eq!((buf, status.count), ([1.5, 2.5], 2));
+    ///         assert_eq!((buf, status.count::<f64>()), ([1.5, 2.5], 2));
     ///     }
     ///     Ok(())
     /// })?;
@@ -91,7 +91,7 @@ impl Comm {
     }
 
     /// Waits for a message matching `source`/`tag` and reports it without receiving it
-    /// (MPI_Probe). `count` is in bytes; use [`Status::count_of`] for elements.
+    /// (MPI_Probe). [`Status::count`] gives the message's length in elements of a type.
     pub fn probe(&self, source: impl Into<Source>, tag: i32) -> Result<Status> {
         let spec = self.probe_spec(source.into(), tag)?;
         let mut found = None;
@@ -135,7 +135,7 @@ impl Comm {
         self.send_bytes(&bytes, dest, tag, SendMode::Standard)
     }
 
-    /// Receives a value sent with [`Comm::send_obj`]. `Status::count` is the encoded size in bytes.
+    /// Receives a value sent with [`Comm::send_obj`]. `Status::bytes` is the encoded size.
     pub fn recv_obj<T: DeserializeOwned>(&self, source: impl Into<Source>, tag: i32) -> Result<(T, Status)> {
         let probed = self.probe(source, tag)?;
         let mut bytes = vec![0u8; probed.bytes];

@@ -195,7 +195,7 @@ const REQUESTS_PER_SCOPE: usize = 16;
 /// Status reported for requests that were already inactive (MPI's empty status), and for
 /// completed collectives.
 pub(crate) const EMPTY_STATUS: Status =
-    Status { source: usize::MAX, tag: ANY_TAG, count: 0, bytes: 0, cancelled: false };
+    Status { source: usize::MAX, tag: ANY_TAG, bytes: 0, cancelled: false };
 
 impl Comm {
     /// Runs `f` with a [`Scope`] in which nonblocking operations can be started; returns once all
