@@ -25,12 +25,12 @@ impl Comm {
     /// })?;
     /// # Ok::<(), fastmp::Error>(())
     /// ```
-    pub fn send<T: Pod>(&self, buf: &[T], dest: usize, tag: i32) -> Result<()> {
+    pub fn send<T: bytemuck::NoUninit>(&self, buf: &[T], dest: usize, tag: i32) -> Result<()> {
         self.send_bytes(bytemuck::cast_slice(buf), dest, tag, SendMode::Standard)
     }
 
     /// Synchronous send (MPI_Ssend): returns only once the receiver has matched the message.
-    pub fn ssend<T: Pod>(&self, buf: &[T], dest: usize, tag: i32) -> Result<()> {
+    pub fn ssend<T: bytemuck::NoUninit>(&self, buf: &[T], dest: usize, tag: i32) -> Result<()> {
         self.send_bytes(bytemuck::cast_slice(buf), dest, tag, SendMode::Synchronous)
     }
 
@@ -55,7 +55,7 @@ impl Comm {
     /// Sends `sendbuf` to `dest` and receives into `recvbuf` from `source` at the same time
     /// (MPI_Sendrecv), so exchanges in a ring cannot deadlock.
     #[allow(clippy::too_many_arguments)]
-    pub fn sendrecv<S: Pod, R: Pod>(
+    pub fn sendrecv<S: bytemuck::NoUninit, R: Pod>(
         &self,
         sendbuf: &[S],
         dest: usize,
