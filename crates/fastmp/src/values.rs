@@ -194,7 +194,7 @@ impl Comm {
         tag: i32,
     ) -> Result<Status> {
         let size = size_of::<T>();
-        with_scratch(size * buf.len(), |bytes| {
+        with_scratch(size_of_val(buf), |bytes| {
             let raw = self.recv_bytes(bytes, source.into(), tag)?;
             let status = self.status(raw, size)?;
             let got = &bytes[..raw.bytes];

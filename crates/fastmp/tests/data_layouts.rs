@@ -159,12 +159,12 @@ fn invalid_layouts_are_errors_naming_the_problem() {
     );
 }
 
+/// A layout's transfer, `(comm, buffer, send?, peer)`, boxed because `Layout` is not object safe.
+type Transfer = Box<dyn Fn(&Comm, &mut [u64], bool, usize) -> Result<()>>;
+
 /// A random layout of any kind whose extent fits `cap`, with its reference indices.
-fn random_layout(rng: &mut Rng, cap: usize) -> (Box<dyn Fn(&Comm, &mut [u64], bool, usize) -> Result<()>>, Vec<usize>) {
-    // Wrapped in closures because `Layout` is not object safe.
-    fn wrap<L: Layout + Reference + 'static>(
-        l: L,
-    ) -> (Box<dyn Fn(&Comm, &mut [u64], bool, usize) -> Result<()>>, Vec<usize>) {
+fn random_layout(rng: &mut Rng, cap: usize) -> (Transfer, Vec<usize>) {
+    fn wrap<L: Layout + Reference + 'static>(l: L) -> (Transfer, Vec<usize>) {
         let idx = l.indices();
         let f = move |c: &Comm, buf: &mut [u64], send: bool, peer: usize| {
             if send { c.send_strided(buf, &l, peer, 0) } else { c.recv_strided(buf, &l, peer, 0).map(drop) }

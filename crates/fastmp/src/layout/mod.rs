@@ -54,21 +54,22 @@ mod sealed {
     pub trait Sealed {
         /// Element count, extent and whether runs overlap, with checked arithmetic; `Err` says
         /// what is wrong with the layout itself.
-        fn shape(&self) -> Result<super::Shape, String>;
+        fn shape(&self) -> Result<Shape, String>;
         /// The runs, as [`super::Layout::runs`] documents them.
         fn run_iter(&self) -> impl Iterator<Item = (usize, usize)> + '_;
     }
+
+    /// A layout's size facts (unnameable outside the crate, like the trait).
+    #[derive(Clone, Copy, Debug)]
+    pub struct Shape {
+        pub elements: usize,
+        pub extent: usize,
+        /// Some element is selected twice: fine to send, ambiguous to receive into.
+        pub overlapping: bool,
+    }
 }
 
-/// A layout's size facts.
-#[doc(hidden)]
-#[derive(Clone, Copy, Debug)]
-pub struct Shape {
-    elements: usize,
-    extent: usize,
-    /// Some element is selected twice: fine to send, ambiguous to receive into.
-    overlapping: bool,
-}
+use sealed::Shape;
 
 fn invalid(call: &str, layout: &(impl Debug + ?Sized), why: &str) -> Error {
     Error::InvalidArgument(format!("{call}: {layout:?} is not a valid layout: {why}"))
