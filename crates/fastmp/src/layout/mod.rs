@@ -52,9 +52,12 @@ mod sealed {
     /// What a layout must compute; private so that the set of layouts (and their invariants)
     /// stays the crate's.
     pub trait Sealed {
-        /// Element count, extent and whether runs overlap, with checked arithmetic; `Err` says
-        /// what is wrong with the layout itself.
+        /// Element count and extent, with checked arithmetic; `Err` says what is wrong with the
+        /// layout itself.
         fn shape(&self) -> Result<Shape, String>;
+        /// Whether some element is selected twice (fine to send, ambiguous to receive into).
+        /// Asked only of receive layouts whose `shape` is `Ok`.
+        fn overlapping(&self) -> bool;
         /// The runs, as [`super::Layout::runs`] documents them.
         fn run_iter(&self) -> impl Iterator<Item = (usize, usize)> + '_;
     }
@@ -64,8 +67,6 @@ mod sealed {
     pub struct Shape {
         pub elements: usize,
         pub extent: usize,
-        /// Some element is selected twice: fine to send, ambiguous to receive into.
-        pub overlapping: bool,
     }
 }
 
@@ -85,7 +86,7 @@ pub(crate) fn check<L: Layout>(call: &str, layout: &L, buf_len: usize, writing: 
             shape.extent
         )));
     }
-    if writing && shape.overlapping {
+    if writing && layout.overlapping() {
         return Err(invalid(call, layout, "its blocks overlap, so a receive into it is ambiguous"));
     }
     Ok(shape.elements)
@@ -220,7 +221,11 @@ impl sealed::Sealed for Vector {
                 .and_then(|x| x.checked_add(self.blocklength))
                 .ok_or_else(overflow)?,
         };
-        Ok(Shape { elements, extent, overlapping: self.count > 1 && self.stride < self.blocklength })
+        Ok(Shape { elements, extent })
+    }
+
+    fn overlapping(&self) -> bool {
+        self.count > 1 && self.stride < self.blocklength
     }
 
     fn run_iter(&self) -> impl Iterator<Item = (usize, usize)> + '_ {
@@ -309,8 +314,11 @@ impl sealed::Sealed for Subarray {
         Ok(Shape {
             elements: product(&self.subsizes).ok_or_else(overflow)?,
             extent: product(&self.sizes).ok_or_else(overflow)?,
-            overlapping: false,
         })
+    }
+
+    fn overlapping(&self) -> bool {
+        false
     }
 
     fn run_iter(&self) -> impl Iterator<Item = (usize, usize)> + '_ {
@@ -366,7 +374,7 @@ pub struct Indexed {
 impl Indexed {
     /// Whether two nonempty blocks share an element. Linear for blocks in increasing order (the
     /// usual case); otherwise on a sorted copy.
-    fn overlapping(&self) -> bool {
+    fn blocks_overlap(&self) -> bool {
         let blocks = || {
             self.displacements
                 .iter()
@@ -413,7 +421,13 @@ impl sealed::Sealed for Indexed {
                 extent = extent.max(end);
             }
         }
-        Ok(Shape { elements, extent, overlapping: self.overlapping() })
+        Ok(Shape { elements, extent })
+    }
+
+    /// Linear for blocks in increasing order (the usual case); otherwise on a sorted copy, the
+    /// one allocation a layout may make (only when receiving into it).
+    fn overlapping(&self) -> bool {
+        self.blocks_overlap()
     }
 
     fn run_iter(&self) -> impl Iterator<Item = (usize, usize)> + '_ {
@@ -442,10 +456,10 @@ mod tests {
     #[test]
     fn overlap_is_found_in_any_order() {
         let ix = |d: &[usize], l: &[usize]| Indexed { displacements: d.to_vec(), blocklengths: l.to_vec() };
-        assert!(!ix(&[0, 2, 5], &[2, 3, 1]).overlapping());
-        assert!(ix(&[0, 1], &[2, 1]).overlapping());
-        assert!(ix(&[5, 0, 3], &[1, 3, 3]).overlapping());
-        assert!(!ix(&[5, 0, 3], &[1, 3, 2]).overlapping());
-        assert!(!ix(&[1, 1], &[0, 2]).overlapping(), "empty blocks select nothing");
+        assert!(!ix(&[0, 2, 5], &[2, 3, 1]).blocks_overlap());
+        assert!(ix(&[0, 1], &[2, 1]).blocks_overlap());
+        assert!(ix(&[5, 0, 3], &[1, 3, 3]).blocks_overlap());
+        assert!(!ix(&[5, 0, 3], &[1, 3, 2]).blocks_overlap());
+        assert!(!ix(&[1, 1], &[0, 2]).blocks_overlap(), "empty blocks select nothing");
     }
 }
