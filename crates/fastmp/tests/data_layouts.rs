@@ -318,6 +318,33 @@ fn strided_errors(dev: DeviceKind) {
     });
 }
 
+/// Element sizes without a fixed-size copy path (3 and 32 bytes) and one with (16).
+fn odd_element_sizes(dev: DeviceKind) {
+    fn column_round_trip<T: fastmp::bytemuck::Pod + PartialEq + std::fmt::Debug>(
+        world: &Comm,
+        make: impl Fn(usize) -> T,
+    ) -> Result<()> {
+        let layout = Vector { count: 5, blocklength: 2, stride: 3 };
+        let src: Vec<T> = (0..14).map(&make).collect();
+        if world.rank() == 0 {
+            world.send_strided(&src, &layout, 1, 0)?;
+        } else {
+            let mut dst = vec![make(99); 14];
+            let st = world.recv_strided(&mut dst, &layout, 0, 0)?;
+            assert_eq!(st.count::<T>(), 10);
+            for (i, x) in dst.iter().enumerate() {
+                assert_eq!(*x, if i % 3 < 2 { make(i) } else { make(99) }, "element {i}");
+            }
+        }
+        Ok(())
+    }
+    run(dev, 2, |world| {
+        column_round_trip(&world, |i| [i as u8, 1, 2])?;
+        column_round_trip(&world, |i| [i as u64, 7, 8, 9])?;
+        column_round_trip(&world, |i| i as u128)
+    });
+}
+
 /// The generic collective route: pack → collective → unpack.
 fn collectives_through_pack(dev: DeviceKind) {
     run(dev, 3, |world| {
@@ -350,4 +377,10 @@ macro_rules! device_suite {
     };
 }
 
-device_suite!(strided_transfers_match_the_reference, matrix_column_both_ways, strided_errors, collectives_through_pack);
+device_suite!(
+    strided_transfers_match_the_reference,
+    matrix_column_both_ways,
+    strided_errors,
+    odd_element_sizes,
+    collectives_through_pack,
+);
