@@ -43,6 +43,12 @@
 //! [`Comm`] (typed point-to-point, [`Comm::scope`] for nonblocking requests, whose buffer
 //! borrows the compiler checks: see [`Scope`]) sits on the narrow [`device::Device`] trait; the
 //! `shm` and `tcp` devices implement it.
+//!
+//! ## Data
+//! Slices of `Pod` types move as raw bytes (sends take any `bytemuck::NoUninit` type, so `bool`
+//! and fieldless enums too); [`Comm::recv_checked`], [`Comm::recv_value`] and [`Comm::recv_vec`]
+//! validate types with invalid bit patterns. Strided data (MPI derived datatypes) is described
+//! by the layouts of [`layout`]; anything else moves as a serde object ([`Comm::send_obj`]).
 
 pub mod coll;
 mod comm;
