@@ -29,6 +29,16 @@ pub enum Error {
     #[error("element size mismatch: {bytes} bytes received is not a multiple of the {elem_size}-byte element type")]
     ElementSize { bytes: usize, elem_size: usize },
 
+    /// A receive that needs a message of one exact length (a single value, a layout's worth of
+    /// elements) got another (`call` names the receive).
+    #[error("{call}: the message from rank {source_rank} (tag {tag}) has {bytes} bytes, expected {expected}")]
+    MessageLength { call: &'static str, bytes: usize, expected: usize, source_rank: usize, tag: i32 },
+
+    /// The received bytes are not a valid value of the receive type (a byte other than 0 or 1
+    /// for `bool`, an unknown enum discriminant); nothing was written to the receive buffer.
+    #[error("{call}: element {index} of the message from rank {source_rank} (tag {tag}) is not a valid {type_name}")]
+    InvalidValue { call: &'static str, type_name: &'static str, index: usize, source_rank: usize, tag: i32 },
+
     /// The communicator (or the whole rank) has been finalized.
     #[error("{0} used after finalize")]
     Finalized(&'static str),

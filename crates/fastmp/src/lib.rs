@@ -52,6 +52,12 @@
 //! [`Comm`] (typed point-to-point, [`Comm::scope`] for nonblocking requests, whose buffer
 //! borrows the compiler checks: see [`Scope`]) sits on the narrow [`device::Device`] trait; the
 //! `shm` and `tcp` devices implement it.
+//!
+//! ## Data
+//! Slices of `Pod` types move as raw bytes (sends take any `bytemuck::NoUninit` type, so `bool`
+//! and fieldless enums too); [`Comm::recv_checked`], [`Comm::recv_value`] and [`Comm::recv_vec`]
+//! validate types with invalid bit patterns. Strided data (MPI derived datatypes) is described
+//! by the layouts of [`layout`]; anything else moves as a serde object ([`Comm::send_obj`]).
 
 mod attributes;
 pub mod coll;
@@ -63,12 +69,14 @@ mod graph;
 mod group;
 mod intercomm;
 mod launch;
+pub mod layout;
 mod p2p;
 mod progress;
 mod raw;
 mod scope;
 mod sync;
 mod topology;
+mod values;
 
 pub use attributes::AttrKey;
 pub use coll::NeighborTopology;
@@ -83,6 +91,70 @@ pub use launch::config::{Config, DEFAULT_EAGER_LIMIT, DEFAULT_TCP_EAGER_LIMIT, D
 pub use launch::{init, main, processor_name, run, wtick, wtime};
 pub use scope::{Request, Scope, testall, testany, waitall, waitany};
 pub use topology::{CartComm, dims_create};
+
+/// The `bytemuck` fastmp builds on, so element types can derive its traits without a
+/// dependency of their own. The derive macros name `::bytemuck` unless told otherwise, so say
+/// where the crate is:
+///
+/// ```
+/// use fastmp::bytemuck::{Pod, Zeroable};
+///
+/// // A struct with padding is not `Pod`: make the padding an explicit field.
+/// #[derive(Clone, Copy, Debug, PartialEq, Pod, Zeroable)]
+/// #[bytemuck(crate = "fastmp::bytemuck")]
+/// #[repr(C)]
+/// struct Particle {
+///     id: u32,
+///     _pad: u32,
+///     pos: [f64; 3],
+/// }
+///
+/// // A fieldless enum can be sent (`NoUninit`) and received with validation (`CheckedBitPattern`).
+/// #[derive(Clone, Copy, Debug, PartialEq, fastmp::bytemuck::NoUninit, fastmp::bytemuck::CheckedBitPattern)]
+/// #[bytemuck(crate = "fastmp::bytemuck")]
+/// #[repr(u8)]
+/// enum Phase { Start = 1, Stop = 2 }
+///
+/// fastmp::run(2, |world| {
+///     let p = Particle { id: 7, _pad: 0, pos: [1.0, 2.0, 3.0] };
+///     if world.rank() == 0 {
+///         world.send(&[p], 1, 0)?;
+///         world.send_value(&Phase::Stop, 1, 1)?;
+///     } else {
+///         let mut got = [Particle::zeroed()];
+///         world.recv(&mut got, 0, 0)?;
+///         assert_eq!(got[0], p);
+///         assert_eq!(world.recv_value::<Phase>(0, 1)?.0, Phase::Stop);
+///     }
+///     Ok(())
+/// })?;
+/// # Ok::<(), fastmp::Error>(())
+/// ```
+///
+/// Nested structs work the same way when every field is `Pod`; for anything else (pointers,
+/// `String`, `Vec`), use serde and [`Comm::send_obj`].
+pub use bytemuck;
+
+/// The `serde` fastmp's object messages use. Its derives need `#[serde(crate = "fastmp::serde")]`
+/// when serde is reached through this re-export:
+///
+/// ```
+/// #[derive(fastmp::serde::Serialize, fastmp::serde::Deserialize, Debug, PartialEq)]
+/// #[serde(crate = "fastmp::serde")]
+/// struct Job { name: String, steps: Vec<u32> }
+///
+/// fastmp::run(2, |world| {
+///     if world.rank() == 0 {
+///         world.send_obj(&Job { name: "relax".into(), steps: vec![1, 2] }, 1, 0)?;
+///     } else {
+///         let (job, _) = world.recv_obj::<Job>(0, 0)?;
+///         assert_eq!(job.steps, [1, 2]);
+///     }
+///     Ok(())
+/// })?;
+/// # Ok::<(), fastmp::Error>(())
+/// ```
+pub use serde;
 
 /// Reduction operations for `reduce`, `allreduce`, `scan`, ...: MPI's predefined ops as unit
 /// structs, plus [`op::UserOp`] for closures.

@@ -19,18 +19,18 @@ impl Comm {
     ///     } else {
     ///         let mut buf = [0.0f64; 2];
     ///         let status = world.recv(&mut buf, 0, 7)?;
-    ///         assert_eq!((buf, status.count), ([1.5, 2.5], 2));
+    ///         assert_eq!((buf, status.count::<f64>()), ([1.5, 2.5], 2));
     ///     }
     ///     Ok(())
     /// })?;
     /// # Ok::<(), fastmp::Error>(())
     /// ```
-    pub fn send<T: Pod>(&self, buf: &[T], dest: usize, tag: i32) -> Result<()> {
+    pub fn send<T: bytemuck::NoUninit>(&self, buf: &[T], dest: usize, tag: i32) -> Result<()> {
         self.send_bytes(bytemuck::cast_slice(buf), dest, tag, SendMode::Standard)
     }
 
     /// Synchronous send (MPI_Ssend): returns only once the receiver has matched the message.
-    pub fn ssend<T: Pod>(&self, buf: &[T], dest: usize, tag: i32) -> Result<()> {
+    pub fn ssend<T: bytemuck::NoUninit>(&self, buf: &[T], dest: usize, tag: i32) -> Result<()> {
         self.send_bytes(bytemuck::cast_slice(buf), dest, tag, SendMode::Synchronous)
     }
 
@@ -55,7 +55,7 @@ impl Comm {
     /// Sends `sendbuf` to `dest` and receives into `recvbuf` from `source` at the same time
     /// (MPI_Sendrecv), so exchanges in a ring cannot deadlock.
     #[allow(clippy::too_many_arguments)]
-    pub fn sendrecv<S: Pod, R: Pod>(
+    pub fn sendrecv<S: bytemuck::NoUninit, R: Pod>(
         &self,
         sendbuf: &[S],
         dest: usize,
@@ -91,7 +91,7 @@ impl Comm {
     }
 
     /// Waits for a message matching `source`/`tag` and reports it without receiving it
-    /// (MPI_Probe). `count` is in bytes; use [`Status::count_of`] for elements.
+    /// (MPI_Probe). [`Status::count`] gives the message's length in elements of a type.
     pub fn probe(&self, source: impl Into<Source>, tag: i32) -> Result<Status> {
         let spec = self.probe_spec(source.into(), tag)?;
         let mut found = None;
@@ -135,7 +135,7 @@ impl Comm {
         self.send_bytes(&bytes, dest, tag, SendMode::Standard)
     }
 
-    /// Receives a value sent with [`Comm::send_obj`]. `Status::count` is the encoded size in bytes.
+    /// Receives a value sent with [`Comm::send_obj`]. `Status::bytes` is the encoded size.
     pub fn recv_obj<T: DeserializeOwned>(&self, source: impl Into<Source>, tag: i32) -> Result<(T, Status)> {
         let probed = self.probe(source, tag)?;
         let mut bytes = vec![0u8; probed.bytes];

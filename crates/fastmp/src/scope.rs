@@ -194,8 +194,7 @@ const REQUESTS_PER_SCOPE: usize = 16;
 
 /// Status reported for requests that were already inactive (MPI's empty status), and for
 /// completed collectives.
-pub(crate) const EMPTY_STATUS: Status =
-    Status { source: usize::MAX, tag: ANY_TAG, count: 0, bytes: 0, cancelled: false };
+pub(crate) const EMPTY_STATUS: Status = Status { source: usize::MAX, tag: ANY_TAG, bytes: 0, cancelled: false };
 
 impl Comm {
     /// Runs `f` with a [`Scope`] in which nonblocking operations can be started; returns once all
@@ -259,16 +258,26 @@ impl<'scope> Scope<'scope, '_> {
     }
 
     /// Starts a standard-mode send (MPI_Isend).
-    pub fn isend<T: Pod>(&'scope self, buf: &'scope [T], dest: usize, tag: i32) -> Result<Request<'scope>> {
+    pub fn isend<T: bytemuck::NoUninit>(
+        &'scope self,
+        buf: &'scope [T],
+        dest: usize,
+        tag: i32,
+    ) -> Result<Request<'scope>> {
         self.start_send(buf, dest, tag, SendMode::Standard)
     }
 
     /// Starts a synchronous send (MPI_Issend): completes once the receiver has matched it.
-    pub fn issend<T: Pod>(&'scope self, buf: &'scope [T], dest: usize, tag: i32) -> Result<Request<'scope>> {
+    pub fn issend<T: bytemuck::NoUninit>(
+        &'scope self,
+        buf: &'scope [T],
+        dest: usize,
+        tag: i32,
+    ) -> Result<Request<'scope>> {
         self.start_send(buf, dest, tag, SendMode::Synchronous)
     }
 
-    fn start_send<T: Pod>(
+    fn start_send<T: bytemuck::NoUninit>(
         &'scope self,
         buf: &'scope [T],
         dest: usize,

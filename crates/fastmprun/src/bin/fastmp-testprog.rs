@@ -245,10 +245,10 @@ fn ring(world: &Comm) -> Result<()> {
         let outgoing = ring_payload(rank, round, len);
         let mut incoming = vec![0u8; len];
         let status = world.sendrecv(&outgoing, right, tag, &mut incoming, left, tag)?;
-        if status.count != len || incoming != ring_payload(left, round, len) {
+        if status.count::<u8>() != len || incoming != ring_payload(left, round, len) {
             return Err(Error::other(format!(
                 "ring round {round}: the {len} bytes from rank {left} arrived as {} bytes or corrupted",
-                status.count
+                status.count::<u8>()
             )));
         }
         local += checksum(&incoming);
