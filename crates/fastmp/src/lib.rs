@@ -51,11 +51,13 @@ pub mod device;
 mod error;
 mod group;
 mod launch;
+mod mprobe;
 mod p2p;
 mod progress;
 mod raw;
 mod scope;
 mod sync;
+mod threads;
 mod topology;
 
 pub use comm::{Comm, Status};
@@ -65,7 +67,9 @@ pub use error::{Error, Result};
 pub use group::{Group, GroupOrdering};
 pub use launch::config::{Config, DEFAULT_EAGER_LIMIT, DEFAULT_TCP_EAGER_LIMIT, DeviceKind, Pin};
 pub use launch::{init, main, run};
+pub use mprobe::Message;
 pub use scope::{Request, Scope, testall, testany, waitall, waitany};
+pub use threads::{ThreadComm, ThreadLevel};
 pub use topology::{CartComm, dims_create};
 
 /// Reduction operations for `reduce`, `allreduce`, `scan`, ...: MPI's predefined ops as unit
