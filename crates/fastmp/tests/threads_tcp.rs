@@ -2,7 +2,6 @@
 //! MPI_THREAD_MULTIPLE), racing matched probes that must never take the same message, and the
 //! thread levels and errors of both devices.
 
-use std::collections::BTreeSet;
 use std::sync::Mutex;
 
 use fastmp::{ANY_SOURCE, ANY_TAG, Config, DeviceKind, Error, ThreadComm, ThreadLevel};
@@ -14,6 +13,9 @@ fn tcp(np: usize) -> Config {
 const HELPERS: usize = 3;
 const ROUNDS: u64 = 40;
 const MAIN_TAG: i32 = 100;
+/// Offset of each thread's second tag (the all-to-all step), so a peer's next ring message
+/// cannot meet this round's `ANY_SOURCE` receives.
+const EAGER_TAGS: i32 = 50;
 
 /// The payload of message `i` of thread `t` of rank `r`: sizes alternate between eager and
 /// rendezvous (above tcp's 64 KiB eager limit).
@@ -22,9 +24,10 @@ fn payload(r: usize, t: usize, i: u64) -> Vec<u64> {
     (0..len as u64).map(|k| (r as u64) << 48 | (t as u64) << 40 | i << 20 | k).collect()
 }
 
-/// Every rank runs helper threads that each exchange with every other rank on their own tag
-/// (sends, then `ANY_SOURCE` receives, a synchronous send every few rounds) while the rank's own
-/// thread does the same on `MAIN_TAG`; every message is checked.
+/// Every rank runs helper threads that each exchange with the other ranks on their own tag while
+/// the rank's own thread does the same on `MAIN_TAG`: per round a ring `sendrecv` (eager or
+/// rendezvous-sized, receiving from `ANY_SOURCE`), then eager sends to every peer received with
+/// `ANY_SOURCE` on a second tag. Every message is checked.
 #[test]
 fn helper_threads_and_main_thread_exchange_concurrently() {
     tcp(3)
@@ -33,24 +36,27 @@ fn helper_threads_and_main_thread_exchange_concurrently() {
             let handle = world.threaded()?;
             assert_eq!((handle.rank(), handle.size()), (world.rank(), 3));
             let (me, size) = (world.rank(), world.size());
+            let (next, prev) = ((me + 1) % size, (me + size - 1) % size);
             let exchange = |comm: &ThreadComm, t: usize, tag: i32| -> fastmp::Result<()> {
+                let mut buf = vec![0u64; 10_000];
+                let mut next_round = vec![0u64; size];
                 for i in 0..ROUNDS {
+                    let status = comm.sendrecv(&payload(me, t, i), next, tag, &mut buf, ANY_SOURCE, tag)?;
+                    assert_eq!(status.source, prev);
+                    assert_eq!(&buf[..status.bytes / 8], &payload(prev, t, i)[..], "thread {t} round {i}");
                     for peer in (0..size).filter(|&p| p != me) {
-                        if i % 8 == 0 {
-                            comm.ssend(&payload(me, t, i), peer, tag)?;
-                        } else {
-                            comm.send(&payload(me, t, i), peer, tag)?;
-                        }
+                        comm.send(&payload(me, t, ROUNDS + i)[..1], peer, tag + EAGER_TAGS)?;
                     }
-                    let mut seen = BTreeSet::new();
+                    // A fast peer's next round may come before a slow one's: per sender the
+                    // rounds arrive in order (non-overtaking).
                     for _ in 0..size - 1 {
-                        let mut buf = vec![0u64; 10_000];
-                        let status = comm.recv(&mut buf, ANY_SOURCE, tag)?;
-                        let expect = payload(status.source, t, i);
-                        assert_eq!(&buf[..status.bytes / 8], &expect[..], "thread {t} round {i}");
-                        assert!(seen.insert(status.source));
+                        let status = comm.recv(&mut buf, ANY_SOURCE, tag + EAGER_TAGS)?;
+                        let round = &mut next_round[status.source];
+                        assert_eq!(&buf[..status.bytes / 8], &payload(status.source, t, ROUNDS + *round)[..1]);
+                        *round += 1;
                     }
                 }
+                assert!(next_round.iter().enumerate().all(|(p, &n)| n == if p == me { 0 } else { ROUNDS }));
                 Ok(())
             };
             std::thread::scope(|s| {
@@ -62,15 +68,11 @@ fn helper_threads_and_main_thread_exchange_concurrently() {
                     })
                     .collect();
                 // The rank's own thread, through its `Comm`, on the same context.
+                let mut buf = vec![0u64; 10_000];
                 for i in 0..ROUNDS {
-                    for peer in (0..size).filter(|&p| p != me) {
-                        world.send(&payload(me, HELPERS, i), peer, MAIN_TAG)?;
-                    }
-                    for _ in 0..size - 1 {
-                        let mut buf = vec![0u64; 10_000];
-                        let status = world.recv(&mut buf, ANY_SOURCE, MAIN_TAG)?;
-                        assert_eq!(&buf[..status.bytes / 8], &payload(status.source, HELPERS, i)[..]);
-                    }
+                    let status =
+                        world.sendrecv(&payload(me, HELPERS, i), next, MAIN_TAG, &mut buf, ANY_SOURCE, MAIN_TAG)?;
+                    assert_eq!(&buf[..status.bytes / 8], &payload(prev, HELPERS, i)[..]);
                 }
                 helpers.into_iter().try_for_each(|h| h.join().expect("helper panicked"))
             })
@@ -202,11 +204,11 @@ fn handle_of_a_split_communicator() {
         .run(|world| {
             let sub = world.split(Some((world.rank() / 2) as u32), 0)?.expect("every rank has a colour");
             let handle = sub.threaded()?;
-            let peer = 1 - handle.rank();
+            let (peer, me) = (1 - handle.rank(), world.rank());
             let got = std::thread::scope(|s| {
                 s.spawn(|| {
                     let mut got = [0u32];
-                    let status = handle.sendrecv(&[world.rank() as u32], peer, 0, &mut got, ANY_SOURCE, 0)?;
+                    let status = handle.sendrecv(&[me as u32], peer, 0, &mut got, ANY_SOURCE, 0)?;
                     assert_eq!(status.source, peer);
                     Ok::<_, Error>(got[0])
                 })
