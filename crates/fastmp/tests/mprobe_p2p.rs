@@ -150,6 +150,26 @@ fn self_messages(dev: DeviceKind) {
         .unwrap();
 }
 
+/// A rendezvous-sized message to itself, probed, outlives its send request (released when the
+/// scope ends): the release must not wait for the held message, and the data survives.
+fn self_message_outlives_its_send(dev: DeviceKind) {
+    cfg(dev, 1)
+        .run(|world| {
+            let big = pattern(3, 100_000);
+            let message = world.scope(|s| {
+                let send = s.isend(&big, 0, 1)?;
+                let (message, _) = world.mprobe(0, 1)?;
+                drop(send);
+                Ok::<_, Error>(message)
+            })?;
+            let (data, status) = message.recv_vec::<u8>()?;
+            assert_eq!(status.bytes, 100_000);
+            assert!(data == big);
+            Ok(())
+        })
+        .unwrap();
+}
+
 /// A probe of `PROC_NULL` gives the no-process message: no data, source `PROC_NULL`.
 fn proc_null(dev: DeviceKind) {
     cfg(dev, 2)
@@ -215,6 +235,7 @@ device_suite! {
         improbe_polls,
         dropped_message_releases_sender,
         self_messages,
+        self_message_outlives_its_send,
         proc_null,
         errors,
         sub_communicator,

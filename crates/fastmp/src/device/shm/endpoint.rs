@@ -100,6 +100,8 @@ enum Body {
 enum Held {
     /// Eager bytes (inline or in a spill buffer).
     Bytes(Body),
+    /// A rendezvous from this rank itself, copied at probe time.
+    Copied(Box<[u8]>),
     /// A claimed rendezvous: the sender waits (its record CLAIMED) until the copy is done.
     Claimed { src: *const u8, record: Arc<SendRecord> },
 }
@@ -203,6 +205,14 @@ impl ShmEndpoint {
             let held = match (payload.body, payload.record) {
                 (body, None) => Held::Bytes(body),
                 (Body::Rts, Some(record)) => match record.claim() {
+                    // From this rank itself: copied now, because only this thread could end the
+                    // claim, and it may first release the send (which waits for the claim).
+                    Some(src) if env.source == self.rank => {
+                        // SAFETY: a CLAIMED record's data pointer is valid for `len` bytes.
+                        let copy = unsafe { std::slice::from_raw_parts(src, env.len) }.into();
+                        record.complete();
+                        Held::Copied(copy)
+                    }
                     Some(src) => Held::Claimed { src, record },
                     None => continue, // cancelled by its sender: it no longer exists
                 },
@@ -233,7 +243,8 @@ impl ShmEndpoint {
                 copy_into(dst, capacity, &b[..env.len]);
                 st.spare_spills.push(b);
             }
-            Held::Bytes(Body::Rts) => unreachable!("a rendezvous message is held claimed"),
+            Held::Copied(b) => copy_into(dst, capacity, &b),
+            Held::Bytes(Body::Rts) => unreachable!("a rendezvous message is held claimed or copied"),
             Held::Claimed { src, record } => {
                 // SAFETY: a CLAIMED record's data pointer stays valid for `len` bytes until it is
                 // completed: the sender cannot detach or cancel it meanwhile and waits for DONE.
