@@ -88,6 +88,15 @@ pub struct Status {
 }
 
 impl Status {
+    /// A receive's status with `source` in the communicator's numbering; the message must be
+    /// whole elements of `elem_size` bytes (0: any).
+    pub(crate) fn of(raw: RawStatus, source: usize, elem_size: usize) -> Result<Status> {
+        if elem_size != 0 && !raw.bytes.is_multiple_of(elem_size) {
+            return Err(Error::ElementSize { bytes: raw.bytes, elem_size });
+        }
+        Ok(Status { source, tag: raw.tag, bytes: raw.bytes, cancelled: raw.cancelled })
+    }
+
     /// Number of whole `T` elements in the message (MPI_Get_count). After a typed receive of
     /// `T` it is exact (a receive fails unless the bytes divide); after a probe, name the type
     /// you will receive, so the count is never a byte count by accident:
@@ -173,11 +182,8 @@ impl Comm {
     /// Converts a device status (world source rank) into this communicator's terms; a message
     /// that is not a whole number of `elem_size`-byte elements is an error.
     pub(crate) fn status(&self, raw: RawStatus, elem_size: usize) -> Result<Status> {
-        if elem_size != 0 && !raw.bytes.is_multiple_of(elem_size) {
-            return Err(Error::ElementSize { bytes: raw.bytes, elem_size });
-        }
         let source = self.group.group_rank_of(raw.source).unwrap_or(raw.source);
-        Ok(Status { source, tag: raw.tag, bytes: raw.bytes, cancelled: raw.cancelled })
+        Status::of(raw, source, elem_size)
     }
 
     /// Name of the device carrying this communicator ("shm", ...).

@@ -70,11 +70,13 @@ mod group;
 mod intercomm;
 mod launch;
 pub mod layout;
+mod mprobe;
 mod p2p;
 mod progress;
 mod raw;
 mod scope;
 mod sync;
+mod threads;
 mod topology;
 mod values;
 
@@ -89,7 +91,9 @@ pub use group::{Group, GroupOrdering};
 pub use intercomm::{InterComm, InterRoot, InterScope};
 pub use launch::config::{Config, DEFAULT_EAGER_LIMIT, DEFAULT_TCP_EAGER_LIMIT, DeviceKind, Pin};
 pub use launch::{init, main, processor_name, run, wtick, wtime};
+pub use mprobe::Message;
 pub use scope::{Request, Scope, testall, testany, waitall, waitany};
+pub use threads::{ThreadComm, ThreadLevel};
 pub use topology::{CartComm, dims_create};
 
 /// The `bytemuck` fastmp builds on, so element types can derive its traits without a

@@ -227,6 +227,10 @@ impl Shared {
             if let Some(e) = lock(&sh.state).abort_error() {
                 return Err(e);
             }
+            // A thread of the rank still waiting when the rank ended (its connections are gone).
+            if sh.stop.load(Ordering::Acquire) {
+                return Err(crate::Error::Finalized("tcp endpoint (its rank has ended)"));
+            }
             match backoff.next() {
                 Pause::Spin => std::hint::spin_loop(),
                 Pause::Yield => std::thread::yield_now(),

@@ -81,6 +81,8 @@ pub(super) struct State {
     /// Posted receives and arrived messages nobody has received yet.
     pub matcher: Matcher<Body>,
     pub peers: Vec<PeerState>,
+    /// Messages taken off matching by a matched probe, until received or discarded.
+    pub messages: Slab<(Envelope, Body)>,
     /// The first failure this rank heard of: the job is aborted.
     pub aborted: Option<Failure>,
     /// Whether this rank has sent its peers the job's failure (`Device::abort_job`).
@@ -103,6 +105,7 @@ impl State {
             reqs: Slab::with_capacity(64),
             matcher: Matcher::with_capacity(64, 64),
             peers: vec![PeerState::Live; size],
+            messages: Slab::default(),
             aborted: None,
             abort_relayed: false,
             pool,
