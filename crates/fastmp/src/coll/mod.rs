@@ -23,6 +23,7 @@ mod alltoall;
 mod barrier;
 mod bcast;
 mod fold;
+mod in_place;
 mod native;
 mod nonblocking;
 mod objects;
@@ -388,8 +389,18 @@ impl Run<'_> {
     pub(crate) async fn allgather<T: Pod>(&self, send: &[T], recv: &mut [T]) -> Result<()> {
         self.check_live()?;
         self.check_blocks("allgather receive buffer", recv.len(), send.len())?;
-        let (send, recv): (&[u8], &mut [u8]) = (bytemuck::cast_slice(send), bytemuck::cast_slice_mut(recv));
-        match self.algorithm_for(Collective::Allgather, send.len(), true) {
+        self.dispatch_allgather(Some(bytemuck::cast_slice(send)), bytemuck::cast_slice_mut(recv)).await
+    }
+
+    pub(crate) async fn allgather_in_place<T: Pod>(&self, buf: &mut [T]) -> Result<()> {
+        self.check_live()?;
+        self.check_split("allgather_in_place", "buf", buf.len())?;
+        self.dispatch_allgather(None, bytemuck::cast_slice_mut(buf)).await
+    }
+
+    /// `send` is `None` in place; arguments checked.
+    async fn dispatch_allgather(&self, send: Option<&[u8]>, recv: &mut [u8]) -> Result<()> {
+        match self.algorithm_for(Collective::Allgather, recv.len() / self.size(), true) {
             Algorithm::Native => native::allgather(self, send, recv).await,
             algorithm => allgather::allgather(self, send, recv, algorithm).await,
         }
@@ -406,7 +417,18 @@ impl Run<'_> {
         let layout = Layout::new::<T>(self, "allgatherv", counts, displs, recv.len())?;
         self.check_len("allgatherv send buffer", send.len(), counts[self.rank()])?;
         let (send, recv) = (bytemuck::cast_slice(send), bytemuck::cast_slice_mut(recv));
-        self.dispatch_allgatherv(send, recv, &layout, Pick::Tuned).await
+        self.dispatch_allgatherv(Some(send), recv, &layout, Pick::Tuned).await
+    }
+
+    pub(crate) async fn allgatherv_in_place<T: Pod>(
+        &self,
+        buf: &mut [T],
+        counts: &[usize],
+        displs: &[usize],
+    ) -> Result<()> {
+        self.check_live()?;
+        let layout = Layout::new::<T>(self, "allgatherv_in_place", counts, displs, buf.len())?;
+        self.dispatch_allgatherv(None, bytemuck::cast_slice_mut(buf), &layout, Pick::Tuned).await
     }
 
     pub(crate) async fn alltoall<T: Pod>(&self, send: &[T], recv: &mut [T]) -> Result<()> {
@@ -457,7 +479,17 @@ impl Run<'_> {
     pub(crate) async fn allreduce<T: Pod>(&self, send: &[T], recv: &mut [T], op: &dyn Op<T>) -> Result<()> {
         self.check_live()?;
         self.check_len("allreduce receive buffer", recv.len(), send.len())?;
-        match self.algorithm_for(Collective::Allreduce, size_of_val(send), op.is_commutative()) {
+        self.dispatch_allreduce(Some(send), recv, op).await
+    }
+
+    pub(crate) async fn allreduce_in_place<T: Pod>(&self, buf: &mut [T], op: &dyn Op<T>) -> Result<()> {
+        self.check_live()?;
+        self.dispatch_allreduce(None, buf, op).await
+    }
+
+    /// `send` is `None` in place; arguments checked.
+    async fn dispatch_allreduce<T: Pod>(&self, send: Option<&[T]>, recv: &mut [T], op: &dyn Op<T>) -> Result<()> {
+        match self.algorithm_for(Collective::Allreduce, size_of_val(recv), op.is_commutative()) {
             Algorithm::Native => native::allreduce(self, send, recv, op).await,
             algorithm => allreduce::allreduce(self, send, recv, op, algorithm).await,
         }
@@ -559,9 +591,10 @@ impl Run<'_> {
         }
     }
 
+    /// `send` is `None` in place.
     pub(super) async fn dispatch_allgatherv(
         &self,
-        send: &[u8],
+        send: Option<&[u8]>,
         recv: &mut [u8],
         layout: &Layout,
         pick: Pick,

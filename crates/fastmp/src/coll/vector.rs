@@ -167,6 +167,11 @@ pub(crate) fn copy_own_block(dst: &mut [u8], src: &[u8], coll: Collective) -> Re
     Ok(())
 }
 
+/// [`copy_own_block`] unless the block is already in place (`src` is `None`: MPI_IN_PLACE).
+pub(crate) fn place_own_block(dst: &mut [u8], src: Option<&[u8]>, coll: Collective) -> Result<()> {
+    src.map_or(Ok(()), |src| copy_own_block(dst, src, coll))
+}
+
 /// Splits `buf` into the byte ranges `range(i)` for `i` in `order`, which must list the
 /// non-empty ranges (in bounds, pairwise disjoint) by increasing start; empty ranges get an
 /// empty slice wherever they point (layouts allow that). The one place buffers are carved, so

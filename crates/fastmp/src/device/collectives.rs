@@ -74,7 +74,9 @@ impl Collectives {
 /// Arguments were checked by the collectives layer as far as one rank can check them (roots in
 /// range, buffer lengths against the communicator's size and counts, `v` layouts inside their
 /// buffers and not overlapping); disagreements between ranks are the provider's to detect and
-/// report as `Err`. `recv` is only written at the root of rooted operations.
+/// report as `Err`. `recv` is only written at the root of rooted operations. A `send` of `None`
+/// is MPI_IN_PLACE: this rank's contribution already lies in `recv` (its own block, or the whole
+/// vector of a reduction).
 pub(crate) trait CollectiveProvider {
     /// Fails when no collective may start on the communicator now: this rank is inside the
     /// provider's synchronous work on it (a user reduction op calling a collective), which would
@@ -133,14 +135,14 @@ pub(crate) trait CollectiveProvider {
     fn allgather<'a>(
         &'a self,
         op: &'a Operation<'a>,
-        send: &'a [u8],
+        send: Option<&'a [u8]>,
         recv: &'a mut [u8],
     ) -> impl Future<Output = Result<()>> + 'a;
 
     fn allgatherv<'a>(
         &'a self,
         op: &'a Operation<'a>,
-        send: &'a [u8],
+        send: Option<&'a [u8]>,
         recv: &'a mut [u8],
         layout: &'a Layout,
     ) -> impl Future<Output = Result<()>> + 'a;
@@ -173,7 +175,7 @@ pub(crate) trait CollectiveProvider {
     fn allreduce<'a, T: Pod>(
         &'a self,
         op: &'a Operation<'a>,
-        send: &'a [T],
+        send: Option<&'a [T]>,
         recv: &'a mut [T],
         reduction: &'a dyn Op<T>,
     ) -> impl Future<Output = Result<()>> + 'a;

@@ -15,7 +15,7 @@ use bytemuck::Pod;
 
 use super::ShmCollectives;
 use super::area::{Buffers, Session};
-use crate::coll::op::{Op, fold_in_rank_order};
+use crate::coll::op::{Op, fold_in_rank_order, fold_into_own};
 use crate::coll::vector::even_block;
 use crate::coll::{Collective, Layout};
 use crate::device::collectives::Operation;
@@ -356,28 +356,51 @@ async fn gather_blocks(comm: Native<'_>, send: &[u8], recv: &mut [u8], blocks: B
     .await
 }
 
-pub(super) async fn allgather(comm: Native<'_>, send: &[u8], recv: &mut [u8]) -> Result<()> {
-    allgather_blocks(comm, send, recv, Blocks::Equal(send.len())).await
+pub(super) async fn allgather(comm: Native<'_>, send: Option<&[u8]>, recv: &mut [u8]) -> Result<()> {
+    let block = send.map_or(recv.len() / comm.size().max(1), <[u8]>::len);
+    allgather_blocks(comm, send, recv, Blocks::Equal(block)).await
 }
 
-pub(super) async fn allgatherv(comm: Native<'_>, send: &[u8], recv: &mut [u8], layout: &Layout) -> Result<()> {
+pub(super) async fn allgatherv(
+    comm: Native<'_>,
+    send: Option<&[u8]>,
+    recv: &mut [u8],
+    layout: &Layout,
+) -> Result<()> {
     allgather_blocks(comm, send, recv, Blocks::Layout(layout)).await
 }
 
-/// Every rank publishes its send buffer and copies every block into its own receive buffer.
-async fn allgather_blocks(comm: Native<'_>, send: &[u8], recv: &mut [u8], blocks: Blocks<'_>) -> Result<()> {
+/// Every rank publishes its send buffer (in place: its own block of `recv`) and copies every
+/// other block into its own receive buffer.
+async fn allgather_blocks(comm: Native<'_>, send: Option<&[u8]>, recv: &mut [u8], blocks: Blocks<'_>) -> Result<()> {
     let me = comm.rank();
-    let buffers = Buffers { send: send.as_ptr(), send_len: send.len(), ..Buffers::default() };
+    let own = blocks.of(me);
+    let recv_len = recv.len();
+    check_range(&own, recv_len)?;
+    // In place, peers read our own block while we write the others: from here on every access
+    // to `recv` goes through this pointer, so the published one stays valid (Stacked Borrows).
+    let recv_ptr = recv.as_mut_ptr();
+    let buffers = match send {
+        Some(send) => Buffers { send: send.as_ptr(), send_len: send.len(), ..Buffers::default() },
+        // `own` lies inside `recv` (checked above).
+        None => Buffers { send: recv_ptr.wrapping_add(own.start), send_len: own.len(), ..Buffers::default() },
+    };
     let everyone = 0..comm.size();
     let kind = kind_of(blocks, Collective::Allgather, Collective::Allgatherv);
     collective(comm, kind, buffers, everyone.clone(), everyone, |s| {
-        recv[blocks.of(me)].copy_from_slice(send);
+        if let Some(send) = send {
+            // SAFETY: our own receive buffer; peers never touch it when we have a send buffer.
+            unsafe { exclusive(s, recv_ptr, recv_len, own) }?.copy_from_slice(send);
+        }
         for p in others(comm) {
             let src = s.peer(p)?;
             let dest = blocks.of(p);
             check_len(p, "send buffer", src.send_len, dest.len())?;
+            // SAFETY: our own receive buffer; block `p` is disjoint from our own block, the only
+            // part peers read (a validated layout has no overlapping blocks).
+            let into = unsafe { exclusive(s, recv_ptr, recv_len, dest.clone()) }?;
             // SAFETY: `p`'s send buffer is published for this allgather, which only reads it.
-            recv[dest.clone()].copy_from_slice(unsafe { shared(s, src.send, src.send_len, 0..dest.len()) }?);
+            into.copy_from_slice(unsafe { shared(s, src.send, src.send_len, 0..dest.len()) }?);
         }
         Ok(())
     })
@@ -500,28 +523,39 @@ pub(super) async fn reduce<T: Pod>(
 }
 
 /// Rank i reduces chunk i into its own receive buffer and announces it; then every rank copies
-/// the other chunks from their owners' receive buffers.
-pub(super) async fn allreduce<T: Pod>(comm: Native<'_>, send: &[T], recv: &mut [T], op: &dyn Op<T>) -> Result<()> {
+/// the other chunks from their owners' receive buffers. In place (`send` is `None`) a rank
+/// publishes its receive buffer as its send buffer: peers read chunk i of it only while folding
+/// chunk i, before its owner's `done` flag lets this rank overwrite that chunk.
+pub(super) async fn allreduce<T: Pod>(
+    comm: Native<'_>,
+    send: Option<&[T]>,
+    recv: &mut [T],
+    op: &dyn Op<T>,
+) -> Result<()> {
     let (me, np) = (comm.rank(), comm.size());
-    let len = reducible_len(send);
-    let bytes = size_of_val(send);
+    let len = send.map_or_else(|| reducible_len(&*recv), reducible_len);
+    let bytes = size_of_val(recv);
     let size = size_of::<T>();
+    let recv_ptr: *mut u8 = recv.as_mut_ptr().cast();
     let buffers = Buffers {
-        send: send.as_ptr().cast(),
-        send_len: bytes,
-        recv: recv.as_mut_ptr().cast(),
-        recv_len: size_of_val(recv),
+        send: send.map_or(recv_ptr.cast_const(), |send| send.as_ptr().cast()),
+        send_len: send.map_or(bytes, size_of_val),
+        recv: recv_ptr,
+        recv_len: bytes,
         extra: std::ptr::null(),
     };
     let everyone = 0..np;
     let bytes_of = |elems: Range<usize>| elems.start * size..elems.end * size;
     let reduce_own_chunk = |s: &Session| {
-        check_sends(comm, s, bytes)?;
+        check_sends(comm, s, buffers.send_len)?;
         let mine = even_block(len, np, me);
         // SAFETY: our own receive buffer, published for this allreduce: peers read our chunk
         // only after `mark_done`, and every other chunk is written by us alone.
-        let dest = unsafe { exclusive(s, buffers.recv, buffers.recv_len, bytes_of(mine.clone())) }?;
-        fold_in_rank_order(op, typed_mut(dest)?, everyone.clone(), |j| send_of(s, send, j, mine.clone()))?;
+        let dest = typed_mut(unsafe { exclusive(s, recv_ptr, bytes, bytes_of(mine.clone())) }?)?;
+        match send {
+            Some(send) => fold_in_rank_order(op, dest, everyone.clone(), |j| send_of(s, send, j, mine.clone()))?,
+            None => fold_into_own(op, dest, me, everyone.clone(), |j| send_of(s, &[], j, mine.clone()))?,
+        }
         s.mark_done();
         Ok(())
     };
@@ -534,9 +568,10 @@ pub(super) async fn allreduce<T: Pod>(comm: Native<'_>, send: &[T], recv: &mut [
             let src = s.peer(p)?;
             check_len(p, "receive buffer", src.recv_len, bytes)?;
             s.await_done(p).await?;
-            // SAFETY: as above for our own buffer (chunk `p` is ours to write); `p`'s chunk `p`
-            // is final since its `done` flag (Acquire) and nobody writes it any more.
-            let into = unsafe { exclusive(s, buffers.recv, buffers.recv_len, theirs.clone()) }?;
+            // SAFETY: as above for our own buffer (chunk `p` is ours to write, and in place `p`
+            // has finished reading it: it set `done` after folding); `p`'s chunk `p` is final
+            // since its `done` flag (Acquire) and nobody writes it any more.
+            let into = unsafe { exclusive(s, recv_ptr, bytes, theirs.clone()) }?;
             // SAFETY: see the previous comment.
             into.copy_from_slice(unsafe { shared(s, src.recv, src.recv_len, theirs) }?);
         }

@@ -221,7 +221,7 @@ impl CollectiveProvider for ShmCollectives {
     fn allgather<'a>(
         &'a self,
         op: &'a Operation<'a>,
-        send: &'a [u8],
+        send: Option<&'a [u8]>,
         recv: &'a mut [u8],
     ) -> impl Future<Output = Result<()>> + 'a {
         algorithms::allgather(self.native(op), send, recv)
@@ -230,7 +230,7 @@ impl CollectiveProvider for ShmCollectives {
     fn allgatherv<'a>(
         &'a self,
         op: &'a Operation<'a>,
-        send: &'a [u8],
+        send: Option<&'a [u8]>,
         recv: &'a mut [u8],
         layout: &'a Layout,
     ) -> impl Future<Output = Result<()>> + 'a {
@@ -271,7 +271,7 @@ impl CollectiveProvider for ShmCollectives {
     fn allreduce<'a, T: Pod>(
         &'a self,
         op: &'a Operation<'a>,
-        send: &'a [T],
+        send: Option<&'a [T]>,
         recv: &'a mut [T],
         reduction: &'a dyn Op<T>,
     ) -> impl Future<Output = Result<()>> + 'a {
