@@ -64,9 +64,10 @@ impl Run<'_> {
         if self.rank() != root {
             return self.gatherv(buf, &mut [], counts, displs, root).await;
         }
-        let layout = Layout::new::<T>(self, "gatherv_in_place", counts, displs, buf.len())?;
-        let own = bytemuck::cast_slice::<T, u8>(buf)[layout.block(root)].to_vec();
-        self.gatherv(bytemuck::cast_slice::<u8, T>(&own), buf, counts, displs, root).await
+        // Validated first, so the root's block lies inside `buf`.
+        Layout::new::<T>(self, "gatherv_in_place", counts, displs, buf.len())?;
+        let own = buf[displs[root]..][..counts[root]].to_vec();
+        self.gatherv(&own, buf, counts, displs, root).await
     }
 
     pub(crate) async fn scatter_in_place<T: Pod>(&self, buf: &mut [T], root: usize) -> Result<()> {
