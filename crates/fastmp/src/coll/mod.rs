@@ -348,8 +348,14 @@ impl Run<'_> {
     ) -> Result<()> {
         self.check_root(root)?;
         let layout = if self.rank() == root {
-            let layout = Layout::new::<T>(self, "scatterv", counts, displs, send.len())?;
-            self.check_len("scatterv receive buffer", recv.len(), counts[root])?;
+            let layout = Layout::for_send::<T>(self, "scatterv", counts, displs, send.len())?;
+            if recv.len() != counts[root] {
+                return Err(Error::InvalidArgument(format!(
+                    "scatterv: the root receives into {} elements but its sendcounts[{root}] is {}",
+                    recv.len(),
+                    counts[root]
+                )));
+            }
             Some(layout)
         } else {
             None
@@ -377,7 +383,13 @@ impl Run<'_> {
         self.check_root(root)?;
         let layout = if self.rank() == root {
             let layout = Layout::new::<T>(self, "gatherv", counts, displs, recv.len())?;
-            self.check_len("gatherv send buffer", send.len(), counts[root])?;
+            if send.len() != counts[root] {
+                return Err(Error::InvalidArgument(format!(
+                    "gatherv: the root sends {} elements but its recvcounts[{root}] is {}",
+                    send.len(),
+                    counts[root]
+                )));
+            }
             Some(layout)
         } else {
             None
@@ -415,7 +427,14 @@ impl Run<'_> {
     ) -> Result<()> {
         self.check_live()?;
         let layout = Layout::new::<T>(self, "allgatherv", counts, displs, recv.len())?;
-        self.check_len("allgatherv send buffer", send.len(), counts[self.rank()])?;
+        let me = self.rank();
+        if send.len() != counts[me] {
+            return Err(Error::InvalidArgument(format!(
+                "allgatherv: rank {me} sends {} elements but recvcounts[{me}] is {}",
+                send.len(),
+                counts[me]
+            )));
+        }
         let (send, recv) = (bytemuck::cast_slice(send), bytemuck::cast_slice_mut(recv));
         self.dispatch_allgatherv(Some(send), recv, &layout, Pick::Tuned).await
     }
@@ -459,7 +478,7 @@ impl Run<'_> {
         recv_displs: &[usize],
     ) -> Result<()> {
         self.check_live()?;
-        let send_layout = Layout::new::<T>(self, "alltoallv send", send_counts, send_displs, send.len())?;
+        let send_layout = Layout::for_send::<T>(self, "alltoallv send", send_counts, send_displs, send.len())?;
         let recv_layout = Layout::new::<T>(self, "alltoallv receive", recv_counts, recv_displs, recv.len())?;
         let (send, recv): (&[u8], &mut [u8]) = (bytemuck::cast_slice(send), bytemuck::cast_slice_mut(recv));
         match self.algorithm_for(Collective::Alltoallv, 0, true) {

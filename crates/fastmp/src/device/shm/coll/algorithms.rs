@@ -9,6 +9,7 @@
 //! parallel, reading every rank's send buffer in place.
 
 use std::cell::Cell;
+use std::panic::AssertUnwindSafe;
 use std::ops::Range;
 
 use bytemuck::Pod;
@@ -59,7 +60,15 @@ async fn collective_then(
     let mut outcome = session.await_sources().await;
     if outcome.is_ok() {
         let _busy = comm.provider.hold_busy();
-        outcome = work(&session);
+        // A user op may panic: the job fails naming this rank and the panic's message (the first
+        // cause recorded wins, so the session's unwinding `Drop` does not replace it).
+        outcome = match std::panic::catch_unwind(AssertUnwindSafe(|| work(&session))) {
+            Ok(outcome) => outcome,
+            Err(payload) => {
+                session.fail_panicked(&crate::launch::panic_message(&*payload));
+                std::panic::resume_unwind(payload)
+            }
+        };
     }
     if outcome.is_ok() {
         outcome = then(&session).await;
@@ -138,12 +147,13 @@ fn check_range(range: &Range<usize>, len: usize) -> Result<()> {
     }
 }
 
-fn check_len(peer: usize, what: &str, actual: usize, expected: usize) -> Result<()> {
+fn check_len(s: &Session, peer: usize, what: &str, actual: usize, expected: usize) -> Result<()> {
     if actual == expected {
         Ok(())
     } else {
         Err(Error::InvalidArgument(format!(
-            "collective arguments differ between ranks: rank {peer}'s {what} has {actual} bytes, expected {expected}"
+            "{}: rank {peer}'s {what} has {actual} bytes where this rank expected {expected} (arguments differ between ranks)",
+            s.collective()
         )))
     }
 }
@@ -170,7 +180,7 @@ pub(super) async fn bcast(comm: Native<'_>, buf: &mut [u8], root: usize) -> Resu
         let session = comm.provider.area.enter(how, epoch, kind, buffers, (0..np, 0..np));
         let pushed = others(comm).try_for_each(|p| {
             let Some(dst) = session.try_peer(p)? else { return Ok(()) };
-            check_len(p, "buffer", dst.recv_len, len)?;
+            check_len(&session, p, "buffer", dst.recv_len, len)?;
             if session.claim_copy(p) {
                 // SAFETY: `p` published its receive buffer for this bcast and we won its claim,
                 // so nobody else writes it; our own buffer is only read.
@@ -188,7 +198,7 @@ pub(super) async fn bcast(comm: Native<'_>, buf: &mut [u8], root: usize) -> Resu
     let copied_by_root = Cell::new(false);
     let pull = |s: &Session| {
         let src = s.peer(root)?;
-        check_len(root, "buffer", src.send_len, len)?;
+        check_len(s, root, "buffer", src.send_len, len)?;
         if !s.claim_copy(me) {
             copied_by_root.set(true);
             return Ok(());
@@ -240,7 +250,7 @@ impl<'a> Blocks<'a> {
     fn of_source(self, s: &'a Session, p: usize, src: &Buffers, src_len: usize, count: usize) -> Result<Blocks<'a>> {
         match self {
             Blocks::Equal(size) => {
-                check_len(p, "buffer", src_len, size * count)?;
+                check_len(s, p, "buffer", src_len, size * count)?;
                 Ok(Blocks::Equal(size))
             }
             // SAFETY: our kind is a `v` variant (see `kind_of`) and the snapshot's kind equals
@@ -306,7 +316,7 @@ async fn scatter_blocks(comm: Native<'_>, send: &[u8], blocks: Blocks<'_>, recv:
             (src, blocks.of_source(s, root, &src, src.send_len, comm.size())?)
         };
         let mine = src_blocks.of(me);
-        check_len(root, "block for this rank", mine.len(), recv.len())?;
+        check_len(s, root, "block for this rank", mine.len(), recv.len())?;
         // SAFETY: the root's send buffer is published for this scatter, which only reads it.
         recv.copy_from_slice(unsafe { shared(s, src.send, src.send_len, mine) }?);
         Ok(())
@@ -346,7 +356,7 @@ async fn gather_blocks(comm: Native<'_>, send: &[u8], recv: &mut [u8], blocks: B
             (dst, blocks.of_source(s, root, &dst, dst.recv_len, comm.size())?)
         };
         let mine = dst_blocks.of(me);
-        check_len(root, "block for this rank", mine.len(), send.len())?;
+        check_len(s, root, "block for this rank", mine.len(), send.len())?;
         // SAFETY: the root's receive buffer is published for this gather; every rank writes
         // only its own block (equal blocks, or the root's layout, validated free of overlaps)
         // and the root reads nothing before all have left.
@@ -395,7 +405,7 @@ async fn allgather_blocks(comm: Native<'_>, send: Option<&[u8]>, recv: &mut [u8]
         for p in others(comm) {
             let src = s.peer(p)?;
             let dest = blocks.of(p);
-            check_len(p, "send buffer", src.send_len, dest.len())?;
+            check_len(s, p, "send buffer", src.send_len, dest.len())?;
             // SAFETY: our own receive buffer; block `p` is disjoint from our own block, the only
             // part peers read (a validated layout has no overlapping blocks).
             let into = unsafe { exclusive(s, recv_ptr, recv_len, dest.clone()) }?;
@@ -437,13 +447,13 @@ async fn alltoall_blocks(
     let kind = kind_of(send_blocks, Collective::Alltoall, Collective::Alltoallv);
     collective(comm, kind, buffers, everyone.clone(), everyone, |s| {
         let own = send_blocks.of(me);
-        check_len(me, "block for itself", own.len(), recv_blocks.of(me).len())?;
+        check_len(s, me, "block for itself", own.len(), recv_blocks.of(me).len())?;
         recv[recv_blocks.of(me)].copy_from_slice(&send[own]);
         for p in others(comm) {
             let src = s.peer(p)?;
             let from = send_blocks.of_source(s, p, &src, src.send_len, np)?.of(me);
             let dest = recv_blocks.of(p);
-            check_len(p, "block for this rank", from.len(), dest.len())?;
+            check_len(s, p, "block for this rank", from.len(), dest.len())?;
             // SAFETY: `p`'s send buffer is published for this alltoall, which only reads it.
             recv[dest].copy_from_slice(unsafe { shared(s, src.send, src.send_len, from) }?);
         }
@@ -488,7 +498,7 @@ fn send_of<'s, T: Pod>(s: &'s Session, send: &'s [T], p: usize, elems: Range<usi
 
 /// Checks that every peer's send buffer has `bytes` bytes.
 fn check_sends(comm: Native<'_>, s: &Session, bytes: usize) -> Result<()> {
-    others(comm).try_for_each(|p| check_len(p, "send buffer", s.peer(p)?.send_len, bytes))
+    others(comm).try_for_each(|p| check_len(s, p, "send buffer", s.peer(p)?.send_len, bytes))
 }
 
 /// Rank i reduces chunk i over all send buffers straight into chunk i of the root's receive
@@ -511,7 +521,7 @@ pub(super) async fn reduce<T: Pod>(
     collective(comm, kind(Collective::Reduce, size_of::<T>()), buffers, everyone.clone(), everyone.clone(), |s| {
         check_sends(comm, s, bytes)?;
         let dst = if me == root { buffers } else { s.peer(root)? };
-        check_len(root, "receive buffer", dst.recv_len, bytes)?;
+        check_len(s, root, "receive buffer", dst.recv_len, bytes)?;
         let mine = even_block(len, np, me);
         let size = size_of::<T>();
         // SAFETY: the root's receive buffer is published for this reduce; each rank writes only
@@ -566,7 +576,7 @@ pub(super) async fn allreduce<T: Pod>(
                 continue; // nothing to wait for (short vectors); `p`'s outcome is checked on leave
             }
             let src = s.peer(p)?;
-            check_len(p, "receive buffer", src.recv_len, bytes)?;
+            check_len(s, p, "receive buffer", src.recv_len, bytes)?;
             s.await_done(p).await?;
             // SAFETY: as above for our own buffer (chunk `p` is ours to write, and in place `p`
             // has finished reading it: it set `done` after folding); `p`'s chunk `p` is final
@@ -625,7 +635,7 @@ pub(super) async fn scan<T: Pod>(
     let inputs = if exclusive { 0..me } else { 0..me + 1 };
     collective(comm, kind(Collective::Scan, size_of::<T>()), buffers, inputs.clone(), me + 1..np, |s| {
         for p in inputs.clone().filter(|&p| p != me) {
-            check_len(p, "send buffer", s.peer(p)?.send_len, bytes)?;
+            check_len(s, p, "send buffer", s.peer(p)?.send_len, bytes)?;
         }
         fold_in_rank_order(op, &mut recv[..len], inputs, |j| send_of(s, send, j, 0..len))
     })

@@ -391,6 +391,17 @@ impl Session<'_> {
 
     /// Source `p`'s published buffers if it has entered this operation already (validated as in
     /// [`Session::await_sources`], and then the abort flag checked), without waiting for it.
+    /// Fails the job because this rank panicked in the session's work (a user op), with the
+    /// panic's message.
+    pub(crate) fn fail_panicked(&self, message: &str) {
+        self.area.fail_job(self.how.me, format!("panicked in a native {}: {message}", self.collective()));
+    }
+
+    /// The collective this session runs (its kind's low byte, `Collective as usize`).
+    pub(crate) fn collective(&self) -> crate::coll::Collective {
+        crate::coll::Collective::ALL[(self.kind & 0xff) % crate::coll::Collective::ALL.len()]
+    }
+
     pub(crate) fn try_peer(&self, p: usize) -> Result<Option<Buffers>> {
         if !self.sources.contains(&p) || p == self.how.me {
             return Err(Error::InvalidArgument(format!("native collective: rank {p} is not a source")));
