@@ -308,6 +308,18 @@ impl Comm {
     }
 }
 
+impl Run<'_> {
+    /// [`Comm::algorithm_for`], counted as one of this operation's choices ([`Run::chose`]).
+    fn chose_for(&self, coll: Collective, bytes: usize, commutative: bool) -> Algorithm {
+        self.chose(self.choose(coll, bytes, commutative, Pick::Tuned))
+    }
+
+    /// [`Comm::choose`], counted as one of this operation's choices.
+    fn chose_pick(&self, coll: Collective, bytes: usize, commutative: bool, pick: Pick) -> Algorithm {
+        self.chose(self.choose(coll, bytes, commutative, pick))
+    }
+}
+
 /// The collectives as operations of a [`Run`]: argument checks, algorithm choice, dispatch.
 /// The blocking methods above and the nonblocking ones (`Scope::ibcast`, ...) both run these.
 /// Each collective picks and dispatches in exactly one place; those that composite algorithms
@@ -315,7 +327,7 @@ impl Comm {
 impl Run<'_> {
     pub(crate) async fn barrier(&self) -> Result<()> {
         self.check_live()?;
-        match self.algorithm_for(Collective::Barrier, 0, true) {
+        match self.chose_for(Collective::Barrier, 0, true) {
             Algorithm::Native => native::barrier(self).await,
             algorithm => barrier::barrier(self, algorithm).await,
         }
@@ -332,7 +344,7 @@ impl Run<'_> {
             self.check_blocks("scatter send buffer", send.len(), recv.len())?;
         }
         let (send, recv): (&[u8], &mut [u8]) = (bytemuck::cast_slice(send), bytemuck::cast_slice_mut(recv));
-        match self.algorithm_for(Collective::Scatter, recv.len(), true) {
+        match self.chose_for(Collective::Scatter, recv.len(), true) {
             Algorithm::Native => native::scatter(self, send, recv, root).await,
             algorithm => scatter_gather::scatter(self, send, recv, root, algorithm).await,
         }
@@ -412,7 +424,7 @@ impl Run<'_> {
 
     /// `send` is `None` in place; arguments checked.
     async fn dispatch_allgather(&self, send: Option<&[u8]>, recv: &mut [u8]) -> Result<()> {
-        match self.algorithm_for(Collective::Allgather, recv.len() / self.size(), true) {
+        match self.chose_for(Collective::Allgather, recv.len() / self.size(), true) {
             Algorithm::Native => native::allgather(self, send, recv).await,
             algorithm => allgather::allgather(self, send, recv, algorithm).await,
         }
@@ -461,7 +473,7 @@ impl Run<'_> {
             )));
         }
         let (send, recv): (&[u8], &mut [u8]) = (bytemuck::cast_slice(send), bytemuck::cast_slice_mut(recv));
-        match self.algorithm_for(Collective::Alltoall, send.len() / self.size(), true) {
+        match self.chose_for(Collective::Alltoall, send.len() / self.size(), true) {
             Algorithm::Native => native::alltoall(self, send, recv).await,
             algorithm => alltoall::alltoall(self, send, recv, algorithm).await,
         }
@@ -481,7 +493,7 @@ impl Run<'_> {
         let send_layout = Layout::for_send::<T>(self, "alltoallv send", send_counts, send_displs, send.len())?;
         let recv_layout = Layout::new::<T>(self, "alltoallv receive", recv_counts, recv_displs, recv.len())?;
         let (send, recv): (&[u8], &mut [u8]) = (bytemuck::cast_slice(send), bytemuck::cast_slice_mut(recv));
-        match self.algorithm_for(Collective::Alltoallv, 0, true) {
+        match self.chose_for(Collective::Alltoallv, 0, true) {
             Algorithm::Native => native::alltoallv(self, send, &send_layout, recv, &recv_layout).await,
             algorithm => alltoall::alltoallv(self, send, &send_layout, recv, &recv_layout, algorithm).await,
         }
@@ -508,7 +520,7 @@ impl Run<'_> {
 
     /// `send` is `None` in place; arguments checked.
     async fn dispatch_allreduce<T: Pod>(&self, send: Option<&[T]>, recv: &mut [T], op: &dyn Op<T>) -> Result<()> {
-        match self.algorithm_for(Collective::Allreduce, size_of_val(recv), op.is_commutative()) {
+        match self.chose_for(Collective::Allreduce, size_of_val(recv), op.is_commutative()) {
             Algorithm::Native => native::allreduce(self, send, recv, op).await,
             algorithm => allreduce::allreduce(self, send, recv, op, algorithm).await,
         }
@@ -527,7 +539,7 @@ impl Run<'_> {
         let total = total.ok_or_else(|| Error::InvalidArgument("reduce_scatter counts overflow usize".into()))?;
         self.check_len("reduce_scatter send buffer", send.len(), total)?;
         self.check_len("reduce_scatter receive buffer", recv.len(), counts[self.rank()])?;
-        match self.algorithm_for(Collective::ReduceScatter, size_of_val(send), op.is_commutative()) {
+        match self.chose_for(Collective::ReduceScatter, size_of_val(send), op.is_commutative()) {
             Algorithm::Native => native::reduce_scatter(self, send, recv, counts, op).await,
             algorithm => reduce_scatter::reduce_scatter(self, send, recv, counts, op, algorithm).await,
         }
@@ -555,7 +567,7 @@ impl Run<'_> {
             recv.len(),
             send.len(),
         )?;
-        match self.algorithm_for(Collective::Scan, size_of_val(send), op.is_commutative()) {
+        match self.chose_for(Collective::Scan, size_of_val(send), op.is_commutative()) {
             Algorithm::Native => native::scan(self, send, recv, op, exclusive).await,
             algorithm => scan::scan(self, send, recv, op, exclusive, algorithm).await,
         }
@@ -567,7 +579,7 @@ impl Run<'_> {
 /// its algorithm, so a composite never copies a dispatch and never selects itself.
 impl Run<'_> {
     pub(super) async fn dispatch_bcast(&self, buf: &mut [u8], root: usize, pick: Pick) -> Result<()> {
-        match self.choose(Collective::Bcast, buf.len(), true, pick) {
+        match self.chose_pick(Collective::Bcast, buf.len(), true, pick) {
             Algorithm::Native => native::bcast(self, buf, root).await,
             algorithm => bcast::bcast(self, buf, root, algorithm).await,
         }
@@ -582,14 +594,14 @@ impl Run<'_> {
         root: usize,
         pick: Pick,
     ) -> Result<()> {
-        match self.choose(Collective::Scatterv, 0, true, pick) {
+        match self.chose_pick(Collective::Scatterv, 0, true, pick) {
             Algorithm::Native => native::scatterv(self, send, layout, recv, root).await,
             algorithm => scatter_gather::scatterv(self, send, layout, recv, root, algorithm).await,
         }
     }
 
     pub(super) async fn dispatch_gather(&self, send: &[u8], recv: &mut [u8], root: usize, pick: Pick) -> Result<()> {
-        match self.choose(Collective::Gather, send.len(), true, pick) {
+        match self.chose_pick(Collective::Gather, send.len(), true, pick) {
             Algorithm::Native => native::gather(self, send, recv, root).await,
             algorithm => scatter_gather::gather(self, send, recv, root, algorithm).await,
         }
@@ -604,7 +616,7 @@ impl Run<'_> {
         root: usize,
         pick: Pick,
     ) -> Result<()> {
-        match self.choose(Collective::Gatherv, 0, true, pick) {
+        match self.chose_pick(Collective::Gatherv, 0, true, pick) {
             Algorithm::Native => native::gatherv(self, send, recv, layout, root).await,
             algorithm => scatter_gather::gatherv(self, send, recv, layout, root, algorithm).await,
         }
@@ -618,7 +630,7 @@ impl Run<'_> {
         layout: &Layout,
         pick: Pick,
     ) -> Result<()> {
-        match self.choose(Collective::Allgatherv, layout.total_bytes() / self.size(), true, pick) {
+        match self.chose_pick(Collective::Allgatherv, layout.total_bytes() / self.size(), true, pick) {
             Algorithm::Native => native::allgatherv(self, send, recv, layout).await,
             algorithm => allgather::allgatherv(self, send, recv, layout, algorithm).await,
         }
@@ -632,7 +644,7 @@ impl Run<'_> {
         root: usize,
         pick: Pick,
     ) -> Result<()> {
-        match self.choose(Collective::Reduce, size_of_val(send), op.is_commutative(), pick) {
+        match self.chose_pick(Collective::Reduce, size_of_val(send), op.is_commutative(), pick) {
             Algorithm::Native => native::reduce(self, send, recv, op, root).await,
             algorithm => reduce::reduce(self, send, recv, op, root, algorithm).await,
         }

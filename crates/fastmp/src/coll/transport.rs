@@ -8,12 +8,13 @@
 //! yields until the device completes it, so the rank's progress engine can interleave it with
 //! computation and other operations.
 
+use std::cell::Cell;
 use std::future::{Future, poll_fn};
 use std::ops::Deref;
 use std::pin::pin;
 use std::task::{Context, Poll, Waker};
 
-use crate::coll::select::Collective;
+use crate::coll::select::{Algorithm, Collective};
 use crate::comm::Comm;
 use crate::device::collectives::{CollectiveProvider, Collectives, Operation};
 use crate::device::requests::{self, InFlight, Outcome};
@@ -37,6 +38,8 @@ pub(crate) struct Run<'c> {
     /// ranks issue collectives in the same order), shifted into tag position.
     tag_base: i32,
     blocking: bool,
+    /// Algorithm choices made so far in this operation (see `Operation::dispatch`).
+    dispatches: Cell<u64>,
 }
 
 /// The operation is over however it ends (finished, failed, or its future dropped): a device
@@ -119,7 +122,7 @@ impl<'c> Run<'c> {
         let seq = comm.coll_seq.get();
         comm.coll_seq.set(seq + 1);
         let tag_base = ((seq as u32 & SEQ_MASK) << COLL_BITS) as i32;
-        Ok(Run { comm, collectives, seq, tag_base, blocking })
+        Ok(Run { comm, collectives, seq, tag_base, blocking, dispatches: Cell::new(0) })
     }
 
     /// The device's collectives for the communicator, if it has its own.
@@ -131,10 +134,24 @@ impl<'c> Run<'c> {
     pub(crate) fn operation(&self) -> Operation<'c> {
         Operation {
             seq: self.seq,
+            dispatch: self.dispatches.get().saturating_sub(1),
             blocking: self.blocking,
             engine_polling: self.process.engine.is_polling(),
             dev: &*self.comm.dev,
         }
+    }
+
+    /// Counts an algorithm choice of this operation; one that does not use the device's own
+    /// collectives is reported to them, so peers that chose them fail instead of waiting.
+    pub(crate) fn chose(&self, algorithm: Algorithm) -> Algorithm {
+        let dispatch = self.dispatches.get();
+        self.dispatches.set(dispatch + 1);
+        if algorithm != Algorithm::Native
+            && let Some(collectives) = self.collectives
+        {
+            collectives.provider().bypassed(self.seq, dispatch);
+        }
+        algorithm
     }
 
     /// Tag of this operation's messages of `coll` (composites run several collectives).

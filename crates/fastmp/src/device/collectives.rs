@@ -36,6 +36,10 @@ pub(crate) struct Operation<'a> {
     /// collectives in the same order, so it is the same on every rank: providers order their
     /// shared state by it.
     pub(crate) seq: u64,
+    /// Number of the algorithm choice within the operation (0 for the collective itself, then
+    /// one per collective a composite runs): the same on every rank of a correct call, so a
+    /// provider can tell its part of the operation from a peer's different choice.
+    pub(crate) dispatch: u64,
     /// The caller waits for the outcome (a blocking collective): the operation waits for peers in
     /// place instead of yielding to the progress engine.
     pub(crate) blocking: bool,
@@ -86,6 +90,11 @@ pub(crate) trait CollectiveProvider {
     /// Collective `seq` of the communicator is over on this rank (finished, failed or dropped),
     /// whether or not it ran on this provider; called exactly once per operation, in any order.
     fn finished(&self, seq: u64);
+
+    /// Choice `dispatch` of collective `seq` runs a message-based algorithm on this rank, not the
+    /// provider: peers that chose the provider there (their arguments differ from this rank's)
+    /// must fail instead of waiting for this rank.
+    fn bypassed(&self, seq: u64, dispatch: u64);
 
     fn barrier<'a>(&'a self, op: &'a Operation<'a>) -> impl Future<Output = Result<()>> + 'a;
 

@@ -200,6 +200,18 @@ impl NativeArea {
         if how.blocking { self.wait(how.me, how.progress, &mut poll) } else { std::future::poll_fn(|_| poll()).await }
     }
 
+    /// Rank `me` will not take part in `epoch` of `lane` (it chose a message-based algorithm
+    /// there): marked as failed and left, so peers waiting for it in that epoch stop with an
+    /// error, and it never touches their buffers.
+    pub(crate) fn bypass(&self, me: usize, lane: usize, epoch: u64) {
+        let mine = self.slot(lane, me);
+        if mine.left.load(Ordering::Relaxed) < epoch {
+            mine.failed.store(epoch, Ordering::Release);
+            mine.left.store(epoch, Ordering::Release);
+            self.notify(me, 0..self.size());
+        }
+    }
+
     /// Aborts the job on behalf of communicator rank `me` (a panic inside the collective).
     pub(crate) fn fail_job(&self, me: usize, cause: String) {
         self.world.mark_failed(self.members[me], cause);
@@ -292,7 +304,7 @@ impl NativeArea {
 /// The error of a rank whose peer gave up on the operation.
 fn abandoned(rank: usize) -> Error {
     Error::InvalidArgument(format!(
-        "native collective: rank {rank} abandoned the operation (arguments differ between ranks, or a peer is gone)"
+        "native collective: rank {rank} abandoned the operation (arguments differ between ranks, so it chose another algorithm or failed, or it is gone)"
     ))
 }
 
