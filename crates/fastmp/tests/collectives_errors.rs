@@ -81,7 +81,7 @@ fn locally_detectable_errors_on_every_rank() {
         );
         assert_invalid(
             world.allgatherv(&[0u32; 5], &mut buf, &counts, &displs),
-            &format!("allgatherv: rank {me} sends 5 elements but recvcounts[{me}] is {}", counts[me]),
+            &format!("allgatherv: rank {me}'s send buffer has 5 elements but recvcounts[{me}] is {}", counts[me]),
             "allgatherv",
         );
         // Zero-length blocks may sit anywhere, even on top of others.
@@ -219,12 +219,12 @@ fn root_only_errors_on_a_single_rank() {
         );
         assert_invalid(
             world.scatterv(&[0u32; 4], &[3], &[0], &mut [0u32; 2], 0),
-            "scatterv: the root receives into 2 elements but its sendcounts[0] is 3",
+            "scatterv: the root's receive buffer has 2 elements but its sendcounts[0] is 3",
             "scatterv",
         );
         assert_invalid(
             world.gatherv(&[0u32; 2], &mut [0u32; 4], &[3], &[0], 0),
-            "gatherv: the root sends 2 elements but its recvcounts[0] is 3",
+            "gatherv: the root's send buffer has 2 elements but its recvcounts[0] is 3",
             "gatherv",
         );
         assert_invalid(
@@ -295,7 +295,7 @@ fn a_rank_with_bad_arguments_fails_the_job_without_hanging() {
     one_rank_errs(Collective::Allgather, NP, 3, "allgather receive buffer has 7 elements, expected 8", |c, bad| {
         c.allgather(&[0u32; 2], &mut vec![0u32; if bad { 7 } else { 8 }])
     });
-    one_rank_errs(Collective::Allgatherv, NP, 2, "allgatherv: rank 2 sends 3 elements but recvcounts[2] is 2", |c, bad| {
+    one_rank_errs(Collective::Allgatherv, NP, 2, "allgatherv: rank 2's send buffer has 3 elements but recvcounts[2] is 2", |c, bad| {
         c.allgatherv(&vec![0u32; if bad { 3 } else { 2 }], &mut [0u32; 8], &[2; 4], &[0, 2, 4, 6])
     });
     one_rank_errs(Collective::Alltoall, NP, 0, "alltoall receive buffer has 7 elements, expected 8", |c, bad| {

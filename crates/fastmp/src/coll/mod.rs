@@ -363,7 +363,7 @@ impl Run<'_> {
             let layout = Layout::for_send::<T>(self, "scatterv", counts, displs, send.len())?;
             if recv.len() != counts[root] {
                 return Err(Error::InvalidArgument(format!(
-                    "scatterv: the root receives into {} elements but its sendcounts[{root}] is {}",
+                    "scatterv: the root's receive buffer has {} elements but its sendcounts[{root}] is {}",
                     recv.len(),
                     counts[root]
                 )));
@@ -397,7 +397,7 @@ impl Run<'_> {
             let layout = Layout::new::<T>(self, "gatherv", counts, displs, recv.len())?;
             if send.len() != counts[root] {
                 return Err(Error::InvalidArgument(format!(
-                    "gatherv: the root sends {} elements but its recvcounts[{root}] is {}",
+                    "gatherv: the root's send buffer has {} elements but its recvcounts[{root}] is {}",
                     send.len(),
                     counts[root]
                 )));
@@ -442,7 +442,7 @@ impl Run<'_> {
         let me = self.rank();
         if send.len() != counts[me] {
             return Err(Error::InvalidArgument(format!(
-                "allgatherv: rank {me} sends {} elements but recvcounts[{me}] is {}",
+                "allgatherv: rank {me}'s send buffer has {} elements but recvcounts[{me}] is {}",
                 send.len(),
                 counts[me]
             )));
