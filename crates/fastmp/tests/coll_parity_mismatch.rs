@@ -147,7 +147,10 @@ fn mismatch_messages_name_the_call_and_the_argument() {
             let e = result.expect_err("the root sees the mismatch");
             let text = e.to_string();
             assert!(text.contains("gatherv"), "{text}");
-            assert!(text.contains("gatherv: the root's send buffer has 1 elements but its recvcounts[0] is 0"), "{text}");
+            assert!(
+                text.contains("gatherv: the root's send buffer has 1 elements but its recvcounts[0] is 0"),
+                "{text}"
+            );
         }
         Ok(())
     });

@@ -295,9 +295,13 @@ fn a_rank_with_bad_arguments_fails_the_job_without_hanging() {
     one_rank_errs(Collective::Allgather, NP, 3, "allgather receive buffer has 7 elements, expected 8", |c, bad| {
         c.allgather(&[0u32; 2], &mut vec![0u32; if bad { 7 } else { 8 }])
     });
-    one_rank_errs(Collective::Allgatherv, NP, 2, "allgatherv: rank 2's send buffer has 3 elements but recvcounts[2] is 2", |c, bad| {
-        c.allgatherv(&vec![0u32; if bad { 3 } else { 2 }], &mut [0u32; 8], &[2; 4], &[0, 2, 4, 6])
-    });
+    one_rank_errs(
+        Collective::Allgatherv,
+        NP,
+        2,
+        "allgatherv: rank 2's send buffer has 3 elements but recvcounts[2] is 2",
+        |c, bad| c.allgatherv(&vec![0u32; if bad { 3 } else { 2 }], &mut [0u32; 8], &[2; 4], &[0, 2, 4, 6]),
+    );
     one_rank_errs(Collective::Alltoall, NP, 0, "alltoall receive buffer has 7 elements, expected 8", |c, bad| {
         c.alltoall(&[0u32; 8], &mut vec![0u32; if bad { 7 } else { 8 }])
     });

@@ -194,7 +194,13 @@ impl Comm {
 
     /// [`Comm::gatherv`] with MPI_IN_PLACE at the root (`buf` as for
     /// [`Comm::gather_in_place`]; `counts` and `displs` are only read at the root).
-    pub fn gatherv_in_place<T: Pod>(&self, buf: &mut [T], counts: &[usize], displs: &[usize], root: usize) -> Result<()> {
+    pub fn gatherv_in_place<T: Pod>(
+        &self,
+        buf: &mut [T],
+        counts: &[usize],
+        displs: &[usize],
+        root: usize,
+    ) -> Result<()> {
         let run = Run::new(self, true)?;
         run.finish(run.gatherv_in_place(buf, counts, displs, root))
     }

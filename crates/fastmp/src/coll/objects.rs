@@ -40,9 +40,10 @@ fn layout(lengths: &[u64]) -> Result<(Vec<usize>, Vec<usize>)> {
         .iter()
         .map(|&l| usize::try_from(l).map_err(|_| Error::InvalidArgument(format!("an encoded value of {l} bytes"))))
         .collect::<Result<Vec<usize>>>()?;
-    counts.iter().try_fold(0usize, |sum, &c| sum.checked_add(c)).ok_or_else(|| {
-        Error::InvalidArgument("the encoded values' total length overflows usize".into())
-    })?;
+    counts
+        .iter()
+        .try_fold(0usize, |sum, &c| sum.checked_add(c))
+        .ok_or_else(|| Error::InvalidArgument("the encoded values' total length overflows usize".into()))?;
     let mut displs = offsets_of(&counts);
     displs.pop();
     Ok((counts, displs))
@@ -235,7 +236,11 @@ impl Comm {
         F: FnMut(T, T) -> T,
     {
         let values = self.allgather_obj(value)?;
-        values.into_iter().take(self.rank() + 1).reduce(f).ok_or_else(|| Error::InvalidArgument("scan_obj: no values".into()))
+        values
+            .into_iter()
+            .take(self.rank() + 1)
+            .reduce(f)
+            .ok_or_else(|| Error::InvalidArgument("scan_obj: no values".into()))
     }
 
     /// Exclusive prefix (MPI_Exscan of objects): `None` on rank 0, else the prefix of the ranks

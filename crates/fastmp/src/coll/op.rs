@@ -245,7 +245,10 @@ pub(crate) fn fold_into_own<'v, T: Pod>(
         return Ok(());
     }
     if op.is_commutative() {
-        return ranks.filter(|&j| j != own).try_for_each(|j| Ok(op.combine(input(j)?, dest)));
+        for j in ranks.filter(|&j| j != own) {
+            op.combine(input(j)?, dest);
+        }
+        return Ok(());
     }
     if own + 1 < ranks.end {
         let mut higher = vec![T::zeroed(); dest.len()];
@@ -253,7 +256,10 @@ pub(crate) fn fold_into_own<'v, T: Pod>(
         op.combine(dest, &mut higher);
         dest.copy_from_slice(&higher);
     }
-    (ranks.start..own).rev().try_for_each(|j| Ok(op.combine(input(j)?, dest)))
+    for j in (ranks.start..own).rev() {
+        op.combine(input(j)?, dest);
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -181,7 +181,13 @@ impl<'c> Run<'c> {
 
     /// Finishes a started device operation: waits in place for blocking runs, yields until the
     /// device completes it for nonblocking ones (releasing the request if the run is dropped).
-    async fn complete(&self, started: Outcome<'_>, peer: usize, expected: Option<usize>, coll: Collective) -> Result<()> {
+    async fn complete(
+        &self,
+        started: Outcome<'_>,
+        peer: usize,
+        expected: Option<usize>,
+        coll: Collective,
+    ) -> Result<()> {
         match started {
             Outcome::Complete(result) => outcome(result, peer, expected, coll),
             Outcome::InFlight(op) if self.blocking => outcome(op.wait(), peer, expected, coll),

@@ -9,8 +9,8 @@
 //! parallel, reading every rank's send buffer in place.
 
 use std::cell::Cell;
-use std::panic::AssertUnwindSafe;
 use std::ops::Range;
+use std::panic::AssertUnwindSafe;
 
 use bytemuck::Pod;
 
@@ -371,12 +371,7 @@ pub(super) async fn allgather(comm: Native<'_>, send: Option<&[u8]>, recv: &mut 
     allgather_blocks(comm, send, recv, Blocks::Equal(block)).await
 }
 
-pub(super) async fn allgatherv(
-    comm: Native<'_>,
-    send: Option<&[u8]>,
-    recv: &mut [u8],
-    layout: &Layout,
-) -> Result<()> {
+pub(super) async fn allgatherv(comm: Native<'_>, send: Option<&[u8]>, recv: &mut [u8], layout: &Layout) -> Result<()> {
     allgather_blocks(comm, send, recv, Blocks::Layout(layout)).await
 }
 
