@@ -128,7 +128,13 @@ pub struct Workload {
     /// Per-rank counts and displacements (elements) of the `v` variants and reduce_scatter.
     counts: Vec<usize>,
     displs: Vec<usize>,
+    /// Calls the MPI_IN_PLACE variant (`--in-place`): the receive buffer is also the input.
+    in_place: bool,
 }
+
+/// The collectives with an in-place benchmark (`--in-place`).
+pub const IN_PLACE: [Collective; 5] =
+    [Collective::Allreduce, Collective::Allgather, Collective::Alltoall, Collective::Reduce, Collective::Scan];
 
 impl Workload {
     pub fn new(coll: Collective, np: usize, rank: usize, max_size: usize) -> Result<Workload> {
@@ -142,7 +148,16 @@ impl Workload {
             bytemuck::cast_slice_mut::<u8, Elem>(send.as_mut_slice()).fill(1.0);
         }
         let recv = AlignedBuf::new(recv_len.next_multiple_of(ELEM), b'b');
-        Ok(Workload { coll, np, rank, size: 0, send, recv, counts: vec![0; np], displs: vec![0; np] })
+        Ok(Workload { coll, np, rank, size: 0, send, recv, counts: vec![0; np], displs: vec![0; np], in_place: false })
+    }
+
+    /// Benchmarks the in-place variant from now on (only the collectives of [`IN_PLACE`]).
+    pub fn set_in_place(&mut self, in_place: bool) -> Result<()> {
+        if in_place && !IN_PLACE.contains(&self.coll) {
+            return Err(Error::other(format!("--in-place: no in-place benchmark of {}", self.coll)));
+        }
+        self.in_place = in_place;
+        Ok(())
     }
 
     /// Sets the message size of the following calls; the counts of reduce_scatter follow
@@ -176,7 +191,19 @@ impl Workload {
     /// One call of the collective on `comm` at the current size.
     pub fn call(&mut self, comm: &Comm) -> Result<()> {
         let coll = self.coll;
+        let in_place = self.in_place;
         let Parts { send, recv, counts, displs } = self.parts();
+        if in_place {
+            // The input is in `recv`: the same buffer layout as the out-of-place call's output.
+            return match coll {
+                Collective::Allreduce => comm.allreduce_in_place(floats_mut(recv), Sum),
+                Collective::Reduce => comm.reduce_in_place(floats_mut(recv), Sum, ROOT),
+                Collective::Scan => comm.scan_in_place(floats_mut(recv), Sum),
+                Collective::Allgather => comm.allgather_in_place(recv),
+                Collective::Alltoall => comm.alltoall_in_place(recv),
+                other => Err(Error::other(format!("--in-place: no in-place benchmark of {other}"))),
+            };
+        }
         match coll {
             Collective::Barrier => comm.barrier(),
             Collective::Bcast => comm.bcast(recv, ROOT),
@@ -321,6 +348,8 @@ pub struct Spec<'a> {
     pub forced: Option<Algorithm>,
     pub sizes: &'a Sizes,
     pub iterations: Iterations,
+    /// `--in-place`: the MPI_IN_PLACE variant (blocking collectives of [`IN_PLACE`]).
+    pub in_place: bool,
 }
 
 impl Spec<'_> {
@@ -343,14 +372,18 @@ impl Spec<'_> {
 
 /// The `fastmp-bench <collective>` benchmark.
 pub fn bench(world: &Comm, spec: &Spec, out: &Reporter) -> Result<()> {
-    let Spec { coll, sizes, iterations, .. } = *spec;
+    let Spec { coll, sizes, iterations, in_place, .. } = *spec;
     let comm = spec.comm(world)?;
     let np = world.size();
     let mut work = Workload::new(coll, np, world.rank(), sizes.max)?;
+    work.set_in_place(in_place)?;
     let factor = bandwidth_power(coll).map(|p| (p, (np as f64).powi(p)));
     let datatype = if is_reduction(coll) { "f32 (MPI_FLOAT), op Sum" } else { "u8 (MPI_CHAR)" };
     let mut extra = vec![format!("# Datatype: {datatype}; root {ROOT}")];
     extra.push(spec.algorithm_line());
+    if in_place {
+        extra.push("# MPI_IN_PLACE: the receive buffer holds the input".to_string());
+    }
     let mut columns = vec!["Avg Latency(us)", "Min Latency(us)", "Max Latency(us)"];
     if let Some((power, _)) = factor {
         let np_term = if power == 1 { "np".to_string() } else { format!("np^{power}") };

@@ -111,6 +111,9 @@ struct Args {
     /// choose per size).
     #[arg(long, value_name = "NAME")]
     algorithm: Option<String>,
+    /// Blocking allreduce, allgather, alltoall, reduce, scan: call the MPI_IN_PLACE variant.
+    #[arg(long)]
+    in_place: bool,
     /// allreduce_ring_p2p: messages per ring block.
     #[arg(long, value_name = "S")]
     segments: Option<usize>,
@@ -211,6 +214,8 @@ impl Args {
         given("--algorithm", self.algorithm.is_some(), is_coll)?;
         given("--iterations", self.iterations.is_some(), is_coll || is_tune || is_ring)?;
         given("--segments", self.segments.is_some(), is_ring)?;
+        let in_place = matches!(self.bench, Bench::Coll(c) if coll::IN_PLACE.contains(&c));
+        given("--in-place", self.in_place, in_place)?;
         if self.segments == Some(0) {
             return Err("--segments must be at least 1".into());
         }
@@ -290,6 +295,7 @@ fn run(args: &Args) -> Result<(), String> {
                 forced: args.algorithm.as_deref().map(|name| parse_algorithm(c, name)).transpose()?,
                 sizes: &sizes,
                 iterations: args.iterations(Iterations::OSU)?,
+                in_place: args.in_place,
             };
             let nonblocking = matches!(args.bench, Bench::Nbc(_));
             return launch(config, args, |world, out| {

@@ -81,16 +81,17 @@ fn locally_detectable_errors_on_every_rank() {
         );
         assert_invalid(
             world.allgatherv(&[0u32; 5], &mut buf, &counts, &displs),
-            &format!("allgatherv send buffer has 5 elements, expected {}", counts[me]),
+            &format!("allgatherv: rank {me}'s send buffer has 5 elements but recvcounts[{me}] is {}", counts[me]),
             "allgatherv",
         );
         // Zero-length blocks may sit anywhere, even on top of others.
         let ok_counts = [0usize, 2, 0, 2];
         world.allgatherv(&vec![me as u32; ok_counts[me]], &mut buf, &ok_counts, &[1, 0, 1, 2])?;
         assert_eq!(buf[..4], [1, 1, 3, 3]);
+        // Overlapping send blocks are allowed (MPI); receive blocks are not.
         assert_invalid(
-            world.alltoallv(&buf, &[2; 4], &[0, 2, 4, 5], &mut [0u32; 8], &[2; 4], &[0, 2, 4, 6]),
-            "alltoallv send: blocks of ranks 2 and 3 overlap",
+            world.alltoallv(&buf, &[2; 4], &[0, 2, 4, 6], &mut [0u32; 8], &[2; 4], &[0, 2, 4, 5]),
+            "alltoallv receive: blocks of ranks 2 and 3 overlap",
             "alltoallv",
         );
         assert_invalid(
@@ -218,12 +219,12 @@ fn root_only_errors_on_a_single_rank() {
         );
         assert_invalid(
             world.scatterv(&[0u32; 4], &[3], &[0], &mut [0u32; 2], 0),
-            "scatterv receive buffer has 2 elements, expected 3",
+            "scatterv: the root's receive buffer has 2 elements but its sendcounts[0] is 3",
             "scatterv",
         );
         assert_invalid(
             world.gatherv(&[0u32; 2], &mut [0u32; 4], &[3], &[0], 0),
-            "gatherv send buffer has 2 elements, expected 3",
+            "gatherv: the root's send buffer has 2 elements but its recvcounts[0] is 3",
             "gatherv",
         );
         assert_invalid(
@@ -282,10 +283,10 @@ fn a_rank_with_bad_arguments_fails_the_job_without_hanging() {
         let mut recv = vec![0u32; if bad { 9 } else { 0 }];
         c.gather(&[1u32, 2], &mut recv, 3)
     });
-    one_rank_errs(Collective::Scatterv, NP, 0, "scatterv: blocks of ranks 0 and 1 overlap", |c, bad| {
-        let recv_len = [2, 2, 1, 1][c.rank()];
+    one_rank_errs(Collective::Gatherv, NP, 0, "gatherv: blocks of ranks 0 and 1 overlap", |c, bad| {
+        let send_len = [2, 2, 1, 1][c.rank()];
         let (counts, displs): (&[usize], &[usize]) = if bad { (&[2, 2, 1, 1], &[0, 1, 4, 5]) } else { (&[], &[]) };
-        c.scatterv(&[0u32; 6], counts, displs, &mut vec![0u32; recv_len], 0)
+        c.gatherv(&vec![0u32; send_len], &mut [0u32; 6], counts, displs, 0)
     });
     one_rank_errs(Collective::Gatherv, NP, 1, "gatherv: 4 counts and 3 displacements", |c, bad| {
         let (counts, displs): (&[usize], &[usize]) = if bad { (&[1; 4], &[0, 1, 2]) } else { (&[], &[]) };
@@ -294,9 +295,13 @@ fn a_rank_with_bad_arguments_fails_the_job_without_hanging() {
     one_rank_errs(Collective::Allgather, NP, 3, "allgather receive buffer has 7 elements, expected 8", |c, bad| {
         c.allgather(&[0u32; 2], &mut vec![0u32; if bad { 7 } else { 8 }])
     });
-    one_rank_errs(Collective::Allgatherv, NP, 2, "allgatherv send buffer has 3 elements, expected 2", |c, bad| {
-        c.allgatherv(&vec![0u32; if bad { 3 } else { 2 }], &mut [0u32; 8], &[2; 4], &[0, 2, 4, 6])
-    });
+    one_rank_errs(
+        Collective::Allgatherv,
+        NP,
+        2,
+        "allgatherv: rank 2's send buffer has 3 elements but recvcounts[2] is 2",
+        |c, bad| c.allgatherv(&vec![0u32; if bad { 3 } else { 2 }], &mut [0u32; 8], &[2; 4], &[0, 2, 4, 6]),
+    );
     one_rank_errs(Collective::Alltoall, NP, 0, "alltoall receive buffer has 7 elements, expected 8", |c, bad| {
         c.alltoall(&[0u32; 8], &mut vec![0u32; if bad { 7 } else { 8 }])
     });

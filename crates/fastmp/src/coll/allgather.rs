@@ -13,15 +13,22 @@ use super::pattern::{Fold, recursive_doubling, ring_allgather};
 use super::select::{Algorithm, Collective, Pick};
 use super::transport::Run;
 use super::tree::{binomial_children, binomial_parent, binomial_subtree};
-use super::vector::{Layout, carve, carve_blocks, copy_own_block, equal_blocks, equal_chunks};
+use super::vector::{Layout, carve, carve_blocks, copy_own_block, equal_blocks, equal_chunks, place_own_block};
 use crate::error::Result;
 
-pub(super) async fn allgather(comm: &Run<'_>, send: &[u8], recv: &mut [u8], algorithm: Algorithm) -> Result<()> {
+/// `send` is `None` in place (MPI_IN_PLACE): this rank's block already lies in `recv`.
+pub(super) async fn allgather(
+    comm: &Run<'_>,
+    send: Option<&[u8]>,
+    recv: &mut [u8],
+    algorithm: Algorithm,
+) -> Result<()> {
     let coll = Collective::Allgather;
-    let (np, me, block) = (comm.size(), comm.rank(), send.len());
+    let (np, me) = (comm.size(), comm.rank());
+    let block = send.map_or(recv.len() / np, <[u8]>::len);
     // Equal blocks by arithmetic: no layout tables on the small-message path.
     let bytes = |ranks: Range<usize>| equal_blocks(ranks, block);
-    let in_place = |recv: &mut [u8]| copy_own_block(&mut recv[bytes(me..me + 1)], send, coll);
+    let in_place = |recv: &mut [u8]| place_own_block(&mut recv[bytes(me..me + 1)], send, coll);
     match algorithm {
         Algorithm::Nbft => {
             let (below, from_me) = recv.split_at_mut(me * block);
@@ -32,6 +39,14 @@ pub(super) async fn allgather(comm: &Run<'_>, send: &[u8], recv: &mut [u8], algo
         Algorithm::Bde => in_place(recv).and(bde(comm, recv, bytes, coll).await),
         Algorithm::Bkt => in_place(recv).and(ring_allgather(comm, recv, |rank| bytes(rank..rank + 1), coll).await),
         Algorithm::GatherBcast => {
+            let own;
+            let send = match send {
+                Some(send) => send,
+                None => {
+                    own = recv[bytes(me..me + 1)].to_vec();
+                    &own
+                }
+            };
             let gathered = comm.dispatch_gather(send, recv, 0, Pick::Tuned).await;
             // Both phases always run (see the module docs).
             gathered.and(bcast_from_rank0(comm, recv).await)
@@ -40,9 +55,10 @@ pub(super) async fn allgather(comm: &Run<'_>, send: &[u8], recv: &mut [u8], algo
     }
 }
 
+/// `send` is `None` in place, as for [`allgather`].
 pub(super) async fn allgatherv(
     comm: &Run<'_>,
-    send: &[u8],
+    send: Option<&[u8]>,
     recv: &mut [u8],
     layout: &Layout,
     algorithm: Algorithm,
@@ -61,7 +77,7 @@ pub(super) async fn allgatherv(
         Algorithm::Bde => {
             in_rank_order(comm, send, recv, layout, async |buf, bytes| bde(comm, buf, bytes, coll).await).await
         }
-        Algorithm::Bkt => copy_own_block(&mut recv[layout.block(me)], send, coll)
+        Algorithm::Bkt => place_own_block(&mut recv[layout.block(me)], send, coll)
             .and(ring_allgather(comm, recv, |r| layout.block(r), coll).await),
         Algorithm::GatherBcast => gatherv_bcast(comm, send, recv, layout).await,
         other => Err(coll.unsupported(other)),
@@ -75,7 +91,7 @@ pub(super) async fn allgatherv(
 /// Every rank knows the layout, so all pick the same message pattern.
 async fn in_rank_order(
     comm: &Run<'_>,
-    send: &[u8],
+    send: Option<&[u8]>,
     recv: &mut [u8],
     layout: &Layout,
     gather: impl AsyncFnOnce(&mut [u8], &dyn Fn(Range<usize>) -> Range<usize>) -> Result<()>,
@@ -83,14 +99,17 @@ async fn in_rank_order(
     let (np, me) = (comm.size(), comm.rank());
     let offsets = layout.packed_offsets();
     let bytes = |ranks: Range<usize>| offsets[ranks.start]..offsets[ranks.end];
-    let own = |buf: &mut [u8]| copy_own_block(&mut buf[bytes(me..me + 1)], send, Collective::Allgatherv);
+    let own = |buf: &mut [u8]| place_own_block(&mut buf[bytes(me..me + 1)], send, Collective::Allgatherv);
     if let Some(span) = layout.span(0..np) {
         let buf = &mut recv[span];
         let own_copied = own(buf);
         return own_copied.and(gather(buf, &bytes).await);
     }
     let mut packed = vec![0u8; offsets[np]];
-    let own_copied = own(&mut packed);
+    let own_copied = match send {
+        Some(_) => own(&mut packed),
+        None => copy_own_block(&mut packed[bytes(me..me + 1)], &recv[layout.block(me)], Collective::Allgatherv),
+    };
     own_copied.and(gather(&mut packed, &bytes).await)?;
     for rank in 0..np {
         recv[layout.block(rank)].copy_from_slice(&packed[bytes(rank..rank + 1)]);
@@ -101,15 +120,20 @@ async fn in_rank_order(
 /// nbFT: every rank starts receives of all other blocks and sends of its own to all others.
 /// `rotated` yields the blocks of `recv` starting with this rank's own, then those of the ranks
 /// above it (wrapping around), so the ranks do not all send to rank 0 first.
+/// In place (`send` is `None`), this rank's block of `recv` is what it sends.
 async fn flat_nonblocking<'a>(
     comm: &Run<'_>,
-    send: &[u8],
+    send: Option<&'a [u8]>,
     rotated: impl IntoIterator<Item = &'a mut [u8]>,
     coll: Collective,
 ) -> Result<()> {
     let (np, me) = (comm.size(), comm.rank());
     let mut blocks = rotated.into_iter();
-    let copied = blocks.next().map_or(Ok(()), |own| copy_own_block(own, send, coll));
+    let own = blocks.next().unwrap_or_default();
+    let (copied, send) = match send {
+        Some(send) => (copy_own_block(own, send, coll), send),
+        None => (Ok(()), &*own),
+    };
     let mut pending = comm.batch();
     for (k, block) in (1..np).zip(blocks) {
         let peer = (me + k) % np;
@@ -212,8 +236,16 @@ async fn bcast_from_rank0(comm: &Run<'_>, buf: &mut [u8]) -> Result<()> {
 /// Gatherv to rank 0, then bcast. A layout whose blocks follow each other in rank order is
 /// broadcast in place; any other is packed at rank 0 and unpacked after the bcast, so bytes of
 /// `recv` outside the blocks are never written.
-async fn gatherv_bcast(comm: &Run<'_>, send: &[u8], recv: &mut [u8], layout: &Layout) -> Result<()> {
+async fn gatherv_bcast(comm: &Run<'_>, send: Option<&[u8]>, recv: &mut [u8], layout: &Layout) -> Result<()> {
     let (np, me) = (comm.size(), comm.rank());
+    let own;
+    let send = match send {
+        Some(send) => send,
+        None => {
+            own = recv[layout.block(me)].to_vec();
+            &own
+        }
+    };
     let gathered = comm.dispatch_gatherv(send, recv, (me == 0).then_some(layout), 0, Pick::Tuned).await;
     if let Some(span) = layout.span(0..np) {
         return gathered.and(bcast_from_rank0(comm, &mut recv[span]).await);

@@ -19,13 +19,34 @@ use crate::error::Result;
 
 const COLL: Collective = Collective::Allreduce;
 
+/// `send` is `None` in place (MPI_IN_PLACE: `recv` holds this rank's vector). BDE and
+/// Rabenseifner start from the vector in `recv` anyway; the others read it while `recv` fills, so
+/// they get a copy.
 pub(super) async fn allreduce<T: Pod>(
     comm: &Run<'_>,
-    send: &[T],
+    send: Option<&[T]>,
     recv: &mut [T],
     op: &dyn Op<T>,
     algorithm: Algorithm,
 ) -> Result<()> {
+    if let Algorithm::Bde | Algorithm::Rabenseifner = algorithm {
+        if let Some(send) = send {
+            recv.copy_from_slice(send);
+        }
+        let folded = folded(comm, recv, op, async |fold, v, acc, spare| match algorithm {
+            Algorithm::Bde => recursive_doubling(comm, fold, v, acc, spare, op).await,
+            _ => rabenseifner(comm, fold, v, acc, spare, op).await,
+        });
+        return folded.await;
+    }
+    let copy;
+    let send = match send {
+        Some(send) => send,
+        None => {
+            copy = recv.to_vec();
+            &copy
+        }
+    };
     match algorithm {
         Algorithm::Nbft => flat(comm, send, recv, op).await,
         // Tree reduce to rank 0, then binomial-tree bcast. The reduce runs on the MST, which
@@ -33,9 +54,7 @@ pub(super) async fn allreduce<T: Pod>(
         // of two, so for other np the fan-in is shaped differently from the fan-out.
         Algorithm::Bt => reduce_then_bcast(comm, send, recv, op, Pick::Fixed(Algorithm::Bt)).await,
         Algorithm::ReduceBcast => reduce_then_bcast(comm, send, recv, op, Pick::Tuned).await,
-        Algorithm::Bde => recursive_doubling(comm, send, recv, op).await,
         Algorithm::Bkt => ring(comm, send, recv, op).await,
-        Algorithm::Rabenseifner => rabenseifner(comm, send, recv, op).await,
         // Boxed: its state (two pipelined passes) is large, and every allreduce's future would
         // otherwise carry it, small ones included; it runs on large vectors only.
         Algorithm::RingSegmented => Box::pin(ring_segmented(comm, send, recv, op)).await,
@@ -62,18 +81,17 @@ async fn reduce_then_bcast<T: Pod>(
     comm.dispatch_bcast(bytemuck::cast_slice_mut(recv), 0, bcast).await
 }
 
-/// Runs `body(fold, v, acc, spare)` on the fold's virtual ranks with `acc` (which is `recv`)
-/// holding the folded vector, then hands the result to the ranks that sat out.
+/// Runs `body(fold, v, acc, spare)` on the fold's virtual ranks with `acc` (which is `recv`,
+/// holding this rank's vector on entry) holding the folded vector, then hands the result to the
+/// ranks that sat out.
 async fn folded<T: Pod>(
     comm: &Run<'_>,
-    send: &[T],
     recv: &mut [T],
     op: &dyn Op<T>,
     body: impl AsyncFnOnce(&Fold, usize, &mut [T], &mut [T]) -> Result<()>,
 ) -> Result<()> {
     let fold = Fold::new(comm.size());
-    recv.copy_from_slice(send);
-    let mut spare = zeroed::<T>(send.len());
+    let mut spare = zeroed::<T>(recv.len());
     fold.fold_in(comm, recv, &mut spare, op, COLL).await?;
     if let Some(v) = fold.virtual_rank(comm.rank()) {
         body(&fold, v, recv, &mut spare).await?;
@@ -84,23 +102,26 @@ async fn folded<T: Pod>(
 /// Recursive doubling over the fold's virtual ranks: after the step with distance `mask` a
 /// rank holds the reduction of an aligned run of `2·mask` virtual ranks, which are contiguous
 /// real ranks, so combining lower ∘ higher keeps rank order.
-async fn recursive_doubling<T: Pod>(comm: &Run<'_>, send: &[T], recv: &mut [T], op: &dyn Op<T>) -> Result<()> {
-    folded(comm, send, recv, op, async |fold, v, acc, spare| {
-        let mut partial = Partial::new(acc, spare);
-        let mut mask = 1;
-        while mask < fold.pof2 {
-            let partner = v ^ mask;
-            let peer = fold.real_rank(partner);
-            let (mine, incoming) = partial.buffers();
-            comm.coll_sendrecv(bytemuck::cast_slice(mine), peer, bytemuck::cast_slice_mut(incoming), peer, COLL)
-                .await?;
-            partial.absorb(op, partner < v);
-            mask <<= 1;
-        }
-        partial.settle();
-        Ok(())
-    })
-    .await
+async fn recursive_doubling<T: Pod>(
+    comm: &Run<'_>,
+    fold: &Fold,
+    v: usize,
+    acc: &mut [T],
+    spare: &mut [T],
+    op: &dyn Op<T>,
+) -> Result<()> {
+    let mut partial = Partial::new(acc, spare);
+    let mut mask = 1;
+    while mask < fold.pof2 {
+        let partner = v ^ mask;
+        let peer = fold.real_rank(partner);
+        let (mine, incoming) = partial.buffers();
+        comm.coll_sendrecv(bytemuck::cast_slice(mine), peer, bytemuck::cast_slice_mut(incoming), peer, COLL).await?;
+        partial.absorb(op, partner < v);
+        mask <<= 1;
+    }
+    partial.settle();
+    Ok(())
 }
 
 /// Byte range of the element range `elements` of a `T` buffer.
@@ -118,15 +139,19 @@ async fn ring<T: Pod>(comm: &Run<'_>, send: &[T], recv: &mut [T], op: &dyn Op<T>
 
 /// Rabenseifner: fold, recursive-halving reduce-scatter over `pof2` near-equal blocks,
 /// recursive-doubling allgather of the blocks, unfold (commutative).
-async fn rabenseifner<T: Pod>(comm: &Run<'_>, send: &[T], recv: &mut [T], op: &dyn Op<T>) -> Result<()> {
-    let len = send.len();
-    folded(comm, send, recv, op, async |fold, v, acc, spare| {
-        let bound = |u| even_bound(len, fold.pof2, u);
-        recursive_halving(comm, fold, v, acc, spare, bound, op, COLL).await?;
-        let byte_bound = |u| bound(u) * size_of::<T>();
-        doubling_allgather(comm, bytemuck::cast_slice_mut(acc), fold, v, byte_bound, COLL).await
-    })
-    .await
+async fn rabenseifner<T: Pod>(
+    comm: &Run<'_>,
+    fold: &Fold,
+    v: usize,
+    acc: &mut [T],
+    spare: &mut [T],
+    op: &dyn Op<T>,
+) -> Result<()> {
+    let len = acc.len();
+    let bound = |u| even_bound(len, fold.pof2, u);
+    recursive_halving(comm, fold, v, acc, spare, bound, op, COLL).await?;
+    let byte_bound = |u| bound(u) * size_of::<T>();
+    doubling_allgather(comm, bytemuck::cast_slice_mut(acc), fold, v, byte_bound, COLL).await
 }
 
 /// Bytes a segment of [`ring_segmented`] aims at: large enough that a segment's own costs (a

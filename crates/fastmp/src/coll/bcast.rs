@@ -69,5 +69,5 @@ async fn scatter_allgather(comm: &Run<'_>, buf: &mut [u8], root: usize) -> Resul
     let mut own = vec![0u8; counts[rank]];
     comm.dispatch_scatterv(buf, (rank == root).then_some(&layout), &mut own, root, Pick::Tuned).await?;
     // Gather+bcast does not come back here: its bcast excludes scatter+allgather.
-    comm.dispatch_allgatherv(&own, buf, &layout, Pick::Tuned).await
+    comm.dispatch_allgatherv(Some(&own), buf, &layout, Pick::Tuned).await
 }

@@ -24,6 +24,7 @@ mod alltoall;
 mod barrier;
 mod bcast;
 mod fold;
+mod in_place;
 mod native;
 mod neighbor;
 mod nonblocking;
@@ -311,6 +312,18 @@ impl Comm {
     }
 }
 
+impl Run<'_> {
+    /// [`Comm::algorithm_for`], counted as one of this operation's choices ([`Run::chose`]).
+    fn chose_for(&self, coll: Collective, bytes: usize, commutative: bool) -> Algorithm {
+        self.chose(self.choose(coll, bytes, commutative, Pick::Tuned))
+    }
+
+    /// [`Comm::choose`], counted as one of this operation's choices.
+    fn chose_pick(&self, coll: Collective, bytes: usize, commutative: bool, pick: Pick) -> Algorithm {
+        self.chose(self.choose(coll, bytes, commutative, pick))
+    }
+}
+
 /// The collectives as operations of a [`Run`]: argument checks, algorithm choice, dispatch.
 /// The blocking methods above and the nonblocking ones (`Scope::ibcast`, ...) both run these.
 /// Each collective picks and dispatches in exactly one place; those that composite algorithms
@@ -318,7 +331,7 @@ impl Comm {
 impl Run<'_> {
     pub(crate) async fn barrier(&self) -> Result<()> {
         self.check_live()?;
-        match self.algorithm_for(Collective::Barrier, 0, true) {
+        match self.chose_for(Collective::Barrier, 0, true) {
             Algorithm::Native => native::barrier(self).await,
             algorithm => barrier::barrier(self, algorithm).await,
         }
@@ -335,7 +348,7 @@ impl Run<'_> {
             self.check_blocks("scatter send buffer", send.len(), recv.len())?;
         }
         let (send, recv): (&[u8], &mut [u8]) = (bytemuck::cast_slice(send), bytemuck::cast_slice_mut(recv));
-        match self.algorithm_for(Collective::Scatter, recv.len(), true) {
+        match self.chose_for(Collective::Scatter, recv.len(), true) {
             Algorithm::Native => native::scatter(self, send, recv, root).await,
             algorithm => scatter_gather::scatter(self, send, recv, root, algorithm).await,
         }
@@ -351,8 +364,14 @@ impl Run<'_> {
     ) -> Result<()> {
         self.check_root(root)?;
         let layout = if self.rank() == root {
-            let layout = Layout::new::<T>(self, "scatterv", counts, displs, send.len())?;
-            self.check_len("scatterv receive buffer", recv.len(), counts[root])?;
+            let layout = Layout::for_send::<T>(self, "scatterv", counts, displs, send.len())?;
+            if recv.len() != counts[root] {
+                return Err(Error::InvalidArgument(format!(
+                    "scatterv: the root's receive buffer has {} elements but its sendcounts[{root}] is {}",
+                    recv.len(),
+                    counts[root]
+                )));
+            }
             Some(layout)
         } else {
             None
@@ -380,7 +399,13 @@ impl Run<'_> {
         self.check_root(root)?;
         let layout = if self.rank() == root {
             let layout = Layout::new::<T>(self, "gatherv", counts, displs, recv.len())?;
-            self.check_len("gatherv send buffer", send.len(), counts[root])?;
+            if send.len() != counts[root] {
+                return Err(Error::InvalidArgument(format!(
+                    "gatherv: the root's send buffer has {} elements but its recvcounts[{root}] is {}",
+                    send.len(),
+                    counts[root]
+                )));
+            }
             Some(layout)
         } else {
             None
@@ -392,8 +417,18 @@ impl Run<'_> {
     pub(crate) async fn allgather<T: Pod>(&self, send: &[T], recv: &mut [T]) -> Result<()> {
         self.check_live()?;
         self.check_blocks("allgather receive buffer", recv.len(), send.len())?;
-        let (send, recv): (&[u8], &mut [u8]) = (bytemuck::cast_slice(send), bytemuck::cast_slice_mut(recv));
-        match self.algorithm_for(Collective::Allgather, send.len(), true) {
+        self.dispatch_allgather(Some(bytemuck::cast_slice(send)), bytemuck::cast_slice_mut(recv)).await
+    }
+
+    pub(crate) async fn allgather_in_place<T: Pod>(&self, buf: &mut [T]) -> Result<()> {
+        self.check_live()?;
+        self.check_split("allgather_in_place", "buf", buf.len())?;
+        self.dispatch_allgather(None, bytemuck::cast_slice_mut(buf)).await
+    }
+
+    /// `send` is `None` in place; arguments checked.
+    async fn dispatch_allgather(&self, send: Option<&[u8]>, recv: &mut [u8]) -> Result<()> {
+        match self.chose_for(Collective::Allgather, recv.len() / self.size(), true) {
             Algorithm::Native => native::allgather(self, send, recv).await,
             algorithm => allgather::allgather(self, send, recv, algorithm).await,
         }
@@ -408,9 +443,27 @@ impl Run<'_> {
     ) -> Result<()> {
         self.check_live()?;
         let layout = Layout::new::<T>(self, "allgatherv", counts, displs, recv.len())?;
-        self.check_len("allgatherv send buffer", send.len(), counts[self.rank()])?;
+        let me = self.rank();
+        if send.len() != counts[me] {
+            return Err(Error::InvalidArgument(format!(
+                "allgatherv: rank {me}'s send buffer has {} elements but recvcounts[{me}] is {}",
+                send.len(),
+                counts[me]
+            )));
+        }
         let (send, recv) = (bytemuck::cast_slice(send), bytemuck::cast_slice_mut(recv));
-        self.dispatch_allgatherv(send, recv, &layout, Pick::Tuned).await
+        self.dispatch_allgatherv(Some(send), recv, &layout, Pick::Tuned).await
+    }
+
+    pub(crate) async fn allgatherv_in_place<T: Pod>(
+        &self,
+        buf: &mut [T],
+        counts: &[usize],
+        displs: &[usize],
+    ) -> Result<()> {
+        self.check_live()?;
+        let layout = Layout::new::<T>(self, "allgatherv_in_place", counts, displs, buf.len())?;
+        self.dispatch_allgatherv(None, bytemuck::cast_slice_mut(buf), &layout, Pick::Tuned).await
     }
 
     pub(crate) async fn alltoall<T: Pod>(&self, send: &[T], recv: &mut [T]) -> Result<()> {
@@ -424,7 +477,7 @@ impl Run<'_> {
             )));
         }
         let (send, recv): (&[u8], &mut [u8]) = (bytemuck::cast_slice(send), bytemuck::cast_slice_mut(recv));
-        match self.algorithm_for(Collective::Alltoall, send.len() / self.size(), true) {
+        match self.chose_for(Collective::Alltoall, send.len() / self.size(), true) {
             Algorithm::Native => native::alltoall(self, send, recv).await,
             algorithm => alltoall::alltoall(self, send, recv, algorithm).await,
         }
@@ -441,10 +494,10 @@ impl Run<'_> {
         recv_displs: &[usize],
     ) -> Result<()> {
         self.check_live()?;
-        let send_layout = Layout::new::<T>(self, "alltoallv send", send_counts, send_displs, send.len())?;
+        let send_layout = Layout::for_send::<T>(self, "alltoallv send", send_counts, send_displs, send.len())?;
         let recv_layout = Layout::new::<T>(self, "alltoallv receive", recv_counts, recv_displs, recv.len())?;
         let (send, recv): (&[u8], &mut [u8]) = (bytemuck::cast_slice(send), bytemuck::cast_slice_mut(recv));
-        match self.algorithm_for(Collective::Alltoallv, 0, true) {
+        match self.chose_for(Collective::Alltoallv, 0, true) {
             Algorithm::Native => native::alltoallv(self, send, &send_layout, recv, &recv_layout).await,
             algorithm => alltoall::alltoallv(self, send, &send_layout, recv, &recv_layout, algorithm).await,
         }
@@ -461,7 +514,17 @@ impl Run<'_> {
     pub(crate) async fn allreduce<T: Pod>(&self, send: &[T], recv: &mut [T], op: &dyn Op<T>) -> Result<()> {
         self.check_live()?;
         self.check_len("allreduce receive buffer", recv.len(), send.len())?;
-        match self.algorithm_for(Collective::Allreduce, size_of_val(send), op.is_commutative()) {
+        self.dispatch_allreduce(Some(send), recv, op).await
+    }
+
+    pub(crate) async fn allreduce_in_place<T: Pod>(&self, buf: &mut [T], op: &dyn Op<T>) -> Result<()> {
+        self.check_live()?;
+        self.dispatch_allreduce(None, buf, op).await
+    }
+
+    /// `send` is `None` in place; arguments checked.
+    async fn dispatch_allreduce<T: Pod>(&self, send: Option<&[T]>, recv: &mut [T], op: &dyn Op<T>) -> Result<()> {
+        match self.chose_for(Collective::Allreduce, size_of_val(recv), op.is_commutative()) {
             Algorithm::Native => native::allreduce(self, send, recv, op).await,
             algorithm => allreduce::allreduce(self, send, recv, op, algorithm).await,
         }
@@ -480,7 +543,7 @@ impl Run<'_> {
         let total = total.ok_or_else(|| Error::InvalidArgument("reduce_scatter counts overflow usize".into()))?;
         self.check_len("reduce_scatter send buffer", send.len(), total)?;
         self.check_len("reduce_scatter receive buffer", recv.len(), counts[self.rank()])?;
-        match self.algorithm_for(Collective::ReduceScatter, size_of_val(send), op.is_commutative()) {
+        match self.chose_for(Collective::ReduceScatter, size_of_val(send), op.is_commutative()) {
             Algorithm::Native => native::reduce_scatter(self, send, recv, counts, op).await,
             algorithm => reduce_scatter::reduce_scatter(self, send, recv, counts, op, algorithm).await,
         }
@@ -508,7 +571,7 @@ impl Run<'_> {
             recv.len(),
             send.len(),
         )?;
-        match self.algorithm_for(Collective::Scan, size_of_val(send), op.is_commutative()) {
+        match self.chose_for(Collective::Scan, size_of_val(send), op.is_commutative()) {
             Algorithm::Native => native::scan(self, send, recv, op, exclusive).await,
             algorithm => scan::scan(self, send, recv, op, exclusive, algorithm).await,
         }
@@ -520,7 +583,7 @@ impl Run<'_> {
 /// its algorithm, so a composite never copies a dispatch and never selects itself.
 impl Run<'_> {
     pub(super) async fn dispatch_bcast(&self, buf: &mut [u8], root: usize, pick: Pick) -> Result<()> {
-        match self.choose(Collective::Bcast, buf.len(), true, pick) {
+        match self.chose_pick(Collective::Bcast, buf.len(), true, pick) {
             Algorithm::Native => native::bcast(self, buf, root).await,
             algorithm => bcast::bcast(self, buf, root, algorithm).await,
         }
@@ -535,14 +598,14 @@ impl Run<'_> {
         root: usize,
         pick: Pick,
     ) -> Result<()> {
-        match self.choose(Collective::Scatterv, 0, true, pick) {
+        match self.chose_pick(Collective::Scatterv, 0, true, pick) {
             Algorithm::Native => native::scatterv(self, send, layout, recv, root).await,
             algorithm => scatter_gather::scatterv(self, send, layout, recv, root, algorithm).await,
         }
     }
 
     pub(super) async fn dispatch_gather(&self, send: &[u8], recv: &mut [u8], root: usize, pick: Pick) -> Result<()> {
-        match self.choose(Collective::Gather, send.len(), true, pick) {
+        match self.chose_pick(Collective::Gather, send.len(), true, pick) {
             Algorithm::Native => native::gather(self, send, recv, root).await,
             algorithm => scatter_gather::gather(self, send, recv, root, algorithm).await,
         }
@@ -557,20 +620,21 @@ impl Run<'_> {
         root: usize,
         pick: Pick,
     ) -> Result<()> {
-        match self.choose(Collective::Gatherv, 0, true, pick) {
+        match self.chose_pick(Collective::Gatherv, 0, true, pick) {
             Algorithm::Native => native::gatherv(self, send, recv, layout, root).await,
             algorithm => scatter_gather::gatherv(self, send, recv, layout, root, algorithm).await,
         }
     }
 
+    /// `send` is `None` in place.
     pub(super) async fn dispatch_allgatherv(
         &self,
-        send: &[u8],
+        send: Option<&[u8]>,
         recv: &mut [u8],
         layout: &Layout,
         pick: Pick,
     ) -> Result<()> {
-        match self.choose(Collective::Allgatherv, layout.total_bytes() / self.size(), true, pick) {
+        match self.chose_pick(Collective::Allgatherv, layout.total_bytes() / self.size(), true, pick) {
             Algorithm::Native => native::allgatherv(self, send, recv, layout).await,
             algorithm => allgather::allgatherv(self, send, recv, layout, algorithm).await,
         }
@@ -584,7 +648,7 @@ impl Run<'_> {
         root: usize,
         pick: Pick,
     ) -> Result<()> {
-        match self.choose(Collective::Reduce, size_of_val(send), op.is_commutative(), pick) {
+        match self.chose_pick(Collective::Reduce, size_of_val(send), op.is_commutative(), pick) {
             Algorithm::Native => native::reduce(self, send, recv, op, root).await,
             algorithm => reduce::reduce(self, send, recv, op, root, algorithm).await,
         }

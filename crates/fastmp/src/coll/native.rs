@@ -57,11 +57,11 @@ pub(super) async fn gatherv(
     provider(run)?.gatherv(&run.operation(), send, recv, layout, root).await
 }
 
-pub(super) async fn allgather(run: &Run<'_>, send: &[u8], recv: &mut [u8]) -> Result<()> {
+pub(super) async fn allgather(run: &Run<'_>, send: Option<&[u8]>, recv: &mut [u8]) -> Result<()> {
     provider(run)?.allgather(&run.operation(), send, recv).await
 }
 
-pub(super) async fn allgatherv(run: &Run<'_>, send: &[u8], recv: &mut [u8], layout: &Layout) -> Result<()> {
+pub(super) async fn allgatherv(run: &Run<'_>, send: Option<&[u8]>, recv: &mut [u8], layout: &Layout) -> Result<()> {
     provider(run)?.allgatherv(&run.operation(), send, recv, layout).await
 }
 
@@ -89,7 +89,7 @@ pub(super) async fn reduce<T: Pod>(
     provider(run)?.reduce(&run.operation(), send, recv, op, root).await
 }
 
-pub(super) async fn allreduce<T: Pod>(run: &Run<'_>, send: &[T], recv: &mut [T], op: &dyn Op<T>) -> Result<()> {
+pub(super) async fn allreduce<T: Pod>(run: &Run<'_>, send: Option<&[T]>, recv: &mut [T], op: &dyn Op<T>) -> Result<()> {
     provider(run)?.allreduce(&run.operation(), send, recv, op).await
 }
 

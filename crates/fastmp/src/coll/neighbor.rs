@@ -234,7 +234,9 @@ fn layout<T>(
         ));
     }
     // The layout's messages call block `i` "rank i": here it is neighbour `i`.
-    Layout::of_blocks::<T>(&format!("{call} {what} (blocks indexed by {whom})"), counts, displs, len)
+    // Send blocks may overlap (MPI reads a location for several neighbours); receive blocks not.
+    let disjoint = what != "send";
+    Layout::of_blocks::<T>(&format!("{call} {what} (blocks indexed by {whom})"), counts, displs, len, disjoint)
 }
 
 /// Names the call in errors of the exchange (ranks that disagree on lengths).

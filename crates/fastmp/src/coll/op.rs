@@ -230,6 +230,38 @@ pub(crate) fn fold_in_rank_order<'v, T: Pod>(
     Ok(())
 }
 
+/// [`fold_in_rank_order`] for MPI_IN_PLACE: `dest` already holds `x(own)`, which is not read
+/// through `input`. Commutative operations fold every other rank straight into `dest`;
+/// non-commutative ones fold the ranks above `own` into a temporary first (`x(own) ∘ higher`
+/// cannot be computed in `dest`), then the ranks below `own` from the right, keeping rank order.
+pub(crate) fn fold_into_own<'v, T: Pod>(
+    op: &dyn Op<T>,
+    dest: &mut [T],
+    own: usize,
+    ranks: Range<usize>,
+    input: impl Fn(usize) -> Result<&'v [T]>,
+) -> Result<()> {
+    if dest.is_empty() {
+        return Ok(());
+    }
+    if op.is_commutative() {
+        for j in ranks.filter(|&j| j != own) {
+            op.combine(input(j)?, dest);
+        }
+        return Ok(());
+    }
+    if own + 1 < ranks.end {
+        let mut higher = vec![T::zeroed(); dest.len()];
+        fold_in_rank_order(op, &mut higher, own + 1..ranks.end, &input)?;
+        op.combine(dest, &mut higher);
+        dest.copy_from_slice(&higher);
+    }
+    for j in (ranks.start..own).rev() {
+        op.combine(input(j)?, dest);
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -8,12 +8,13 @@
 //! yields until the device completes it, so the rank's progress engine can interleave it with
 //! computation and other operations.
 
+use std::cell::Cell;
 use std::future::{Future, poll_fn};
 use std::ops::Deref;
 use std::pin::pin;
 use std::task::{Context, Poll, Waker};
 
-use crate::coll::select::Collective;
+use crate::coll::select::{Algorithm, Collective};
 use crate::comm::Comm;
 use crate::device::collectives::{CollectiveProvider, Collectives, Operation};
 use crate::device::requests::{self, InFlight, Outcome};
@@ -37,6 +38,8 @@ pub(crate) struct Run<'c> {
     /// ranks issue collectives in the same order), shifted into tag position.
     tag_base: i32,
     blocking: bool,
+    /// Algorithm choices made so far in this operation (see `Operation::dispatch`).
+    dispatches: Cell<u64>,
 }
 
 /// The operation is over however it ends (finished, failed, or its future dropped): a device
@@ -57,21 +60,53 @@ impl Deref for Run<'_> {
     }
 }
 
-fn check_length(raw: RawStatus, expected: usize, peer: usize) -> Result<()> {
-    if raw.bytes == expected {
-        Ok(())
-    } else {
-        Err(Error::InvalidArgument(format!(
-            "collective arguments differ between ranks: expected {expected} bytes from rank {peer}, got {}",
-            raw.bytes
-        )))
+/// The arguments whose disagreement between ranks makes a message of `coll` the wrong length.
+fn disagreeing_arguments(coll: Collective) -> &'static str {
+    match coll {
+        Collective::Bcast => "the buffer lengths",
+        Collective::Scatter => "the root's send buffer or a receive buffer length",
+        Collective::Gather => "a send buffer or the root's receive buffer length",
+        Collective::Scatterv => "the root's sendcounts or a receive buffer length",
+        Collective::Gatherv => "a send buffer length or the root's recvcounts",
+        Collective::Allgather => "the send buffer lengths",
+        Collective::Allgatherv => "the recvcounts or a send buffer length",
+        Collective::Alltoall => "the buffer lengths",
+        Collective::Alltoallv => "a rank's send_counts and its peer's recv_counts",
+        Collective::Barrier => "nothing (a barrier message has no data)",
+        Collective::Reduce | Collective::Allreduce | Collective::ReduceScatter | Collective::Scan => {
+            "the vector lengths or counts"
+        }
     }
 }
 
-/// The outcome of a started operation: `expected` bytes for receives, `None` for sends.
-fn outcome(result: Result<RawStatus>, peer: usize, expected: Option<usize>) -> Result<()> {
-    let raw = result?;
-    expected.map_or(Ok(()), |bytes| check_length(raw, bytes, peer))
+/// A message of `coll` from `peer` that is not the `expected` length: the ranks disagree on
+/// arguments. Names the call and the arguments, never the internal tag.
+fn mismatch(coll: Collective, peer: usize, expected: usize, got: impl std::fmt::Display) -> Error {
+    Error::InvalidArgument(format!(
+        "{coll}: rank {peer} sent {got} bytes where this rank expected {expected} (arguments differ between ranks: {})",
+        disagreeing_arguments(coll)
+    ))
+}
+
+fn check_length(raw: RawStatus, expected: usize, peer: usize, coll: Collective) -> Result<()> {
+    if raw.bytes == expected { Ok(()) } else { Err(mismatch(coll, peer, expected, raw.bytes)) }
+}
+
+/// The outcome of a started operation: `expected` bytes for receives, `None` for sends. A
+/// message too long for its buffer (the device's `Truncated`, which names the tag) is a mismatch.
+fn outcome(result: Result<RawStatus>, peer: usize, expected: Option<usize>, coll: Collective) -> Result<()> {
+    let raw = result.map_err(|e| failure(e, peer, expected, coll))?;
+    expected.map_or(Ok(()), |bytes| check_length(raw, bytes, peer, coll))
+}
+
+/// A device error of a collective's message, with truncation reported as a mismatch.
+fn failure(e: Error, peer: usize, expected: Option<usize>, coll: Collective) -> Error {
+    match e {
+        Error::Truncated { message_bytes, capacity, .. } => {
+            mismatch(coll, peer, expected.unwrap_or(capacity), message_bytes)
+        }
+        e => e,
+    }
 }
 
 impl<'c> Run<'c> {
@@ -87,7 +122,7 @@ impl<'c> Run<'c> {
         let seq = comm.coll_seq.get();
         comm.coll_seq.set(seq + 1);
         let tag_base = ((seq as u32 & SEQ_MASK) << COLL_BITS) as i32;
-        Ok(Run { comm, collectives, seq, tag_base, blocking })
+        Ok(Run { comm, collectives, seq, tag_base, blocking, dispatches: Cell::new(0) })
     }
 
     /// The device's collectives for the communicator, if it has its own.
@@ -99,10 +134,24 @@ impl<'c> Run<'c> {
     pub(crate) fn operation(&self) -> Operation<'c> {
         Operation {
             seq: self.seq,
+            dispatch: self.dispatches.get().saturating_sub(1),
             blocking: self.blocking,
             engine_polling: self.process.engine.is_polling(),
             dev: &*self.comm.dev,
         }
+    }
+
+    /// Counts an algorithm choice of this operation; one that does not use the device's own
+    /// collectives is reported to them, so peers that chose them fail instead of waiting.
+    pub(crate) fn chose(&self, algorithm: Algorithm) -> Algorithm {
+        let dispatch = self.dispatches.get();
+        self.dispatches.set(dispatch + 1);
+        if algorithm != Algorithm::Native
+            && let Some(collectives) = self.collectives
+        {
+            collectives.provider().bypassed(self.seq, dispatch);
+        }
+        algorithm
     }
 
     /// Tag of this operation's messages of `coll` (composites run several collectives).
@@ -132,12 +181,18 @@ impl<'c> Run<'c> {
 
     /// Finishes a started device operation: waits in place for blocking runs, yields until the
     /// device completes it for nonblocking ones (releasing the request if the run is dropped).
-    async fn complete(&self, started: Outcome<'_>, peer: usize, expected: Option<usize>) -> Result<()> {
+    async fn complete(
+        &self,
+        started: Outcome<'_>,
+        peer: usize,
+        expected: Option<usize>,
+        coll: Collective,
+    ) -> Result<()> {
         match started {
-            Outcome::Complete(result) => outcome(result, peer, expected),
-            Outcome::InFlight(op) if self.blocking => outcome(op.wait(), peer, expected),
+            Outcome::Complete(result) => outcome(result, peer, expected, coll),
+            Outcome::InFlight(op) if self.blocking => outcome(op.wait(), peer, expected, coll),
             Outcome::InFlight(op) => {
-                let mut batch = Batch { run: self, reqs: vec![(op, peer, expected)], failed: None };
+                let mut batch = Batch { run: self, reqs: vec![(op, peer, expected, coll)], failed: None };
                 poll_fn(|_| batch.poll_all()).await
             }
         }
@@ -152,7 +207,7 @@ impl<'c> Run<'c> {
         let started = unsafe {
             InFlight::send(&*self.dev, bytes, dest, self.tag(coll), self.coll_context(), SendMode::Standard)?
         };
-        self.complete(started, peer, None).await
+        self.complete(started, peer, None, coll).await
     }
 
     fn spec(&self, peer: usize, coll: Collective) -> MatchSpec {
@@ -168,11 +223,11 @@ impl<'c> Run<'c> {
         let spec = self.spec(peer, coll);
         let expected = bytes.len();
         if self.blocking {
-            return check_length(requests::recv(&*self.dev, bytes, spec)?, expected, peer);
+            return outcome(requests::recv(&*self.dev, bytes, spec), peer, Some(expected), coll);
         }
         // SAFETY: as in `coll_send`.
         let started = unsafe { InFlight::recv(&*self.dev, bytes, spec)? };
-        self.complete(started, peer, Some(expected)).await
+        self.complete(started, peer, Some(expected), coll).await
     }
 
     /// Sends `send` to `dest` while receiving exactly `recv.len()` bytes from `source`.
@@ -210,18 +265,18 @@ impl<'c> Run<'c> {
 /// pointing at a caller's buffer. Crate-internal and never leaked.
 pub(crate) struct Batch<'a> {
     run: &'a Run<'a>,
-    /// (request, peer, expected bytes for receives).
-    reqs: Vec<(InFlight<'a>, usize, Option<usize>)>,
+    /// (request, peer, expected bytes for receives, collective).
+    reqs: Vec<(InFlight<'a>, usize, Option<usize>, Collective)>,
     /// First error of an operation that finished when it was started.
     failed: Option<Error>,
 }
 
 impl<'a> Batch<'a> {
-    fn track(&mut self, started: Outcome<'a>, peer: usize, expected: Option<usize>) {
+    fn track(&mut self, started: Outcome<'a>, peer: usize, expected: Option<usize>, coll: Collective) {
         match started {
-            Outcome::InFlight(op) => self.reqs.push((op, peer, expected)),
+            Outcome::InFlight(op) => self.reqs.push((op, peer, expected, coll)),
             Outcome::Complete(result) => {
-                if let Err(e) = outcome(result, peer, expected) {
+                if let Err(e) = outcome(result, peer, expected, coll) {
                     self.failed.get_or_insert(e);
                 }
             }
@@ -235,7 +290,7 @@ impl<'a> Batch<'a> {
         // SAFETY: the request lives in this batch, which is never leaked (see `Run::coll_send`).
         let started =
             unsafe { InFlight::send(&*run.dev, bytes, dest, run.tag(coll), run.coll_context(), SendMode::Standard)? };
-        self.track(started, peer, None);
+        self.track(started, peer, None, coll);
         Ok(())
     }
 
@@ -245,7 +300,7 @@ impl<'a> Batch<'a> {
         let expected = bytes.len();
         // SAFETY: the request lives in this batch, which is never leaked (see `Run::coll_send`).
         let started = unsafe { InFlight::recv(&*self.run.dev, bytes, spec)? };
-        self.track(started, peer, Some(expected));
+        self.track(started, peer, Some(expected), coll);
         Ok(())
     }
 
@@ -253,16 +308,16 @@ impl<'a> Batch<'a> {
     /// error. Finished requests leave the batch, so `Drop` only releases the rest.
     fn poll_all(&mut self) -> Poll<Result<()>> {
         let failed = &mut self.failed;
-        self.reqs.retain_mut(|(op, peer, expected)| match op.test() {
+        self.reqs.retain_mut(|(op, peer, expected, coll)| match op.test() {
             Ok(None) => true,
             Ok(Some(raw)) => {
-                if let Err(e) = outcome(Ok(raw), *peer, *expected) {
+                if let Err(e) = outcome(Ok(raw), *peer, *expected, *coll) {
                     failed.get_or_insert(e);
                 }
                 false
             }
             Err(e) => {
-                failed.get_or_insert(e);
+                failed.get_or_insert(failure(e, *peer, *expected, *coll));
                 false
             }
         });

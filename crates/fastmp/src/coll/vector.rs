@@ -19,15 +19,38 @@ pub(crate) struct Layout {
 }
 
 impl Layout {
-    /// Checks `counts`/`displs` (one per rank, in elements of `T`) against a buffer of
-    /// `buf_len` elements; blocks must lie inside it and must not overlap (MPI requires that of
-    /// receive buffers, and send buffers are checked the same way to catch swapped arguments).
+    /// Checks `counts`/`displs` (one per rank, in elements of `T`) of a receive buffer of
+    /// `buf_len` elements: blocks must lie inside it and must not overlap (MPI: no location of a
+    /// receive buffer is written twice).
     pub(crate) fn new<T>(
         comm: &Comm,
         what: &str,
         counts: &[usize],
         displs: &[usize],
         buf_len: usize,
+    ) -> Result<Layout> {
+        Self::build::<T>(comm, what, counts, displs, buf_len, true)
+    }
+
+    /// [`Layout::new`] for a send buffer, whose blocks may overlap (MPI allows reading a
+    /// location for several ranks; the algorithms only read send blocks).
+    pub(crate) fn for_send<T>(
+        comm: &Comm,
+        what: &str,
+        counts: &[usize],
+        displs: &[usize],
+        buf_len: usize,
+    ) -> Result<Layout> {
+        Self::build::<T>(comm, what, counts, displs, buf_len, false)
+    }
+
+    fn build<T>(
+        comm: &Comm,
+        what: &str,
+        counts: &[usize],
+        displs: &[usize],
+        buf_len: usize,
+        disjoint: bool,
     ) -> Result<Layout> {
         let np = comm.size();
         if counts.len() != np || displs.len() != np {
@@ -37,12 +60,19 @@ impl Layout {
                 displs.len()
             )));
         }
-        Self::of_blocks::<T>(what, counts, displs, buf_len)
+        Self::of_blocks::<T>(what, counts, displs, buf_len, disjoint)
     }
 
     /// [`Layout::new`] for as many blocks as `counts` has (its caller checked that `displs` has
-    /// as many): the neighbour collectives have one block per neighbour, not per rank.
-    pub(crate) fn of_blocks<T>(what: &str, counts: &[usize], displs: &[usize], buf_len: usize) -> Result<Layout> {
+    /// as many): the neighbour collectives have one block per neighbour, not per rank. Blocks
+    /// must be `disjoint` where they are written (receive buffers).
+    pub(crate) fn of_blocks<T>(
+        what: &str,
+        counts: &[usize],
+        displs: &[usize],
+        buf_len: usize,
+        disjoint: bool,
+    ) -> Result<Layout> {
         let np = counts.len();
         let elem = size_of::<T>();
         let mut blocks = Vec::with_capacity(np);
@@ -57,7 +87,7 @@ impl Layout {
             }
         }
         let ascending = Self::ascending(&blocks);
-        if !ascending {
+        if !ascending && disjoint {
             let mut order: Vec<usize> = (0..np).filter(|&r| !blocks[r].is_empty()).collect();
             order.sort_by_key(|&r| blocks[r].start);
             if let Some(pair) = order.windows(2).find(|w| blocks[w[0]].end > blocks[w[1]].start) {
@@ -172,6 +202,11 @@ pub(crate) fn copy_own_block(dst: &mut [u8], src: &[u8], coll: Collective) -> Re
     }
     dst.copy_from_slice(src);
     Ok(())
+}
+
+/// [`copy_own_block`] unless the block is already in place (`src` is `None`: MPI_IN_PLACE).
+pub(crate) fn place_own_block(dst: &mut [u8], src: Option<&[u8]>, coll: Collective) -> Result<()> {
+    src.map_or(Ok(()), |src| copy_own_block(dst, src, coll))
 }
 
 /// Splits `buf` into the byte ranges `range(i)` for `i` in `order`, which must list the

@@ -36,6 +36,10 @@ pub(crate) struct Operation<'a> {
     /// collectives in the same order, so it is the same on every rank: providers order their
     /// shared state by it.
     pub(crate) seq: u64,
+    /// Number of the algorithm choice within the operation (0 for the collective itself, then
+    /// one per collective a composite runs): the same on every rank of a correct call, so a
+    /// provider can tell its part of the operation from a peer's different choice.
+    pub(crate) dispatch: u64,
     /// The caller waits for the outcome (a blocking collective): the operation waits for peers in
     /// place instead of yielding to the progress engine.
     pub(crate) blocking: bool,
@@ -74,7 +78,9 @@ impl Collectives {
 /// Arguments were checked by the collectives layer as far as one rank can check them (roots in
 /// range, buffer lengths against the communicator's size and counts, `v` layouts inside their
 /// buffers and not overlapping); disagreements between ranks are the provider's to detect and
-/// report as `Err`. `recv` is only written at the root of rooted operations.
+/// report as `Err`. `recv` is only written at the root of rooted operations. A `send` of `None`
+/// is MPI_IN_PLACE: this rank's contribution already lies in `recv` (its own block, or the whole
+/// vector of a reduction).
 pub(crate) trait CollectiveProvider {
     /// Fails when no collective may start on the communicator now: this rank is inside the
     /// provider's synchronous work on it (a user reduction op calling a collective), which would
@@ -84,6 +90,11 @@ pub(crate) trait CollectiveProvider {
     /// Collective `seq` of the communicator is over on this rank (finished, failed or dropped),
     /// whether or not it ran on this provider; called exactly once per operation, in any order.
     fn finished(&self, seq: u64);
+
+    /// Choice `dispatch` of collective `seq` runs a message-based algorithm on this rank, not the
+    /// provider: peers that chose the provider there (their arguments differ from this rank's)
+    /// must fail instead of waiting for this rank.
+    fn bypassed(&self, seq: u64, dispatch: u64);
 
     fn barrier<'a>(&'a self, op: &'a Operation<'a>) -> impl Future<Output = Result<()>> + 'a;
 
@@ -133,14 +144,14 @@ pub(crate) trait CollectiveProvider {
     fn allgather<'a>(
         &'a self,
         op: &'a Operation<'a>,
-        send: &'a [u8],
+        send: Option<&'a [u8]>,
         recv: &'a mut [u8],
     ) -> impl Future<Output = Result<()>> + 'a;
 
     fn allgatherv<'a>(
         &'a self,
         op: &'a Operation<'a>,
-        send: &'a [u8],
+        send: Option<&'a [u8]>,
         recv: &'a mut [u8],
         layout: &'a Layout,
     ) -> impl Future<Output = Result<()>> + 'a;
@@ -173,7 +184,7 @@ pub(crate) trait CollectiveProvider {
     fn allreduce<'a, T: Pod>(
         &'a self,
         op: &'a Operation<'a>,
-        send: &'a [T],
+        send: Option<&'a [T]>,
         recv: &'a mut [T],
         reduction: &'a dyn Op<T>,
     ) -> impl Future<Output = Result<()>> + 'a;

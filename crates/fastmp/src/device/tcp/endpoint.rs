@@ -490,6 +490,9 @@ impl Device for TcpEndpoint {
                 }
                 SendPhase::AwaitCts | SendPhase::CancelRequested => {
                     let Ok(Req::Send(s)) = st.reqs.get_mut(id) else { return };
+                    if s.detached.is_some() {
+                        return; // released before: the device already uses its copy
+                    }
                     // SAFETY: as above; after this the device only uses the copy.
                     s.detached = Some(unsafe { std::slice::from_raw_parts(s.buf, s.len) }.to_vec());
                     s.buf = std::ptr::null();

@@ -10,12 +10,13 @@
 
 use std::cell::Cell;
 use std::ops::Range;
+use std::panic::AssertUnwindSafe;
 
 use bytemuck::Pod;
 
 use super::ShmCollectives;
 use super::area::{Buffers, Session};
-use crate::coll::op::{Op, fold_in_rank_order};
+use crate::coll::op::{Op, fold_in_rank_order, fold_into_own};
 use crate::coll::vector::even_block;
 use crate::coll::{Collective, Layout};
 use crate::device::collectives::Operation;
@@ -59,7 +60,15 @@ async fn collective_then(
     let mut outcome = session.await_sources().await;
     if outcome.is_ok() {
         let _busy = comm.provider.hold_busy();
-        outcome = work(&session);
+        // A user op may panic: the job fails naming this rank and the panic's message (the first
+        // cause recorded wins, so the session's unwinding `Drop` does not replace it).
+        outcome = match std::panic::catch_unwind(AssertUnwindSafe(|| work(&session))) {
+            Ok(outcome) => outcome,
+            Err(payload) => {
+                session.fail_panicked(&crate::launch::panic_message(&*payload));
+                std::panic::resume_unwind(payload)
+            }
+        };
     }
     if outcome.is_ok() {
         outcome = then(&session).await;
@@ -138,12 +147,13 @@ fn check_range(range: &Range<usize>, len: usize) -> Result<()> {
     }
 }
 
-fn check_len(peer: usize, what: &str, actual: usize, expected: usize) -> Result<()> {
+fn check_len(s: &Session, peer: usize, what: &str, actual: usize, expected: usize) -> Result<()> {
     if actual == expected {
         Ok(())
     } else {
         Err(Error::InvalidArgument(format!(
-            "collective arguments differ between ranks: rank {peer}'s {what} has {actual} bytes, expected {expected}"
+            "{}: rank {peer}'s {what} has {actual} bytes where this rank expected {expected} (arguments differ between ranks)",
+            s.collective()
         )))
     }
 }
@@ -170,7 +180,7 @@ pub(super) async fn bcast(comm: Native<'_>, buf: &mut [u8], root: usize) -> Resu
         let session = comm.provider.area.enter(how, epoch, kind, buffers, (0..np, 0..np));
         let pushed = others(comm).try_for_each(|p| {
             let Some(dst) = session.try_peer(p)? else { return Ok(()) };
-            check_len(p, "buffer", dst.recv_len, len)?;
+            check_len(&session, p, "buffer", dst.recv_len, len)?;
             if session.claim_copy(p) {
                 // SAFETY: `p` published its receive buffer for this bcast and we won its claim,
                 // so nobody else writes it; our own buffer is only read.
@@ -188,7 +198,7 @@ pub(super) async fn bcast(comm: Native<'_>, buf: &mut [u8], root: usize) -> Resu
     let copied_by_root = Cell::new(false);
     let pull = |s: &Session| {
         let src = s.peer(root)?;
-        check_len(root, "buffer", src.send_len, len)?;
+        check_len(s, root, "buffer", src.send_len, len)?;
         if !s.claim_copy(me) {
             copied_by_root.set(true);
             return Ok(());
@@ -240,7 +250,7 @@ impl<'a> Blocks<'a> {
     fn of_source(self, s: &'a Session, p: usize, src: &Buffers, src_len: usize, count: usize) -> Result<Blocks<'a>> {
         match self {
             Blocks::Equal(size) => {
-                check_len(p, "buffer", src_len, size * count)?;
+                check_len(s, p, "buffer", src_len, size * count)?;
                 Ok(Blocks::Equal(size))
             }
             // SAFETY: our kind is a `v` variant (see `kind_of`) and the snapshot's kind equals
@@ -306,7 +316,7 @@ async fn scatter_blocks(comm: Native<'_>, send: &[u8], blocks: Blocks<'_>, recv:
             (src, blocks.of_source(s, root, &src, src.send_len, comm.size())?)
         };
         let mine = src_blocks.of(me);
-        check_len(root, "block for this rank", mine.len(), recv.len())?;
+        check_len(s, root, "block for this rank", mine.len(), recv.len())?;
         // SAFETY: the root's send buffer is published for this scatter, which only reads it.
         recv.copy_from_slice(unsafe { shared(s, src.send, src.send_len, mine) }?);
         Ok(())
@@ -346,7 +356,7 @@ async fn gather_blocks(comm: Native<'_>, send: &[u8], recv: &mut [u8], blocks: B
             (dst, blocks.of_source(s, root, &dst, dst.recv_len, comm.size())?)
         };
         let mine = dst_blocks.of(me);
-        check_len(root, "block for this rank", mine.len(), send.len())?;
+        check_len(s, root, "block for this rank", mine.len(), send.len())?;
         // SAFETY: the root's receive buffer is published for this gather; every rank writes
         // only its own block (equal blocks, or the root's layout, validated free of overlaps)
         // and the root reads nothing before all have left.
@@ -356,28 +366,46 @@ async fn gather_blocks(comm: Native<'_>, send: &[u8], recv: &mut [u8], blocks: B
     .await
 }
 
-pub(super) async fn allgather(comm: Native<'_>, send: &[u8], recv: &mut [u8]) -> Result<()> {
-    allgather_blocks(comm, send, recv, Blocks::Equal(send.len())).await
+pub(super) async fn allgather(comm: Native<'_>, send: Option<&[u8]>, recv: &mut [u8]) -> Result<()> {
+    let block = send.map_or(recv.len() / comm.size().max(1), <[u8]>::len);
+    allgather_blocks(comm, send, recv, Blocks::Equal(block)).await
 }
 
-pub(super) async fn allgatherv(comm: Native<'_>, send: &[u8], recv: &mut [u8], layout: &Layout) -> Result<()> {
+pub(super) async fn allgatherv(comm: Native<'_>, send: Option<&[u8]>, recv: &mut [u8], layout: &Layout) -> Result<()> {
     allgather_blocks(comm, send, recv, Blocks::Layout(layout)).await
 }
 
-/// Every rank publishes its send buffer and copies every block into its own receive buffer.
-async fn allgather_blocks(comm: Native<'_>, send: &[u8], recv: &mut [u8], blocks: Blocks<'_>) -> Result<()> {
+/// Every rank publishes its send buffer (in place: its own block of `recv`) and copies every
+/// other block into its own receive buffer.
+async fn allgather_blocks(comm: Native<'_>, send: Option<&[u8]>, recv: &mut [u8], blocks: Blocks<'_>) -> Result<()> {
     let me = comm.rank();
-    let buffers = Buffers { send: send.as_ptr(), send_len: send.len(), ..Buffers::default() };
+    let own = blocks.of(me);
+    let recv_len = recv.len();
+    check_range(&own, recv_len)?;
+    // In place, peers read our own block while we write the others: from here on every access
+    // to `recv` goes through this pointer, so the published one stays valid (Stacked Borrows).
+    let recv_ptr = recv.as_mut_ptr();
+    let buffers = match send {
+        Some(send) => Buffers { send: send.as_ptr(), send_len: send.len(), ..Buffers::default() },
+        // `own` lies inside `recv` (checked above).
+        None => Buffers { send: recv_ptr.wrapping_add(own.start), send_len: own.len(), ..Buffers::default() },
+    };
     let everyone = 0..comm.size();
     let kind = kind_of(blocks, Collective::Allgather, Collective::Allgatherv);
     collective(comm, kind, buffers, everyone.clone(), everyone, |s| {
-        recv[blocks.of(me)].copy_from_slice(send);
+        if let Some(send) = send {
+            // SAFETY: our own receive buffer; peers never touch it when we have a send buffer.
+            unsafe { exclusive(s, recv_ptr, recv_len, own) }?.copy_from_slice(send);
+        }
         for p in others(comm) {
             let src = s.peer(p)?;
             let dest = blocks.of(p);
-            check_len(p, "send buffer", src.send_len, dest.len())?;
+            check_len(s, p, "send buffer", src.send_len, dest.len())?;
+            // SAFETY: our own receive buffer; block `p` is disjoint from our own block, the only
+            // part peers read (a validated layout has no overlapping blocks).
+            let into = unsafe { exclusive(s, recv_ptr, recv_len, dest.clone()) }?;
             // SAFETY: `p`'s send buffer is published for this allgather, which only reads it.
-            recv[dest.clone()].copy_from_slice(unsafe { shared(s, src.send, src.send_len, 0..dest.len()) }?);
+            into.copy_from_slice(unsafe { shared(s, src.send, src.send_len, 0..dest.len()) }?);
         }
         Ok(())
     })
@@ -414,13 +442,13 @@ async fn alltoall_blocks(
     let kind = kind_of(send_blocks, Collective::Alltoall, Collective::Alltoallv);
     collective(comm, kind, buffers, everyone.clone(), everyone, |s| {
         let own = send_blocks.of(me);
-        check_len(me, "block for itself", own.len(), recv_blocks.of(me).len())?;
+        check_len(s, me, "block for itself", own.len(), recv_blocks.of(me).len())?;
         recv[recv_blocks.of(me)].copy_from_slice(&send[own]);
         for p in others(comm) {
             let src = s.peer(p)?;
             let from = send_blocks.of_source(s, p, &src, src.send_len, np)?.of(me);
             let dest = recv_blocks.of(p);
-            check_len(p, "block for this rank", from.len(), dest.len())?;
+            check_len(s, p, "block for this rank", from.len(), dest.len())?;
             // SAFETY: `p`'s send buffer is published for this alltoall, which only reads it.
             recv[dest].copy_from_slice(unsafe { shared(s, src.send, src.send_len, from) }?);
         }
@@ -465,7 +493,7 @@ fn send_of<'s, T: Pod>(s: &'s Session, send: &'s [T], p: usize, elems: Range<usi
 
 /// Checks that every peer's send buffer has `bytes` bytes.
 fn check_sends(comm: Native<'_>, s: &Session, bytes: usize) -> Result<()> {
-    others(comm).try_for_each(|p| check_len(p, "send buffer", s.peer(p)?.send_len, bytes))
+    others(comm).try_for_each(|p| check_len(s, p, "send buffer", s.peer(p)?.send_len, bytes))
 }
 
 /// Rank i reduces chunk i over all send buffers straight into chunk i of the root's receive
@@ -488,7 +516,7 @@ pub(super) async fn reduce<T: Pod>(
     collective(comm, kind(Collective::Reduce, size_of::<T>()), buffers, everyone.clone(), everyone.clone(), |s| {
         check_sends(comm, s, bytes)?;
         let dst = if me == root { buffers } else { s.peer(root)? };
-        check_len(root, "receive buffer", dst.recv_len, bytes)?;
+        check_len(s, root, "receive buffer", dst.recv_len, bytes)?;
         let mine = even_block(len, np, me);
         let size = size_of::<T>();
         // SAFETY: the root's receive buffer is published for this reduce; each rank writes only
@@ -500,28 +528,39 @@ pub(super) async fn reduce<T: Pod>(
 }
 
 /// Rank i reduces chunk i into its own receive buffer and announces it; then every rank copies
-/// the other chunks from their owners' receive buffers.
-pub(super) async fn allreduce<T: Pod>(comm: Native<'_>, send: &[T], recv: &mut [T], op: &dyn Op<T>) -> Result<()> {
+/// the other chunks from their owners' receive buffers. In place (`send` is `None`) a rank
+/// publishes its receive buffer as its send buffer: peers read chunk i of it only while folding
+/// chunk i, before its owner's `done` flag lets this rank overwrite that chunk.
+pub(super) async fn allreduce<T: Pod>(
+    comm: Native<'_>,
+    send: Option<&[T]>,
+    recv: &mut [T],
+    op: &dyn Op<T>,
+) -> Result<()> {
     let (me, np) = (comm.rank(), comm.size());
-    let len = reducible_len(send);
-    let bytes = size_of_val(send);
+    let len = send.map_or_else(|| reducible_len(&*recv), reducible_len);
+    let bytes = size_of_val(recv);
     let size = size_of::<T>();
+    let recv_ptr: *mut u8 = recv.as_mut_ptr().cast();
     let buffers = Buffers {
-        send: send.as_ptr().cast(),
-        send_len: bytes,
-        recv: recv.as_mut_ptr().cast(),
-        recv_len: size_of_val(recv),
+        send: send.map_or(recv_ptr.cast_const(), |send| send.as_ptr().cast()),
+        send_len: send.map_or(bytes, size_of_val),
+        recv: recv_ptr,
+        recv_len: bytes,
         extra: std::ptr::null(),
     };
     let everyone = 0..np;
     let bytes_of = |elems: Range<usize>| elems.start * size..elems.end * size;
     let reduce_own_chunk = |s: &Session| {
-        check_sends(comm, s, bytes)?;
+        check_sends(comm, s, buffers.send_len)?;
         let mine = even_block(len, np, me);
         // SAFETY: our own receive buffer, published for this allreduce: peers read our chunk
         // only after `mark_done`, and every other chunk is written by us alone.
-        let dest = unsafe { exclusive(s, buffers.recv, buffers.recv_len, bytes_of(mine.clone())) }?;
-        fold_in_rank_order(op, typed_mut(dest)?, everyone.clone(), |j| send_of(s, send, j, mine.clone()))?;
+        let dest = typed_mut(unsafe { exclusive(s, recv_ptr, bytes, bytes_of(mine.clone())) }?)?;
+        match send {
+            Some(send) => fold_in_rank_order(op, dest, everyone.clone(), |j| send_of(s, send, j, mine.clone()))?,
+            None => fold_into_own(op, dest, me, everyone.clone(), |j| send_of(s, &[], j, mine.clone()))?,
+        }
         s.mark_done();
         Ok(())
     };
@@ -532,11 +571,12 @@ pub(super) async fn allreduce<T: Pod>(comm: Native<'_>, send: &[T], recv: &mut [
                 continue; // nothing to wait for (short vectors); `p`'s outcome is checked on leave
             }
             let src = s.peer(p)?;
-            check_len(p, "receive buffer", src.recv_len, bytes)?;
+            check_len(s, p, "receive buffer", src.recv_len, bytes)?;
             s.await_done(p).await?;
-            // SAFETY: as above for our own buffer (chunk `p` is ours to write); `p`'s chunk `p`
-            // is final since its `done` flag (Acquire) and nobody writes it any more.
-            let into = unsafe { exclusive(s, buffers.recv, buffers.recv_len, theirs.clone()) }?;
+            // SAFETY: as above for our own buffer (chunk `p` is ours to write, and in place `p`
+            // has finished reading it: it set `done` after folding); `p`'s chunk `p` is final
+            // since its `done` flag (Acquire) and nobody writes it any more.
+            let into = unsafe { exclusive(s, recv_ptr, bytes, theirs.clone()) }?;
             // SAFETY: see the previous comment.
             into.copy_from_slice(unsafe { shared(s, src.recv, src.recv_len, theirs) }?);
         }
@@ -590,7 +630,7 @@ pub(super) async fn scan<T: Pod>(
     let inputs = if exclusive { 0..me } else { 0..me + 1 };
     collective(comm, kind(Collective::Scan, size_of::<T>()), buffers, inputs.clone(), me + 1..np, |s| {
         for p in inputs.clone().filter(|&p| p != me) {
-            check_len(p, "send buffer", s.peer(p)?.send_len, bytes)?;
+            check_len(s, p, "send buffer", s.peer(p)?.send_len, bytes)?;
         }
         fold_in_rank_order(op, &mut recv[..len], inputs, |j| send_of(s, send, j, 0..len))
     })

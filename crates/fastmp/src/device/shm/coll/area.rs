@@ -83,6 +83,8 @@ struct Slot {
     extra: AtomicPtr<()>,
     /// Last epoch whose intermediate result (e.g. an allreduce chunk) is ready.
     done: AtomicU64,
+    /// Last epoch this rank chose a message-based algorithm for instead (it never enters it).
+    bypassed: AtomicU64,
     /// Last epoch this rank left.
     left: AtomicU64,
     /// Last epoch this rank abandoned with an error.
@@ -108,6 +110,7 @@ impl Slot {
             recv_len: AtomicUsize::new(0),
             extra: AtomicPtr::new(std::ptr::null_mut()),
             done: AtomicU64::new(0),
+            bypassed: AtomicU64::new(0),
             left: AtomicU64::new(0),
             failed: AtomicU64::new(0),
             claim: AtomicU64::new(0),
@@ -200,6 +203,14 @@ impl NativeArea {
         if how.blocking { self.wait(how.me, how.progress, &mut poll) } else { std::future::poll_fn(|_| poll()).await }
     }
 
+    /// Rank `me` will not take part in `epoch` of `lane` (it chose a message-based algorithm
+    /// there): peers waiting for it in that epoch stop with an error ([`passed_by`]); it never
+    /// touches their buffers.
+    pub(crate) fn bypass(&self, me: usize, lane: usize, epoch: u64) {
+        self.slot(lane, me).bypassed.store(epoch, Ordering::Release);
+        self.notify(me, 0..self.size());
+    }
+
     /// Aborts the job on behalf of communicator rank `me`, which is unwinding from a panic
     /// (inside the collective, or with the operation outstanding).
     pub(crate) fn fail_job(&self, me: usize) {
@@ -230,7 +241,7 @@ impl NativeArea {
         if flag(slot) >= epoch {
             return Poll::Ready(Ok(()));
         }
-        if slot.failed.load(Ordering::Acquire) >= epoch {
+        if slot.failed.load(Ordering::Acquire) >= epoch || passed_by(slot, epoch) {
             return Poll::Ready(Err(self.abandoned_by(p)));
         }
         if let Some(err) = self.world.abort_error() {
@@ -301,7 +312,7 @@ impl NativeArea {
 /// The error of a rank whose peer gave up on the operation.
 fn abandoned(rank: usize) -> Error {
     Error::InvalidArgument(format!(
-        "native collective: rank {rank} abandoned the operation (arguments differ between ranks, or a peer is gone)"
+        "native collective: rank {rank} abandoned the operation (arguments differ between ranks, so it chose another algorithm or failed, or it is gone)"
     ))
 }
 
@@ -396,6 +407,19 @@ impl Session<'_> {
             return Err(Error::InvalidArgument(format!("native collective: rank {p} is not a ready source")));
         }
         self.snapshot(p).ok_or_else(|| mismatch(p))
+    }
+
+    /// Fails the job because this rank panicked in the session's work (a user op), with the
+    /// panic's message.
+    pub(crate) fn fail_panicked(&self, message: &str) {
+        let rank = self.area.members[self.how.me];
+        let cause = format!("panicked in a native {}: {message}", self.collective());
+        self.area.world.mark_failed(rank, crate::device::Failure { rank, cause, code: None });
+    }
+
+    /// The collective this session runs (its kind's low byte, `Collective as usize`).
+    pub(crate) fn collective(&self) -> crate::coll::Collective {
+        crate::coll::Collective::ALL[(self.kind & 0xff) % crate::coll::Collective::ALL.len()]
     }
 
     /// Source `p`'s published buffers if it has entered this operation already (validated as in
@@ -497,10 +521,21 @@ impl Session<'_> {
     }
 }
 
+/// Whether the slot's rank went past `epoch` without entering it: it bypassed `epoch` or a later
+/// one (chose a message-based algorithm there) and never entered `epoch`. Its epochs only grow,
+/// so it never will; `bypassed` is read first (Acquire), so an entry before a later bypass is
+/// seen.
+fn passed_by(slot: &Slot, epoch: u64) -> bool {
+    slot.bypassed.load(Ordering::Acquire) >= epoch && slot.entered.load(Ordering::Acquire) < 2 * epoch - 1
+}
+
 /// Why accessor `p` (which has not left `epoch`) can be ignored: it has not started publishing
 /// `epoch` and never will touch our buffers, because the job is aborted (checked before
 /// `entered`, both `SeqCst`) or it no longer runs (its state read with Acquire, then `entered`).
 fn excuse(area: &NativeArea, lane: usize, p: usize, epoch: u64) -> Option<Error> {
+    if passed_by(area.slot(lane, p), epoch) {
+        return Some(abandoned(p));
+    }
     let not_entered = || area.slot(lane, p).entered.load(Ordering::SeqCst) < 2 * epoch - 1;
     if area.world.is_aborted() && not_entered() {
         return area.world.abort_error();

@@ -33,8 +33,9 @@ use crate::device::collectives::{CollectiveProvider, Collectives, Operation};
 use crate::error::{Error, Result};
 use algorithms::Native;
 
-/// Native parts one collective may run (composites run one per phase, at most 3).
-const NATIVE_PARTS: u64 = 8;
+/// Algorithm choices one collective may make (itself, then one per collective a composite runs:
+/// at most 7 with the default composites); each has an epoch of its own.
+const DISPATCHES: u64 = 16;
 
 /// One rank's view of a communicator's native area, with its count of operations on it.
 pub(crate) struct ShmCollectives {
@@ -45,9 +46,6 @@ pub(crate) struct ShmCollectives {
     /// `n % LANES` once every earlier operation of the lane has finished, so every rank uses each
     /// lane in the same order, whatever order its nonblocking operations progress or complete in.
     lane_turn: [Cell<u64>; LANES],
-    /// Per lane, the native parts the operation whose turn it is has started (composites run
-    /// several).
-    parts: [Cell<u64>; LANES],
     /// Operations that finished before their turn came (their lanes' turns skip them later).
     finished_early: RefCell<Vec<u64>>,
     /// A native collective of this rank is in its synchronous work (copies, user ops) on the area.
@@ -75,7 +73,6 @@ impl ShmCollectives {
             area,
             me,
             lane_turn: std::array::from_fn(|lane| Cell::new(lane as u64)),
-            parts: Default::default(),
             finished_early: RefCell::default(),
             busy: Cell::new(false),
         }
@@ -99,14 +96,7 @@ impl ShmCollectives {
             poll_fn(|_| if self.is_turn_of(op.seq) { Poll::Ready(()) } else { Poll::Pending }).await;
         }
         let lane = op.seq as usize % LANES;
-        let part = self.parts[lane].get();
-        if part >= NATIVE_PARTS {
-            return Err(Error::InvalidArgument(format!(
-                "a collective ran more than {NATIVE_PARTS} native parts (a tuning loop between composites?)"
-            )));
-        }
-        self.parts[lane].set(part + 1);
-        let epoch = (op.seq / LANES as u64) * NATIVE_PARTS + part + 1;
+        let epoch = epoch(op.seq, op.dispatch)?;
         Ok((Waiting { me: self.me, lane, progress, blocking: op.blocking }, epoch))
     }
 
@@ -120,6 +110,17 @@ impl ShmCollectives {
     fn native<'a>(&'a self, op: &'a Operation<'a>) -> Native<'a> {
         Native { provider: self, op }
     }
+}
+
+/// The epoch of choice `dispatch` of operation `seq` in its lane: every rank derives the same,
+/// increasing along the lane's operations and their choices.
+fn epoch(seq: u64, dispatch: u64) -> Result<u64> {
+    if dispatch >= DISPATCHES {
+        return Err(Error::InvalidArgument(format!(
+            "a collective chose algorithms more than {DISPATCHES} times (a tuning loop between composites?)"
+        )));
+    }
+    Ok((seq / LANES as u64) * DISPATCHES + dispatch + 1)
 }
 
 /// See [`ShmCollectives::hold_busy`].
@@ -154,12 +155,22 @@ impl CollectiveProvider for ShmCollectives {
             self.finished_early.borrow_mut().push(seq);
             return;
         }
-        self.parts[lane].set(0);
         let mut early = self.finished_early.borrow_mut();
         turn.set(seq + LANES as u64);
         while let Some(i) = early.iter().position(|&s| s == turn.get()) {
             early.swap_remove(i);
             turn.set(turn.get() + LANES as u64);
+        }
+    }
+
+    fn bypassed(&self, seq: u64, dispatch: u64) {
+        // Only while it is the operation's turn in its lane: then this rank is done with every
+        // earlier epoch of the lane, so the mark cannot fail a part it still has to run. Out of
+        // turn (nonblocking operations overlapping) nothing is marked.
+        if self.is_turn_of(seq)
+            && let Ok(epoch) = epoch(seq, dispatch)
+        {
+            self.area.bypass(self.me, seq as usize % LANES, epoch);
         }
     }
 
@@ -221,7 +232,7 @@ impl CollectiveProvider for ShmCollectives {
     fn allgather<'a>(
         &'a self,
         op: &'a Operation<'a>,
-        send: &'a [u8],
+        send: Option<&'a [u8]>,
         recv: &'a mut [u8],
     ) -> impl Future<Output = Result<()>> + 'a {
         algorithms::allgather(self.native(op), send, recv)
@@ -230,7 +241,7 @@ impl CollectiveProvider for ShmCollectives {
     fn allgatherv<'a>(
         &'a self,
         op: &'a Operation<'a>,
-        send: &'a [u8],
+        send: Option<&'a [u8]>,
         recv: &'a mut [u8],
         layout: &'a Layout,
     ) -> impl Future<Output = Result<()>> + 'a {
@@ -271,7 +282,7 @@ impl CollectiveProvider for ShmCollectives {
     fn allreduce<'a, T: Pod>(
         &'a self,
         op: &'a Operation<'a>,
-        send: &'a [T],
+        send: Option<&'a [T]>,
         recv: &'a mut [T],
         reduction: &'a dyn Op<T>,
     ) -> impl Future<Output = Result<()>> + 'a {

@@ -1,0 +1,437 @@
+//! MPI_IN_PLACE variants (`Comm::*_in_place`, `Scope::i*_in_place`): one buffer holds this rank's
+//! contribution and receives its result.
+//!
+//! They run the same operations as their out-of-place twins. Where an algorithm can take its
+//! contribution from the receive buffer (allgather(v) on every algorithm, allreduce's native,
+//! BDE and Rabenseifner algorithms) nothing is copied; the others read their input while the
+//! result is written, so they get a copy of the part they read (the root's own block of
+//! gather(v)/scatter(v), the whole vector of alltoall(v), reduce, reduce_scatter and scan).
+//!
+//! Shapes (as in MPI, only the root of a rooted collective is "in place"):
+//! - `gather(v)_in_place(buf, .., root)`: at the root `buf` is the receive buffer, its own block
+//!   already in place; elsewhere `buf` is what the rank sends.
+//! - `scatter(v)_in_place(buf, .., root)`: at the root `buf` is the send buffer and its own
+//!   block stays where it is; elsewhere `buf` receives the rank's block.
+//! - `reduce_in_place(buf, op, root)`: every rank contributes `buf`; only the root's is
+//!   overwritten with the result.
+//! - `reduce_scatter(_block)_in_place(buf, ..)`: `buf` holds the whole vector; this rank's
+//!   reduced block ends up at its start (`buf[..counts[rank]]`), the rest is unspecified.
+//! - `exscan_in_place`: rank 0's `buf` is left unchanged.
+
+use bytemuck::Pod;
+
+use super::op::Op;
+use super::transport::Run;
+use super::vector::Layout;
+use crate::comm::Comm;
+use crate::error::{Error, Result};
+use crate::scope::{Request, Scope};
+
+impl Comm {
+    /// Checks that `what` (`len` elements) splits into `size()` equal blocks.
+    pub(super) fn check_split(&self, call: &str, what: &str, len: usize) -> Result<()> {
+        if len.is_multiple_of(self.size()) {
+            Ok(())
+        } else {
+            Err(Error::InvalidArgument(format!(
+                "{call}: {what} has {len} elements, which do not split into {} equal blocks",
+                self.size()
+            )))
+        }
+    }
+}
+
+impl Run<'_> {
+    pub(crate) async fn gather_in_place<T: Pod>(&self, buf: &mut [T], root: usize) -> Result<()> {
+        self.check_root(root)?;
+        if self.rank() != root {
+            return self.gather(buf, &mut [], root).await;
+        }
+        self.check_split("gather_in_place", "the root's buf", buf.len())?;
+        let block = buf.len() / self.size();
+        let own = buf[root * block..][..block].to_vec();
+        self.gather(&own, buf, root).await
+    }
+
+    pub(crate) async fn gatherv_in_place<T: Pod>(
+        &self,
+        buf: &mut [T],
+        counts: &[usize],
+        displs: &[usize],
+        root: usize,
+    ) -> Result<()> {
+        self.check_root(root)?;
+        if self.rank() != root {
+            return self.gatherv(buf, &mut [], counts, displs, root).await;
+        }
+        // Validated first, so the root's block lies inside `buf`.
+        Layout::new::<T>(self, "gatherv_in_place", counts, displs, buf.len())?;
+        let own = buf[displs[root]..][..counts[root]].to_vec();
+        self.gatherv(&own, buf, counts, displs, root).await
+    }
+
+    pub(crate) async fn scatter_in_place<T: Pod>(&self, buf: &mut [T], root: usize) -> Result<()> {
+        self.check_root(root)?;
+        if self.rank() != root {
+            return self.scatter(&[], buf, root).await;
+        }
+        self.check_split("scatter_in_place", "the root's buf", buf.len())?;
+        let mut own = vec![T::zeroed(); buf.len() / self.size()];
+        self.scatter(buf, &mut own, root).await
+    }
+
+    pub(crate) async fn scatterv_in_place<T: Pod>(
+        &self,
+        buf: &mut [T],
+        counts: &[usize],
+        displs: &[usize],
+        root: usize,
+    ) -> Result<()> {
+        self.check_root(root)?;
+        if self.rank() != root {
+            return self.scatterv(&[], counts, displs, buf, root).await;
+        }
+        let mut own = vec![T::zeroed(); counts.get(root).copied().unwrap_or(0)];
+        self.scatterv(buf, counts, displs, &mut own, root).await
+    }
+
+    pub(crate) async fn alltoall_in_place<T: Pod>(&self, buf: &mut [T]) -> Result<()> {
+        let send = buf.to_vec();
+        self.alltoall(&send, buf).await
+    }
+
+    pub(crate) async fn alltoallv_in_place<T: Pod>(
+        &self,
+        buf: &mut [T],
+        counts: &[usize],
+        displs: &[usize],
+    ) -> Result<()> {
+        let send = buf.to_vec();
+        self.alltoallv(&send, counts, displs, buf, counts, displs).await
+    }
+
+    pub(crate) async fn reduce_in_place<T: Pod>(&self, buf: &mut [T], op: &dyn Op<T>, root: usize) -> Result<()> {
+        self.check_root(root)?;
+        if self.rank() != root {
+            return self.reduce(buf, &mut [], op, root).await;
+        }
+        let send = buf.to_vec();
+        self.reduce(&send, buf, op, root).await
+    }
+
+    pub(crate) async fn reduce_scatter_in_place<T: Pod>(
+        &self,
+        buf: &mut [T],
+        counts: &[usize],
+        op: &dyn Op<T>,
+    ) -> Result<()> {
+        let send = buf.to_vec();
+        // A wrong `counts` is reported by `reduce_scatter` (which checks it before anything else).
+        let mine = counts.get(self.rank()).map_or(0, |&c| c.min(buf.len()));
+        self.reduce_scatter(&send, &mut buf[..mine], counts, op).await
+    }
+
+    pub(crate) async fn reduce_scatter_block_in_place<T: Pod>(&self, buf: &mut [T], op: &dyn Op<T>) -> Result<()> {
+        self.check_live()?;
+        self.check_split("reduce_scatter_block_in_place", "buf", buf.len())?;
+        let send = buf.to_vec();
+        let block = buf.len() / self.size();
+        self.reduce_scatter_block(&send, &mut buf[..block], op).await
+    }
+
+    pub(crate) async fn scan_in_place<T: Pod>(&self, buf: &mut [T], op: &dyn Op<T>, exclusive: bool) -> Result<()> {
+        let send = buf.to_vec();
+        if exclusive { self.exscan(&send, buf, op).await } else { self.scan(&send, buf, op).await }
+    }
+}
+
+impl Comm {
+    /// [`Comm::allreduce`] with MPI_IN_PLACE: `buf` holds this rank's vector and receives the
+    /// result. No copy on the shm device's native algorithm, BDE or Rabenseifner.
+    ///
+    /// ```
+    /// use fastmp::op::Sum;
+    /// fastmp::run(3, |world| {
+    ///     let mut v = [world.rank() as u64, 1];
+    ///     world.allreduce_in_place(&mut v, Sum)?;
+    ///     assert_eq!(v, [3, 3]);
+    ///     Ok(())
+    /// })?;
+    /// # Ok::<(), fastmp::Error>(())
+    /// ```
+    pub fn allreduce_in_place<T: Pod, O: Op<T>>(&self, buf: &mut [T], op: O) -> Result<()> {
+        let run = Run::new(self, true)?;
+        run.finish(run.allreduce_in_place(buf, &op))
+    }
+
+    /// [`Comm::reduce`] with MPI_IN_PLACE at the root: every rank contributes `buf`, and the
+    /// root's `buf` receives the result (other ranks' are only read).
+    pub fn reduce_in_place<T: Pod, O: Op<T>>(&self, buf: &mut [T], op: O, root: usize) -> Result<()> {
+        let run = Run::new(self, true)?;
+        run.finish(run.reduce_in_place(buf, &op, root))
+    }
+
+    /// [`Comm::gather`] with MPI_IN_PLACE at the root: there `buf` is the receive buffer
+    /// (`size()` blocks) with the root's own block already in place; elsewhere `buf` is the
+    /// block the rank sends.
+    ///
+    /// ```
+    /// fastmp::run(3, |world| {
+    ///     let me = world.rank() as u32;
+    ///     let mut buf = if me == 1 { vec![0, 1, 0] } else { vec![me] };
+    ///     world.gather_in_place(&mut buf, 1)?;
+    ///     if me == 1 {
+    ///         assert_eq!(buf, [0, 1, 2]);
+    ///     }
+    ///     Ok(())
+    /// })?;
+    /// # Ok::<(), fastmp::Error>(())
+    /// ```
+    pub fn gather_in_place<T: Pod>(&self, buf: &mut [T], root: usize) -> Result<()> {
+        let run = Run::new(self, true)?;
+        run.finish(run.gather_in_place(buf, root))
+    }
+
+    /// [`Comm::gatherv`] with MPI_IN_PLACE at the root (`buf` as for
+    /// [`Comm::gather_in_place`]; `counts` and `displs` are only read at the root).
+    pub fn gatherv_in_place<T: Pod>(
+        &self,
+        buf: &mut [T],
+        counts: &[usize],
+        displs: &[usize],
+        root: usize,
+    ) -> Result<()> {
+        let run = Run::new(self, true)?;
+        run.finish(run.gatherv_in_place(buf, counts, displs, root))
+    }
+
+    /// [`Comm::scatter`] with MPI_IN_PLACE at the root: there `buf` is the send buffer and the
+    /// root's own block stays in it; elsewhere `buf` receives the rank's block.
+    pub fn scatter_in_place<T: Pod>(&self, buf: &mut [T], root: usize) -> Result<()> {
+        let run = Run::new(self, true)?;
+        run.finish(run.scatter_in_place(buf, root))
+    }
+
+    /// [`Comm::scatterv`] with MPI_IN_PLACE at the root (`buf` as for
+    /// [`Comm::scatter_in_place`]; `counts` and `displs` are only read at the root).
+    pub fn scatterv_in_place<T: Pod>(
+        &self,
+        buf: &mut [T],
+        counts: &[usize],
+        displs: &[usize],
+        root: usize,
+    ) -> Result<()> {
+        let run = Run::new(self, true)?;
+        run.finish(run.scatterv_in_place(buf, counts, displs, root))
+    }
+
+    /// [`Comm::allgather`] with MPI_IN_PLACE: `buf` holds `size()` blocks, this rank's own
+    /// already in place. No copy on any algorithm except gather_bcast (one block).
+    ///
+    /// ```
+    /// fastmp::run(3, |world| {
+    ///     let mut all = [0u32; 3];
+    ///     all[world.rank()] = world.rank() as u32 + 10;
+    ///     world.allgather_in_place(&mut all)?;
+    ///     assert_eq!(all, [10, 11, 12]);
+    ///     Ok(())
+    /// })?;
+    /// # Ok::<(), fastmp::Error>(())
+    /// ```
+    pub fn allgather_in_place<T: Pod>(&self, buf: &mut [T]) -> Result<()> {
+        let run = Run::new(self, true)?;
+        run.finish(run.allgather_in_place(buf))
+    }
+
+    /// [`Comm::allgatherv`] with MPI_IN_PLACE: this rank's block (`counts[rank]` elements at
+    /// `displs[rank]`) is already in `buf`.
+    pub fn allgatherv_in_place<T: Pod>(&self, buf: &mut [T], counts: &[usize], displs: &[usize]) -> Result<()> {
+        let run = Run::new(self, true)?;
+        run.finish(run.allgatherv_in_place(buf, counts, displs))
+    }
+
+    /// [`Comm::alltoall`] with MPI_IN_PLACE: block `j` of `buf` goes to rank `j` and is replaced
+    /// by rank `j`'s block for this rank.
+    pub fn alltoall_in_place<T: Pod>(&self, buf: &mut [T]) -> Result<()> {
+        let run = Run::new(self, true)?;
+        run.finish(run.alltoall_in_place(buf))
+    }
+
+    /// [`Comm::alltoallv`] with MPI_IN_PLACE: one layout (`counts`, `displs`) for what goes to
+    /// and comes from each rank, so `counts[j]` must equal rank `j`'s `counts[rank]`.
+    pub fn alltoallv_in_place<T: Pod>(&self, buf: &mut [T], counts: &[usize], displs: &[usize]) -> Result<()> {
+        let run = Run::new(self, true)?;
+        run.finish(run.alltoallv_in_place(buf, counts, displs))
+    }
+
+    /// [`Comm::reduce_scatter`] with MPI_IN_PLACE: `buf` holds the whole vector
+    /// (`sum(counts)` elements) and this rank's reduced block ends up in `buf[..counts[rank]]`.
+    pub fn reduce_scatter_in_place<T: Pod, O: Op<T>>(&self, buf: &mut [T], counts: &[usize], op: O) -> Result<()> {
+        let run = Run::new(self, true)?;
+        run.finish(run.reduce_scatter_in_place(buf, counts, &op))
+    }
+
+    /// [`Comm::reduce_scatter_block`] with MPI_IN_PLACE: `buf` holds `size()` blocks and this
+    /// rank's reduced block ends up in the first.
+    pub fn reduce_scatter_block_in_place<T: Pod, O: Op<T>>(&self, buf: &mut [T], op: O) -> Result<()> {
+        let run = Run::new(self, true)?;
+        run.finish(run.reduce_scatter_block_in_place(buf, &op))
+    }
+
+    /// [`Comm::scan`] with MPI_IN_PLACE.
+    pub fn scan_in_place<T: Pod, O: Op<T>>(&self, buf: &mut [T], op: O) -> Result<()> {
+        let run = Run::new(self, true)?;
+        run.finish(run.scan_in_place(buf, &op, false))
+    }
+
+    /// [`Comm::exscan`] with MPI_IN_PLACE; rank 0's `buf` is left unchanged.
+    pub fn exscan_in_place<T: Pod, O: Op<T>>(&self, buf: &mut [T], op: O) -> Result<()> {
+        let run = Run::new(self, true)?;
+        run.finish(run.scan_in_place(buf, &op, true))
+    }
+}
+
+impl<'scope> Scope<'scope, '_> {
+    /// Nonblocking [`Comm::allreduce_in_place`] (MPI_Iallreduce with MPI_IN_PLACE).
+    pub fn iallreduce_in_place<T: Pod, O: Op<T> + 'scope>(
+        &'scope self,
+        buf: &'scope mut [T],
+        op: O,
+    ) -> Result<Request<'scope>> {
+        let run = Run::new(self.comm, false)?;
+        self.start_collective(async move { run.allreduce_in_place(buf, &op).await })
+    }
+
+    /// Nonblocking [`Comm::reduce_in_place`] (MPI_Ireduce with MPI_IN_PLACE).
+    pub fn ireduce_in_place<T: Pod, O: Op<T> + 'scope>(
+        &'scope self,
+        buf: &'scope mut [T],
+        op: O,
+        root: usize,
+    ) -> Result<Request<'scope>> {
+        let run = Run::new(self.comm, false)?;
+        self.start_collective(async move { run.reduce_in_place(buf, &op, root).await })
+    }
+
+    /// Nonblocking [`Comm::gather_in_place`] (MPI_Igather with MPI_IN_PLACE).
+    pub fn igather_in_place<T: Pod>(&'scope self, buf: &'scope mut [T], root: usize) -> Result<Request<'scope>> {
+        let run = Run::new(self.comm, false)?;
+        self.start_collective(async move { run.gather_in_place(buf, root).await })
+    }
+
+    /// Nonblocking [`Comm::gatherv_in_place`] (MPI_Igatherv with MPI_IN_PLACE); `counts` and
+    /// `displs` are copied.
+    pub fn igatherv_in_place<T: Pod>(
+        &'scope self,
+        buf: &'scope mut [T],
+        counts: &[usize],
+        displs: &[usize],
+        root: usize,
+    ) -> Result<Request<'scope>> {
+        let run = Run::new(self.comm, false)?;
+        let (counts, displs) = (counts.to_vec(), displs.to_vec());
+        self.start_collective(async move { run.gatherv_in_place(buf, &counts, &displs, root).await })
+    }
+
+    /// Nonblocking [`Comm::scatter_in_place`] (MPI_Iscatter with MPI_IN_PLACE).
+    pub fn iscatter_in_place<T: Pod>(&'scope self, buf: &'scope mut [T], root: usize) -> Result<Request<'scope>> {
+        let run = Run::new(self.comm, false)?;
+        self.start_collective(async move { run.scatter_in_place(buf, root).await })
+    }
+
+    /// Nonblocking [`Comm::scatterv_in_place`] (MPI_Iscatterv with MPI_IN_PLACE); `counts` and
+    /// `displs` are copied.
+    pub fn iscatterv_in_place<T: Pod>(
+        &'scope self,
+        buf: &'scope mut [T],
+        counts: &[usize],
+        displs: &[usize],
+        root: usize,
+    ) -> Result<Request<'scope>> {
+        let run = Run::new(self.comm, false)?;
+        let (counts, displs) = (counts.to_vec(), displs.to_vec());
+        self.start_collective(async move { run.scatterv_in_place(buf, &counts, &displs, root).await })
+    }
+
+    /// Nonblocking [`Comm::allgather_in_place`] (MPI_Iallgather with MPI_IN_PLACE).
+    pub fn iallgather_in_place<T: Pod>(&'scope self, buf: &'scope mut [T]) -> Result<Request<'scope>> {
+        let run = Run::new(self.comm, false)?;
+        self.start_collective(async move { run.allgather_in_place(buf).await })
+    }
+
+    /// Nonblocking [`Comm::allgatherv_in_place`] (MPI_Iallgatherv with MPI_IN_PLACE); `counts`
+    /// and `displs` are copied.
+    pub fn iallgatherv_in_place<T: Pod>(
+        &'scope self,
+        buf: &'scope mut [T],
+        counts: &[usize],
+        displs: &[usize],
+    ) -> Result<Request<'scope>> {
+        let run = Run::new(self.comm, false)?;
+        let (counts, displs) = (counts.to_vec(), displs.to_vec());
+        self.start_collective(async move { run.allgatherv_in_place(buf, &counts, &displs).await })
+    }
+
+    /// Nonblocking [`Comm::alltoall_in_place`] (MPI_Ialltoall with MPI_IN_PLACE).
+    pub fn ialltoall_in_place<T: Pod>(&'scope self, buf: &'scope mut [T]) -> Result<Request<'scope>> {
+        let run = Run::new(self.comm, false)?;
+        self.start_collective(async move { run.alltoall_in_place(buf).await })
+    }
+
+    /// Nonblocking [`Comm::alltoallv_in_place`] (MPI_Ialltoallv with MPI_IN_PLACE); `counts`
+    /// and `displs` are copied.
+    pub fn ialltoallv_in_place<T: Pod>(
+        &'scope self,
+        buf: &'scope mut [T],
+        counts: &[usize],
+        displs: &[usize],
+    ) -> Result<Request<'scope>> {
+        let run = Run::new(self.comm, false)?;
+        let (counts, displs) = (counts.to_vec(), displs.to_vec());
+        self.start_collective(async move { run.alltoallv_in_place(buf, &counts, &displs).await })
+    }
+
+    /// Nonblocking [`Comm::reduce_scatter_in_place`] (MPI_Ireduce_scatter with MPI_IN_PLACE);
+    /// `counts` is copied.
+    pub fn ireduce_scatter_in_place<T: Pod, O: Op<T> + 'scope>(
+        &'scope self,
+        buf: &'scope mut [T],
+        counts: &[usize],
+        op: O,
+    ) -> Result<Request<'scope>> {
+        let run = Run::new(self.comm, false)?;
+        let counts = counts.to_vec();
+        self.start_collective(async move { run.reduce_scatter_in_place(buf, &counts, &op).await })
+    }
+
+    /// Nonblocking [`Comm::reduce_scatter_block_in_place`] (MPI_Ireduce_scatter_block with
+    /// MPI_IN_PLACE).
+    pub fn ireduce_scatter_block_in_place<T: Pod, O: Op<T> + 'scope>(
+        &'scope self,
+        buf: &'scope mut [T],
+        op: O,
+    ) -> Result<Request<'scope>> {
+        let run = Run::new(self.comm, false)?;
+        self.start_collective(async move { run.reduce_scatter_block_in_place(buf, &op).await })
+    }
+
+    /// Nonblocking [`Comm::scan_in_place`] (MPI_Iscan with MPI_IN_PLACE).
+    pub fn iscan_in_place<T: Pod, O: Op<T> + 'scope>(
+        &'scope self,
+        buf: &'scope mut [T],
+        op: O,
+    ) -> Result<Request<'scope>> {
+        let run = Run::new(self.comm, false)?;
+        self.start_collective(async move { run.scan_in_place(buf, &op, false).await })
+    }
+
+    /// Nonblocking [`Comm::exscan_in_place`] (MPI_Iexscan with MPI_IN_PLACE).
+    pub fn iexscan_in_place<T: Pod, O: Op<T> + 'scope>(
+        &'scope self,
+        buf: &'scope mut [T],
+        op: O,
+    ) -> Result<Request<'scope>> {
+        let run = Run::new(self.comm, false)?;
+        self.start_collective(async move { run.scan_in_place(buf, &op, true).await })
+    }
+}

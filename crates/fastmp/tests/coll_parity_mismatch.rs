@@ -1,0 +1,159 @@
+//! Ranks that disagree on lengths: every collective, every algorithm, on shm and tcp, ends in
+//! `Err` within the watchdog (never a hang, never `Ok`), and no message names an internal tag.
+//! Also the case where the ranks' sizes make them choose different algorithms (the default
+//! tables switch between message-based and native algorithms by size on shm).
+
+mod coll_common;
+
+use coll_common::job;
+use fastmp::coll::{Collective, Tuning};
+use fastmp::op::Sum;
+use fastmp::{Comm, Config, DeviceKind, Error, Result};
+
+type Call = fn(&Comm, usize) -> Result<()>;
+
+/// One mismatched call per collective; `n` scales the lengths (rank 1 always differs).
+fn mismatched(coll: Collective) -> Call {
+    match coll {
+        Collective::Barrier => |_, _| Err(Error::other("barrier has no lengths")),
+        Collective::Bcast => |c, n| c.bcast(&mut vec![0u32; if c.rank() == 1 { n / 10 + 1 } else { n }], 0),
+        Collective::Scatter => |c, n| {
+            let send = vec![1u32; if c.rank() == 0 { n * c.size() } else { 0 }];
+            c.scatter(&send, &mut vec![0u32; if c.rank() == 1 { n + 1 } else { n }], 0)
+        },
+        Collective::Scatterv => |c, n| {
+            let (counts, displs) = (vec![n; c.size()], (0..c.size()).map(|r| n * r).collect::<Vec<_>>());
+            let send = vec![1u32; n * c.size()];
+            c.scatterv(&send, &counts, &displs, &mut vec![0u32; if c.rank() == 1 { n + 1 } else { n }], 0)
+        },
+        Collective::Gather => |c, n| {
+            let mut recv = vec![0u32; if c.rank() == 0 { n * c.size() } else { 0 }];
+            c.gather(&vec![1u32; if c.rank() == 1 { n + 1 } else { n }], &mut recv, 0)
+        },
+        Collective::Gatherv => |c, n| {
+            let (counts, displs) = (vec![n; c.size()], (0..c.size()).map(|r| n * r).collect::<Vec<_>>());
+            let mut recv = vec![0u32; n * c.size()];
+            c.gatherv(&vec![1u32; if c.rank() == 1 { n + 1 } else { n }], &mut recv, &counts, &displs, 0)
+        },
+        Collective::Allgather => |c, n| {
+            let n = if c.rank() == 1 { n + 1 } else { n };
+            c.allgather(&vec![1u32; n], &mut vec![0u32; n * c.size()])
+        },
+        Collective::Allgatherv => |c, n| {
+            let mut counts = vec![n; c.size()];
+            if c.rank() == 1 {
+                counts[0] = n + 1;
+            }
+            let displs: Vec<usize> = (0..c.size()).map(|r| (n + 1) * r).collect();
+            let mut recv = vec![0u32; (n + 1) * c.size()];
+            c.allgatherv(&vec![1u32; counts[c.rank()]], &mut recv, &counts, &displs)
+        },
+        Collective::Alltoall => |c, n| {
+            let n = if c.rank() == 1 { n + 1 } else { n };
+            c.alltoall(&vec![1u32; n * c.size()], &mut vec![0u32; n * c.size()])
+        },
+        Collective::Alltoallv => |c, n| {
+            let np = c.size();
+            let mut recv_counts = vec![n; np];
+            if c.rank() == 1 {
+                recv_counts[0] = n + 1;
+            }
+            let displs: Vec<usize> = (0..np).map(|r| (n + 1) * r).collect();
+            let mut recv = vec![0u32; (n + 1) * np];
+            c.alltoallv(&vec![1u32; (n + 1) * np], &vec![n; np], &displs, &mut recv, &recv_counts, &displs)
+        },
+        Collective::Reduce => |c, n| {
+            let n = if c.rank() == 1 { n + 1 } else { n };
+            let mut recv = vec![0u64; if c.rank() == 0 { n } else { 0 }];
+            c.reduce(&vec![1u64; n], &mut recv, Sum, 0)
+        },
+        Collective::Allreduce => |c, n| {
+            let n = if c.rank() == 1 { n + 1 } else { n };
+            c.allreduce(&vec![1u64; n], &mut vec![0u64; n], Sum)
+        },
+        Collective::ReduceScatter => |c, n| {
+            let n = if c.rank() == 1 { n + 1 } else { n };
+            c.reduce_scatter_block(&vec![1u64; n * c.size()], &mut vec![0u64; n], Sum)
+        },
+        Collective::Scan => |c, n| {
+            let n = if c.rank() == 1 { n + 1 } else { n };
+            c.scan(&vec![1u64; n], &mut vec![0u64; n], Sum)
+        },
+    }
+}
+
+/// Runs `call` on `np` ranks of `device` and checks that the job fails with a message free of
+/// internal tags.
+fn fails(device: DeviceKind, np: usize, tuning: Tuning, what: &str, call: Call, n: usize) {
+    let config = Config::new().device(device).np(np).tuning(tuning);
+    match job(config, what, move |world| call(&world, n)) {
+        Ok(_) => panic!("{what}: the job succeeded"),
+        Err(e) => {
+            let text = e.to_string();
+            assert!(!text.contains("tag"), "{what}: the error names a tag: {text}");
+        }
+    }
+}
+
+fn matrix(device: DeviceKind) {
+    for np in [2, 3] {
+        for coll in Collective::ALL.into_iter().filter(|&c| c != Collective::Barrier) {
+            for &algorithm in coll.algorithms() {
+                let tuning = Tuning::defaults_for(device).force(coll, algorithm).expect("force");
+                let what = format!("{device:?} np {np} {coll} {algorithm}");
+                fails(device, np, tuning, &what, mismatched(coll), 3);
+            }
+        }
+    }
+}
+
+#[test]
+fn every_algorithm_fails_on_mismatched_lengths_on_shm() {
+    matrix(DeviceKind::Shm);
+}
+
+#[test]
+fn every_algorithm_fails_on_mismatched_lengths_on_tcp() {
+    matrix(DeviceKind::Tcp);
+}
+
+/// Sizes on either side of the default tables' switches (for bcast at np 2: nbft up to 1 KiB,
+/// native above), so the ranks pick different algorithms: the reported hang (root 1000
+/// elements, rank 1 ten) among them.
+#[test]
+fn ranks_choosing_different_algorithms_fail_instead_of_hanging() {
+    for device in [DeviceKind::Shm, DeviceKind::Tcp] {
+        for np in [2, 3] {
+            for coll in Collective::ALL.into_iter().filter(|&c| c != Collective::Barrier) {
+                for n in [1000, 20_000] {
+                    let what = format!("{device:?} np {np} {coll} default tuning, n {n}");
+                    fails(device, np, Tuning::defaults_for(device), &what, mismatched(coll), n);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn mismatch_messages_name_the_call_and_the_argument() {
+    let outcome = job(Config::new().np(2), "gatherv message", |world| {
+        let (counts, displs) = ([1usize, 0], [0usize, 1]);
+        // Counts and displacements swapped at the root: rank 1 sends one element, the root's
+        // recvcounts[1] (which the caller meant as a displacement) is 0.
+        let mut recv = [0u32; 2];
+        let sent = [7u32];
+        let result = world.gatherv(&sent, &mut recv, &displs, &counts, 0);
+        if world.rank() == 0 {
+            let e = result.expect_err("the root sees the mismatch");
+            let text = e.to_string();
+            assert!(text.contains("gatherv"), "{text}");
+            assert!(
+                text.contains("gatherv: the root's send buffer has 1 elements but its recvcounts[0] is 0"),
+                "{text}"
+            );
+        }
+        Ok(())
+    });
+    // Rank 1 may or may not see the root's failure, depending on the algorithm.
+    drop(outcome);
+}
