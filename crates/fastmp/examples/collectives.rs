@@ -120,7 +120,10 @@ fn main() {
         let (mut inclusive, mut exclusive) = ([0u32], [0u32]);
         world.scan(&[rank as u32 + 1], &mut inclusive, Sum)?;
         world.exscan(&[rank as u32 + 1], &mut exclusive, Sum)?;
-        assert_eq!((inclusive[0], exclusive[0]), ((rank + 1) as u32 * (rank + 2) as u32 / 2, (rank * (rank + 1) / 2) as u32));
+        assert_eq!(
+            (inclusive[0], exclusive[0]),
+            ((rank + 1) as u32 * (rank + 2) as u32 / 2, (rank * (rank + 1) / 2) as u32)
+        );
 
         // MPI_IN_PLACE: one buffer is both input and output.
         let mut acc = [rank as u64, 1];

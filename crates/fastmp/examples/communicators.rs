@@ -17,7 +17,9 @@ fn main() {
     fastmp::main(|world| {
         let (rank, size) = (world.rank(), world.size());
         if size < 2 {
-            return Err(Error::InvalidArgument(format!("the communicators example needs at least 2 ranks, not {size}")));
+            return Err(Error::InvalidArgument(format!(
+                "the communicators example needs at least 2 ranks, not {size}"
+            )));
         }
         let even = rank % 2 == 0;
         let (n_even, n_odd) = (size.div_ceil(2), size / 2);

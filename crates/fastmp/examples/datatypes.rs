@@ -11,11 +11,11 @@
 //! fastmprun -np 4 --device tcp target/debug/examples/datatypes
 //! ```
 
+use fastmp::Error;
 use fastmp::bytemuck::{CheckedBitPattern, NoUninit, Pod, Zeroable};
 use fastmp::layout::{self, Indexed, Order, Subarray, Vector};
 use fastmp::op::UserOp;
 use fastmp::serde::{Deserialize, Serialize};
-use fastmp::Error;
 
 /// Plain data (MPI_Type_create_struct): no padding (the fields fill 8-byte units), so `Pod`.
 #[derive(Clone, Copy, Debug, PartialEq, Pod, Zeroable)]
@@ -68,7 +68,12 @@ fn main() {
         let matrix: Vec<f64> = (0..3 * cols).map(|k| (10 * (k / cols) + k % cols) as f64).collect();
         let column = Vector { count: 3, blocklength: 1, stride: cols };
         // The 2×2 block at (1, 1) of a 4×4 grid, and the block at (0, 0) it lands in.
-        let block = |at: usize| Subarray { sizes: vec![4, 4], subsizes: vec![2, 2], starts: vec![at, at], order: Order::RowMajor };
+        let block = |at: usize| Subarray {
+            sizes: vec![4, 4],
+            subsizes: vec![2, 2],
+            starts: vec![at, at],
+            order: Order::RowMajor,
+        };
         let picks = Indexed { blocklengths: vec![2, 1], displacements: vec![5, 0] };
 
         if rank == 0 {

@@ -32,7 +32,8 @@ fn main() {
                 assert_eq!(level, ThreadLevel::Funneled);
                 // Helper threads compute; the rank's own thread does all the communication.
                 let partial: u64 = std::thread::scope(|t| {
-                    let parts: Vec<_> = (0..4u64).map(|k| t.spawn(move || (k * 250..(k + 1) * 250).sum::<u64>())).collect();
+                    let parts: Vec<_> =
+                        (0..4u64).map(|k| t.spawn(move || (k * 250..(k + 1) * 250).sum::<u64>())).collect();
                     parts.into_iter().map(|p| p.join().expect("a helper thread panicked")).sum()
                 });
                 let mut total = [0u64];
@@ -89,10 +90,15 @@ fn main() {
         assert_eq!(ring, prev as u64);
         // Every message was taken exactly once.
         taken.sort_unstable();
-        let expected: Vec<(usize, usize)> = peers.iter().flat_map(|&p| (1..=PER_PEER).map(move |len| (p, len))).collect();
+        let expected: Vec<(usize, usize)> =
+            peers.iter().flat_map(|&p| (1..=PER_PEER).map(move |len| (p, len))).collect();
         assert_eq!(taken, expected);
 
-        println!("threads: rank {rank}/{size} on {}: level {level:?}, 2 threads took {} messages", world.device_name(), taken.len());
+        println!(
+            "threads: rank {rank}/{size} on {}: level {level:?}, 2 threads took {} messages",
+            world.device_name(),
+            taken.len()
+        );
         Ok(())
     });
 }

@@ -51,7 +51,8 @@ fn main() {
         // A bidirectional ring as a graph: receive from prev and next, send to next and prev,
         // with weights (MPI_Dist_graph_create_adjacent). Two ranks make the edges repeat.
         let (prev, next) = ((rank + size - 1) % size, (rank + 1) % size);
-        let ring = world.dist_graph_create_adjacent(&[prev, next], Some(&[1, 2]), &[next, prev], Some(&[2, 1]), false)?;
+        let ring =
+            world.dist_graph_create_adjacent(&[prev, next], Some(&[1, 2]), &[next, prev], Some(&[2, 1]), false)?;
         assert_eq!(ring.neighbors(), (&[prev, next][..], &[next, prev][..]));
         assert!(ring.is_weighted());
         // Block 0 goes to next, block 1 to prev.

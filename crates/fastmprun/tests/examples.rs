@@ -59,7 +59,8 @@ fn examples() -> &'static BTreeMap<String, PathBuf> {
         assert!(output.status.success(), "cargo build of the examples failed: {}", output.status);
         let mut built = BTreeMap::new();
         for line in BufReader::new(&output.stdout[..]).lines() {
-            let message: serde_json::Value = serde_json::from_str(&line.expect("cargo prints UTF-8")).unwrap_or_default();
+            let message: serde_json::Value =
+                serde_json::from_str(&line.expect("cargo prints UTF-8")).unwrap_or_default();
             let target = &message["target"];
             if message["reason"] == "compiler-artifact" && target["kind"][0] == "example" {
                 if let (Some(name), Some(path)) = (target["name"].as_str(), message["executable"].as_str()) {
@@ -67,7 +68,11 @@ fn examples() -> &'static BTreeMap<String, PathBuf> {
                 }
             }
         }
-        assert_eq!(built.keys().map(String::as_str).collect::<Vec<_>>(), sorted(&EXAMPLES), "cargo built other examples");
+        assert_eq!(
+            built.keys().map(String::as_str).collect::<Vec<_>>(),
+            sorted(&EXAMPLES),
+            "cargo built other examples"
+        );
         built
     })
 }
