@@ -1,7 +1,7 @@
 //! Blocking collectives: barrier, broadcast, (all)gather(v), scatter(v), alltoall(v), reductions
-//! with predefined and user operations (including MINLOC/MAXLOC), reduce-scatter, prefix scans,
-//! MPI_IN_PLACE variants, and the `_obj` forms for serde values. `bool`s travel as bytes and are
-//! viewed as `bool` with a validating cast.
+//! with predefined and user operations (including MINLOC/MAXLOC and MPI_Reduce_local),
+//! reduce-scatter, prefix scans, MPI_IN_PLACE variants, and the `_obj` forms for serde values.
+//! `bool`s travel as bytes and are viewed as `bool` with a validating cast.
 //!
 //! Runs on any number of ranks (1 too). Thread ranks (shm device) or one process per rank (tcp):
 //!
@@ -11,7 +11,7 @@
 //! ```
 
 use fastmp::bytemuck::checked;
-use fastmp::op::{Bor, Land, Loc, Lor, Max, MaxLoc, MinLoc, Prod, Sum, UserOp};
+use fastmp::op::{Bor, Land, Loc, Lor, Max, MaxLoc, MinLoc, Op, Prod, Sum, UserOp};
 
 /// Element offsets of consecutive blocks of `counts` (the usual v-collective layout).
 fn displs(counts: &[usize]) -> Vec<usize> {
@@ -112,6 +112,11 @@ fn main() {
         let mut divisor = [0u64];
         world.allreduce(&[12 * (rank as u64 + 1)], &mut divisor, &gcd)?;
         assert_eq!(divisor, [12]);
+
+        // Every operation also combines two local buffers (MPI_Reduce_local).
+        let mut local = [1u64, 2];
+        Sum.combine(&[10, 20], &mut local);
+        assert_eq!(local, [11, 22]);
 
         // Reduce, then scatter blocks of the result; prefix sums.
         let mut block = [0usize];

@@ -1,7 +1,8 @@
 //! Nonblocking point-to-point (MPI_Isend / MPI_Irecv and MPI_Wait*): requests started in a
 //! scope (`Comm::scope`; its end completes any request not waited for), completed with
-//! `waitall`, `waitany`, `wait_some`, `test_some` or `test`; the synchronous, buffered and ready
-//! modes; requests that own their buffers and outlive any scope; persistent requests.
+//! `waitall`, `waitany`, `wait_some`, `test_some`, `testall` or `test`; the synchronous,
+//! buffered and ready modes; requests that own their buffers and outlive any scope; persistent
+//! requests.
 //!
 //! Needs at least 2 ranks. Run it with thread ranks (shm device) or one process per rank (tcp):
 //!
@@ -104,10 +105,10 @@ fn main() {
         let mut from_left = [0u16; 8];
         let mut ready = [0u8; 4];
         world.scope(|s| {
-            let buffered = s.ibsend(&scratch, next, 4)?;
+            let mut buffered = [s.ibsend(&scratch, next, 4)?];
             scratch.fill(u16::MAX);
+            assert!(fastmp::testall(&mut buffered)?.is_some(), "a buffered send is complete at once");
             world.recv(&mut from_left, prev, 4)?;
-            buffered.wait()?;
             let posted = if rank == 1 { Some(s.irecv(&mut ready, 0, 5)?) } else { None };
             world.barrier()?;
             if rank == 0 {

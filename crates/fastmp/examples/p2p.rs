@@ -1,6 +1,7 @@
 //! Blocking point-to-point messages (MPI_Send / MPI_Recv and their relatives): slices, single
 //! values, messages of unknown length (`recv_vec`, probe, matched probe), `ANY_SOURCE` and
-//! `ANY_TAG`, serde objects, `sendrecv_replace`, and the synchronous send mode.
+//! `ANY_TAG`, serde objects, `sendrecv_replace`, the synchronous, buffered and ready send modes,
+//! and `PROC_NULL`.
 //!
 //! Needs at least 2 ranks. Run it with thread ranks (shm device) or one process per rank (tcp):
 //!
@@ -9,7 +10,7 @@
 //! fastmprun -np 4 --device tcp target/debug/examples/p2p
 //! ```
 
-use fastmp::{ANY_SOURCE, ANY_TAG, Error};
+use fastmp::{ANY_SOURCE, ANY_TAG, Error, PROC_NULL};
 
 fn main() {
     fastmp::main(|world| {
@@ -124,6 +125,33 @@ fn main() {
             world.recv(&mut got, 0, 8)?;
             assert_eq!(got, [1.0, 2.0]);
         }
+
+        // Buffered send (MPI_Bsend): returns at once whatever the size (fastmp copies the data
+        // when it cannot leave yet), so every rank may send before it receives.
+        let big = vec![rank as u8; 1 << 18];
+        world.bsend(&big, next, 9)?;
+        let mut inc = vec![0u8; 1 << 18];
+        world.recv(&mut inc, prev, 9)?;
+        assert!(inc.iter().all(|&b| b == prev as u8));
+
+        // Ready send (MPI_Rsend): only correct once the receive is posted; the barrier orders it.
+        let mut ready = [0u32];
+        world.scope(|s| {
+            let posted = if rank == 1 { Some(s.irecv(&mut ready, 0, 10)?) } else { None };
+            world.barrier()?;
+            if rank == 0 {
+                world.rsend(&[5u32], 1, 10)?;
+            }
+            posted.map(|r| r.wait()).transpose()
+        })?;
+        assert_eq!(ready[0], if rank == 1 { 5 } else { 0 });
+
+        // PROC_NULL (a missing neighbour): a send to it does nothing, a receive from it returns
+        // at once with an empty status and leaves the buffer as it was.
+        world.send(&[1u8], PROC_NULL, 11)?;
+        let mut untouched = [7u8];
+        let status = world.recv(&mut untouched, PROC_NULL, 11)?;
+        assert_eq!((untouched, status.source, status.bytes), ([7], PROC_NULL, 0));
 
         println!("p2p: rank {rank}/{size} ok (ring token {token:?}, shifted {shifted:?})");
         Ok(())
