@@ -47,10 +47,12 @@
 pub mod coll;
 mod comm;
 mod communicators;
+mod completion;
 pub mod device;
 mod error;
 mod group;
 mod launch;
+mod owned;
 mod p2p;
 mod progress;
 mod raw;
@@ -65,7 +67,9 @@ pub use error::{Error, Result};
 pub use group::{Group, GroupOrdering};
 pub use launch::config::{Config, DEFAULT_EAGER_LIMIT, DEFAULT_TCP_EAGER_LIMIT, DeviceKind, Pin};
 pub use launch::{init, main, run};
-pub use scope::{Request, Scope, testall, testany, waitall, waitany};
+pub use completion::{Completable, test_some, testall, testany, wait_some, waitall, waitany};
+pub use owned::{OwnedRequest, PersistentRequest, startall};
+pub use scope::{RecvRequest, Request, Scope};
 pub use topology::{CartComm, dims_create};
 
 /// Reduction operations for `reduce`, `allreduce`, `scan`, ...: MPI's predefined ops as unit
