@@ -1,7 +1,7 @@
 //! Tiny end-to-end exchanges through the public API on two ranks, small enough to run under Miri
 //! (`scripts/miri.sh`): eager (inline and spilled), rendezvous (sender first), receiver-first
-//! direct copy, a synchronous send, and requests leaked with `mem::forget` (the scope must release
-//! them: the send's data is detached, the receive cancelled); plus the shm device's native
+//! direct copy, a synchronous send, and requests leaked with `mem::forget` (the scope must finish
+//! them: the send's data is detached, the receive still receives); plus the shm device's native
 //! collectives on three ranks, where peers copy and reduce straight out of each other's buffers.
 
 use fastmp::{ANY_SOURCE, ANY_TAG, Comm, Config, Result};
@@ -95,8 +95,7 @@ fn forgotten_requests_are_released_by_the_scope() {
             big.fill(0xEE);
             drop(big);
             world.send(&[1u8], 1, 21)?;
-            // The receiver's leaked receive was cancelled; this message needs a new one.
-            world.recv(&mut [0u8; 1], 1, 22)?;
+            // The receiver's leaked receive still receives this one (its scope waits for it).
             world.send(&pattern(8, 16), 1, 23)?;
         } else {
             world.recv(&mut [0u8; 1], 0, 21)?;
@@ -108,11 +107,7 @@ fn forgotten_requests_are_released_by_the_scope() {
                 std::mem::forget(s.irecv(&mut leaked, 0, 23)?);
                 Ok::<_, fastmp::Error>(())
             })?;
-            world.send(&[1u8], 0, 22)?;
-            let mut fresh = [0u8; 16];
-            world.recv(&mut fresh, 0, 23)?;
-            assert_eq!(&fresh[..], &pattern(8, 16)[..]);
-            assert_eq!(leaked, [0u8; 16], "a released receive must not be written");
+            assert_eq!(&leaked[..], &pattern(8, 16)[..], "a leaked receive still receives");
         }
         Ok(())
     });
