@@ -62,12 +62,12 @@ mod topology;
 
 pub use comm::{Comm, Status};
 pub use communicators::SplitType;
+pub use completion::{Completable, test_some, testall, testany, wait_some, waitall, waitany};
 pub use device::{ANY_SOURCE, ANY_TAG, Locality, PROC_NULL, Placement, Source, TAG_UB};
 pub use error::{Error, Result};
 pub use group::{Group, GroupOrdering};
 pub use launch::config::{Config, DEFAULT_EAGER_LIMIT, DEFAULT_TCP_EAGER_LIMIT, DeviceKind, Pin};
 pub use launch::{init, main, run};
-pub use completion::{Completable, test_some, testall, testany, wait_some, waitall, waitany};
 pub use owned::{OwnedRequest, PersistentRequest, startall};
 pub use scope::{RecvRequest, Request, Scope};
 pub use topology::{CartComm, dims_create};

@@ -246,9 +246,7 @@ impl<T: Pod> Completion for OwnedRequest<T> {
 
     fn take(&mut self) -> Result<(Vec<T>, Status)> {
         if !self.is_active() {
-            return Err(Error::InvalidArgument(
-                "wait on an OwnedRequest whose buffer was handed back already".into(),
-            ));
+            return Err(Error::InvalidArgument("wait on an OwnedRequest whose buffer was handed back already".into()));
         }
         let status = self.op.take_status()?;
         Ok((std::mem::take(&mut self.op.buf), status))

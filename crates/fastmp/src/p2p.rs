@@ -64,7 +64,8 @@ impl Comm {
         let bytes: &[u8] = bytemuck::cast_slice(buf);
         // SAFETY: a started send is released before `buf`'s borrow ends: release detaches it,
         // copying the data (the device's contract), so it is delivered without `buf`.
-        let started = unsafe { self.dev.isend(bytes.as_ptr(), bytes.len(), dest, tag, self.context, SendMode::Standard)? };
+        let started =
+            unsafe { self.dev.isend(bytes.as_ptr(), bytes.len(), dest, tag, self.context, SendMode::Standard)? };
         match started {
             Started::Complete(result) => result.map(drop),
             Started::Pending(id) => {

@@ -9,8 +9,8 @@ mod p2p_common;
 
 use common::{check_pattern, device_suite, pattern};
 use fastmp::{
-    ANY_TAG, DeviceKind, Error, OwnedRequest, PROC_NULL, PersistentRequest, Status, startall, test_some,
-    wait_some, waitall, waitany,
+    ANY_TAG, DeviceKind, Error, OwnedRequest, PROC_NULL, PersistentRequest, Status, startall, test_some, wait_some,
+    waitall, waitany,
 };
 use p2p_common::{SENTINEL, assert_status, assert_untouched, cfg, go, run, wait_go};
 
@@ -138,12 +138,16 @@ fn pipelined_ring_with_owned_buffers(dev: DeviceKind) {
         .run(|world| {
             let (rank, size) = (world.rank(), world.size());
             let (left, right) = ((rank + size - 1) % size, (rank + 1) % size);
-            let len = |round: u64| if round % 3 == 0 { LARGE / 8 } else { 5 };
+            let len = |round: u64| if round.is_multiple_of(3) { LARGE / 8 } else { 5 };
             let mut recv = world.irecv_owned(vec![0u64; len(0)], left, 0)?;
             let mut sends: Vec<OwnedRequest<u64>> = Vec::new();
             for round in 0..ROUNDS {
                 let send = world.isend_owned(vec![round * 100 + rank as u64; len(round)], right, round as i32 % 2)?;
-                if round % 2 == 0 { drop(send) } else { sends.push(send) }
+                if round % 2 == 0 {
+                    drop(send)
+                } else {
+                    sends.push(send)
+                }
                 let next = world.irecv_owned(vec![0u64; len(round + 1)], left, (round as i32 + 1) % 2)?;
                 let (got, st) = std::mem::replace(&mut recv, next).wait()?;
                 assert_eq!((st.source, st.bytes), (left, len(round) * 8));
@@ -216,7 +220,10 @@ fn persistent_requests_restart(dev: DeviceKind) {
                         send.start()?;
                     }
                     let start_again = recv.start();
-                    assert!(matches!(&start_again, Err(Error::InvalidArgument(m)) if m.contains("active")), "{start_again:?}");
+                    assert!(
+                        matches!(&start_again, Err(Error::InvalidArgument(m)) if m.contains("active")),
+                        "{start_again:?}"
+                    );
                     assert!(recv.buf().is_err() || !recv.is_active());
                     if step % 3 == 0 {
                         let mut both = [&mut recv, &mut send];
