@@ -6,7 +6,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::comm::{Comm, Status};
-use crate::device::{SendMode, Source, Started, requests};
+use crate::device::{SendMode, Source, requests};
 use crate::error::{Error, Result};
 use crate::scope::EMPTY_STATUS;
 
@@ -61,18 +61,7 @@ impl Comm {
     /// ```
     pub fn bsend<T: Pod>(&self, buf: &[T], dest: usize, tag: i32) -> Result<()> {
         let Some(dest) = self.dest_or_null(dest, tag)? else { return Ok(()) };
-        let bytes: &[u8] = bytemuck::cast_slice(buf);
-        // SAFETY: a started send is released before `buf`'s borrow ends: release detaches it,
-        // copying the data (the device's contract), so it is delivered without `buf`.
-        let started =
-            unsafe { self.dev.isend(bytes.as_ptr(), bytes.len(), dest, tag, self.context, SendMode::Standard)? };
-        match started {
-            Started::Complete(result) => result.map(drop),
-            Started::Pending(id) => {
-                self.dev.release(id);
-                Ok(())
-            }
-        }
+        requests::detached_send(&*self.dev, bytemuck::cast_slice(buf), dest, tag, self.context)
     }
 
     /// Sends `bytes` (nothing to [`crate::PROC_NULL`]).

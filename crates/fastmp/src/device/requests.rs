@@ -4,7 +4,8 @@
 //! request completes or is released. Everything that upholds that rule lives here:
 //! - [`InFlight`], a started request that releases itself when dropped (the collective
 //!   transport's stages, and the blocking calls below);
-//! - [`send`] and [`recv`], blocking and therefore safe for any borrow;
+//! - [`send`] and [`recv`], blocking and therefore safe for any borrow, and [`detached_send`]
+//!   (bsend), which releases what it started before returning;
 //! - [`Ledger`] and [`scoped`], the requests of a `Comm::scope`, which may be dropped or leaked
 //!   by the user: the ledger keeps their handles and [`scoped`] finishes every one still
 //!   outstanding before the scope's borrows end, as `std::thread::scope` joins its threads
@@ -121,6 +122,21 @@ pub(crate) fn send(
 ) -> Result<RawStatus> {
     // SAFETY: the request is consumed by `wait` right here, never leaked.
     unsafe { InFlight::send(dev, buf, dest, tag, context, mode) }?.wait()
+}
+
+/// Buffered send (MPI_Bsend): returns at once; a send the device could not finish inside the
+/// call is detached (its data copied, delivered without `buf`).
+pub(crate) fn detached_send(dev: &dyn Device, buf: &[u8], dest: usize, tag: i32, context: ContextId) -> Result<()> {
+    // SAFETY: a pending request is released below, before `buf`'s borrow ends, and release
+    // detaches a send (the device's contract): the device no longer reads `buf` after it.
+    let started = unsafe { dev.isend(buf.as_ptr(), buf.len(), dest, tag, context, SendMode::Standard)? };
+    match started {
+        Started::Complete(result) => result.map(drop),
+        Started::Pending(id) => {
+            dev.release(id);
+            Ok(())
+        }
+    }
 }
 
 /// Blocking receive through the device's blocking path (which may skip posting a request).
