@@ -40,6 +40,32 @@ pub trait Completable: sealed::Completion {}
 
 impl<R: sealed::Completion> Completable for R {}
 
+/// A reference completes like the request it points to, so requests kept in separate variables
+/// or fields can be completed together (`waitall(&mut [&mut recv, &mut send])`).
+impl<R: sealed::Completion> sealed::Completion for &mut R {
+    type Output = R::Output;
+
+    fn device(&self) -> Option<Rc<dyn Device>> {
+        (**self).device()
+    }
+
+    fn is_active(&self) -> bool {
+        (**self).is_active()
+    }
+
+    fn poll(&mut self) -> bool {
+        (**self).poll()
+    }
+
+    fn failed(&self) -> bool {
+        (**self).failed()
+    }
+
+    fn take(&mut self) -> Result<R::Output> {
+        (**self).take()
+    }
+}
+
 /// Blocks until `req` has a result and takes it.
 pub(crate) fn wait_one<R: Completable>(req: &mut R) -> Result<R::Output> {
     if req.is_active()

@@ -371,30 +371,6 @@ impl<T: Pod> Completion for PersistentRequest<T> {
     }
 }
 
-impl<R: Completion> Completion for &mut R {
-    type Output = R::Output;
-
-    fn device(&self) -> Option<Rc<dyn Device>> {
-        (**self).device()
-    }
-
-    fn is_active(&self) -> bool {
-        (**self).is_active()
-    }
-
-    fn poll(&mut self) -> bool {
-        (**self).poll()
-    }
-
-    fn failed(&self) -> bool {
-        (**self).failed()
-    }
-
-    fn take(&mut self) -> Result<R::Output> {
-        (**self).take()
-    }
-}
-
 /// Starts every request (MPI_Startall). Fails, starting none, if one of them is active.
 pub fn startall<T: Pod, P: std::borrow::BorrowMut<PersistentRequest<T>>>(reqs: &mut [P]) -> Result<()> {
     if let Some(index) = reqs.iter().position(|r| r.borrow().is_active()) {
