@@ -6,7 +6,8 @@
 #
 #   BENCH        benchmark names (default: latency bw bibw); they are passed
 #                unchanged to both fastmp-bench and target/mpi_bench:
-#                point-to-point: latency bw bibw mbw_mr
+#                point-to-point: latency bw bibw mbw_mr strided (a matrix column
+#                  sent with a layout / MPI_Type_vector)
 #                collectives: barrier bcast scatter scatterv gather gatherv
 #                  allgather allgatherv alltoall alltoallv reduce allreduce
 #                  reduce_scatter scan (or "collectives" for all of them)

@@ -6,7 +6,7 @@
  * Build:  mpicc -O2 -o target/mpi_bench bench/mpi_bench.c
  * Run:    mpirun -np 2 --bind-to core target/mpi_bench BENCH
  *                [--min-size B] [--max-size B] [--iterations N] [--json]
- *         BENCH: latency|bw|bibw|mbw_mr, or a collective: barrier|bcast|
+ *         BENCH: latency|bw|bibw|mbw_mr|strided, or a collective: barrier|bcast|
  *         scatter|scatterv|gather|gatherv|allgather|allgatherv|alltoall|
  *         alltoallv|reduce|allreduce|reduce_scatter|scan, or a nonblocking
  *         one: ibarrier|ibcast|iscatter|igather|iallgather|ialltoall|ireduce|
@@ -16,6 +16,9 @@
  *   - sizes: min, then doubling up to max (0 -> 1 -> 2 -> 4 ...);
  *   - latency: blocking MPI_Send/MPI_Recv ping-pong, 10000 iters / 100 skip
  *     for size <= 8192, 1000 / 10 above; latency = t * 1e6 / (2 * iters);
+ *   - strided (not OSU): the latency ping-pong on size / 8 doubles of column 0
+ *     of a row-major R x R double matrix, R = max size / 8 (default 4096),
+ *     sent and received as one MPI_Type_vector(size / 8, 1, R, MPI_DOUBLE);
  *   - bw: window of 64 MPI_Isend + MPI_Waitall, then a 4-byte ack; the
  *     receiver posts 64 MPI_Irecv + MPI_Waitall and sends the ack;
  *     100 iters / 10 skip for size <= 8192, 20 / 2 above;
@@ -94,6 +97,7 @@
 #define BW_SKIP_LARGE 2
 #define DEFAULT_MAX_SIZE (4L * 1024 * 1024)
 #define DEFAULT_MAX_SIZE_COLL (1L * 1024 * 1024)
+#define DEFAULT_MAX_SIZE_STRIDED (4096L * 8) /* one column of a 4096 x 4096 double matrix */
 #define COLL_ITERS 1000
 #define COLL_SKIP 100
 #define COLL_ITERS_LARGE 100
@@ -109,7 +113,7 @@
 #define COMPUTE_STEPS 8
 
 enum bench {
-    B_LATENCY, B_BW, B_BIBW, B_MBW_MR,
+    B_LATENCY, B_BW, B_BIBW, B_MBW_MR, B_STRIDED,
     /* collectives, in fastmp's order; reductions last */
     B_BARRIER, B_BCAST, B_SCATTER, B_SCATTERV, B_GATHER, B_GATHERV, B_ALLGATHER,
     B_ALLGATHERV, B_ALLTOALL, B_ALLTOALLV, B_REDUCE, B_ALLREDUCE, B_REDUCE_SCATTER,
@@ -120,7 +124,7 @@ enum bench {
 };
 
 static const char *bench_names[B_COUNT] = {
-    "latency", "bw", "bibw", "mbw_mr", "barrier", "bcast", "scatter", "scatterv",
+    "latency", "bw", "bibw", "mbw_mr", "strided", "barrier", "bcast", "scatter", "scatterv",
     "gather", "gatherv", "allgather", "allgatherv", "alltoall", "alltoallv",
     "reduce", "allreduce", "reduce_scatter", "scan", "ibarrier", "ibcast", "iscatter",
     "igather", "iallgather", "ialltoall", "ireduce", "iallreduce"};
@@ -165,6 +169,8 @@ static void usage(FILE *f)
             "  bw             unidirectional bandwidth, window 64, exactly 2 ranks (sizes 1..4194304)\n"
             "  bibw           bidirectional bandwidth, window 64, exactly 2 ranks\n"
             "  mbw_mr         multi-pair bandwidth / message rate, even number of ranks\n"
+            "  strided        latency of a matrix column sent as MPI_Type_vector, exactly 2 ranks\n"
+            "                 (sizes 8..32768: size / 8 doubles at stride max-size / 8)\n"
             "  barrier|bcast|scatter|scatterv|gather|gatherv|allgather|allgatherv|\n"
             "  alltoall|alltoallv|reduce|allreduce|reduce_scatter|scan\n"
             "                 collective latency (avg/min/max over ranks), any number of ranks\n"
@@ -284,7 +290,14 @@ static void parse_args(int argc, char **argv, struct options *o)
     if (!have_bench) {
         fatal_usage(1, 1, "%s", "missing benchmark name");
     }
-    if (!have_min && o->bench != B_LATENCY) {
+    if (o->bench == B_STRIDED) {
+        o->min_size = have_min ? o->min_size : (long)sizeof(double);
+        o->max_size = have_max ? o->max_size : DEFAULT_MAX_SIZE_STRIDED;
+        if (o->min_size < (long)sizeof(double) || o->min_size % (long)sizeof(double) != 0 ||
+            o->max_size % (long)sizeof(double) != 0) {
+            fatal(1, "%s", "strided sizes must be positive multiples of 8 (whole doubles)");
+        }
+    } else if (!have_min && o->bench != B_LATENCY) {
         /* OSU bandwidth and collective tests start at 1 byte, reductions at one float */
         o->min_size = IS_REDUCTION(o->bench) ? (long)sizeof(float) : 1;
     }
@@ -397,6 +410,10 @@ static void print_header(const struct options *o, int np)
         printf("# OSU MPI Bi-Directional Bandwidth Test v" OSU_VERSION "\n");
         printf("%-10s%*s\n", "# Size", FIELD_WIDTH, "Bandwidth (MB/s)");
         break;
+    case B_STRIDED:
+        printf("# Strided Latency Test (column of a row-major double matrix, MPI_Type_vector)\n");
+        printf("%-10s%*s\n", "# Size", FIELD_WIDTH, "Latency (us)");
+        break;
     case B_MBW_MR:
         printf("# OSU MPI Multiple Bandwidth / Message Rate Test v" OSU_VERSION "\n");
         printf("# [ pairs: %d ] [ window size: %d ]\n", np / 2, WINDOW_SIZE);
@@ -414,7 +431,7 @@ static void report(const struct options *o, int np, long size, double value, dou
         return;
     }
     if (o->json) {
-        if (o->bench == B_LATENCY) {
+        if (o->bench == B_LATENCY || o->bench == B_STRIDED) {
             printf("{\"bench\":\"%s\",\"device\":\"mpi\",\"np\":%d,\"size\":%ld,\"avg_us\":%.3f}\n",
                    bench_names[o->bench], np, size, value);
         } else if (o->bench == B_MBW_MR) {
@@ -488,6 +505,37 @@ static double run_latency(char *s_buf, char *r_buf, int size)
         }
     }
     t_end = MPI_Wtime();
+    return (t_end - t_start) * 1e6 / (2.0 * iters);
+}
+
+/* ---- strided: latency of a matrix column -------------------------------- */
+/* The ping-pong of run_latency on the first size / 8 doubles of column 0 of
+ * the rows x rows row-major `matrix`, both sides using one MPI_Type_vector. */
+static double run_strided(double *matrix, long rows, int size)
+{
+    int iters = size > LARGE_MESSAGE_SIZE ? LAT_ITERS_LARGE : LAT_ITERS;
+    int skip = size > LARGE_MESSAGE_SIZE ? LAT_SKIP_LARGE : LAT_SKIP;
+    double t_start = 0.0, t_end;
+    MPI_Datatype column;
+    int i;
+
+    MPI_Type_vector(size / (int)sizeof(double), 1, (int)rows, MPI_DOUBLE, &column);
+    MPI_Type_commit(&column);
+    MPI_Barrier(MPI_COMM_WORLD);
+    for (i = 0; i < iters + skip; i++) {
+        if (i == skip) {
+            t_start = MPI_Wtime();
+        }
+        if (g_rank == 0) {
+            MPI_Send(matrix, 1, column, 1, 1, MPI_COMM_WORLD);
+            MPI_Recv(matrix, 1, column, 1, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        } else {
+            MPI_Recv(matrix, 1, column, 0, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+            MPI_Send(matrix, 1, column, 0, 1, MPI_COMM_WORLD);
+        }
+    }
+    t_end = MPI_Wtime();
+    MPI_Type_free(&column);
     return (t_end - t_start) * 1e6 / (2.0 * iters);
 }
 
@@ -960,6 +1008,22 @@ int main(int argc, char **argv)
         }
     } else if (np != 2) {
         fatal(1, "%s needs exactly 2 ranks", bench_names[o.bench]);
+    }
+
+    if (o.bench == B_STRIDED) {
+        long rows = o.max_size / (long)sizeof(double);
+        double *matrix = (double *)alloc_buffer(rows * rows * (long)sizeof(double));
+        long k;
+        for (k = 0; k < rows * rows; k++) {
+            matrix[k] = (double)k; /* touches every page before anything is timed */
+        }
+        print_header(&o, np);
+        for (size = o.min_size; size <= o.max_size; size *= 2) {
+            report(&o, np, size, run_strided(matrix, rows, (int)size), 0.0);
+        }
+        free(matrix);
+        MPI_Finalize();
+        return 0;
     }
 
     s_buf = alloc_buffer(o.max_size);

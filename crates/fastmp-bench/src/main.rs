@@ -28,6 +28,7 @@ enum Pt2pt {
     Bw,
     Bibw,
     MbwMr,
+    Strided,
 }
 
 /// What to run: a point-to-point benchmark, a collective benchmark, the nonblocking twin of a
@@ -43,7 +44,7 @@ enum Bench {
     Tune,
 }
 
-const PT2PT: [Pt2pt; 4] = [Pt2pt::Latency, Pt2pt::Bw, Pt2pt::Bibw, Pt2pt::MbwMr];
+const PT2PT: [Pt2pt; 5] = [Pt2pt::Latency, Pt2pt::Bw, Pt2pt::Bibw, Pt2pt::MbwMr, Pt2pt::Strided];
 const BENCH_COUNT: usize = PT2PT.len() + Collective::ALL.len() + nbc::NONBLOCKING.len() + 3;
 
 /// Every benchmark name, in the order `--help` lists them.
@@ -143,6 +144,7 @@ impl Pt2pt {
             Pt2pt::Bw => "bw",
             Pt2pt::Bibw => "bibw",
             Pt2pt::MbwMr => "mbw_mr",
+            Pt2pt::Strided => "strided",
         }
     }
 
@@ -151,7 +153,7 @@ impl Pt2pt {
             Pt2pt::MbwMr if np < 2 || !np.is_multiple_of(2) => {
                 Err(format!("mbw_mr needs an even number of ranks, got {np}"))
             }
-            Pt2pt::Latency | Pt2pt::Bw | Pt2pt::Bibw if np != 2 => {
+            Pt2pt::Latency | Pt2pt::Bw | Pt2pt::Bibw | Pt2pt::Strided if np != 2 => {
                 Err(format!("{} needs exactly 2 ranks, got {np}", self.name()))
             }
             _ => Ok(()),
@@ -177,12 +179,14 @@ impl Args {
     fn sizes(&self) -> Result<Sizes, String> {
         let min = self.min_size.unwrap_or(match self.bench {
             Bench::Pt2pt(Pt2pt::Latency) => 0,
+            Bench::Pt2pt(Pt2pt::Strided) => 8,
             Bench::Coll(c) | Bench::Nbc(c) if coll::is_reduction(c) => 4,
             Bench::AllreduceRingP2p => 4,
             Bench::HaloPersistent => 8,
             _ => 1,
         });
         let max = self.max_size.unwrap_or(match self.bench {
+            Bench::Pt2pt(Pt2pt::Strided) => pt2pt::STRIDED_MAX_SIZE,
             Bench::Pt2pt(_) => 1 << 22,
             _ => 1 << 20,
         });
@@ -309,6 +313,7 @@ fn run(args: &Args) -> Result<(), String> {
         Pt2pt::Bw => pt2pt::bw(world, &sizes, out),
         Pt2pt::Bibw => pt2pt::bibw(world, &sizes, out),
         Pt2pt::MbwMr => pt2pt::mbw_mr(world, &sizes, out),
+        Pt2pt::Strided => pt2pt::strided(world, &sizes, out),
     })
 }
 

@@ -1,8 +1,10 @@
-//! Point-to-point benchmarks following OSU 7.4: latency, bw, bibw, mbw_mr.
+//! Point-to-point benchmarks following OSU 7.4: latency, bw, bibw, mbw_mr; and `strided`, the
+//! latency of a matrix column sent with a layout (bench/mpi_bench.c's MPI_Type_vector twin).
 
 use std::time::Instant;
 
-use fastmp::{Comm, Result};
+use fastmp::layout::Vector;
+use fastmp::{Comm, Error, Result};
 
 use crate::report::Reporter;
 use crate::support::{AlignedBuf, Sizes, barrier, gather_f64};
@@ -47,6 +49,46 @@ pub fn latency(world: &Comm, sizes: &Sizes, out: &Reporter) -> Result<()> {
             out.row(size, &[("avg_us", elapsed * 1e6 / (2.0 * iters as f64))]);
         }
         sbuf.as_mut_slice()[0] ^= 1;
+    }
+    Ok(())
+}
+
+/// Default largest `strided` message: one column of a 4096 × 4096 f64 matrix.
+pub const STRIDED_MAX_SIZE: usize = 4096 * 8;
+
+/// The latency ping-pong on `size / 8` f64 of column 0 of a row-major `rows × rows` matrix
+/// (`rows` = largest size / 8), sent and received with one `Vector` layout on both sides.
+pub fn strided(world: &Comm, sizes: &Sizes, out: &Reporter) -> Result<()> {
+    const F64: usize = size_of::<f64>();
+    if sizes.min < F64 || !sizes.min.is_multiple_of(F64) || !sizes.max.is_multiple_of(F64) {
+        return Err(Error::InvalidArgument("strided sizes must be positive multiples of 8 (whole f64s)".into()));
+    }
+    out.header("Strided Latency Test (column of a row-major f64 matrix, layout::Vector)", &[], &["Latency (us)"]);
+    let rows = sizes.max / F64;
+    // Every page touched before anything is timed.
+    let mut matrix: Vec<f64> = (0..rows * rows).map(|k| k as f64).collect();
+    let me = world.rank();
+    for size in sizes.iter() {
+        let column = Vector { count: size / F64, blocklength: 1, stride: rows };
+        let (iters, skip) = latency_iters(size);
+        barrier(world)?;
+        let mut start = Instant::now();
+        for i in 0..iters + skip {
+            if i == skip {
+                start = Instant::now();
+            }
+            if me == 0 {
+                world.send_strided(&matrix, &column, 1, 1)?;
+                world.recv_strided(&mut matrix, &column, 1, 1)?;
+            } else if me == 1 {
+                world.recv_strided(&mut matrix, &column, 0, 1)?;
+                world.send_strided(&matrix, &column, 0, 1)?;
+            }
+        }
+        let elapsed = start.elapsed().as_secs_f64();
+        if me == 0 {
+            out.row(size, &[("avg_us", elapsed * 1e6 / (2.0 * iters as f64))]);
+        }
     }
     Ok(())
 }

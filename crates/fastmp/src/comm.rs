@@ -49,6 +49,8 @@ pub struct Comm {
     /// Collectives this rank has issued on the communicator (shared by its clones); numbers
     /// each operation's messages so outstanding nonblocking ones never match each other's.
     pub(crate) coll_seq: Rc<Cell<u64>>,
+    /// Name and attributes of this handle (shared by its clones).
+    pub(crate) info: Rc<crate::attributes::Info>,
 }
 
 /// State of one process (rank thread) shared by all its communicators.
@@ -82,18 +84,52 @@ pub struct Status {
     pub source: usize,
     /// Tag of the message.
     pub tag: i32,
-    /// Number of elements received (bytes for probes and object messages).
-    pub count: usize,
-    /// Number of bytes in the message.
+    /// Number of bytes in the message (the one size every receive, probe and object message
+    /// reports alike; [`Status::count`] converts it to elements).
     pub bytes: usize,
     /// Whether the request was cancelled instead of completing.
     pub cancelled: bool,
 }
 
 impl Status {
-    /// Element count for another element type, if the byte count divides evenly (MPI_Get_count).
+    /// A receive's status with `source` in the communicator's numbering; the message must be
+    /// whole elements of `elem_size` bytes (0: any).
+    pub(crate) fn of(raw: RawStatus, source: usize, elem_size: usize) -> Result<Status> {
+        if elem_size != 0 && !raw.bytes.is_multiple_of(elem_size) {
+            return Err(Error::ElementSize { bytes: raw.bytes, elem_size });
+        }
+        Ok(Status { source, tag: raw.tag, bytes: raw.bytes, cancelled: raw.cancelled })
+    }
+
+    /// Number of whole `T` elements in the message (MPI_Get_count). After a typed receive of
+    /// `T` it is exact (a receive fails unless the bytes divide); after a probe, name the type
+    /// you will receive, so the count is never a byte count by accident:
+    ///
+    /// ```
+    /// fastmp::run(2, |world| {
+    ///     if world.rank() == 0 {
+    ///         world.send(&[7u64; 5], 1, 0)?;
+    ///     } else {
+    ///         let probed = world.probe(0, 0)?;
+    ///         let mut buf = vec![0u64; probed.count::<u64>()];
+    ///         let status = world.recv(&mut buf, 0, 0)?;
+    ///         assert_eq!((buf.len(), status.count::<u64>(), status.bytes), (5, 5, 40));
+    ///     }
+    ///     Ok(())
+    /// })?;
+    /// # Ok::<(), fastmp::Error>(())
+    /// ```
+    ///
+    /// A zero-sized `T` counts 0; bytes that do not divide are rounded down (see
+    /// [`Status::count_of`] to tell).
+    pub fn count<T>(&self) -> usize {
+        self.bytes.checked_div(size_of::<T>()).unwrap_or(0)
+    }
+
+    /// Element count for `T`, or `None` if the byte count does not divide evenly (MPI_Get_count
+    /// returning MPI_UNDEFINED) or `T` is zero-sized.
     pub fn count_of<T>(&self) -> Option<usize> {
-        let size = std::mem::size_of::<T>();
+        let size = size_of::<T>();
         (size != 0 && self.bytes.is_multiple_of(size)).then(|| self.bytes / size)
     }
 }
@@ -111,7 +147,8 @@ impl Comm {
             request_lists: RefCell::default(),
             orphans: Orphans::default(),
         });
-        Comm::with_context(dev, WORLD_CONTEXT, group, tuning, process)
+        let world = Comm::with_context(dev, WORLD_CONTEXT, group, tuning, process);
+        Comm { info: Rc::new(crate::attributes::Info::named("WORLD")), ..world }
     }
 
     /// A communicator on `context` over `group`, which must contain this process.
@@ -124,7 +161,7 @@ impl Comm {
     ) -> Self {
         let rank = group.rank().expect("a communicator's group contains its process");
         let collectives = dev.collectives(context, group.members()).map(Rc::new);
-        Comm { dev, context, group, rank, tuning, process, collectives, coll_seq: Rc::default() }
+        Comm { dev, context, group, rank, tuning, process, collectives, coll_seq: Rc::default(), info: Rc::default() }
     }
 
     /// This rank's number, `0..size()`.
@@ -147,15 +184,11 @@ impl Comm {
         self.context + 1
     }
 
-    /// Converts a device status (world source rank) into this communicator's terms.
+    /// Converts a device status (world source rank) into this communicator's terms; a message
+    /// that is not a whole number of `elem_size`-byte elements is an error.
     pub(crate) fn status(&self, raw: RawStatus, elem_size: usize) -> Result<Status> {
-        let count = match elem_size {
-            0 => 0,
-            size if raw.bytes.is_multiple_of(size) => raw.bytes / size,
-            size => return Err(Error::ElementSize { bytes: raw.bytes, elem_size: size }),
-        };
         let source = self.group.group_rank_of(raw.source).unwrap_or(raw.source);
-        Ok(Status { source, tag: raw.tag, count, bytes: raw.bytes, cancelled: raw.cancelled })
+        Status::of(raw, source, elem_size)
     }
 
     /// Name of the device carrying this communicator ("shm", ...).
@@ -204,7 +237,6 @@ impl Comm {
 
     /// Validates a source and tag; returns the device match spec on the point-to-point context.
     /// Rejects [`PROC_NULL`] (point-to-point uses `spec_or_null`).
-    #[allow(dead_code)]
     pub(crate) fn recv_spec(&self, source: Source, tag: i32) -> Result<MatchSpec> {
         let rank = match source {
             Source::Rank(rank) => rank,

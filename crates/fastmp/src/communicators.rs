@@ -1,11 +1,14 @@
 //! Creating communicators: dup, split, create from a group. Each new communicator gets a fresh
 //! pair of contexts agreed on by its parent's ranks, so its traffic never matches another's.
 
+use std::rc::Rc;
+
 use crate::coll::op::Max;
 use crate::comm::Comm;
-use crate::device::{ContextId, Locality};
+use crate::device::requests::{self, InFlight};
+use crate::device::{ContextId, Device, Locality, MatchSpec, RawStatus, SendMode, Source, TAG_UB};
 use crate::error::{Error, Result};
-use crate::group::Group;
+use crate::group::{Group, GroupOrdering};
 
 /// Which ranks [`Comm::split_type`] puts together (MPI_Comm_split_type's split types).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -16,20 +19,98 @@ pub enum SplitType {
     SharedNode,
 }
 
+/// How two communicators relate (MPI_Comm_compare's results).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Comparison {
+    /// The same communicator: handles cloned from one another (MPI_IDENT).
+    Ident,
+    /// Same ranks in the same order, different contexts, e.g. a `dup` (MPI_CONGRUENT).
+    Congruent,
+    /// Same ranks in another order (MPI_SIMILAR).
+    Similar,
+    /// Different ranks (MPI_UNEQUAL).
+    Unequal,
+}
+
+/// Setup traffic that uses a communicator's collective context next to its collectives, under
+/// tags whose low 5 bits are zero (every collective's tag has them non-zero).
+#[derive(Clone, Copy)]
+pub(crate) enum Reserved {
+    CreateGroup = 0,
+    IntercommCreate = 1,
+}
+
+/// The reserved collective-context tag for `kind` and the user's `tag` (modulo 2^25).
+pub(crate) fn reserved_tag(kind: Reserved, tag: i32) -> i32 {
+    const USER_BITS: u32 = 25;
+    let user = tag as u32 & ((1 << USER_BITS) - 1);
+    (((kind as u32) << USER_BITS | user) << 5) as i32
+}
+
+/// A digest of a group's member list (FNV-1a over the world ranks, then the size).
+fn group_digest(group: &Group) -> u64 {
+    group.members().iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &w| (h ^ w as u64).wrapping_mul(0x0000_0100_0000_01b3))
+        ^ group.size() as u64
+}
+
+/// Sends `out` to world rank `to` and receives into `inc` what `spec` matches, at once: the
+/// receive is posted first, so two ranks exchanging never wait for each other whatever the
+/// sizes. Setup and intercommunicator traffic on internal contexts and tags; `inc` must be
+/// filled exactly.
+pub(crate) fn exchange(
+    call: &str,
+    dev: &dyn Device,
+    out: &[u8],
+    to: usize,
+    inc: &mut [u8],
+    spec: MatchSpec,
+) -> Result<RawStatus> {
+    let expected = inc.len();
+    // SAFETY: the receive is waited for below or, on an early return, dropped, which releases
+    // it before `inc`'s borrow ends; it is never leaked.
+    let recv = unsafe { InFlight::recv(dev, inc, spec) }?;
+    requests::send(dev, out, to, spec.tag, spec.context, SendMode::Standard)?;
+    let raw = recv.wait()?;
+    expect_bytes(call, raw, expected)
+}
+
+/// `raw` if it carried exactly `expected` bytes; a shorter message means the ranks' arguments
+/// differ (a longer one already failed as truncated).
+pub(crate) fn expect_bytes(call: &str, raw: RawStatus, expected: usize) -> Result<RawStatus> {
+    if raw.bytes == expected {
+        return Ok(raw);
+    }
+    Err(Error::InvalidArgument(format!(
+        "{call}: expected {expected} bytes from world rank {}, got {} (the ranks' arguments differ)",
+        raw.source, raw.bytes
+    )))
+}
+
 impl Comm {
     /// A context pair unused by every rank of this communicator: the maximum of the ranks' next
     /// free context. Two communicators that share a process therefore never share a context;
     /// disjoint ones may, which is harmless because their messages cannot meet.
     fn agree_context(&self) -> Result<ContextId> {
-        let mut agreed = [0 as ContextId];
-        self.allreduce(&[self.process.next_context.get()], &mut agreed, Max)?;
-        let next =
-            agreed[0].checked_add(2).ok_or_else(|| Error::InvalidArgument("communicator contexts exhausted".into()))?;
-        self.process.next_context.set(next);
-        Ok(agreed[0])
+        self.agree_context_vetoed(0).map(|(context, _)| context)
     }
 
-    fn derived(&self, context: ContextId, group: Group) -> Comm {
+    /// [`Comm::agree_context`] plus the maximum of every rank's `veto` in the same allreduce, so
+    /// an argument error one rank sees reaches all of them at no extra cost.
+    fn agree_context_vetoed(&self, veto: u64) -> Result<(ContextId, u64)> {
+        let mut agreed = [0u64; 2];
+        self.allreduce(&[u64::from(self.process.next_context.get()), veto], &mut agreed, Max)?;
+        Ok((self.take_contexts(agreed[0], 2)?, agreed[1]))
+    }
+
+    /// Claims `count` contexts from `agreed` (a maximum of next free contexts) for this process.
+    pub(crate) fn take_contexts(&self, agreed: u64, count: u64) -> Result<ContextId> {
+        let exhausted = || Error::InvalidArgument("communicator contexts exhausted".into());
+        let next = agreed.checked_add(count).and_then(|n| ContextId::try_from(n).ok()).ok_or_else(exhausted)?;
+        self.process.next_context.set(next);
+        Ok(agreed as ContextId)
+    }
+
+    pub(crate) fn derived(&self, context: ContextId, group: Group) -> Comm {
         Comm::with_context(self.dev.clone(), context, group, self.tuning.clone(), self.process.clone())
     }
 
@@ -52,7 +133,8 @@ impl Comm {
     pub fn dup(&self) -> Result<Comm> {
         self.check_live()?;
         let context = self.agree_context()?;
-        Ok(self.derived(context, self.group.clone()))
+        let copy = self.derived(context, self.group.clone());
+        Ok(Comm { info: Rc::new(self.info.for_dup()), ..copy })
     }
 
     /// Splits into one communicator per `color`, ordering ranks by `key` and then by rank
@@ -127,34 +209,138 @@ impl Comm {
         Ok(self.placement().locality(me, peer))
     }
 
-    /// A communicator over `group`, which must be a subset of this communicator's group and the
-    /// same on every rank (MPI_Comm_create). Ranks outside `group` get `None`. Collective.
+    /// A communicator over `group` (MPI_Comm_create). Collective over this communicator.
+    ///
+    /// Every rank passes the group it belongs to, the same as the other members of that group
+    /// pass; the groups must be subsets of this communicator and disjoint, so one call can make
+    /// several communicators at once (MPI-2.2). A rank in none of them passes an empty group,
+    /// or, as in MPI-1, the one group every rank passes. Ranks outside their group get `None`.
+    /// Other arguments are an `Err` on every rank.
+    ///
+    /// ```
+    /// fastmp::run(5, |world| {
+    ///     // Ranks 0-1 and 2-3 make a communicator each; rank 4 makes none.
+    ///     let mine = match world.rank() {
+    ///         0 | 1 => world.group().incl(&[0, 1])?,
+    ///         2 | 3 => world.group().incl(&[3, 2])?,
+    ///         _ => world.group().incl(&[])?,
+    ///     };
+    ///     let pair = world.create(&mine)?;
+    ///     assert_eq!(pair.map(|c| c.rank()), [Some(0), Some(1), Some(1), Some(0), None][world.rank()]);
+    ///     Ok(())
+    /// })?;
+    /// # Ok::<(), fastmp::Error>(())
+    /// ```
     pub fn create(&self, group: &Group) -> Result<Option<Comm>> {
         self.check_live()?;
-        if let Some(&outsider) = group.members().iter().find(|&&w| self.group.group_rank_of(w).is_none()) {
+        let n = self.size();
+        // Every rank learns what every rank passed: its group's digest, and a member of it
+        // outside this communicator (world rank + 1), if any.
+        let outsider = group.members().iter().copied().find(|&w| self.group.group_rank_of(w).is_none());
+        let digest = group_digest(group);
+        let mut all = vec![0u64; 2 * n];
+        self.allgather(&[digest, outsider.map_or(0, |w| w as u64 + 1)], &mut all)?;
+        if let Some(r) = (0..n).find(|&r| all[2 * r + 1] != 0) {
             return Err(Error::InvalidArgument(format!(
-                "create: process {outsider} of the group is not in the communicator"
+                "create: process {} of the group is not in the communicator (the group rank {r} passed)",
+                all[2 * r + 1] - 1
             )));
         }
-        self.check_same_group(group)?;
-        let context = self.agree_context()?;
+        // Every member of the group this rank passed must have passed the same group; the
+        // smallest (rank, member) pair that did not wins the veto, so every rank reports it.
+        let differs =
+            group.members().iter().filter_map(|&w| self.group.group_rank_of(w)).find(|&m| all[2 * m] != digest);
+        let veto = differs.map_or(0, |m| u64::MAX - (self.rank * n + m) as u64);
+        let (context, veto) = self.agree_context_vetoed(veto)?;
+        if veto != 0 {
+            let pair = (u64::MAX - veto) as usize;
+            return Err(Error::InvalidArgument(format!(
+                "create: the ranks passed different groups: rank {} passed a group containing rank {}, which \
+                 passed another (each rank passes the group it belongs to, or an empty group; the groups \
+                 must be disjoint)",
+                pair / n,
+                pair % n
+            )));
+        }
         Ok(group.rank().map(|_| self.derived(context, group.clone())))
     }
 
-    /// Fails on every rank unless all ranks passed the same group: one allreduce of a digest
-    /// of the member list (and its complement, so the maximum also yields the minimum).
-    fn check_same_group(&self, group: &Group) -> Result<()> {
-        let digest = group
-            .members()
-            .iter()
-            .fold(0xcbf2_9ce4_8422_2325u64, |h, &w| (h ^ w as u64).wrapping_mul(0x0000_0100_0000_01b3))
-            ^ group.size() as u64;
-        let mut extremes = [0u64; 2];
-        self.allreduce(&[digest, !digest], &mut extremes, Max)?;
-        if extremes[0] != digest || !extremes[1] != digest {
-            return Err(Error::InvalidArgument("create: the ranks passed different groups".into()));
+    /// A communicator over `group`, collective only over the group's members: ranks outside it
+    /// do not call it (MPI_Comm_create_group). `group` must be a subset of this communicator,
+    /// the same on every member. `tag` tells apart concurrent calls whose groups share ranks;
+    /// it does not meet point-to-point messages, and tags equal modulo 2^25 count as equal.
+    ///
+    /// ```
+    /// fastmp::run(4, |world| {
+    ///     if world.rank() >= 1 {
+    ///         let upper = world.create_group(&world.group().incl(&[1, 2, 3])?, 7)?;
+    ///         assert_eq!(upper.rank(), world.rank() - 1);
+    ///         upper.barrier()?;
+    ///     }
+    ///     // Rank 0 is free to do something else meanwhile.
+    ///     Ok(())
+    /// })?;
+    /// # Ok::<(), fastmp::Error>(())
+    /// ```
+    pub fn create_group(&self, group: &Group, tag: i32) -> Result<Comm> {
+        self.check_live()?;
+        if !(0..=TAG_UB).contains(&tag) {
+            return Err(Error::TagOutOfRange { tag, max: TAG_UB });
         }
-        Ok(())
+        let Some(me) = group.rank() else {
+            return Err(Error::InvalidArgument(
+                "create_group: this rank is not in the group (only the group's members call create_group)".into(),
+            ));
+        };
+        if let Some(&outsider) = group.members().iter().find(|&&w| self.group.group_rank_of(w).is_none()) {
+            return Err(Error::InvalidArgument(format!(
+                "create_group: world rank {outsider} of the group is not in the communicator"
+            )));
+        }
+        // Max of (next context, digest, !digest) over the members: a dissemination, which gives
+        // every member the maximum of an idempotent operation after ceil(log2 n) rounds.
+        let digest = group_digest(group);
+        let mut agreed = [u64::from(self.process.next_context.get()), digest, !digest];
+        let (n, tag) = (group.size(), reserved_tag(Reserved::CreateGroup, tag));
+        let mut step = 1;
+        while step < n {
+            let (to, from) = (group.world_rank((me + step) % n), group.world_rank((me + n - step) % n));
+            let mut got = [0u64; 3];
+            let spec = MatchSpec { context: self.coll_context(), source: Source::Rank(from), tag };
+            let got_bytes = bytemuck::cast_slice_mut(&mut got);
+            exchange("create_group", &*self.dev, bytemuck::cast_slice(&agreed), to, got_bytes, spec)?;
+            agreed.iter_mut().zip(got).for_each(|(a, g)| *a = (*a).max(g));
+            step *= 2;
+        }
+        if agreed[1] != digest || !agreed[2] != digest {
+            return Err(Error::InvalidArgument("create_group: the members passed different groups".into()));
+        }
+        let context = self.take_contexts(agreed[0], 2)?;
+        Ok(self.derived(context, group.clone()))
+    }
+
+    /// How this communicator relates to `other` (MPI_Comm_compare). Local.
+    ///
+    /// ```
+    /// use fastmp::Comparison;
+    /// fastmp::run(2, |world| {
+    ///     assert_eq!(world.compare(&world.clone()), Comparison::Ident);
+    ///     assert_eq!(world.compare(&world.dup()?), Comparison::Congruent);
+    ///     let reversed = world.split(Some(0), -(world.rank() as i32))?.unwrap();
+    ///     assert_eq!(world.compare(&reversed), Comparison::Similar);
+    ///     Ok(())
+    /// })?;
+    /// # Ok::<(), fastmp::Error>(())
+    /// ```
+    pub fn compare(&self, other: &Comm) -> Comparison {
+        // Communicators of one process never share a context, so an equal context is the same
+        // communicator (a clone of the handle).
+        match self.group.compare(&other.group) {
+            GroupOrdering::Identical if self.context == other.context => Comparison::Ident,
+            GroupOrdering::Identical => Comparison::Congruent,
+            GroupOrdering::Similar => Comparison::Similar,
+            GroupOrdering::Unequal => Comparison::Unequal,
+        }
     }
 
     /// Releases this handle to the communicator (MPI_Comm_free). Pending operations started on

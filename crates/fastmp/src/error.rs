@@ -29,6 +29,16 @@ pub enum Error {
     #[error("element size mismatch: {bytes} bytes received is not a multiple of the {elem_size}-byte element type")]
     ElementSize { bytes: usize, elem_size: usize },
 
+    /// A receive that needs a message of one exact length (a single value, a layout's worth of
+    /// elements) got another (`call` names the receive).
+    #[error("{call}: the message from rank {source_rank} (tag {tag}) has {bytes} bytes, expected {expected}")]
+    MessageLength { call: &'static str, bytes: usize, expected: usize, source_rank: usize, tag: i32 },
+
+    /// The received bytes are not a valid value of the receive type (a byte other than 0 or 1
+    /// for `bool`, an unknown enum discriminant); nothing was written to the receive buffer.
+    #[error("{call}: element {index} of the message from rank {source_rank} (tag {tag}) is not a valid {type_name}")]
+    InvalidValue { call: &'static str, type_name: &'static str, index: usize, source_rank: usize, tag: i32 },
+
     /// The communicator (or the whole rank) has been finalized.
     #[error("{0} used after finalize")]
     Finalized(&'static str),
@@ -63,6 +73,12 @@ pub enum Error {
     #[error("rank {rank} failed: {cause}")]
     RankFailed { rank: usize, cause: String },
 
+    /// A rank called [`crate::Comm::abort`] (MPI_Abort) and so ended the whole job: [`crate::run`]
+    /// returns this, [`crate::main`] and `fastmprun` exit with `code`. The other ranks' pending
+    /// and later operations fail with [`Error::PeerFailed`] naming `rank`.
+    #[error("rank {rank} aborted the job with code {code}")]
+    Aborted { rank: usize, code: i32 },
+
     /// An error raised by user code inside a rank.
     #[error(transparent)]
     Other(Box<dyn std::error::Error + Send + Sync + 'static>),
@@ -75,5 +91,14 @@ impl Error {
         E: Into<Box<dyn std::error::Error + Send + Sync + 'static>>,
     {
         Error::Other(error.into())
+    }
+
+    /// The exit status a process ending with this error should have: the code of
+    /// [`Error::Aborted`], 1 for anything else (what [`crate::main`] exits with).
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            Error::Aborted { code, .. } => *code,
+            _ => 1,
+        }
     }
 }

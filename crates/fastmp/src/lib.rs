@@ -39,38 +39,130 @@
 //! one) is shared by every rank, unlike MPI processes. Keep rank-local state inside the closure
 //! given to [`run`] / [`main`].
 //!
+//! ## Launchers, failures, abort
+//! [`run`] starts `np` thread ranks, unless a launcher (`fastmprun`, `mpirun`, `srun`) started
+//! this process: then it joins the launcher's job if `np` is the launcher's size and is an `Err`
+//! otherwise. [`main`] always takes the job from the launcher, or runs `FASTMP_NP` thread ranks
+//! (one per allowed CPU when unset). A failing rank (error, panic, [`Comm::abort`]) aborts the
+//! job: peers' operations fail with [`Error::PeerFailed`] naming the rank that failed first, and
+//! `run` returns [`Error::RankFailed`] (or [`Error::Aborted`]) for it. [`wtime`], [`wtick`] and
+//! [`processor_name`] are MPI_Wtime, MPI_Wtick and MPI_Get_processor_name.
+//!
 //! ## Layers
 //! [`Comm`] (typed point-to-point, [`Comm::scope`] for nonblocking requests, whose buffer
 //! borrows the compiler checks: see [`Scope`]) sits on the narrow [`device::Device`] trait; the
 //! `shm` and `tcp` devices implement it.
+//!
+//! ## Data
+//! Slices of `Pod` types move as raw bytes (sends take any `bytemuck::NoUninit` type, so `bool`
+//! and fieldless enums too); [`Comm::recv_checked`], [`Comm::recv_value`] and [`Comm::recv_vec`]
+//! validate types with invalid bit patterns. Strided data (MPI derived datatypes) is described
+//! by the layouts of [`layout`]; anything else moves as a serde object ([`Comm::send_obj`]).
 
+mod attributes;
 pub mod coll;
 mod comm;
 mod communicators;
 mod completion;
 pub mod device;
 mod error;
+mod graph;
 mod group;
+mod intercomm;
 mod launch;
+pub mod layout;
+mod mprobe;
 mod owned;
 mod p2p;
 mod progress;
 mod raw;
 mod scope;
 mod sync;
+mod threads;
 mod topology;
+mod values;
 
+pub use attributes::AttrKey;
+pub use coll::NeighborTopology;
 pub use comm::{Comm, Status};
-pub use communicators::SplitType;
+pub use communicators::{Comparison, SplitType};
 pub use completion::{Completable, test_some, testall, testany, wait_some, waitall, waitany};
 pub use device::{ANY_SOURCE, ANY_TAG, Locality, PROC_NULL, Placement, Source, TAG_UB};
 pub use error::{Error, Result};
+pub use graph::GraphComm;
 pub use group::{Group, GroupOrdering};
+pub use intercomm::{InterComm, InterRoot, InterScope};
 pub use launch::config::{Config, DEFAULT_EAGER_LIMIT, DEFAULT_TCP_EAGER_LIMIT, DeviceKind, Pin};
-pub use launch::{init, main, run};
+pub use launch::{init, main, processor_name, run, wtick, wtime};
+pub use mprobe::Message;
 pub use owned::{OwnedRequest, PersistentRequest, startall};
 pub use scope::{RecvRequest, Request, Scope};
+pub use threads::{ThreadComm, ThreadLevel};
 pub use topology::{CartComm, dims_create};
+
+/// The `bytemuck` fastmp builds on, so element types can derive its traits without a
+/// dependency of their own. The derive macros name `::bytemuck` unless told otherwise, so say
+/// where the crate is:
+///
+/// ```
+/// use fastmp::bytemuck::{Pod, Zeroable};
+///
+/// // A struct with padding is not `Pod`: make the padding an explicit field.
+/// #[derive(Clone, Copy, Debug, PartialEq, Pod, Zeroable)]
+/// #[bytemuck(crate = "fastmp::bytemuck")]
+/// #[repr(C)]
+/// struct Particle {
+///     id: u32,
+///     _pad: u32,
+///     pos: [f64; 3],
+/// }
+///
+/// // A fieldless enum can be sent (`NoUninit`) and received with validation (`CheckedBitPattern`).
+/// #[derive(Clone, Copy, Debug, PartialEq, fastmp::bytemuck::NoUninit, fastmp::bytemuck::CheckedBitPattern)]
+/// #[bytemuck(crate = "fastmp::bytemuck")]
+/// #[repr(u8)]
+/// enum Phase { Start = 1, Stop = 2 }
+///
+/// fastmp::run(2, |world| {
+///     let p = Particle { id: 7, _pad: 0, pos: [1.0, 2.0, 3.0] };
+///     if world.rank() == 0 {
+///         world.send(&[p], 1, 0)?;
+///         world.send_value(&Phase::Stop, 1, 1)?;
+///     } else {
+///         let mut got = [Particle::zeroed()];
+///         world.recv(&mut got, 0, 0)?;
+///         assert_eq!(got[0], p);
+///         assert_eq!(world.recv_value::<Phase>(0, 1)?.0, Phase::Stop);
+///     }
+///     Ok(())
+/// })?;
+/// # Ok::<(), fastmp::Error>(())
+/// ```
+///
+/// Nested structs work the same way when every field is `Pod`; for anything else (pointers,
+/// `String`, `Vec`), use serde and [`Comm::send_obj`].
+pub use bytemuck;
+
+/// The `serde` fastmp's object messages use. Its derives need `#[serde(crate = "fastmp::serde")]`
+/// when serde is reached through this re-export:
+///
+/// ```
+/// #[derive(fastmp::serde::Serialize, fastmp::serde::Deserialize, Debug, PartialEq)]
+/// #[serde(crate = "fastmp::serde")]
+/// struct Job { name: String, steps: Vec<u32> }
+///
+/// fastmp::run(2, |world| {
+///     if world.rank() == 0 {
+///         world.send_obj(&Job { name: "relax".into(), steps: vec![1, 2] }, 1, 0)?;
+///     } else {
+///         let (job, _) = world.recv_obj::<Job>(0, 0)?;
+///         assert_eq!(job.steps, [1, 2]);
+///     }
+///     Ok(())
+/// })?;
+/// # Ok::<(), fastmp::Error>(())
+/// ```
+pub use serde;
 
 /// Reduction operations for `reduce`, `allreduce`, `scan`, ...: MPI's predefined ops as unit
 /// structs, plus [`op::UserOp`] for closures.

@@ -27,6 +27,7 @@ use crate::completion::sealed::Completion;
 use crate::completion::wait_one;
 use crate::device::{Device, MatchSpec, ReqId, SendMode, Source, Started};
 use crate::error::{Error, Result};
+use crate::p2p::NULL_RAW;
 use crate::scope::EMPTY_STATUS;
 
 /// Where an owned-buffer operation goes; `None` peers are [`crate::PROC_NULL`].
@@ -64,7 +65,7 @@ impl<T: Pod> OwnedOp<T> {
         let dev = &self.comm.dev;
         let bytes = size_of_val(self.buf.as_slice());
         let started = match self.target {
-            Target::Send { dest: None, .. } | Target::Recv(None) => Started::Complete(Ok(EMPTY_RAW)),
+            Target::Send { dest: None, .. } | Target::Recv(None) => Started::Complete(Ok(NULL_RAW)),
             // SAFETY: the buffer's memory stays allocated and untouched while the request is in
             // flight: accessors refuse `InFlight`, `Drop` hands the buffer to the orphans until
             // the device is done, and a leaked request leaks the buffer (module comment).
@@ -82,10 +83,7 @@ impl<T: Pod> OwnedOp<T> {
     }
 
     fn status(&self, result: Result<crate::device::RawStatus>) -> Result<Status> {
-        match self.target {
-            Target::Send { dest: None, .. } | Target::Recv(None) => Ok(EMPTY_STATUS),
-            _ => result.and_then(|raw| self.comm.status(raw, size_of::<T>())),
-        }
+        result.and_then(|raw| self.comm.status(raw, size_of::<T>()))
     }
 
     fn poll(&mut self) -> bool {
@@ -122,9 +120,6 @@ impl<T: Pod> OwnedOp<T> {
         }
     }
 }
-
-/// The raw status of an operation with `PROC_NULL` (turned into [`EMPTY_STATUS`]).
-const EMPTY_RAW: crate::device::RawStatus = crate::device::RawStatus { source: 0, tag: 0, bytes: 0, cancelled: false };
 
 impl<T: Pod> Drop for OwnedOp<T> {
     fn drop(&mut self) {

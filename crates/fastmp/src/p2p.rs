@@ -6,9 +6,15 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::comm::{Comm, Status};
-use crate::device::{SendMode, Source, requests};
+use crate::device::RawStatus;
+use crate::device::{ANY_TAG, PROC_NULL, SendMode, Source, requests};
 use crate::error::{Error, Result};
 use crate::scope::EMPTY_STATUS;
+
+/// What an operation with [`crate::PROC_NULL`] reports from the device layer: `Comm::status`
+/// turns it into [`EMPTY_STATUS`] (source `PROC_NULL`, which no group contains, `ANY_TAG`, no
+/// bytes).
+pub(crate) const NULL_RAW: RawStatus = RawStatus { source: PROC_NULL, tag: ANY_TAG, bytes: 0, cancelled: false };
 
 impl Comm {
     /// Sends `buf` to `dest` with `tag` (MPI_Send): returns once `buf` may be reused.
@@ -20,24 +26,24 @@ impl Comm {
     ///     } else {
     ///         let mut buf = [0.0f64; 2];
     ///         let status = world.recv(&mut buf, 0, 7)?;
-    ///         assert_eq!((buf, status.count), ([1.5, 2.5], 2));
+    ///         assert_eq!((buf, status.count::<f64>()), ([1.5, 2.5], 2));
     ///     }
     ///     Ok(())
     /// })?;
     /// # Ok::<(), fastmp::Error>(())
     /// ```
-    pub fn send<T: Pod>(&self, buf: &[T], dest: usize, tag: i32) -> Result<()> {
+    pub fn send<T: bytemuck::NoUninit>(&self, buf: &[T], dest: usize, tag: i32) -> Result<()> {
         self.send_bytes(bytemuck::cast_slice(buf), dest, tag, SendMode::Standard)
     }
 
     /// Synchronous send (MPI_Ssend): returns only once the receiver has matched the message.
-    pub fn ssend<T: Pod>(&self, buf: &[T], dest: usize, tag: i32) -> Result<()> {
+    pub fn ssend<T: bytemuck::NoUninit>(&self, buf: &[T], dest: usize, tag: i32) -> Result<()> {
         self.send_bytes(bytemuck::cast_slice(buf), dest, tag, SendMode::Synchronous)
     }
 
     /// Ready-mode send (MPI_Rsend). fastmp does not require the receive to be posted first: it is
     /// a standard send, so a program that is correct in MPI's ready mode behaves the same.
-    pub fn rsend<T: Pod>(&self, buf: &[T], dest: usize, tag: i32) -> Result<()> {
+    pub fn rsend<T: bytemuck::NoUninit>(&self, buf: &[T], dest: usize, tag: i32) -> Result<()> {
         self.send(buf, dest, tag)
     }
 
@@ -59,7 +65,7 @@ impl Comm {
     /// })?;
     /// # Ok::<(), fastmp::Error>(())
     /// ```
-    pub fn bsend<T: Pod>(&self, buf: &[T], dest: usize, tag: i32) -> Result<()> {
+    pub fn bsend<T: bytemuck::NoUninit>(&self, buf: &[T], dest: usize, tag: i32) -> Result<()> {
         let Some(dest) = self.dest_or_null(dest, tag)? else { return Ok(()) };
         requests::detached_send(&*self.dev, bytemuck::cast_slice(buf), dest, tag, self.context)
     }
@@ -76,27 +82,19 @@ impl Comm {
     /// (source `PROC_NULL`, tag `ANY_TAG`, no bytes), leaving `buf` as it was.
     pub fn recv<T: Pod>(&self, buf: &mut [T], source: impl Into<Source>, tag: i32) -> Result<Status> {
         let elem_size = size_of::<T>();
-        match self.recv_bytes(bytemuck::cast_slice_mut(buf), source.into(), tag)? {
-            Some(raw) => self.status(raw, elem_size),
-            None => Ok(EMPTY_STATUS),
-        }
+        self.recv_bytes(bytemuck::cast_slice_mut(buf), source.into(), tag).and_then(|raw| self.status(raw, elem_size))
     }
 
-    /// Receives into `bytes`; `None` from [`crate::PROC_NULL`].
-    pub(crate) fn recv_bytes(
-        &self,
-        bytes: &mut [u8],
-        source: Source,
-        tag: i32,
-    ) -> Result<Option<crate::device::RawStatus>> {
-        let Some(spec) = self.spec_or_null(source, tag)? else { return Ok(None) };
-        requests::recv(&*self.dev, bytes, spec).map(Some)
+    /// Receives into `bytes`; from [`crate::PROC_NULL`] at once, with [`NULL_RAW`].
+    pub(crate) fn recv_bytes(&self, bytes: &mut [u8], source: Source, tag: i32) -> Result<RawStatus> {
+        let Some(spec) = self.spec_or_null(source, tag)? else { return Ok(NULL_RAW) };
+        requests::recv(&*self.dev, bytes, spec)
     }
 
     /// Sends `sendbuf` to `dest` and receives into `recvbuf` from `source` at the same time
     /// (MPI_Sendrecv), so exchanges in a ring cannot deadlock.
     #[allow(clippy::too_many_arguments)]
-    pub fn sendrecv<S: Pod, R: Pod>(
+    pub fn sendrecv<S: bytemuck::NoUninit, R: Pod>(
         &self,
         sendbuf: &[S],
         dest: usize,
@@ -132,7 +130,7 @@ impl Comm {
     }
 
     /// Waits for a message matching `source`/`tag` and reports it without receiving it
-    /// (MPI_Probe). `count` is in bytes; use [`Status::count_of`] for elements. With
+    /// (MPI_Probe). [`Status::count`] gives the message's length in elements of a type. With
     /// [`crate::PROC_NULL`] it returns an empty status at once.
     pub fn probe(&self, source: impl Into<Source>, tag: i32) -> Result<Status> {
         let Some(spec) = self.spec_or_null(source.into(), tag)? else { return Ok(EMPTY_STATUS) };
@@ -176,7 +174,7 @@ impl Comm {
         self.send_bytes(&bytes, dest, tag, SendMode::Standard)
     }
 
-    /// Receives a value sent with [`Comm::send_obj`]. `Status::count` is the encoded size in bytes.
+    /// Receives a value sent with [`Comm::send_obj`]. `Status::bytes` is the encoded size.
     /// From [`crate::PROC_NULL`] there is no value to return: that is an error.
     pub fn recv_obj<T: DeserializeOwned>(&self, source: impl Into<Source>, tag: i32) -> Result<(T, Status)> {
         let source = source.into();
@@ -188,7 +186,7 @@ impl Comm {
         let probed = self.probe(source, tag)?;
         let mut bytes = vec![0u8; probed.bytes];
         // Same source and tag as the probed message: non-overtaking makes it the one we receive.
-        let raw = self.recv_bytes(&mut bytes, Source::Rank(probed.source), probed.tag)?.expect("a probed rank");
+        let raw = self.recv_bytes(&mut bytes, Source::Rank(probed.source), probed.tag)?;
         let value = postcard::from_bytes(&bytes).map_err(|e| Error::Serialization(e.to_string()))?;
         Ok((value, self.status(raw, 1)?))
     }

@@ -268,11 +268,37 @@ impl<D: Device + ?Sized> Device for Progressing<D> {
         self.inner.name()
     }
 
+    fn abort_job(&self, failure: crate::device::Failure) -> crate::device::Failure {
+        self.inner.abort_job(failure)
+    }
+
     fn collectives(&self, context: ContextId, members: &[usize]) -> Option<crate::device::collectives::Collectives> {
         self.inner.collectives(context, members)
     }
 
     fn one_sided(&self) -> Option<&dyn crate::device::one_sided::OneSided> {
         self.inner.one_sided()
+    }
+
+    fn thread_level(&self) -> crate::ThreadLevel {
+        self.inner.thread_level()
+    }
+
+    fn thread_shared(&self) -> Result<crate::device::SharedDevice> {
+        self.inner.thread_shared()
+    }
+
+    fn improbe(&self, spec: MatchSpec) -> Result<Option<(crate::device::MessageId, RawStatus)>> {
+        self.engine.progress();
+        self.inner.improbe(spec)
+    }
+
+    unsafe fn mrecv(&self, msg: crate::device::MessageId, buf: *mut u8, capacity: usize) -> Result<Started> {
+        // SAFETY: forwarded caller contract.
+        unsafe { self.inner.mrecv(msg, buf, capacity) }
+    }
+
+    fn discard(&self, msg: crate::device::MessageId) {
+        self.inner.discard(msg)
     }
 }

@@ -218,8 +218,7 @@ const REQUESTS_PER_SCOPE: usize = 16;
 /// MPI's empty status: reported for requests that were already inactive, for completed
 /// collectives, and for every operation with [`crate::PROC_NULL`] (source `PROC_NULL`, tag
 /// `ANY_TAG`, no data).
-pub(crate) const EMPTY_STATUS: Status =
-    Status { source: PROC_NULL, tag: ANY_TAG, count: 0, bytes: 0, cancelled: false };
+pub(crate) const EMPTY_STATUS: Status = Status { source: PROC_NULL, tag: ANY_TAG, bytes: 0, cancelled: false };
 
 impl Comm {
     /// Runs `f` with a [`Scope`] in which nonblocking operations can be started; returns once all
@@ -303,29 +302,44 @@ impl<'scope> Scope<'scope, '_> {
     }
 
     /// Starts a standard-mode send (MPI_Isend). To [`crate::PROC_NULL`] it completes at once.
-    pub fn isend<T: Pod>(&'scope self, buf: &'scope [T], dest: usize, tag: i32) -> Result<Request<'scope>> {
+    pub fn isend<T: bytemuck::NoUninit>(
+        &'scope self,
+        buf: &'scope [T],
+        dest: usize,
+        tag: i32,
+    ) -> Result<Request<'scope>> {
         self.start_send(buf, dest, tag, SendMode::Standard)
     }
 
     /// Starts a synchronous send (MPI_Issend): completes once the receiver has matched it.
-    pub fn issend<T: Pod>(&'scope self, buf: &'scope [T], dest: usize, tag: i32) -> Result<Request<'scope>> {
+    pub fn issend<T: bytemuck::NoUninit>(
+        &'scope self,
+        buf: &'scope [T],
+        dest: usize,
+        tag: i32,
+    ) -> Result<Request<'scope>> {
         self.start_send(buf, dest, tag, SendMode::Synchronous)
     }
 
     /// Starts a ready-mode send (MPI_Irsend). fastmp needs no posted receive for it: it is a
     /// standard send, so a program that is correct in MPI's ready mode behaves the same.
-    pub fn irsend<T: Pod>(&'scope self, buf: &'scope [T], dest: usize, tag: i32) -> Result<Request<'scope>> {
+    pub fn irsend<T: bytemuck::NoUninit>(
+        &'scope self,
+        buf: &'scope [T],
+        dest: usize,
+        tag: i32,
+    ) -> Result<Request<'scope>> {
         self.isend(buf, dest, tag)
     }
 
     /// Buffered send (MPI_Ibsend): the returned request is already complete and `buf` is free;
     /// the data is copied if the message cannot leave at once (see [`Comm::bsend`]).
-    pub fn ibsend<T: Pod>(&'scope self, buf: &[T], dest: usize, tag: i32) -> Result<Request<'scope>> {
+    pub fn ibsend<T: bytemuck::NoUninit>(&'scope self, buf: &[T], dest: usize, tag: i32) -> Result<Request<'scope>> {
         self.comm.bsend(buf, dest, tag)?;
         Ok(Request::completed(self, Ok(EMPTY_STATUS)))
     }
 
-    fn start_send<T: Pod>(
+    fn start_send<T: bytemuck::NoUninit>(
         &'scope self,
         buf: &'scope [T],
         dest: usize,

@@ -3,6 +3,7 @@
 use std::ops::Deref;
 
 use crate::comm::Comm;
+use crate::device::{PROC_NULL, Placement};
 use crate::error::{Error, Result};
 
 /// A communicator with a Cartesian layout; it derefs to [`Comm`] for communication. Ranks are
@@ -10,12 +11,12 @@ use crate::error::{Error, Result};
 ///
 /// ```
 /// fastmp::run(6, |world| {
-///     let grid = world.cart_create(&[2, 3], &[false, true])?.unwrap();
+///     let grid = world.cart_create(&[2, 3], &[false, true], false)?.unwrap();
 ///     let coords = grid.coords(grid.rank())?;
 ///     assert_eq!(grid.rank_of(&[coords[0] as isize, coords[1] as isize])?, grid.rank());
 ///     // Along the periodic dimension the neighbours wrap around.
 ///     let (from, to) = grid.shift(1, 1)?;
-///     assert!(from.is_some() && to.is_some());
+///     assert!(from != fastmp::PROC_NULL && to != fastmp::PROC_NULL);
 ///     let row = grid.sub(&[false, true])?;
 ///     assert_eq!(row.size(), 3);
 ///     Ok(())
@@ -36,63 +37,166 @@ impl Deref for CartComm {
     }
 }
 
-/// Balanced dimensions for `nodes` processes in `ndims` dimensions, largest first
-/// (MPI_Dims_create with no constraints).
-pub fn dims_create(nodes: usize, ndims: usize) -> Result<Vec<usize>> {
-    if ndims == 0 || nodes == 0 {
-        return Err(Error::InvalidArgument(format!("dims_create({nodes}, {ndims}): both must be positive")));
+/// Dimensions for a grid of `nodes` ranks (MPI_Dims_create): `dims` has one entry per
+/// dimension, a non-zero entry is kept, and the zero entries are filled as close to each other
+/// as possible, in non-increasing order. "Close" is MPICH's rule (after Träff and Lübbe,
+/// EuroMPI'15): the smallest difference between the largest and smallest filled dimension;
+/// among equally close choices, the lexicographically smallest. `Err` when `nodes` is not a
+/// multiple of the fixed entries' product (or all entries are fixed and make another count).
+///
+/// ```
+/// use fastmp::dims_create;
+/// assert_eq!(dims_create(72, &[0, 0])?, [9, 8]);
+/// assert_eq!(dims_create(12, &[0, 0, 0])?, [3, 2, 2]);
+/// assert_eq!(dims_create(6, &[0, 3, 0])?, [2, 3, 1]);
+/// assert!(dims_create(7, &[0, 3, 0]).is_err());
+/// # Ok::<(), fastmp::Error>(())
+/// ```
+pub fn dims_create(nodes: usize, dims: &[usize]) -> Result<Vec<usize>> {
+    if nodes == 0 {
+        return Err(Error::InvalidArgument("dims_create: nodes must be positive, got 0".into()));
     }
-    // Beyond log2(nodes) dimensions every extra one is 1; refuse absurd counts rather than
-    // allocating them.
-    if ndims > 4096 {
-        return Err(Error::InvalidArgument(format!("dims_create: {ndims} dimensions is more than 4096")));
+    let fixed = dims.iter().filter(|&&d| d != 0).try_fold(1usize, |acc, &d| acc.checked_mul(d)).ok_or_else(|| {
+        Error::InvalidArgument(format!("dims_create: the product of the fixed dimensions {dims:?} overflows"))
+    })?;
+    let free = dims.iter().filter(|&&d| d == 0).count();
+    if !nodes.is_multiple_of(fixed) || (free == 0 && fixed != nodes) {
+        return Err(Error::InvalidArgument(format!(
+            "dims_create: {nodes} nodes cannot fill dims {dims:?}: the fixed dimensions' product {fixed} {}",
+            if free == 0 { "must equal it" } else { "must divide it" }
+        )));
     }
-    let mut dims = vec![1; ndims];
-    let mut rest = nodes;
-    let mut factors = Vec::new();
-    let mut f = 2;
-    while f <= rest / f {
-        while rest.is_multiple_of(f) {
-            factors.push(f);
-            rest /= f;
+    let mut filled = balanced(nodes / fixed, free).into_iter();
+    Ok(dims.iter().map(|&d| if d == 0 { filled.next().expect("one value per free dimension") } else { d }).collect())
+}
+
+/// The `count` factors of `n` in non-increasing order with the smallest spread (largest −
+/// smallest), ties to the lexicographically smallest: a depth-first search over the divisors,
+/// largest factor first, cut where the spread can no longer beat the best found.
+fn balanced(n: usize, count: usize) -> Vec<usize> {
+    let divisors: Vec<usize> = (1..).take_while(|&d| d <= n / d).filter(|&d| n.is_multiple_of(d)).collect();
+    let mut divisors: Vec<usize> =
+        divisors.iter().copied().chain(divisors.iter().rev().map(|&d| n / d)).collect::<Vec<_>>();
+    divisors.dedup();
+    let mut best = Vec::new();
+    let mut current = Vec::with_capacity(count);
+    search_balanced(n, count, n, &divisors, &mut current, &mut best);
+    best
+}
+
+fn spread(dims: &[usize]) -> usize {
+    dims.first().zip(dims.last()).map_or(0, |(hi, lo)| hi - lo)
+}
+
+/// Extends `current` (non-increasing, each factor at most `cap`) by `left` factors whose
+/// product is `rest`, keeping the best complete choice in `best`.
+fn search_balanced(
+    rest: usize,
+    left: usize,
+    cap: usize,
+    divisors: &[usize],
+    current: &mut Vec<usize>,
+    best: &mut Vec<usize>,
+) {
+    if rest == 1 || left == 0 {
+        if rest != 1 {
+            return;
         }
-        f += 1;
+        let depth = current.len();
+        current.resize(depth + left, 1);
+        if best.is_empty() || (spread(current), &*current) < (spread(best), &*best) {
+            best.clone_from(current);
+        }
+        current.truncate(depth);
+        return;
     }
-    if rest > 1 {
-        factors.push(rest);
+    // Factors from the largest down: the next factor is the largest of the `left` still to
+    // choose, so it is at least the left-th root of `rest`.
+    for &f in divisors.iter().rev().filter(|&&f| f <= cap && rest.is_multiple_of(f)) {
+        if !power_at_least(f, left, rest) {
+            break;
+        }
+        // Every later factor is at most `f`, so the spread is at least first − f.
+        let first = current.first().copied().unwrap_or(f);
+        if !best.is_empty() && first - f > spread(best) {
+            break;
+        }
+        current.push(f);
+        search_balanced(rest / f, left - 1, f, divisors, current, best);
+        current.pop();
     }
-    // Largest prime factors first, each onto the currently smallest dimension.
-    for &p in factors.iter().rev() {
-        let smallest = (0..ndims).min_by_key(|&i| dims[i]).expect("ndims > 0");
-        dims[smallest] *= p;
+}
+
+/// Whether `base^exp >= target`, without overflowing.
+fn power_at_least(base: usize, exp: usize, target: usize) -> bool {
+    let mut power = 1usize;
+    for _ in 0..exp {
+        power = power.saturating_mul(base);
+        if power >= target {
+            return true;
+        }
     }
-    dims.sort_unstable_by(|a, b| b.cmp(a));
-    Ok(dims)
+    power >= target
+}
+
+/// Communicator ranks in the order the grid takes them when reordering: by node, then process,
+/// then rank (a stable order, so one process on one node keeps the identity).
+fn placement_order(members: &[usize], placement: &Placement) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..members.len()).collect();
+    order.sort_by_key(|&r| (placement.node_of(members[r]), placement.process_of(members[r]), r));
+    order
+}
+
+/// Checks a grid's shape for `call` on a communicator of `size` ranks; returns its cell count.
+fn grid_cells(call: &str, dims: &[usize], periods: &[bool], size: usize) -> Result<usize> {
+    if dims.len() != periods.len() {
+        return Err(Error::InvalidArgument(format!(
+            "{call}: {} dimensions but {} periodicity flags",
+            dims.len(),
+            periods.len()
+        )));
+    }
+    let cells = dims.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d)).filter(|&c| c > 0 || dims.is_empty());
+    match cells {
+        Some(cells) if cells <= size => Ok(cells),
+        _ => Err(Error::InvalidArgument(format!(
+            "{call}: grid {dims:?} needs more than the {size} ranks of the communicator (or has a zero extent)"
+        ))),
+    }
 }
 
 impl Comm {
-    /// Lays the first `dims.iter().product()` ranks out on a grid (MPI_Cart_create, without
-    /// reordering). The remaining ranks get `None`. Collective.
-    pub fn cart_create(&self, dims: &[usize], periods: &[bool]) -> Result<Option<CartComm>> {
-        if dims.len() != periods.len() {
-            return Err(Error::InvalidArgument(format!(
-                "cart_create: {} dimensions but {} periodicity flags",
-                dims.len(),
-                periods.len()
-            )));
-        }
-        let cells = dims.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d)).filter(|&c| c > 0 || dims.is_empty());
-        match cells {
-            Some(cells) if cells <= self.size() => {
-                let color = (self.rank() < cells).then_some(0);
-                let comm = self.split(color, self.rank() as i32)?;
-                Ok(comm.map(|comm| CartComm { comm, dims: dims.to_vec(), periods: periods.to_vec() }))
-            }
-            _ => Err(Error::InvalidArgument(format!(
-                "cart_create: grid {dims:?} needs more than the {} ranks of the communicator (or has a zero extent)",
-                self.size()
-            ))),
-        }
+    /// Lays the first `dims.iter().product()` ranks out on a grid (MPI_Cart_create); the
+    /// remaining ranks get `None`. Collective. With `reorder`, grid ranks follow
+    /// [`Comm::cart_map`] (the ranks of one node on consecutive grid positions), otherwise grid
+    /// rank `i` is rank `i` of this communicator; on one node both are the identity.
+    pub fn cart_create(&self, dims: &[usize], periods: &[bool], reorder: bool) -> Result<Option<CartComm>> {
+        let cells = grid_cells("cart_create", dims, periods, self.size())?;
+        let grid_rank =
+            if reorder { self.cart_map(dims, periods)? } else { (self.rank() < cells).then_some(self.rank()) };
+        let key = i32::try_from(grid_rank.unwrap_or(0))
+            .map_err(|_| Error::InvalidArgument(format!("cart_create: {cells} grid cells exceed i32 keys")))?;
+        let comm = self.split(grid_rank.map(|_| 0), key)?;
+        Ok(comm.map(|comm| CartComm { comm, dims: dims.to_vec(), periods: periods.to_vec() }))
+    }
+
+    /// This rank's rank on a grid of `dims` laid out for the machine, or `None` if the grid
+    /// leaves it out (MPI_Cart_map). Ranks are taken by node, then process, then rank, so
+    /// neighbours along the last dimension share a node wherever they can. Local.
+    ///
+    /// ```
+    /// fastmp::run(3, |world| {
+    ///     // Thread ranks of one process: the identity, and rank 2 is not on a 2-cell grid.
+    ///     let mapped = world.cart_map(&[2], &[false])?;
+    ///     assert_eq!(mapped, (world.rank() < 2).then_some(world.rank()));
+    ///     Ok(())
+    /// })?;
+    /// # Ok::<(), fastmp::Error>(())
+    /// ```
+    pub fn cart_map(&self, dims: &[usize], periods: &[bool]) -> Result<Option<usize>> {
+        let cells = grid_cells("cart_map", dims, periods, self.size())?;
+        let order = placement_order(self.group.members(), self.placement());
+        Ok(order.iter().position(|&r| r == self.rank()).filter(|&p| p < cells))
     }
 }
 
@@ -155,8 +259,9 @@ impl CartComm {
     }
 
     /// Source and destination for a shift by `disp` along `dimension` (MPI_Cart_shift): the
-    /// ranks `disp` steps down and up. `None` is MPI_PROC_NULL (off a non-periodic edge).
-    pub fn shift(&self, dimension: usize, disp: isize) -> Result<(Option<usize>, Option<usize>)> {
+    /// ranks `disp` steps down and up, [`PROC_NULL`] off a non-periodic edge, so the pair goes
+    /// straight into [`Comm::sendrecv`].
+    pub fn shift(&self, dimension: usize, disp: isize) -> Result<(usize, usize)> {
         if dimension >= self.dims.len() {
             return Err(Error::InvalidArgument(format!(
                 "shift along dimension {dimension} of a {}-dimensional grid",
@@ -170,11 +275,11 @@ impl CartComm {
             let target = here[dimension] as i128 + by;
             let target = if self.periods[dimension] { target.rem_euclid(extent) } else { target };
             if !(0..extent).contains(&target) {
-                return Ok(None);
+                return Ok(PROC_NULL);
             }
             let mut c = here.clone();
             c[dimension] = target as isize;
-            self.try_rank_of(&c)
+            Ok(self.try_rank_of(&c)?.unwrap_or(PROC_NULL))
         };
         Ok((moved(-(disp as i128))?, moved(disp as i128)?))
     }
@@ -201,5 +306,31 @@ impl CartComm {
         let pick = |v: &[usize]| v.iter().zip(remain).filter(|(_, k)| **k).map(|(&x, _)| x).collect::<Vec<_>>();
         let periods = self.periods.iter().zip(remain).filter(|(_, k)| **k).map(|(&p, _)| p).collect();
         Ok(CartComm { comm, dims: pick(&self.dims), periods })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reordering_puts_each_node_on_consecutive_cells() {
+        // Ranks dealt round robin onto two nodes, one process per rank.
+        let placement = Placement::from_keys(&[0, 1, 2, 3, 4, 5], &["a", "b", "a", "b", "a", "b"]);
+        assert_eq!(placement_order(&[0, 1, 2, 3, 4, 5], &placement), [0, 2, 4, 1, 3, 5]);
+        // A communicator of world ranks 5, 4, 1: node "a" holds its rank 1, node "b" its ranks
+        // 0 and 2, whose processes (world ranks 5 and 1) go in process order.
+        assert_eq!(placement_order(&[5, 4, 1], &placement), [1, 2, 0]);
+        // One process on one node: the identity.
+        assert_eq!(placement_order(&[3, 1, 2], &Placement::single_process(4)), [0, 1, 2]);
+    }
+
+    #[test]
+    fn balanced_factors_minimise_the_spread() {
+        assert_eq!(balanced(72, 2), [9, 8]);
+        assert_eq!(balanced(1, 3), [1, 1, 1]);
+        assert_eq!(balanced(1 << 20, 20), [2; 20]);
+        assert_eq!(balanced(97, 3), [97, 1, 1]);
+        assert!(power_at_least(usize::MAX, 3, usize::MAX) && !power_at_least(2, 3, 9));
     }
 }

@@ -11,7 +11,7 @@ use std::process::Command;
 use coll_common::{Context, job, run_ok};
 use fastmp::coll::{Algorithm, Collective, Rule, Tuning};
 use fastmp::op::Sum;
-use fastmp::{ANY_SOURCE, ANY_TAG, Comm, Config, Error, GroupOrdering, dims_create};
+use fastmp::{ANY_SOURCE, ANY_TAG, Comm, Config, Error, GroupOrdering, PROC_NULL, dims_create};
 
 /// World ranks of every member of `comm`, in `comm`'s order.
 fn world_ranks(comm: &Comm, world: &Comm) -> Vec<usize> {
@@ -207,14 +207,14 @@ fn create_from_a_group() {
 
 #[test]
 fn dims_create_balances() {
-    assert_eq!(dims_create(12, 2).unwrap(), [4, 3]);
-    assert_eq!(dims_create(6, 3).unwrap(), [3, 2, 1]);
-    assert_eq!(dims_create(7, 2).unwrap(), [7, 1]);
-    assert_eq!(dims_create(16, 2).unwrap(), [4, 4]);
-    assert_eq!(dims_create(1, 3).unwrap(), [1, 1, 1]);
-    assert_eq!(dims_create(24, 3).unwrap().iter().product::<usize>(), 24);
-    assert!(matches!(dims_create(0, 2), Err(Error::InvalidArgument(_))));
-    assert!(matches!(dims_create(4, 0), Err(Error::InvalidArgument(_))));
+    assert_eq!(dims_create(12, &[0, 0]).unwrap(), [4, 3]);
+    assert_eq!(dims_create(6, &[0, 0, 0]).unwrap(), [3, 2, 1]);
+    assert_eq!(dims_create(7, &[0, 0]).unwrap(), [7, 1]);
+    assert_eq!(dims_create(16, &[0, 0]).unwrap(), [4, 4]);
+    assert_eq!(dims_create(1, &[0, 0, 0]).unwrap(), [1, 1, 1]);
+    assert_eq!(dims_create(24, &[0, 0, 0]).unwrap().iter().product::<usize>(), 24);
+    assert!(matches!(dims_create(0, &[0, 0]), Err(Error::InvalidArgument(_))));
+    assert!(matches!(dims_create(4, &[]), Err(Error::InvalidArgument(_))));
 }
 
 #[test]
@@ -222,7 +222,7 @@ fn cartesian_grid() {
     run_ok(7, "cartesian", |world| {
         let me = world.rank();
         // A 2x3 grid on 7 ranks: rank 6 is left out.
-        let grid = world.cart_create(&[2, 3], &[false, true])?;
+        let grid = world.cart_create(&[2, 3], &[false, true], false)?;
         let Some(grid) = grid else {
             assert_eq!(me, 6);
             return Ok(());
@@ -239,21 +239,21 @@ fn cartesian_grid() {
 
         // Non-periodic rows: the edges have no neighbour.
         let (up, down) = grid.shift(0, 1)?;
-        assert_eq!(up, (me >= 3).then(|| me - 3));
-        assert_eq!(down, (me < 3).then_some(me + 3));
+        assert_eq!(up, if me >= 3 { me - 3 } else { PROC_NULL });
+        assert_eq!(down, if me < 3 { me + 3 } else { PROC_NULL });
         // Periodic columns wrap.
         let row = me / 3 * 3;
         let (from, to) = grid.shift(1, 1)?;
-        assert_eq!((from, to), (Some(row + (me + 2) % 3), Some(row + (me + 1) % 3)));
+        assert_eq!((from, to), (row + (me + 2) % 3, row + (me + 1) % 3));
         let (from, to) = grid.shift(1, -2)?;
-        assert_eq!((from, to), (Some(row + (me + 2) % 3), Some(row + (me + 1) % 3)));
+        assert_eq!((from, to), (row + (me + 2) % 3, row + (me + 1) % 3));
         assert!(grid.shift(2, 1).is_err());
 
         // A halo exchange along the periodic dimension.
         let (from, to) = grid.shift(1, 1)?;
         let mut got = [0u32];
-        grid.sendrecv(&[me as u32], to.unwrap(), 3, &mut got, from.unwrap(), 3)?;
-        assert_eq!(got[0] as usize, from.unwrap());
+        grid.sendrecv(&[me as u32], to, 3, &mut got, from, 3)?;
+        assert_eq!(got[0] as usize, from);
 
         let rows = grid.sub(&[false, true])?;
         assert_eq!((rows.size(), rows.rank(), rows.dims(), rows.periods()), (3, me % 3, &[3][..], &[true][..]));
@@ -267,12 +267,12 @@ fn cartesian_grid() {
         Ok(())
     });
     run_ok(4, "cartesian errors", |world| {
-        assert!(matches!(world.cart_create(&[2, 3], &[false, false]), Err(Error::InvalidArgument(_))));
-        assert!(matches!(world.cart_create(&[2, 2], &[false]), Err(Error::InvalidArgument(_))));
-        assert!(matches!(world.cart_create(&[0, 2], &[false, false]), Err(Error::InvalidArgument(_))));
-        let ring = world.cart_create(&[4], &[true])?.expect("all ranks fit");
+        assert!(matches!(world.cart_create(&[2, 3], &[false, false], false), Err(Error::InvalidArgument(_))));
+        assert!(matches!(world.cart_create(&[2, 2], &[false], false), Err(Error::InvalidArgument(_))));
+        assert!(matches!(world.cart_create(&[0, 2], &[false, false], false), Err(Error::InvalidArgument(_))));
+        let ring = world.cart_create(&[4], &[true], false)?.expect("all ranks fit");
         let (from, to) = ring.shift(0, 1)?;
-        assert_eq!((from, to), (Some((world.rank() + 3) % 4), Some((world.rank() + 1) % 4)));
+        assert_eq!((from, to), ((world.rank() + 3) % 4, (world.rank() + 1) % 4));
         Ok(())
     });
 }
@@ -282,13 +282,13 @@ fn cartesian_shift_by_extreme_displacements() {
     // Displacements near isize::MIN / isize::MAX: periodic dimensions wrap (mod the extent),
     // non-periodic ones have no neighbour; the arithmetic must not overflow (a panic is a bug).
     run_ok(6, "cartesian extreme shifts", |world| {
-        let grid = world.cart_create(&[2, 3], &[true, false])?.expect("all ranks fit");
+        let grid = world.cart_create(&[2, 3], &[true, false], false)?.expect("all ranks fit");
         let me = grid.rank();
         let coords = grid.coords(me)?;
         for disp in [isize::MAX, isize::MIN, isize::MIN + 1, isize::MAX - 1] {
             let shifted = |by: isize| {
                 let row = (coords[0] as isize + by.rem_euclid(2)).rem_euclid(2) as usize;
-                Some(row * 3 + coords[1])
+                row * 3 + coords[1]
             };
             let got = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| grid.shift(0, disp)));
             let want = (shifted(disp.wrapping_neg()), shifted(disp));
@@ -296,7 +296,7 @@ fn cartesian_shift_by_extreme_displacements() {
             let want = if disp == isize::MIN { (shifted(disp), shifted(disp)) } else { want };
             assert!(matches!(&got, Ok(Ok(w)) if *w == want), "shift(0, {disp}) on rank {me}: {got:?}, want {want:?}");
             let got = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| grid.shift(1, disp)));
-            assert!(matches!(&got, Ok(Ok((None, None)))), "shift(1, {disp}) on rank {me}: {got:?}");
+            assert!(matches!(&got, Ok(Ok((PROC_NULL, PROC_NULL)))), "shift(1, {disp}) on rank {me}: {got:?}");
         }
         Ok(())
     });

@@ -30,14 +30,14 @@ fn eager_inline_spilled_and_synchronous() {
         } else {
             let mut buf = [0u8; 64];
             let st = world.recv(&mut buf, 0, 1)?;
-            assert_eq!(&buf[..st.count], &pattern(1, 8)[..]);
+            assert_eq!(&buf[..st.count::<u8>()], &pattern(1, 8)[..]);
             // Wildcards; the spilled payload arrives intact.
             let st = world.recv(&mut buf, ANY_SOURCE, ANY_TAG)?;
             assert_eq!((st.source, st.tag), (0, 2));
-            assert_eq!(&buf[..st.count], &pattern(2, 40)[..]);
-            assert_eq!(world.recv(&mut buf, 0, 3)?.count, 0);
+            assert_eq!(&buf[..st.count::<u8>()], &pattern(2, 40)[..]);
+            assert_eq!(world.recv(&mut buf, 0, 3)?.count::<u8>(), 0);
             let st = world.recv(&mut buf, 0, 4)?;
-            assert_eq!(&buf[..st.count], &pattern(4, 16)[..]);
+            assert_eq!(&buf[..st.count::<u8>()], &pattern(4, 16)[..]);
         }
         Ok(())
     });
@@ -73,7 +73,7 @@ fn receiver_first_direct_copy() {
                 let req = s.irecv(&mut buf, 0, 10)?;
                 world.send(&[1u8], 0, 100)?;
                 let st = req.wait()?;
-                assert_eq!((st.source, st.tag, st.count), (0, 10, BIG));
+                assert_eq!((st.source, st.tag, st.count::<u8>()), (0, 10, BIG));
                 Ok::<_, fastmp::Error>(())
             })?;
             assert_eq!(buf, pattern(6, BIG));

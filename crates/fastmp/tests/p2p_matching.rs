@@ -21,7 +21,7 @@ fn match_specific_source_and_tag(dev: DeviceKind) {
                 let st = world.recv(&mut buf, src, tag)?;
                 assert_eq!(buf, [src as i32, tag]);
                 assert_status(&st, src, tag, 8);
-                assert_eq!(st.count, 2);
+                assert_eq!(st.count::<i32>(), 2);
             }
         } else {
             for tag in [10, 20] {
@@ -107,7 +107,7 @@ fn match_both_wildcards(dev: DeviceKind) {
                 let (src, i) = (st.source, next[st.source]);
                 assert_eq!(buf, [src as u32, i], "per-source order is kept under wildcards");
                 assert_eq!(st.tag, src as i32 * 10 + i as i32);
-                assert_eq!(st.count, 2);
+                assert_eq!(st.count::<u32>(), 2);
                 next[src] += 1;
             }
             assert_eq!(next, [0, 3, 3, 3]);
@@ -270,8 +270,8 @@ fn ordering_with_many_senders(dev: DeviceKind) {
                     let st = world.recv(&mut buf, ANY_SOURCE, 0)?;
                     let src = st.source;
                     let want = numbered(src, next[src]);
-                    assert_eq!(st.count, want.len(), "message {} of rank {src}", next[src]);
-                    assert_eq!(&buf[..st.count], &want[..], "rank {src}'s sequence is in order");
+                    assert_eq!(st.count::<u64>(), want.len(), "message {} of rank {src}", next[src]);
+                    assert_eq!(&buf[..st.count::<u64>()], &want[..], "rank {src}'s sequence is in order");
                     next[src] += 1;
                 }
                 assert_eq!(next, [PER; NP]);
@@ -343,7 +343,7 @@ fn probe_and_iprobe_report_envelope_and_size(dev: DeviceKind) {
             go(&world, 1)?;
             let st = world.probe(1, 9)?;
             assert_status(&st, 1, 9, 148);
-            assert_eq!((st.count, st.count_of::<u32>()), (148, Some(37)));
+            assert_eq!((st.count::<u8>(), st.count_of::<u32>()), (148, Some(37)));
             // Probing does not consume: the same message is reported again.
             let st = world.probe(ANY_SOURCE, ANY_TAG)?;
             assert_eq!((st.source, st.tag, st.bytes), (1, 9, 148));

@@ -196,7 +196,7 @@ fn testany_and_testall(dev: DeviceKind) {
                 }
             })?;
             for (i, st) in statuses.iter().enumerate() {
-                assert_eq!((st.source, st.tag, st.count), (1, 10 + i as i32, 3));
+                assert_eq!((st.source, st.tag, st.count::<u32>()), (1, 10 + i as i32, 3));
                 assert_eq!(small[i], [i as u32; 3]);
             }
             Ok(())

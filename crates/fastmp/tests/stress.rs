@@ -163,7 +163,7 @@ impl Inbox {
             .get_mut(&(st.source, st.tag))
             .and_then(VecDeque::pop_front)
             .unwrap_or_else(|| panic!("rank {rank}: unexpected extra message {st:?}"));
-        assert_eq!((st.bytes, st.count), (m.len, m.len), "rank {rank}: size of {m:?}");
+        assert_eq!((st.bytes, st.count::<u8>()), (m.len, m.len), "rank {rank}: size of {m:?}");
         self.left -= 1;
         m
     }

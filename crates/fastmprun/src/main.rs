@@ -13,7 +13,8 @@
 //! library reads them in `Config::from_env()`.
 //!
 //! `--device shm` runs PROGRAM once; its ranks are threads:
-//! - `FASTMP_DEVICE=shm`, `FASTMP_NP=N`.
+//! - `FASTMP_DEVICE=shm`, `FASTMP_NP=N`, `FASTMP_LAUNCHER=fastmprun` (so that
+//!   `fastmp::run(np, ..)` joins the job, or refuses when `np` is not N).
 //!
 //! `--device tcp` (the default) runs one process per rank:
 //! - `FASTMP_DEVICE=tcp`, `FASTMP_RANK=i`, `FASTMP_SIZE=N`;
@@ -36,6 +37,9 @@
 //!
 //! Every process's stdout and stderr are forwarded line by line (`--tag-output` prefixes
 //! `[i] `; on shm all thread ranks share one stdout, so the prefix is `[shm] `). The
+//! fastmp library prints a job's failure once, in the rank that failed first (its peers, whose
+//! operations failed because of it, stay quiet), and every rank of a failed job exits with the
+//! same status under `fastmp::main`: 1, or the code a rank gave `Comm::abort` (MPI_Abort). The
 //! launcher exits 0 if every process exits 0; otherwise with the status of the first one
 //! to fail (128+signal if it was killed), after terminating the others (any other rank that a
 //! signal from outside killed is named as well: its peers may fail and be noticed first); 124 after

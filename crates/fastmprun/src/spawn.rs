@@ -15,8 +15,9 @@ use crate::os;
 /// Variables the launcher owns. They are removed from every child's inherited
 /// environment before the launcher sets its own, so a value from an enclosing job
 /// (e.g. fastmprun started from inside a rank) never leaks into this one.
-const LAUNCHER_VARIABLES: [&str; 8] = [
+const LAUNCHER_VARIABLES: [&str; 9] = [
     "FASTMP_DEVICE",
+    "FASTMP_LAUNCHER",
     "FASTMP_NP",
     "FASTMP_RANK",
     "FASTMP_SIZE",
@@ -75,7 +76,12 @@ pub struct ProcessSpec {
 
 /// The one process of a `--device shm` job: ranks are `np` threads inside it.
 pub fn shm_process(np: usize, bind_to: Option<BindTo>) -> ProcessSpec {
-    let mut env = vec![("FASTMP_DEVICE", "shm".to_string()), ("FASTMP_NP", np.to_string())];
+    let mut env = vec![
+        ("FASTMP_DEVICE", "shm".to_string()),
+        ("FASTMP_NP", np.to_string()),
+        // Tells `fastmp::run(np, ..)` that FASTMP_NP is a launcher's job size it must follow.
+        ("FASTMP_LAUNCHER", "fastmprun".to_string()),
+    ];
     env.extend(pin_variable(bind_to));
     ProcessSpec { label: Label::Shm, placement: Placement::Local, env, inherit: None }
 }

@@ -17,6 +17,7 @@
 //   barrier, bcast, scatter_gather, allgather, alltoall, reduce, allreduce, reduce_scatter,
 //   scan, native                            the algorithms: none imports another
 //   objects, nonblocking                    serde objects, the `Scope::i*` entry points
+//   neighbor                                neighbourhood collectives (own entry points, both twins)
 mod allgather;
 mod allreduce;
 mod alltoall;
@@ -24,6 +25,7 @@ mod barrier;
 mod bcast;
 mod fold;
 mod native;
+mod neighbor;
 mod nonblocking;
 mod objects;
 pub(crate) mod op;
@@ -41,6 +43,8 @@ use std::sync::Arc;
 
 use bytemuck::Pod;
 
+pub use neighbor::NeighborTopology;
+pub(crate) use neighbor::{Adjacency, Topology};
 pub use select::{Algorithm, Collective, Rule, TUNING_FILE_VAR, Tuning};
 
 use crate::comm::Comm;

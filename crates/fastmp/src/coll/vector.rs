@@ -37,6 +37,13 @@ impl Layout {
                 displs.len()
             )));
         }
+        Self::of_blocks::<T>(what, counts, displs, buf_len)
+    }
+
+    /// [`Layout::new`] for as many blocks as `counts` has (its caller checked that `displs` has
+    /// as many): the neighbour collectives have one block per neighbour, not per rank.
+    pub(crate) fn of_blocks<T>(what: &str, counts: &[usize], displs: &[usize], buf_len: usize) -> Result<Layout> {
+        let np = counts.len();
         let elem = size_of::<T>();
         let mut blocks = Vec::with_capacity(np);
         for (rank, (&count, &displ)) in counts.iter().zip(displs).enumerate() {

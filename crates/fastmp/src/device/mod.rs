@@ -5,6 +5,7 @@
 //! the launcher; nothing above changes.
 
 pub(crate) mod collectives;
+pub(crate) mod failure;
 pub(crate) mod locality;
 pub(crate) mod matching;
 pub(crate) mod one_sided;
@@ -22,6 +23,7 @@ pub use tcp::fuzzing::fuzz_decode_frames;
 
 use crate::error::Result;
 use collectives::Collectives;
+pub use failure::Failure;
 pub use locality::{Locality, Placement};
 use one_sided::OneSided;
 pub(crate) use shm::ShmWorld;
@@ -124,6 +126,16 @@ pub struct ReqId {
     pub(crate) index: u32,
     pub(crate) generation: u32,
 }
+
+/// A message taken off matching by [`Device::improbe`] (MPI's `MPI_Message` at the device):
+/// it belongs to whoever holds the handle, so no other receive or probe can see it again.
+/// Receive it with [`Device::mrecv`] or drop it with [`Device::discard`]; stale handles are
+/// detected like request handles.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MessageId(pub(crate) ReqId);
+
+/// A device endpoint that every thread of its rank may use at once (MPI_THREAD_MULTIPLE).
+pub type SharedDevice = std::sync::Arc<dyn Device + Send + Sync>;
 
 /// How a started operation stands: most small sends and many receives finish inside
 /// `isend`/`irecv`, and then no request needs to be tracked at all.
@@ -239,6 +251,15 @@ pub trait Device {
     /// Short name of the device, as reported by benchmarks ("shm", "tcp", ...).
     fn name(&self) -> &'static str;
 
+    /// Aborts the job because this rank failed (MPI_Abort, or an error or panic it is about to
+    /// end with): every peer's pending and later operations fail with `PeerFailed`. The job keeps
+    /// the *first* failure, so this returns the one it ends with: `failure` itself, or an earlier
+    /// one this rank had already heard of (whose consequence this rank's failure then is). The
+    /// default, for devices without peers to tell, changes nothing.
+    fn abort_job(&self, failure: Failure) -> Failure {
+        failure
+    }
+
     /// The device's own implementation of the collectives of the communicator with `context` over
     /// `members` (world ranks, in communicator order), asked once when the communicator is
     /// created; `None` where the device accelerates none (the collectives layer's message-based
@@ -246,6 +267,55 @@ pub trait Device {
     fn collectives(&self, context: ContextId, members: &[usize]) -> Option<Collectives> {
         let _ = (context, members);
         None
+    }
+
+    /// The highest thread support of this endpoint (MPI_Query_thread). The default is what
+    /// a `Comm` gives by construction: it is not `Send`, so only its rank's thread calls it.
+    fn thread_level(&self) -> crate::ThreadLevel {
+        crate::ThreadLevel::Funneled
+    }
+
+    /// A handle of this endpoint for other threads of the rank (`Comm::threaded`), or why the
+    /// device cannot give one.
+    fn thread_shared(&self) -> Result<SharedDevice> {
+        Err(crate::Error::InvalidArgument(format!(
+            "Comm::threaded: the {} device serves only its rank's own thread (thread level {:?}); \
+             use the tcp device (DeviceKind::Tcp) for MPI_THREAD_MULTIPLE, or pass data to the \
+             rank's thread (e.g. over a channel) and communicate from there",
+            self.name(),
+            self.thread_level()
+        )))
+    }
+
+    /// Takes the first message matching `spec` off matching, so that no other receive or
+    /// probe can match it (MPI_Improbe); `None` if none has arrived. Like [`Device::iprobe`]
+    /// inside a wait, it fails when no such message can ever come.
+    fn improbe(&self, spec: MatchSpec) -> Result<Option<(MessageId, RawStatus)>> {
+        let _ = spec;
+        Err(crate::Error::InvalidArgument(format!("improbe: the {} device has no matched probe", self.name())))
+    }
+
+    /// Receives a message taken by [`Device::improbe`] into `capacity` bytes at `buf`
+    /// (MPI_Imrecv); a longer message is truncated as by `irecv`. The handle is used up.
+    ///
+    /// # Safety
+    /// As for [`Device::irecv`].
+    unsafe fn mrecv(&self, msg: MessageId, buf: *mut u8, capacity: usize) -> Result<Started> {
+        let _ = (msg, buf, capacity);
+        Err(crate::Error::InvalidArgument(format!("mrecv: the {} device has no matched probe", self.name())))
+    }
+
+    /// Drops a message taken by [`Device::improbe`] without its data, completing whatever its
+    /// sender waits for (a synchronous or rendezvous send), so a dropped message holds no
+    /// sender up. Stale handles are ignored.
+    fn discard(&self, msg: MessageId) {
+        // A zero-byte receive: the device completes the sender's side and drops the bytes
+        // (its truncation error is the expected outcome).
+        let sink = std::ptr::NonNull::<u8>::dangling().as_ptr();
+        // SAFETY: zero bytes at a dangling, well-aligned pointer are never accessed.
+        if let Ok(Started::Pending(id)) = unsafe { self.mrecv(msg, sink, 0) } {
+            self.release(id);
+        }
     }
 
     /// One-sided operations (windows, put/get/atomics, flush), where the device supports them.

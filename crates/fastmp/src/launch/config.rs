@@ -2,6 +2,7 @@
 
 use std::str::FromStr;
 
+use super::affinity;
 use crate::coll::Tuning;
 use crate::device::tcp::bootstrap::SocketOptions;
 
@@ -107,6 +108,11 @@ const LAUNCHER_VARS: [(&str, &str); 4] = [
 /// Finds this process's rank and size in the environment of `fastmprun`, Slurm, Open MPI or
 /// MPICH's hydra.
 fn process_place_from_env() -> Result<Option<ProcessPlace>> {
+    Ok(launcher_place()?.map(|(place, _)| place))
+}
+
+/// This process's place and the variable that gave its rank, if a launcher started it.
+fn launcher_place() -> Result<Option<(ProcessPlace, &'static str)>> {
     for (rank_var, size_var) in LAUNCHER_VARS {
         let Some(rank) = env_parse::<usize>(rank_var)? else { continue };
         let size = env_parse::<usize>(size_var)?
@@ -114,9 +120,39 @@ fn process_place_from_env() -> Result<Option<ProcessPlace>> {
         if rank >= size {
             return Err(Error::InvalidArgument(format!("{rank_var}={rank} is not below {size_var}={size}")));
         }
-        return Ok(Some(ProcessPlace { rank, size }));
+        return Ok(Some((ProcessPlace { rank, size }, rank_var)));
     }
     Ok(None)
+}
+
+/// Set by `fastmprun` for the one process of a `--device shm` job (whose ranks are its threads).
+const LAUNCHER_MARK: &str = "FASTMP_LAUNCHER";
+
+/// The configuration `fastmp::run(np, ..)` starts: `np` thread ranks on the shm device, unless a
+/// launcher started this process, whose job `run` then joins if `np` is its size (or refuses
+/// with a message saying what to do). Slurm's variables count only for steps of several tasks:
+/// a batch script (one task) is not a launcher that expects this program to join anything.
+pub(crate) fn for_run(np: usize) -> Result<Config> {
+    let place = launcher_place()?;
+    let (size, started_as) = match place {
+        Some((place, "SLURM_PROCID")) if place.size == 1 => return Ok(Config::new().np(np)),
+        Some((place, rank_var)) => {
+            (place.size, format!("as rank {} of a {}-process job ({rank_var})", place.rank, place.size))
+        }
+        None if std::env::var_os(LAUNCHER_MARK).is_some() => match env_parse::<usize>("FASTMP_NP")? {
+            Some(size) => (size, format!("by fastmprun for a {size}-rank shm job (FASTMP_NP={size})")),
+            None => return Err(Error::InvalidArgument(format!("{LAUNCHER_MARK} is set but FASTMP_NP is not"))),
+        },
+        None => return Ok(Config::new().np(np)),
+    };
+    if np != size {
+        return Err(Error::InvalidArgument(format!(
+            "fastmp::run({np}, ..): this process was started {started_as}, so it cannot run a job of {np} \
+             ranks: start it with {np} ranks (e.g. fastmprun -np {np}), pass the launcher's size, or use \
+             fastmp::main / fastmp::init()?.run(..), which take the size from the launcher"
+        )));
+    }
+    Config::from_env()
 }
 
 impl Default for Config {
@@ -152,7 +188,9 @@ impl Config {
         }
     }
 
-    /// Reads the launch environment: `FASTMP_NP`, `FASTMP_DEVICE` (`shm`/`tcp`),
+    /// Reads the launch environment: `FASTMP_NP` (without it and without a launcher, one rank
+    /// per CPU this process may run on, as `mpiexec` without `-n` fills the machine),
+    /// `FASTMP_DEVICE` (`shm`/`tcp`),
     /// `FASTMP_EAGER_LIMIT` (bytes), `FASTMP_PIN` (`compact`/`scatter`/`none`),
     /// `FASTMP_STACK_SIZE` (bytes per rank thread), `FASTMP_TCP_SNDBUF`/`FASTMP_TCP_RCVBUF`
     /// (socket buffer bytes), `FASTMP_PROGRESS_THREAD` (`1`: see [`Config::progress_thread`]).
@@ -167,8 +205,9 @@ impl Config {
     /// table.
     pub fn from_env() -> Result<Self> {
         let mut c = Config::new();
-        if let Some(np) = env_parse::<usize>("FASTMP_NP")? {
-            c = c.np(np);
+        match env_parse::<usize>("FASTMP_NP")? {
+            Some(np) => c = c.np(np),
+            None => c = c.np(affinity::allowed_cpus().len().max(1)),
         }
         c.process = process_place_from_env()?;
         if let Some(place) = c.process {

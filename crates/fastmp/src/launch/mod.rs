@@ -1,8 +1,12 @@
 //! Starting SPMD jobs: `run` (thread ranks), `init`/`main` (configuration from the environment).
 
+mod abort;
 pub(crate) mod affinity;
 pub(crate) mod config;
+mod info;
 mod tcp;
+
+pub use info::{processor_name, wtick, wtime};
 
 use std::any::Any;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -10,20 +14,29 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 use crate::comm::Comm;
-use crate::device::ShmWorld;
+use crate::device::{Failure, ShmWorld};
 use crate::error::{Error, Result};
 use config::{Config, DeviceKind, Pin};
 
 /// Runs `f` on `np` ranks, each a thread of this process on the shm device, and returns their
 /// results in rank order.
 ///
-/// If a rank panics or returns an error, the job is aborted: operations other ranks are blocked
-/// in fail with [`Error::PeerFailed`], and `run` returns [`Error::RankFailed`] naming the first
-/// rank that failed and why.
+/// If a rank fails — panics, returns an error, or calls [`Comm::abort`] — the job is aborted:
+/// operations other ranks are blocked in (and start later) fail with [`Error::PeerFailed`] naming
+/// the rank that failed first, and `run` returns [`Error::RankFailed`] naming it and why (or
+/// [`Error::Aborted`] with its code). A rank whose error is only the consequence of another's
+/// failure is never blamed.
 ///
 /// Thread ranks share the process: a `static` is one variable for all ranks of a shm job (under a
 /// process launcher each rank would have its own), while a `thread_local!` is per rank. Keep
 /// rank-local state in the closure.
+///
+/// Under a launcher (`fastmprun`, `mpirun`, `srun`, hydra: see [`Config::from_env`]) this
+/// process is one rank of the launcher's job, so `run` joins that job when `np` is its size
+/// (and returns this rank's result alone), and is an [`Error::InvalidArgument`] saying what
+/// to do when it is not; it never starts a private job there. A Slurm job step of one task
+/// is not taken for a launcher (batch scripts run in one). [`main`] always follows the
+/// launcher.
 ///
 /// ```
 /// let squares = fastmp::run(4, |world| Ok(world.rank() * world.rank()))?;
@@ -35,7 +48,7 @@ where
     F: Fn(Comm) -> Result<R> + Sync,
     R: Send,
 {
-    Config::new().np(np).run(f)
+    config::for_run(np)?.run(f)
 }
 
 /// Reads the launch configuration from the environment (see [`Config::from_env`]).
@@ -43,8 +56,11 @@ pub fn init() -> Result<Config> {
     Config::from_env()
 }
 
-/// Entry point for programs started by a launcher: runs `f` with the configuration from the
-/// environment, and on failure prints the error and exits with status 1.
+/// Entry point for programs started by a launcher, or on their own: runs `f` with the
+/// configuration from the environment ([`Config::from_env`]: the launcher's rank and size;
+/// without a launcher `FASTMP_NP` thread ranks, or one per allowed CPU when it is unset). On
+/// failure it prints the job's failure once (under a process launcher only the rank that failed
+/// first prints it) and exits with status 1, or with the code given to [`Comm::abort`].
 ///
 /// ```no_run
 /// fastmp::main(|world| {
@@ -60,13 +76,30 @@ where
         if !FAILURE_REPORTED.load(std::sync::atomic::Ordering::Acquire) {
             eprintln!("fastmp: {e}");
         }
-        std::process::exit(1);
+        std::process::exit(e.exit_code());
     }
 }
 
-/// Set once this process printed its rank's failure (process ranks report before telling their
-/// peers), so `main` does not print it twice.
+/// Set once this process printed the job's failure, or left it to the rank that failed first
+/// (process ranks report before telling their peers), so `main` does not print it again.
 pub(crate) static FAILURE_REPORTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// The unwinding payload of [`Comm::abort`]: the job is already aborted, `run` reports it.
+pub(crate) struct AbortUnwind(pub(crate) Failure);
+
+/// The failure a rank's program ended with, from `run`'s view of its outcome: its error, its
+/// panic (with the panic's message), or its abort.
+pub(crate) fn rank_failure(rank: usize, outcome: std::thread::Result<Error>) -> Failure {
+    match outcome {
+        Ok(error) => Failure::of_error(rank, &error),
+        Err(payload) => match payload.downcast::<AbortUnwind>() {
+            Ok(abort) => abort.0,
+            Err(payload) => {
+                Failure { rank, cause: format!("panicked: {}", panic_message(payload.as_ref())), code: None }
+            }
+        },
+    }
+}
 
 pub(crate) fn panic_message(payload: &(dyn Any + Send)) -> String {
     if let Some(s) = payload.downcast_ref::<&str>() {
@@ -143,25 +176,22 @@ impl Config {
                 let comm = Comm::world(Rc::new(world.endpoint(rank)?), tuning.clone());
                 f(comm)
             }));
-            match outcome {
+            let failure = match outcome {
                 Ok(Ok(value)) => {
                     world.mark_exited(rank);
-                    Ok(value)
+                    return Ok(value);
                 }
-                Ok(Err(e)) => {
-                    world.mark_failed(rank, e.to_string());
-                    Err(e)
-                }
-                Err(payload) => {
-                    let cause = format!("panicked: {}", panic_message(payload.as_ref()));
-                    world.mark_failed(rank, cause.clone());
-                    Err(Error::RankFailed { rank, cause })
-                }
-            }
+                Ok(Err(e)) => rank_failure(rank, Ok(e)),
+                Err(payload) => rank_failure(rank, Err(payload)),
+            };
+            world.mark_failed(rank, failure.clone());
+            Err(failure.job_error())
         };
-        let results = self.run_rank_threads(&rank_main, |rank, cause| world.mark_failed(rank, cause));
-        if let Some((rank, cause)) = world.first_failure() {
-            return Err(Error::RankFailed { rank, cause });
+        let results = self.run_rank_threads(&rank_main, |rank, cause| {
+            world.mark_failed(rank, Failure { rank, cause, code: None });
+        });
+        if let Some(failure) = world.first_failure() {
+            return Err(failure.job_error());
         }
         results.into_iter().collect()
     }

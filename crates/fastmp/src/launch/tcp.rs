@@ -8,20 +8,20 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::config::{Config, Pin, ProcessPlace};
-use super::{affinity, panic_message};
+use super::{affinity, rank_failure};
 use crate::coll::Tuning;
 use crate::comm::Comm;
-use crate::device::lock_ignoring_poison;
 use crate::device::tcp::TcpEndpoint;
 use crate::device::tcp::bootstrap::{Bootstrap, Rendezvous, Site};
 use crate::device::tcp::handshake::JobSecret;
+use crate::device::{Device, Failure, lock_ignoring_poison};
 use crate::error::{Error, Result};
 
 /// Start-up timeout unless `FASTMP_CONNECT_TIMEOUT` (seconds) says otherwise.
 const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// The first failure of a job, as `run` reports it.
-type FirstFailure = Mutex<Option<(usize, String)>>;
+type FirstFailure = Mutex<Option<Failure>>;
 
 /// Which rank runs, where its job records failures, and whether it is the whole process.
 struct Place<'a> {
@@ -31,7 +31,9 @@ struct Place<'a> {
 }
 
 /// Runs one rank's program on its endpoint and ends the rank: a clean shutdown after success,
-/// an abort (telling every peer why) after an error or a panic.
+/// an abort (telling every peer about the job's failure) after an error, a panic or
+/// `Comm::abort`. A failed rank returns the job's error: its own failure, or the earlier one
+/// of another rank that it ran into.
 fn run_rank<F, R>(place: Place<'_>, endpoint: TcpEndpoint, tuning: Arc<Tuning>, f: &F) -> Result<R>
 where
     F: Fn(Comm) -> Result<R>,
@@ -39,27 +41,27 @@ where
     let Place { rank, first, own_process } = place;
     let endpoint = Rc::new(endpoint);
     let outcome = catch_unwind(AssertUnwindSafe(|| f(Comm::world(endpoint.clone(), tuning))));
-    let failure = match outcome {
+    let own = match outcome {
         Ok(Ok(value)) => {
             endpoint.shutdown()?;
             return Ok(value);
         }
-        Ok(Err(e)) => (e.to_string(), e),
-        Err(payload) => {
-            let cause = format!("panicked: {}", panic_message(payload.as_ref()));
-            (cause.clone(), Error::RankFailed { rank, cause })
-        }
+        Ok(Err(e)) => rank_failure(rank, Ok(e)),
+        Err(payload) => rank_failure(rank, Err(payload)),
     };
-    // Record before telling the peers, so the originator is recorded before its consequences.
-    lock_ignoring_poison(first).get_or_insert((rank, failure.0.clone()));
+    // The job's failure is recorded before the peers hear of it from this rank.
+    let job = endpoint.abort_job(own);
+    lock_ignoring_poison(first).get_or_insert_with(|| job.clone());
     if own_process {
-        // Said before the peers hear of it: they exit at once, and a launcher then stops this
-        // process, possibly before `main` could print anything.
-        eprintln!("fastmp: rank {rank} failed: {}", failure.0);
+        // Only the rank that failed first says so, and before its peers exit (a launcher may then
+        // stop this process before `main` could print anything); the others leave it to that rank.
+        if job.rank == rank {
+            eprintln!("fastmp: {}", job.job_error());
+        }
         super::FAILURE_REPORTED.store(true, std::sync::atomic::Ordering::Release);
     }
-    endpoint.abort(&failure.0);
-    Err(failure.1)
+    endpoint.abort(job.clone());
+    Err(job.job_error())
 }
 
 impl Config {
@@ -104,16 +106,16 @@ impl Config {
                     run_rank(Place { rank, first: &first, own_process: false }, endpoint, tuning.clone(), f)
                 }
                 Err(e) => {
-                    lock_ignoring_poison(&first).get_or_insert((rank, e.to_string()));
+                    lock_ignoring_poison(&first).get_or_insert_with(|| Failure::of_error(rank, &e));
                     Err(e)
                 }
             }
         };
         let results = self.run_rank_threads(&rank_main, |rank, cause| {
-            lock_ignoring_poison(&first).get_or_insert((rank, cause));
+            lock_ignoring_poison(&first).get_or_insert(Failure { rank, cause, code: None });
         });
-        if let Some((rank, cause)) = lock_ignoring_poison(&first).take() {
-            return Err(Error::RankFailed { rank, cause });
+        if let Some(failure) = lock_ignoring_poison(&first).take() {
+            return Err(failure.job_error());
         }
         results.into_iter().collect()
     }

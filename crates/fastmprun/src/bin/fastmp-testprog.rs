@@ -19,7 +19,15 @@
 //!                             which launcher variable its rank came from
 //! fastmp-testprog placement   every rank prints where it runs, as its device reports it:
 //!                             `rank R of N: process P of PS, node D of ND`
+//! fastmp-testprog run NP      calls `fastmp::run(NP, ..)` (not `init`): under a launcher it
+//!                             joins the launcher's job or fails; every rank prints
+//!                             `run: rank R of N` after a barrier
+//! fastmp-testprog abort R C   as `fail`, but rank R calls `Comm::abort(C)` instead of failing
+//! fastmp-testprog size        rank 0 prints `size N`
 //! ```
+//!
+//! `--main` before the mode runs it through `fastmp::main` (its error printing and exit status)
+//! instead of `init` + `Config::run`; otherwise a failed job exits with `Error::exit_code`.
 //!
 //! `TESTPROG_START_GATE=PATH`: ranks other than 0 (by `FASTMP_RANK`) wait until PATH exists before
 //! joining the job, so a test can keep rank 0's rendezvous open for as long as it needs.
@@ -33,7 +41,8 @@ use std::time::{Duration, Instant};
 use fastmp::op::Sum;
 use fastmp::{ANY_SOURCE, Comm, Error, Result};
 
-const USAGE: &str = "usage: fastmp-testprog ring | fail RANK | die RANK [MIB] | hang | env | placement";
+const USAGE: &str = "usage: fastmp-testprog [--main] ring | fail RANK | die RANK [MIB] | hang | env | placement \
+                     | run NP | abort RANK CODE | size";
 
 /// Message sizes of the ring: empty, tiny, around the default 8 KiB eager limit, and a few MiB.
 const RING_SIZES: [usize; 8] = [0, 1, 1000, 8192, 8193, 65_536, 1 << 20, 3 << 20];
@@ -66,23 +75,41 @@ enum Mode {
     Hang,
     Env,
     Placement,
+    Run { np: usize },
+    Abort { rank: usize, code: i32 },
+    Size,
 }
 
 fn main() -> ExitCode {
-    let mode = match parse(std::env::args_os().skip(1).collect()) {
+    let mut args: Vec<OsString> = std::env::args_os().skip(1).collect();
+    let through_main = args.first().is_some_and(|arg| arg == "--main");
+    if through_main {
+        args.remove(0);
+    }
+    let mode = match parse(args) {
         Ok(mode) => mode,
         Err(message) => {
             eprintln!("fastmp-testprog: {message}\n{USAGE}");
             return ExitCode::from(2);
         }
     };
-    let outcome =
-        wait_for_start_gate().and_then(|()| fastmp::init()).and_then(|config| config.run(|world| mode.run(&world)));
+    if through_main {
+        if let Err(error) = wait_for_start_gate() {
+            eprintln!("fastmp-testprog: {error}");
+            return ExitCode::FAILURE;
+        }
+        fastmp::main(|world| mode.run(&world));
+        return ExitCode::SUCCESS;
+    }
+    let outcome = wait_for_start_gate().and_then(|()| match mode {
+        Mode::Run { np } => fastmp::run(np, |world| mode.run(&world)).map(drop),
+        _ => fastmp::init().and_then(|config| config.run(|world| mode.run(&world))).map(drop),
+    });
     match outcome {
-        Ok(_) => ExitCode::SUCCESS,
+        Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("fastmp-testprog: {error}");
-            ExitCode::FAILURE
+            ExitCode::from(u8::try_from(error.exit_code()).unwrap_or(1))
         }
     }
 }
@@ -105,6 +132,12 @@ fn parse(args: Vec<OsString>) -> std::result::Result<Mode, String> {
         ["hang"] => Ok(Mode::Hang),
         ["env"] => Ok(Mode::Env),
         ["placement"] => Ok(Mode::Placement),
+        ["run", np] => Ok(Mode::Run { np: number(np, "rank count")? }),
+        ["abort", rank, code] => Ok(Mode::Abort {
+            rank: number(rank, "rank")?,
+            code: code.parse::<i32>().map_err(|e| format!("code `{code}`: {e}"))?,
+        }),
+        ["size"] => Ok(Mode::Size),
         [] => Err("no mode given".into()),
         _ => Err(format!("unknown arguments {words:?}")),
     }
@@ -135,6 +168,18 @@ impl Mode {
             Mode::Hang => hang(world),
             Mode::Env => env(world),
             Mode::Placement => placement(world),
+            Mode::Run { .. } => {
+                world.barrier()?;
+                say(&format!("run: rank {} of {}", world.rank(), world.size()));
+                Ok(())
+            }
+            Mode::Abort { rank, code } => abort(world, checked_rank(world, rank)?, code),
+            Mode::Size => {
+                if world.rank() == 0 {
+                    say(&format!("size {}", world.size()));
+                }
+                Ok(())
+            }
         }
     }
 }
@@ -200,10 +245,10 @@ fn ring(world: &Comm) -> Result<()> {
         let outgoing = ring_payload(rank, round, len);
         let mut incoming = vec![0u8; len];
         let status = world.sendrecv(&outgoing, right, tag, &mut incoming, left, tag)?;
-        if status.count != len || incoming != ring_payload(left, round, len) {
+        if status.count::<u8>() != len || incoming != ring_payload(left, round, len) {
             return Err(Error::other(format!(
                 "ring round {round}: the {len} bytes from rank {left} arrived as {} bytes or corrupted",
-                status.count
+                status.count::<u8>()
             )));
         }
         local += checksum(&incoming);
@@ -228,19 +273,25 @@ fn report_failure(rank: usize, what: &str, outcome: Result<()>) -> Result<()> {
     Err(error)
 }
 
-fn fail(world: &Comm, failing: usize) -> Result<()> {
-    let rank = world.rank();
+/// A barrier after which rank `failing` knows that every survivor has left it: otherwise a
+/// survivor still waiting there for a third rank's message could see the failure first, and
+/// report the barrier instead of the receive that follows (allowed by MPI, but not what the
+/// `fail` and `abort` modes test).
+fn barrier_all_left(world: &Comm, failing: usize) -> Result<()> {
     world.barrier()?;
-    // The failing rank waits until every survivor has left the barrier: otherwise a survivor
-    // still waiting there for a third rank's message could see the failure first, and report
-    // the barrier instead of the receive below (allowed by MPI, but not what this mode tests).
-    if rank == failing {
+    if world.rank() == failing {
         for peer in (0..world.size()).filter(|&p| p != failing) {
             world.recv(&mut [0u8; 0], peer, PAST_BARRIER)?;
         }
+        Ok(())
     } else {
-        world.send(&[0u8; 0], failing, PAST_BARRIER)?;
+        world.send(&[0u8; 0], failing, PAST_BARRIER)
     }
+}
+
+fn fail(world: &Comm, failing: usize) -> Result<()> {
+    let rank = world.rank();
+    barrier_all_left(world, failing)?;
     if rank == failing {
         // Printed before failing: once its peers learn of the failure and exit, a launcher may
         // stop this process before its error reaches stderr.
@@ -250,6 +301,18 @@ fn fail(world: &Comm, failing: usize) -> Result<()> {
     let mut never = [0u8; 1];
     let outcome = world.recv(&mut never, failing, NEVER_SENT).map(drop);
     report_failure(rank, &format!("receive from rank {failing}"), outcome)
+}
+
+fn abort(world: &Comm, aborting: usize, code: i32) -> Result<()> {
+    let rank = world.rank();
+    barrier_all_left(world, aborting)?;
+    if rank == aborting {
+        say(&format!("rank {rank}: aborting with code {code}"));
+        world.abort(code);
+    }
+    let mut never = [0u8; 1];
+    let outcome = world.recv(&mut never, aborting, NEVER_SENT).map(drop);
+    report_failure(rank, &format!("receive from rank {aborting}"), outcome)
 }
 
 fn die(world: &Comm, victim: usize, bytes: usize) -> Result<()> {

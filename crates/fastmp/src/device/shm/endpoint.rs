@@ -13,7 +13,7 @@ use crate::device::matching::{self, Envelope, Matcher, PeerView};
 use crate::device::slab::Slab;
 use crate::device::wait::{Backoff, Pause};
 use crate::device::{
-    ContextId, Device, MatchSpec, RawStatus, ReqId, SendMode, Source, Started, TAG_UB, receive_result,
+    ContextId, Device, MatchSpec, MessageId, RawStatus, ReqId, SendMode, Source, Started, TAG_UB, receive_result,
 };
 use crate::error::{Error, Result};
 
@@ -94,6 +94,18 @@ enum Body {
     Rts,
 }
 
+/// A message taken off matching by a matched probe, until it is received or discarded. The
+/// sender's side is settled at probe time (matched: a cancel can no longer win), so the data is
+/// either here or at a claimed sender buffer.
+enum Held {
+    /// Eager bytes (inline or in a spill buffer).
+    Bytes(Body),
+    /// A rendezvous from this rank itself, copied at probe time.
+    Copied(Box<[u8]>),
+    /// A claimed rendezvous: the sender waits (its record CLAIMED) until the copy is done.
+    Claimed { src: *const u8, record: Arc<SendRecord> },
+}
+
 /// A message about to be matched: where its bytes are, and the sender's record if the receiver
 /// has to complete one.
 struct Incoming<'a> {
@@ -123,6 +135,8 @@ struct State {
     records: Vec<Arc<SendRecord>>,
     /// Released rendezvous sends still owed to a receiver.
     detached: Vec<Arc<SendRecord>>,
+    /// Messages taken by a matched probe.
+    messages: Slab<(Envelope, Held)>,
 }
 
 /// The shm [`Device`] of one rank. Not `Sync`: it belongs to its rank's thread.
@@ -162,18 +176,84 @@ impl ShmEndpoint {
             },
             records: Vec::with_capacity(RECORD_POOL),
             detached: Vec::new(),
+            messages: Slab::default(),
             pending_count: 0,
         };
         ShmEndpoint { world, rank, finalized: Cell::new(false), blocked: Cell::new(false), st: RefCell::new(st) }
     }
 
-    /// Releases every outstanding request (the endpoint goes away).
+    /// Releases every outstanding request and discards every probed message still held (the
+    /// endpoint goes away), so no peer waits for this rank or points at its memory.
     fn release_all(&self) {
         let st = &mut *self.st.borrow_mut();
         let mut cursor = 0;
         while let Some(id) = st.reqs.next_live(&mut cursor) {
             self.release_in(st, id);
         }
+        let mut cursor = 0;
+        while let Some(id) = st.messages.next_live(&mut cursor) {
+            let sink = std::ptr::NonNull::<u8>::dangling().as_ptr();
+            let _ = self.receive_held(st, MessageId(id), sink, 0);
+        }
+    }
+
+    /// Takes the first queued message matching `spec` for a matched probe: its sender's record
+    /// is acknowledged (synchronous eager) or claimed (rendezvous) now, as a receive matching it
+    /// would, so the message can no longer be cancelled or seen by another receive.
+    fn take_message(&self, st: &mut State, spec: MatchSpec) -> Option<(MessageId, RawStatus)> {
+        while let Some((env, payload)) = st.matcher.take_unexpected(&spec) {
+            let held = match (payload.body, payload.record) {
+                (body, None) => Held::Bytes(body),
+                (Body::Rts, Some(record)) => match record.claim() {
+                    // From this rank itself: copied now, because only this thread could end the
+                    // claim, and it may first release the send (which waits for the claim).
+                    Some(src) if env.source == self.rank => {
+                        // SAFETY: a CLAIMED record's data pointer is valid for `len` bytes.
+                        let copy = unsafe { std::slice::from_raw_parts(src, env.len) }.into();
+                        record.complete();
+                        Held::Copied(copy)
+                    }
+                    Some(src) => Held::Claimed { src, record },
+                    None => continue, // cancelled by its sender: it no longer exists
+                },
+                (body, Some(record)) => {
+                    if !record.acknowledge() {
+                        if let Body::Spilled(b) = body {
+                            st.spare_spills.push(b);
+                        }
+                        continue;
+                    }
+                    self.world.ranks[env.source].parker.notify();
+                    Held::Bytes(body)
+                }
+            };
+            return Some((MessageId(st.messages.insert((env, held))), env.status()));
+        }
+        None
+    }
+
+    /// Receives a held message into `dst` (or, with `capacity` 0, drops it).
+    fn receive_held(&self, st: &mut State, msg: MessageId, dst: *mut u8, capacity: usize) -> Result<RawStatus> {
+        let Some((env, held)) = st.messages.remove(msg.0) else {
+            return Err(Error::InvalidArgument("mrecv: the message was already received".into()));
+        };
+        match held {
+            Held::Bytes(Body::Inline(b)) => copy_into(dst, capacity, &b[..env.len]),
+            Held::Bytes(Body::Spilled(b)) => {
+                copy_into(dst, capacity, &b[..env.len]);
+                st.spare_spills.push(b);
+            }
+            Held::Copied(b) => copy_into(dst, capacity, &b),
+            Held::Bytes(Body::Rts) => unreachable!("a rendezvous message is held claimed or copied"),
+            Held::Claimed { src, record } => {
+                // SAFETY: a CLAIMED record's data pointer stays valid for `len` bytes until it is
+                // completed: the sender cannot detach or cancel it meanwhile and waits for DONE.
+                copy_into(dst, capacity, unsafe { std::slice::from_raw_parts(src, env.len) });
+                record.complete();
+                self.world.ranks[env.source].parker.notify();
+            }
+        }
+        receive_result(env.source, env.tag, env.len, capacity)
     }
 
     fn check_live(&self) -> Result<()> {
@@ -872,6 +952,32 @@ impl Device for ShmEndpoint {
 
     fn name(&self) -> &'static str {
         "shm"
+    }
+
+    fn abort_job(&self, failure: crate::device::Failure) -> crate::device::Failure {
+        self.world.mark_failed(self.rank, failure.clone());
+        self.world.first_failure().unwrap_or(failure)
+    }
+
+    fn improbe(&self, spec: MatchSpec) -> Result<Option<(MessageId, RawStatus)>> {
+        self.check_spec(spec)?;
+        let st = &mut *self.st.borrow_mut();
+        self.progress(st);
+        if let Some(found) = self.take_message(st, spec) {
+            return Ok(Some(found));
+        }
+        // As in `iprobe`: only a blocked probe (`mprobe`) gives up on a message that cannot come.
+        let hopeless = || self.blocked.get().then(|| self.unreachable_source(st, spec)).flatten();
+        if let Some(err) = self.world.abort_error().or_else(hopeless) {
+            self.progress(st);
+            return self.take_message(st, spec).map(Some).ok_or(err);
+        }
+        Ok(None)
+    }
+
+    unsafe fn mrecv(&self, msg: MessageId, buf: *mut u8, capacity: usize) -> Result<Started> {
+        let st = &mut *self.st.borrow_mut();
+        Ok(Started::Complete(self.receive_held(st, msg, buf, capacity)))
     }
 }
 

@@ -19,7 +19,7 @@ pub(crate) mod ring;
 mod test_support;
 
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex};
 
 use crossbeam_utils::CachePadded;
 
@@ -27,6 +27,7 @@ pub(crate) use coll::ShmCollectives;
 pub(crate) use endpoint::ShmEndpoint;
 
 use super::wait::{Parker, WaitPolicy};
+use super::{Failure, lock_ignoring_poison};
 use crate::error::{Error, Result};
 use board::Board;
 use ring::Ring;
@@ -59,12 +60,14 @@ pub(crate) struct ShmWorld {
     /// `rings[dest * np + source]`: a receiver's incoming rings are contiguous.
     rings: Box<[Ring]>,
     ranks: Box<[RankShared]>,
-    /// The rank whose failure aborted the job (set once; its cause is in `causes`).
-    first_failure: OnceLock<usize>,
-    /// Why each failed rank failed.
-    causes: Box<[OnceLock<String>]>,
-    /// Set (`SeqCst`, after `first_failure`) when a rank fails; the native collectives' protocol
-    /// relies on its total order with their `SeqCst` entry stores (see `coll::area`).
+    /// The failure that aborted the job: the first one recorded, and whether its cause is
+    /// still provisional (a rank that is unwinding records itself before its panic message is
+    /// known; `run` fills it in).
+    first_failure: Mutex<Option<(Failure, bool)>>,
+    /// Set (`SeqCst`, after `first_failure`, before the failed rank's state) when a rank fails;
+    /// the native collectives' protocol relies on its total order with their `SeqCst` entry
+    /// stores (see `coll::area`). So whoever sees a rank failed or the job aborted finds the
+    /// first failure recorded, and every error names the rank that failed first.
     aborted: AtomicBool,
     /// Native-collective areas by communicator (context and member list).
     native_areas: coll::Registry,
@@ -82,8 +85,7 @@ impl ShmWorld {
             rings: (0..np * np).map(|_| Ring::new()).collect(),
             ranks: (0..np).map(|_| RankShared::default()).collect(),
             placement: super::Placement::single_process(np),
-            first_failure: OnceLock::new(),
-            causes: (0..np).map(|_| OnceLock::new()).collect(),
+            first_failure: Mutex::new(None),
             aborted: AtomicBool::new(false),
             native_areas: coll::Registry::default(),
         })
@@ -106,23 +108,43 @@ impl ShmWorld {
         self.wake_all();
     }
 
-    /// Records that `rank` failed: the job is aborted and every blocked rank is woken to notice.
-    pub fn mark_failed(&self, rank: usize, cause: String) {
-        // The cause is published before the rank that names it.
-        let _ = self.causes[rank].set(cause);
-        self.ranks[rank].state.store(FAILED, Ordering::SeqCst);
-        let _ = self.first_failure.set(rank);
+    /// Records that `rank` failed with `failure` (its own, or the job's earlier failure it ran
+    /// into): the job is aborted and every blocked rank is woken to notice. The first failure
+    /// recorded is the job's; a later one only completes a provisional cause of the same rank.
+    pub fn mark_failed(&self, rank: usize, failure: Failure) {
+        self.record(rank, failure, false);
+    }
+
+    /// Records that `rank` is unwinding from a panic whose message `run` will report later:
+    /// peers learn now that it failed, before it stops taking part in anything.
+    pub fn mark_panicking(&self, rank: usize) {
+        let failure = Failure { rank, cause: "panicked".into(), code: None };
+        self.record(rank, failure, true);
+    }
+
+    fn record(&self, rank: usize, failure: Failure, provisional: bool) {
+        {
+            let mut first = lock_ignoring_poison(&self.first_failure);
+            match &mut *first {
+                None => *first = Some((failure, provisional)),
+                Some((recorded, true)) if recorded.rank == failure.rank && !provisional => {
+                    *recorded = failure;
+                    first.as_mut().expect("just matched").1 = false;
+                }
+                Some(_) => {}
+            }
+        }
         self.aborted.store(true, Ordering::SeqCst);
+        self.ranks[rank].state.store(FAILED, Ordering::SeqCst);
         self.wake_all();
     }
 
-    /// The rank that failed first and why.
-    pub fn first_failure(&self) -> Option<(usize, String)> {
-        self.first_failure.get().map(|&rank| (rank, self.cause(rank)))
-    }
-
-    fn cause(&self, rank: usize) -> String {
-        self.causes[rank].get().cloned().unwrap_or_else(|| "unknown".into())
+    /// The failure that aborted the job, if one did.
+    pub fn first_failure(&self) -> Option<Failure> {
+        if !self.is_aborted() {
+            return None;
+        }
+        lock_ignoring_poison(&self.first_failure).as_ref().map(|(failure, _)| failure.clone())
     }
 
     fn wake_all(&self) {
@@ -137,16 +159,16 @@ impl ShmWorld {
     }
 
     fn abort_error(&self) -> Option<Error> {
-        let (rank, cause) = self.first_failure()?;
-        Some(Error::PeerFailed { rank, cause })
+        self.first_failure().map(|failure| failure.peer_error())
     }
 
-    /// The error a rank waiting on `rank` gets, if `rank` is no longer running.
+    /// The error a rank waiting on `rank` gets, if `rank` is no longer running. A failed rank
+    /// means an aborted job, reported as its first failure (which `rank` may only have run into).
     fn gone(&self, rank: usize) -> Option<Error> {
         match self.liveness(rank) {
             Liveness::Running => None,
             Liveness::Exited => Some(Error::PeerExited { rank }),
-            Liveness::Failed => Some(Error::PeerFailed { rank, cause: self.cause(rank) }),
+            Liveness::Failed => self.abort_error(),
         }
     }
 

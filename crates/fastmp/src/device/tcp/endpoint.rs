@@ -18,8 +18,8 @@ use super::{Peer, Shared, TcpOptions, io_error};
 use crate::device::matching::Envelope;
 use crate::device::wait::WaitPolicy;
 use crate::device::{
-    ContextId, Device, MatchSpec, Placement, RawStatus, ReqId, SendMode, Source, Started, TAG_UB,
-    lock_ignoring_poison as lock, receive_result,
+    ContextId, Device, Failure, MatchSpec, MessageId, Placement, RawStatus, ReqId, SendMode, SharedDevice, Source,
+    Started, TAG_UB, lock_ignoring_poison as lock, receive_result,
 };
 use crate::error::{Error, Result};
 
@@ -27,9 +27,35 @@ use crate::error::{Error, Result};
 const ABORT_FLUSH: Duration = Duration::from_secs(1);
 
 /// The tcp [`Device`] of one rank. Thread-safe: user threads and the input thread share it.
+/// The rank's `Comm` holds the first one; `Comm::threaded` hands out handles (more values over
+/// the same state) for the rank's other threads.
 pub(crate) struct TcpEndpoint {
     shared: Arc<Shared>,
-    input: Mutex<Option<JoinHandle<()>>>,
+    input: Arc<InputThread>,
+    /// A handle for other threads of the rank (counted in `Shared::helpers` while it lives).
+    helper: bool,
+}
+
+/// The input-handler thread, stopped when its last endpoint value goes (or at shutdown).
+struct InputThread {
+    shared: Arc<Shared>,
+    handle: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl InputThread {
+    fn stop(&self) {
+        self.shared.stop.store(true, Ordering::Release);
+        self.shared.kick_input();
+        if let Some(handle) = lock(&self.handle).take() {
+            let _ = handle.join();
+        }
+    }
+}
+
+impl Drop for InputThread {
+    fn drop(&mut self) {
+        self.stop();
+    }
 }
 
 impl TcpEndpoint {
@@ -79,6 +105,7 @@ impl TcpEndpoint {
             idle_cv: Condvar::new(),
             wake_fd,
             stop: AtomicBool::new(false),
+            helpers: AtomicUsize::new(0),
             progress_thread: options.progress_thread,
             finalized: AtomicBool::new(false),
             placement,
@@ -88,7 +115,8 @@ impl TcpEndpoint {
             .name(format!("fastmp-tcp-input-{rank}"))
             .spawn(move || input_loop(&input_shared))
             .map_err(|e| io_error("could not start the input-handler thread", e))?;
-        Ok(TcpEndpoint { shared, input: Mutex::new(Some(input)) })
+        let input = Arc::new(InputThread { shared: shared.clone(), handle: Mutex::new(Some(input)) });
+        Ok(TcpEndpoint { shared, input, helper: false })
     }
 
     /// Ends a rank that finished its program: says `Bye` to every peer, keeps serving them
@@ -105,15 +133,12 @@ impl TcpEndpoint {
         result
     }
 
-    /// Ends a rank whose program failed: tells every peer why (best effort, bounded time), so
-    /// their pending and future operations fail instead of waiting.
-    pub(crate) fn abort(&self, cause: &str) {
+    /// Ends a rank whose program failed: tells every peer about the job's failure (best effort,
+    /// bounded time), so their pending and future operations fail instead of waiting, and closes
+    /// the connections. Returns the failure the job ends with (see [`Device::abort_job`]).
+    pub(crate) fn abort(&self, failure: Failure) -> Failure {
         let sh = &*self.shared;
-        lock(&sh.state).abort(sh.rank, cause.to_string());
-        let text = &cause.as_bytes()[..cause.len().min(frame::MAX_ABORT_LEN as usize)];
-        for p in sh.peer_ranks() {
-            sh.send_frame(p, Frame::Abort { len: text.len() as u64 }, text);
-        }
+        let job = self.abort_job(failure);
         let deadline = Instant::now() + ABORT_FLUSH;
         while Instant::now() < deadline && sh.peer_ranks().any(|p| sh.peer(p).tx_busy.load(Ordering::Acquire)) {
             sh.progress_once();
@@ -123,14 +148,11 @@ impl TcpEndpoint {
             let _ = sh.peer(p).stream.shutdown(Shutdown::Both);
         }
         self.stop_input();
+        job
     }
 
     fn stop_input(&self) {
-        self.shared.stop.store(true, Ordering::Release);
-        self.shared.kick_input();
-        if let Some(handle) = lock(&self.input).take() {
-            let _ = handle.join();
-        }
+        self.input.stop();
     }
 
     /// Completes `id` if it is done, or fails it if it can never be; `Ok(None)` while in flight.
@@ -146,7 +168,7 @@ impl TcpEndpoint {
                     let RecvPhase::Done(result) = r.phase else { unreachable!("checked above") };
                     return result.map(Some);
                 }
-                RecvPhase::Posted => st.unreachable(sh.rank, r.spec, blocked),
+                RecvPhase::Posted => st.unreachable(sh.rank, r.spec, blocked && sh.single_threaded()),
                 RecvPhase::Matched { .. } => st.abort_error(),
             },
             Req::Send(s) => match &s.phase {
@@ -155,7 +177,7 @@ impl TcpEndpoint {
                     st.reqs.remove(id);
                     return Ok(Some(status));
                 }
-                SendPhase::SelfQueued if blocked => {
+                SendPhase::SelfQueued if blocked && sh.single_threaded() => {
                     // Withdrawn, not left behind: the message never happened.
                     st.withdraw_self_send(id);
                     st.reqs.remove(id);
@@ -183,7 +205,7 @@ impl TcpEndpoint {
     }
 
     fn check_live(&self) -> Result<()> {
-        if self.shared.finalized.load(Ordering::Acquire) { Err(Error::Finalized("device")) } else { Ok(()) }
+        self.shared.check_live()
     }
 
     /// A message to this rank itself: matched in memory, never through a socket. Eager-sized
@@ -385,9 +407,7 @@ impl Device for TcpEndpoint {
         }
         // A non-blocking probe answers "no message" even if none can come any more, unless the
         // job is aborted; a blocked one (`probe`) fails instead of waiting forever.
-        let blocked = sh.active.load(Ordering::Acquire) > 0;
-        let hopeless = st.abort_error().or_else(|| blocked.then(|| st.unreachable(sh.rank, spec, true)).flatten());
-        match hopeless {
+        match sh.hopeless(&st, spec) {
             Some(e) => Err(e),
             None => Ok(None),
         }
@@ -501,10 +521,84 @@ impl Device for TcpEndpoint {
     fn name(&self) -> &'static str {
         "tcp"
     }
+
+    /// Records the failure (an earlier one this rank heard of wins) and passes the job's failure
+    /// on to every peer, once: a rank that only ran into another's failure relays that rank's
+    /// record, so nobody blames the relay.
+    fn abort_job(&self, failure: Failure) -> Failure {
+        let sh = &*self.shared;
+        let (job, first_time) = {
+            let mut st = lock(&sh.state);
+            let job = st.abort(failure).clone();
+            (job, !std::mem::replace(&mut st.abort_relayed, true))
+        };
+        if first_time {
+            let text = &job.cause.as_bytes()[..job.cause.len().min(frame::MAX_ABORT_LEN as usize)];
+            // Ranks fit 32 bits (checked at start-up).
+            let frame = Frame::Abort { len: text.len() as u64, origin: job.rank as u32, code: job.code };
+            for p in sh.peer_ranks() {
+                sh.send_frame(p, frame, text);
+            }
+            sh.wake_waiters_always();
+        }
+        job
+    }
+
+    fn thread_level(&self) -> crate::ThreadLevel {
+        crate::ThreadLevel::Multiple
+    }
+
+    fn thread_shared(&self) -> Result<SharedDevice> {
+        self.check_live()?;
+        self.shared.helpers.fetch_add(1, Ordering::AcqRel);
+        Ok(Arc::new(TcpEndpoint { shared: self.shared.clone(), input: self.input.clone(), helper: true }))
+    }
+
+    fn improbe(&self, spec: MatchSpec) -> Result<Option<(MessageId, RawStatus)>> {
+        self.check_live()?;
+        let sh = &*self.shared;
+        sh.user_progress();
+        let mut st = lock(&sh.state);
+        if let Some((env, body)) = st.matcher.take_unexpected(&spec) {
+            let body = match body {
+                // Matched now, so the synchronous send completes now: its bytes are copied out
+                // and the sender's buffer is free again.
+                Body::SelfSync(sid) => {
+                    let mut copy = st.buffer(env.len);
+                    if let Some(Req::Send(s)) = st.reqs.get(sid) {
+                        // SAFETY: the queued self-send keeps its buffer valid for `len` bytes.
+                        copy.extend_from_slice(unsafe { std::slice::from_raw_parts(s.buf, s.len) });
+                    }
+                    st.finish_send(sid, env.status());
+                    drop(st);
+                    sh.wake_waiters();
+                    st = lock(&sh.state);
+                    Body::Eager(copy)
+                }
+                body => body,
+            };
+            let id = st.messages.insert((env, body));
+            return Ok(Some((MessageId(id), env.status())));
+        }
+        match sh.hopeless(&st, spec) {
+            Some(e) => Err(e),
+            None => Ok(None),
+        }
+    }
+
+    unsafe fn mrecv(&self, msg: MessageId, buf: *mut u8, capacity: usize) -> Result<Started> {
+        let mut st = lock(&self.shared.state);
+        let Some(taken) = st.messages.remove(msg.0) else {
+            return Err(Error::InvalidArgument("mrecv: the message was already received".into()));
+        };
+        Ok(self.take_queued(st, taken, buf, capacity))
+    }
 }
 
 impl Drop for TcpEndpoint {
     fn drop(&mut self) {
-        self.stop_input();
+        if self.helper {
+            self.shared.helpers.fetch_sub(1, Ordering::AcqRel);
+        }
     }
 }

@@ -50,6 +50,7 @@ const KIND_CANCEL_ACK: u8 = 8;
 
 const FLAG_SYNC: u8 = 1;
 const FLAG_CANCELLED: u8 = 1;
+const FLAG_ABORT_CODE: u8 = 1;
 
 /// One frame header. Ids name requests on the side that allocated them (`send_id` on the
 /// sender, `recv_id` on the receiver), so neither side has to look anything up by envelope.
@@ -66,8 +67,11 @@ pub(crate) enum Frame {
     Data { recv_id: u64, len: u64 },
     /// The sender finalized: it sends nothing more (and reads until the peer's `Bye`).
     Bye,
-    /// The sender's rank failed; `len` bytes of UTF-8 cause follow.
-    Abort { len: u64 },
+    /// The job failed: rank `origin` failed first (the sender itself, or a rank whose failure
+    /// the sender passes on, so that peers always name the rank that failed first), with the
+    /// abort `code` if it called `Comm::abort`; `len` bytes of UTF-8 cause follow. `origin` travels
+    /// in the context field, `code` in the tag field (flag bit 0 says there is one).
+    Abort { len: u64, origin: u32, code: Option<i32> },
     /// The sender withdraws its unmatched rendezvous send `send_id`.
     Cancel { send_id: u64 },
     /// Answer to `Cancel`: whether the message was withdrawn before it matched.
@@ -146,7 +150,7 @@ impl Frame {
     /// Payload bytes that follow this header on the wire.
     pub(crate) fn payload_len(&self) -> u64 {
         match *self {
-            Frame::Eager { len, .. } | Frame::Data { len, .. } | Frame::Abort { len } => len,
+            Frame::Eager { len, .. } | Frame::Data { len, .. } | Frame::Abort { len, .. } => len,
             _ => 0,
         }
     }
@@ -162,7 +166,9 @@ impl Header {
             Frame::Cts { send_id, recv_id } => (KIND_CTS, 0, 0, 0, recv_id, send_id),
             Frame::Data { recv_id, len } => (KIND_DATA, 0, 0, 0, len, recv_id),
             Frame::Bye => (KIND_BYE, 0, 0, 0, 0, 0),
-            Frame::Abort { len } => (KIND_ABORT, 0, 0, 0, len, 0),
+            Frame::Abort { len, origin, code } => {
+                (KIND_ABORT, if code.is_some() { FLAG_ABORT_CODE } else { 0 }, origin, code.unwrap_or(0), len, 0)
+            }
             Frame::Cancel { send_id } => (KIND_CANCEL, 0, 0, 0, 0, send_id),
             Frame::CancelAck { send_id, cancelled } => {
                 (KIND_CANCEL_ACK, if cancelled { FLAG_CANCELLED } else { 0 }, 0, 0, 0, send_id)
@@ -231,11 +237,12 @@ impl Header {
                 Frame::Bye
             }
             KIND_ABORT => {
-                unused_zero(flags == 0 && context == 0 && tag == 0 && b == 0)?;
+                let has_code = flags & FLAG_ABORT_CODE != 0;
+                unused_zero(flags & !FLAG_ABORT_CODE == 0 && (has_code || tag == 0) && b == 0)?;
                 if a > MAX_ABORT_LEN {
                     return Err(FrameError::PayloadTooLong { kind: "abort", len: a, max: MAX_ABORT_LEN });
                 }
-                Frame::Abort { len: a }
+                Frame::Abort { len: a, origin: context, code: has_code.then_some(tag) }
             }
             KIND_CANCEL => {
                 unused_zero(flags == 0 && context == 0 && tag == 0 && a == 0)?;
@@ -332,7 +339,8 @@ mod tests {
             Frame::Cts { send_id: 9, recv_id: 11 },
             Frame::Data { recv_id: 11, len: 1 << 40 },
             Frame::Bye,
-            Frame::Abort { len: 12 },
+            Frame::Abort { len: 12, origin: 3, code: None },
+            Frame::Abort { len: 0, origin: 0, code: Some(-7) },
             Frame::Cancel { send_id: 2 },
             Frame::CancelAck { send_id: 2, cancelled: true },
             Frame::CancelAck { send_id: 2, cancelled: false },

@@ -23,7 +23,8 @@ fn valid_frame(max_payload: u64) -> impl Strategy<Value = Frame> {
         (any::<u64>(), any::<u64>()).prop_map(|(send_id, recv_id)| Frame::Cts { send_id, recv_id }),
         (any::<u64>(), 0..=max_payload).prop_map(|(recv_id, len)| Frame::Data { recv_id, len }),
         Just(Frame::Bye),
-        (0..=MAX_ABORT_LEN.min(max_payload)).prop_map(|len| Frame::Abort { len }),
+        (0..=MAX_ABORT_LEN.min(max_payload), any::<u32>(), any::<Option<i32>>())
+            .prop_map(|(len, origin, code)| Frame::Abort { len, origin, code }),
         any::<u64>().prop_map(|send_id| Frame::Cancel { send_id }),
         (any::<u64>(), any::<bool>()).prop_map(|(send_id, cancelled)| Frame::CancelAck { send_id, cancelled }),
     ]

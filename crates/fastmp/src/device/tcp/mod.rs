@@ -37,7 +37,7 @@ mod tx;
 
 use std::net::TcpStream;
 use std::os::fd::OwnedFd;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex};
 
 use super::wait::WaitPolicy;
@@ -92,11 +92,42 @@ struct Shared {
     /// Interrupts the input thread's `poll(2)`.
     wake_fd: OwnedFd,
     stop: AtomicBool,
+    /// Live handles of the endpoint for the rank's other threads (`Comm::threaded`). While there
+    /// are any, a blocked thread cannot conclude that no send to itself will come: another
+    /// thread may start one.
+    helpers: AtomicUsize,
     /// See [`TcpOptions::progress_thread`].
     progress_thread: bool,
     finalized: AtomicBool,
     /// Process and node of every rank, from the sites the bootstrap exchanged.
     placement: super::Placement,
+}
+
+impl Shared {
+    /// Whether only the rank's own thread can call in (no thread handles are out).
+    fn single_threaded(&self) -> bool {
+        self.helpers.load(Ordering::Acquire) == 0
+    }
+
+    /// Fails calls after `finalize`, and calls of other threads after the rank ended (its
+    /// connections are closed then).
+    fn check_live(&self) -> Result<(), Error> {
+        if self.finalized.load(Ordering::Acquire) {
+            Err(Error::Finalized("device"))
+        } else if self.stop.load(Ordering::Acquire) {
+            Err(Error::Finalized("tcp endpoint (its rank has ended)"))
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Why a probe that found nothing can never succeed: the job was aborted, or (only inside a
+    /// blocking wait, which cannot start the missing send meanwhile) no peer can still send it.
+    /// A non-blocking probe otherwise answers "no message".
+    fn hopeless(&self, st: &State, spec: super::MatchSpec) -> Option<Error> {
+        let blocked = self.active.load(Ordering::Acquire) > 0;
+        st.abort_error().or_else(|| blocked.then(|| st.unreachable(self.rank, spec, self.single_threaded())).flatten())
+    }
 }
 
 fn io_error(what: &str, e: std::io::Error) -> Error {

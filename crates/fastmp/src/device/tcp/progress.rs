@@ -6,6 +6,7 @@
 //! does the same work. The two never fight over a connection: each connection's receive and send
 //! sides have their own locks, taken with `try_lock` by whoever progresses.
 
+use std::cell::Cell;
 use std::net::Shutdown;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -17,7 +18,7 @@ use super::rx::{Pumped, RxError};
 use super::state::{PeerState, Req};
 use super::{Peer, Shared};
 use crate::device::wait::{Backoff, Pause};
-use crate::device::{RawStatus, ReqId, lock_ignoring_poison as lock};
+use crate::device::{Failure, RawStatus, ReqId, lock_ignoring_poison as lock};
 use crate::error::Result;
 
 /// How long the input thread rests while a user thread polls, before looking again.
@@ -91,13 +92,41 @@ impl Shared {
         let peer = self.peer(p);
         peer.closed.store(true, Ordering::Release);
         peer.tx_busy.store(false, Ordering::Release);
-        let mut st = lock(&self.state);
-        if st.peers[p] == PeerState::Exited && self.stop.load(Ordering::Acquire) {
+        {
+            let st = lock(&self.state);
+            if st.peers[p] == PeerState::Exited && self.stop.load(Ordering::Acquire) {
+                return;
+            }
+        }
+        // A peer usually stops talking because the job failed elsewhere, and the news of that
+        // (an `Abort` naming the rank that failed first) may already wait unread on another
+        // connection: read it first, so the job's record does not blame a mere relay.
+        self.read_pending_input();
+        let cause = format!("connection to rank {p} lost: {why}");
+        lock(&self.state).abort(Failure { rank: p, cause, code: None });
+        self.wake_waiters_always();
+    }
+
+    /// Handles whatever frames have already arrived on the open connections this thread can get
+    /// at, without waiting for more (not re-entered from inside itself).
+    fn read_pending_input(&self) {
+        thread_local! {
+            static READING: Cell<bool> = const { Cell::new(false) };
+        }
+        if READING.replace(true) {
             return;
         }
-        st.abort(p, format!("connection to rank {p} lost: {why}"));
-        drop(st);
-        self.wake_waiters_always();
+        for q in self.peer_ranks() {
+            let peer = self.peer(q);
+            if peer.closed.load(Ordering::Acquire) {
+                continue;
+            }
+            if let Ok(mut rx) = peer.rx.try_lock() {
+                // Errors and ends are found again (and reported) by the next regular round.
+                let _ = rx.pump(&peer.stream, &mut PeerHandler { sh: self, peer: q });
+            }
+        }
+        READING.set(false);
     }
 
     pub(super) fn wake_waiters_always(&self) {
@@ -197,6 +226,10 @@ impl Shared {
             }
             if let Some(e) = lock(&sh.state).abort_error() {
                 return Err(e);
+            }
+            // A thread of the rank still waiting when the rank ended (its connections are gone).
+            if sh.stop.load(Ordering::Acquire) {
+                return Err(crate::Error::Finalized("tcp endpoint (its rank has ended)"));
             }
             match backoff.next() {
                 Pause::Spin => std::hint::spin_loop(),

@@ -12,7 +12,7 @@ use super::frame::{Frame, Header};
 use super::rx::{Delivery, RxHandler, Sink};
 use super::state::{self, Body, PeerState, RecvPhase, RecvReq, Req, SendPhase};
 use crate::device::matching::Envelope;
-use crate::device::{ContextId, RawStatus, ReqId, lock_ignoring_poison as lock, receive_result};
+use crate::device::{ContextId, Failure, RawStatus, ReqId, lock_ignoring_poison as lock, receive_result};
 
 /// Protocol actions for frames arriving from one peer (runs under that peer's rx lock). The
 /// decoder has checked each header's ranks: its source is `peer`, its destination this rank.
@@ -67,7 +67,7 @@ impl RxHandler for PeerHandler<'_> {
                 sh.wake_waiters_always();
                 Sink::Discard
             }
-            Frame::Abort { len } => Sink::Owned(Vec::with_capacity(len as usize)),
+            Frame::Abort { len, .. } => Sink::Owned(Vec::with_capacity(len as usize)),
             Frame::Cancel { send_id } => {
                 let mut st = lock(&sh.state);
                 let cancelled = st
@@ -112,9 +112,15 @@ impl RxHandler for PeerHandler<'_> {
                     st.finish_recv(id, result);
                 }
             }
-            (Frame::Abort { .. }, Sink::Owned(text)) => {
+            (Frame::Abort { origin, code, .. }, Sink::Owned(text)) => {
+                let origin = origin as usize;
+                if origin >= sh.size {
+                    let why = format!("protocol error: its abort names rank {origin}, outside the job of {}", sh.size);
+                    sh.connection_lost(p, &why);
+                    return;
+                }
                 let cause = String::from_utf8_lossy(&text).into_owned();
-                lock(&sh.state).abort(p, cause);
+                lock(&sh.state).abort(Failure { rank: origin, cause, code });
                 sh.wake_waiters_always();
             }
             _ => {}

@@ -4,7 +4,7 @@
 
 use crate::device::matching::{self, Envelope, Matcher, PeerView};
 use crate::device::slab::Slab;
-use crate::device::{MatchSpec, RawStatus, ReqId};
+use crate::device::{Failure, MatchSpec, RawStatus, ReqId};
 use crate::error::{Error, Result};
 
 /// Buffers kept for unexpected eager messages; beyond this, freed.
@@ -81,8 +81,12 @@ pub(super) struct State {
     /// Posted receives and arrived messages nobody has received yet.
     pub matcher: Matcher<Body>,
     pub peers: Vec<PeerState>,
+    /// Messages taken off matching by a matched probe, until received or discarded.
+    pub messages: Slab<(Envelope, Body)>,
     /// The first failure this rank heard of: the job is aborted.
-    pub aborted: Option<(usize, String)>,
+    pub aborted: Option<Failure>,
+    /// Whether this rank has sent its peers the job's failure (`Device::abort_job`).
+    pub abort_relayed: bool,
     pool: Vec<Vec<u8>>,
     /// Smallest capacity of a pooled buffer: any eager message fits any pooled buffer.
     buffer_floor: usize,
@@ -101,19 +105,21 @@ impl State {
             reqs: Slab::with_capacity(64),
             matcher: Matcher::with_capacity(64, 64),
             peers: vec![PeerState::Live; size],
+            messages: Slab::default(),
             aborted: None,
+            abort_relayed: false,
             pool,
             buffer_floor: eager_limit,
         }
     }
 
     pub fn abort_error(&self) -> Option<Error> {
-        self.aborted.as_ref().map(|(rank, cause)| Error::PeerFailed { rank: *rank, cause: cause.clone() })
+        self.aborted.as_ref().map(Failure::peer_error)
     }
 
     /// Records the first failure; later ones are consequences.
-    pub fn abort(&mut self, rank: usize, cause: String) {
-        self.aborted.get_or_insert((rank, cause));
+    pub fn abort(&mut self, failure: Failure) -> &Failure {
+        self.aborted.get_or_insert(failure)
     }
 
     /// The posted receive an arriving envelope matches, taken off the posted list and marked

@@ -10,7 +10,7 @@ use super::bootstrap::{Bootstrap, Mesh, Rendezvous, Site, SocketOptions};
 use super::frame::{Frame, Header};
 use super::handshake::JobSecret;
 use super::{TcpEndpoint, TcpOptions};
-use crate::device::{Device, Locality, MatchSpec, SendMode, Source, Started};
+use crate::device::{Device, Failure, Locality, MatchSpec, SendMode, Source, Started};
 use crate::error::Error;
 
 /// The start-up of one test job: rank 0's rendezvous, its address, the secret.
@@ -205,6 +205,37 @@ fn a_frame_naming_the_wrong_ranks_aborts_the_job() {
             }
             other => panic!("a misrouted frame was not a protocol error: {other:?}"),
         }
-        endpoint.abort("test over");
+        endpoint.abort(Failure { rank: 0, cause: "test over".into(), code: None });
+    }
+}
+
+/// An `Abort` frame names the rank that failed first (which the sender may only pass on): the
+/// endpoint's operations fail naming that rank; one naming a rank outside the job is a protocol
+/// error of the connection it came on.
+#[test]
+fn an_abort_names_its_origin_and_the_origin_is_checked() {
+    let cases = [(1, Ok("rank 1 gave up")), (5, Err("its abort names rank 5, outside the job of 2"))];
+    for (origin, expected) in cases {
+        let (endpoint, mut raw) = endpoint_and_raw_peer();
+        let text = b"rank 1 gave up";
+        let frame = Frame::Abort { len: text.len() as u64, origin, code: Some(9) };
+        raw.write_all(&Header { source: 1, dest: 0, frame }.encode()).unwrap();
+        raw.write_all(text).unwrap();
+        let mut buf = [0u8; 8];
+        let spec = MatchSpec { context: 0, source: Source::Rank(1), tag: 5 };
+        // SAFETY: `buf` outlives the receive, which fails inside `complete`.
+        let started = unsafe { endpoint.irecv(buf.as_mut_ptr(), buf.len(), spec) }.unwrap();
+        match (endpoint.complete(started), expected) {
+            (Err(Error::PeerFailed { rank: 1, cause }), Ok(text)) => assert_eq!(cause, text),
+            (Err(Error::PeerFailed { rank: 1, cause }), Err(why)) => {
+                assert!(cause.contains("protocol error") && cause.contains(why), "{cause}");
+            }
+            (other, _) => panic!("origin {origin}: {other:?}"),
+        }
+        // The endpoint passes the recorded failure on, whatever this rank's own was.
+        let own = Failure { rank: 0, cause: "test over".into(), code: None };
+        let job = endpoint.abort(own);
+        assert_eq!(job.rank, 1);
+        assert_eq!(job.code, if origin == 1 { Some(9) } else { None });
     }
 }

@@ -200,9 +200,18 @@ impl NativeArea {
         if how.blocking { self.wait(how.me, how.progress, &mut poll) } else { std::future::poll_fn(|_| poll()).await }
     }
 
-    /// Aborts the job on behalf of communicator rank `me` (a panic inside the collective).
-    pub(crate) fn fail_job(&self, me: usize, cause: String) {
-        self.world.mark_failed(self.members[me], cause);
+    /// Aborts the job on behalf of communicator rank `me`, which is unwinding from a panic
+    /// (inside the collective, or with the operation outstanding).
+    pub(crate) fn fail_job(&self, me: usize) {
+        self.world.mark_panicking(self.members[me]);
+    }
+
+    /// The error of a rank whose peer `p` gave up on the operation: the job's failure if it is
+    /// aborted (a peer gives up because of it, and must not take the blame), else an argument
+    /// error. A peer's give-up flag is stored after what made it give up, so whoever sees it
+    /// (Acquire) also sees the abort.
+    fn abandoned_by(&self, p: usize) -> Error {
+        self.world.abort_error().unwrap_or_else(|| abandoned(p))
     }
 
     /// Wakes the ranks of `peers` (communicator ranks) other than `me` if they are parked; call
@@ -222,7 +231,7 @@ impl NativeArea {
             return Poll::Ready(Ok(()));
         }
         if slot.failed.load(Ordering::Acquire) >= epoch {
-            return Poll::Ready(Err(abandoned(p)));
+            return Poll::Ready(Err(self.abandoned_by(p)));
         }
         if let Some(err) = self.world.abort_error() {
             return Poll::Ready(Err(err));
@@ -326,7 +335,7 @@ impl Drop for Session<'_> {
         if std::thread::panicking() {
             // This rank fails anyway; peers report it (PeerFailed naming it) instead of "rank
             // abandoned the operation", and stop waiting for it.
-            self.area.fail_job(self.how.me, "panicked in a native collective".into());
+            self.area.fail_job(self.how.me);
         }
         self.announce_leave(false);
         let area = self.area;
@@ -476,7 +485,7 @@ impl Session<'_> {
             let slot = area.slot(lane, p);
             if slot.left.load(Ordering::Acquire) >= epoch {
                 if slot.failed.load(Ordering::Acquire) >= epoch {
-                    first_error.get_or_insert_with(|| abandoned(p));
+                    first_error.get_or_insert_with(|| area.abandoned_by(p));
                 }
             } else if let Some(err) = excuse(area, lane, p, epoch) {
                 first_error.get_or_insert(err);
