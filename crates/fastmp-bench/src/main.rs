@@ -3,6 +3,7 @@
 //! With no launcher environment, `--np` starts that many thread ranks on the shm device.
 
 mod coll;
+mod halo;
 mod nbc;
 mod pt2pt;
 mod report;
@@ -39,11 +40,12 @@ enum Bench {
     Coll(Collective),
     Nbc(Collective),
     AllreduceRingP2p,
+    HaloPersistent,
     Tune,
 }
 
 const PT2PT: [Pt2pt; 5] = [Pt2pt::Latency, Pt2pt::Bw, Pt2pt::Bibw, Pt2pt::MbwMr, Pt2pt::Strided];
-const BENCH_COUNT: usize = PT2PT.len() + Collective::ALL.len() + nbc::NONBLOCKING.len() + 2;
+const BENCH_COUNT: usize = PT2PT.len() + Collective::ALL.len() + nbc::NONBLOCKING.len() + 3;
 
 /// Every benchmark name, in the order `--help` lists them.
 const BENCHES: [Bench; BENCH_COUNT] = {
@@ -64,6 +66,7 @@ const BENCHES: [Bench; BENCH_COUNT] = {
         (i, j) = (i + 1, j + 1);
     }
     all[i] = Bench::AllreduceRingP2p;
+    all[i + 1] = Bench::HaloPersistent;
     all
 };
 
@@ -168,6 +171,7 @@ impl Bench {
             Bench::Coll(c) => c.name(),
             Bench::Nbc(c) => nbc::name(c),
             Bench::AllreduceRingP2p => "allreduce_ring_p2p",
+            Bench::HaloPersistent => "halo_persistent",
             Bench::Tune => "tune",
         }
     }
@@ -181,6 +185,7 @@ impl Args {
             Bench::Pt2pt(Pt2pt::Strided) => 8,
             Bench::Coll(c) | Bench::Nbc(c) if coll::is_reduction(c) => 4,
             Bench::AllreduceRingP2p => 4,
+            Bench::HaloPersistent => 8,
             _ => 1,
         });
         let max = self.max_size.unwrap_or(match self.bench {
@@ -211,8 +216,9 @@ impl Args {
         let is_coll = matches!(self.bench, Bench::Coll(_) | Bench::Nbc(_));
         let is_tune = self.bench == Bench::Tune;
         let is_ring = self.bench == Bench::AllreduceRingP2p;
+        let is_halo = self.bench == Bench::HaloPersistent;
         given("--algorithm", self.algorithm.is_some(), is_coll)?;
-        given("--iterations", self.iterations.is_some(), is_coll || is_tune || is_ring)?;
+        given("--iterations", self.iterations.is_some(), is_coll || is_tune || is_ring || is_halo)?;
         given("--segments", self.segments.is_some(), is_ring)?;
         let in_place = matches!(self.bench, Bench::Coll(c) if coll::IN_PLACE.contains(&c));
         given("--in-place", self.in_place, in_place)?;
@@ -288,6 +294,10 @@ fn run(args: &Args) -> Result<(), String> {
             let iterations = args.iterations(Iterations::OSU)?;
             let segments = args.segments.unwrap_or(ring_p2p::DEFAULT_SEGMENTS);
             return launch(config, args, |world, out| ring_p2p::bench(world, &sizes, iterations, segments, out));
+        }
+        Bench::HaloPersistent => {
+            let iterations = args.iterations(Iterations::OSU)?;
+            return launch(config, args, |world, out| halo::bench(world, &sizes, iterations, out));
         }
         Bench::Coll(c) | Bench::Nbc(c) => {
             let spec = coll::Spec {

@@ -6,9 +6,11 @@ use std::sync::Arc;
 
 use crate::coll::select::Tuning;
 use crate::device::collectives::Collectives;
-use crate::device::{ANY_TAG, ContextId, Device, MatchSpec, RawStatus, ReqId, Source, TAG_UB};
+use crate::device::requests::Pending;
+use crate::device::{ANY_TAG, ContextId, Device, MatchSpec, PROC_NULL, RawStatus, Source, TAG_UB};
 use crate::error::{Error, Result};
 use crate::group::Group;
+use crate::owned::Orphans;
 use crate::progress::{Engine, Progressing};
 
 /// Context of the world communicator's point-to-point traffic. Every communicator owns two
@@ -61,7 +63,9 @@ pub(crate) struct ProcessState {
     /// Last token given to a `Comm::scope` (names its collectives in the engine).
     last_scope: Cell<u64>,
     /// Emptied request lists of ended scopes, reused so a scope allocates nothing once warm.
-    pub(crate) request_lists: RefCell<Vec<Vec<ReqId>>>,
+    pub(crate) request_lists: RefCell<Vec<Vec<Pending>>>,
+    /// Owned-buffer operations dropped before they finished, with their buffers.
+    pub(crate) orphans: Orphans,
 }
 
 impl ProcessState {
@@ -141,6 +145,7 @@ impl Comm {
             engine,
             last_scope: Cell::new(0),
             request_lists: RefCell::default(),
+            orphans: Orphans::default(),
         });
         let world = Comm::with_context(dev, WORLD_CONTEXT, group, tuning, process);
         Comm { info: Rc::new(crate::attributes::Info::named("WORLD")), ..world }
@@ -209,31 +214,52 @@ impl Comm {
         if self.dev.is_finalized() { Err(Error::Finalized("communicator")) } else { Ok(()) }
     }
 
-    /// Validates a destination and tag; returns the destination's world rank.
+    /// Validates a destination and tag; returns the destination's world rank. Rejects
+    /// [`PROC_NULL`] (for calls that have no null peer; point-to-point uses `dest_or_null`).
+    #[allow(dead_code)]
     pub(crate) fn check_dest(&self, dest: usize, tag: i32) -> Result<usize> {
+        self.dest_or_null(dest, tag)?.ok_or(Error::RankOutOfRange { rank: dest, size: self.size() })
+    }
+
+    /// [`Comm::check_dest`] that also accepts [`PROC_NULL`] (as `None`): the point-to-point
+    /// calls, for which a send to it is a no-op.
+    pub(crate) fn dest_or_null(&self, dest: usize, tag: i32) -> Result<Option<usize>> {
         self.check_live()?;
-        if dest >= self.size() {
-            return Err(Error::RankOutOfRange { rank: dest, size: self.size() });
-        }
         if !(0..=TAG_UB).contains(&tag) {
             return Err(Error::TagOutOfRange { tag, max: TAG_UB });
         }
-        Ok(self.group.world_rank(dest))
+        match dest {
+            PROC_NULL => Ok(None),
+            dest if dest >= self.size() => Err(Error::RankOutOfRange { rank: dest, size: self.size() }),
+            dest => Ok(Some(self.group.world_rank(dest))),
+        }
     }
 
     /// Validates a source and tag; returns the device match spec on the point-to-point context.
+    /// Rejects [`PROC_NULL`] (point-to-point uses `spec_or_null`).
     pub(crate) fn recv_spec(&self, source: Source, tag: i32) -> Result<MatchSpec> {
+        let rank = match source {
+            Source::Rank(rank) => rank,
+            Source::Any => 0,
+        };
+        self.spec_or_null(source, tag)?.ok_or(Error::RankOutOfRange { rank, size: self.size() })
+    }
+
+    /// [`Comm::recv_spec`] that also accepts [`PROC_NULL`] (as `None`): the point-to-point
+    /// calls, for which a receive from it completes at once with an empty status.
+    pub(crate) fn spec_or_null(&self, source: Source, tag: i32) -> Result<Option<MatchSpec>> {
         self.check_live()?;
+        if tag != ANY_TAG && !(0..=TAG_UB).contains(&tag) {
+            return Err(Error::TagOutOfRange { tag, max: TAG_UB });
+        }
         let source = match source {
+            Source::Rank(PROC_NULL) => return Ok(None),
             Source::Rank(rank) if rank >= self.size() => {
                 return Err(Error::RankOutOfRange { rank, size: self.size() });
             }
             Source::Rank(rank) => Source::Rank(self.group.world_rank(rank)),
             Source::Any => Source::Any,
         };
-        if tag != ANY_TAG && !(0..=TAG_UB).contains(&tag) {
-            return Err(Error::TagOutOfRange { tag, max: TAG_UB });
-        }
-        Ok(MatchSpec { context: self.context, source, tag })
+        Ok(Some(MatchSpec { context: self.context, source, tag }))
     }
 }

@@ -6,8 +6,15 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::comm::{Comm, Status};
-use crate::device::{MatchSpec, SendMode, Source, requests};
+use crate::device::RawStatus;
+use crate::device::{ANY_TAG, PROC_NULL, SendMode, Source, requests};
 use crate::error::{Error, Result};
+use crate::scope::EMPTY_STATUS;
+
+/// What an operation with [`crate::PROC_NULL`] reports from the device layer: `Comm::status`
+/// turns it into [`EMPTY_STATUS`] (source `PROC_NULL`, which no group contains, `ANY_TAG`, no
+/// bytes).
+pub(crate) const NULL_RAW: RawStatus = RawStatus { source: PROC_NULL, tag: ANY_TAG, bytes: 0, cancelled: false };
 
 impl Comm {
     /// Sends `buf` to `dest` with `tag` (MPI_Send): returns once `buf` may be reused.
@@ -34,21 +41,53 @@ impl Comm {
         self.send_bytes(bytemuck::cast_slice(buf), dest, tag, SendMode::Synchronous)
     }
 
+    /// Ready-mode send (MPI_Rsend). fastmp does not require the receive to be posted first: it is
+    /// a standard send, so a program that is correct in MPI's ready mode behaves the same.
+    pub fn rsend<T: bytemuck::NoUninit>(&self, buf: &[T], dest: usize, tag: i32) -> Result<()> {
+        self.send(buf, dest, tag)
+    }
+
+    /// Buffered send (MPI_Bsend): returns at once, whether or not the receiver has posted its
+    /// receive, and `buf` may be reused. A message the device cannot send at once (above the
+    /// eager limit, or while the link is busy) is copied into memory the device owns until
+    /// delivered, so no `MPI_Buffer_attach` is needed and the buffer never runs out. Delivery
+    /// errors after the return are not reported, as in MPI.
+    ///
+    /// ```
+    /// fastmp::run(2, |world| {
+    ///     let peer = 1 - world.rank();
+    ///     // Both ranks send first: with bsend this cannot deadlock, whatever the size.
+    ///     world.bsend(&vec![world.rank() as u8; 1 << 20], peer, 0)?;
+    ///     let mut inc = vec![0u8; 1 << 20];
+    ///     world.recv(&mut inc, peer, 0)?;
+    ///     assert!(inc.iter().all(|&b| b == peer as u8));
+    ///     Ok(())
+    /// })?;
+    /// # Ok::<(), fastmp::Error>(())
+    /// ```
+    pub fn bsend<T: bytemuck::NoUninit>(&self, buf: &[T], dest: usize, tag: i32) -> Result<()> {
+        let Some(dest) = self.dest_or_null(dest, tag)? else { return Ok(()) };
+        requests::detached_send(&*self.dev, bytemuck::cast_slice(buf), dest, tag, self.context)
+    }
+
+    /// Sends `bytes` (nothing to [`crate::PROC_NULL`]).
     pub(crate) fn send_bytes(&self, bytes: &[u8], dest: usize, tag: i32, mode: SendMode) -> Result<()> {
-        let dest = self.check_dest(dest, tag)?;
+        let Some(dest) = self.dest_or_null(dest, tag)? else { return Ok(()) };
         requests::send(&*self.dev, bytes, dest, tag, self.context, mode).map(drop)
     }
 
     /// Receives into `buf` from `source` (a rank or [`crate::ANY_SOURCE`]) with `tag` (or
     /// [`crate::ANY_TAG`]) (MPI_Recv). A longer message fails with [`Error::Truncated`] without
-    /// writing past `buf`.
+    /// writing past `buf`. From [`crate::PROC_NULL`] it returns at once with an empty status
+    /// (source `PROC_NULL`, tag `ANY_TAG`, no bytes), leaving `buf` as it was.
     pub fn recv<T: Pod>(&self, buf: &mut [T], source: impl Into<Source>, tag: i32) -> Result<Status> {
         let elem_size = size_of::<T>();
         self.recv_bytes(bytemuck::cast_slice_mut(buf), source.into(), tag).and_then(|raw| self.status(raw, elem_size))
     }
 
-    pub(crate) fn recv_bytes(&self, bytes: &mut [u8], source: Source, tag: i32) -> Result<crate::device::RawStatus> {
-        let spec = self.recv_spec(source, tag)?;
+    /// Receives into `bytes`; from [`crate::PROC_NULL`] at once, with [`NULL_RAW`].
+    pub(crate) fn recv_bytes(&self, bytes: &mut [u8], source: Source, tag: i32) -> Result<RawStatus> {
+        let Some(spec) = self.spec_or_null(source, tag)? else { return Ok(NULL_RAW) };
         requests::recv(&*self.dev, bytes, spec)
     }
 
@@ -65,8 +104,8 @@ impl Comm {
         recvtag: i32,
     ) -> Result<Status> {
         let source = source.into();
-        self.check_dest(dest, sendtag)?;
-        self.recv_spec(source, recvtag)?;
+        self.dest_or_null(dest, sendtag)?;
+        self.spec_or_null(source, recvtag)?;
         self.scope(|s| {
             let recv = s.irecv(recvbuf, source, recvtag)?;
             let send = s.isend(sendbuf, dest, sendtag)?;
@@ -91,9 +130,10 @@ impl Comm {
     }
 
     /// Waits for a message matching `source`/`tag` and reports it without receiving it
-    /// (MPI_Probe). [`Status::count`] gives the message's length in elements of a type.
+    /// (MPI_Probe). [`Status::count`] gives the message's length in elements of a type. With
+    /// [`crate::PROC_NULL`] it returns an empty status at once.
     pub fn probe(&self, source: impl Into<Source>, tag: i32) -> Result<Status> {
-        let spec = self.probe_spec(source.into(), tag)?;
+        let Some(spec) = self.spec_or_null(source.into(), tag)? else { return Ok(EMPTY_STATUS) };
         let mut found = None;
         self.dev.wait_until(&mut || {
             found = self.dev.iprobe(spec)?;
@@ -102,14 +142,11 @@ impl Comm {
         self.status(found.expect("probe completed"), 1)
     }
 
-    /// Non-blocking probe (MPI_Iprobe): `None` if no matching message has arrived.
+    /// Non-blocking probe (MPI_Iprobe): `None` if no matching message has arrived; an empty
+    /// status at once with [`crate::PROC_NULL`].
     pub fn iprobe(&self, source: impl Into<Source>, tag: i32) -> Result<Option<Status>> {
-        let spec = self.probe_spec(source.into(), tag)?;
+        let Some(spec) = self.spec_or_null(source.into(), tag)? else { return Ok(Some(EMPTY_STATUS)) };
         self.dev.iprobe(spec)?.map(|raw| self.status(raw, 1)).transpose()
-    }
-
-    fn probe_spec(&self, source: Source, tag: i32) -> Result<MatchSpec> {
-        self.recv_spec(source, tag)
     }
 
     /// Sends any serde value; it is serialized (postcard) on this side and deserialized by
@@ -130,13 +167,22 @@ impl Comm {
     /// # Ok::<(), fastmp::Error>(())
     /// ```
     pub fn send_obj<T: Serialize + ?Sized>(&self, value: &T, dest: usize, tag: i32) -> Result<()> {
-        self.check_dest(dest, tag)?;
+        if self.dest_or_null(dest, tag)?.is_none() {
+            return Ok(());
+        }
         let bytes = postcard::to_allocvec(value).map_err(|e| Error::Serialization(e.to_string()))?;
         self.send_bytes(&bytes, dest, tag, SendMode::Standard)
     }
 
     /// Receives a value sent with [`Comm::send_obj`]. `Status::bytes` is the encoded size.
+    /// From [`crate::PROC_NULL`] there is no value to return: that is an error.
     pub fn recv_obj<T: DeserializeOwned>(&self, source: impl Into<Source>, tag: i32) -> Result<(T, Status)> {
+        let source = source.into();
+        if self.spec_or_null(source, tag)?.is_none() {
+            return Err(Error::InvalidArgument(
+                "recv_obj: source is PROC_NULL, which sends no value (use recv for an empty receive)".into(),
+            ));
+        }
         let probed = self.probe(source, tag)?;
         let mut bytes = vec![0u8; probed.bytes];
         // Same source and tag as the probed message: non-overtaking makes it the one we receive.

@@ -4,7 +4,7 @@ use bytemuck::Pod;
 
 use crate::device::Source;
 use crate::error::{Error, Result};
-use crate::scope::{Request, Scope};
+use crate::scope::{EMPTY_STATUS, Request, Scope};
 
 impl<'scope> Scope<'scope, '_> {
     /// Starts a receive into raw memory, for callers that need what safe borrows forbid — chiefly
@@ -21,7 +21,9 @@ impl<'scope> Scope<'scope, '_> {
         source: impl Into<Source>,
         tag: i32,
     ) -> Result<Request<'scope>> {
-        let spec = self.comm.recv_spec(source.into(), tag)?;
+        let Some(spec) = self.comm.spec_or_null(source.into(), tag)? else {
+            return Ok(Request::completed(self, Ok(EMPTY_STATUS)));
+        };
         let bytes = len
             .checked_mul(size_of::<T>())
             .ok_or_else(|| Error::InvalidArgument(format!("irecv_raw: {len} elements overflow the address space")))?;

@@ -1,19 +1,28 @@
 //! Nonblocking point-to-point: requests live in a scope, as threads do in `std::thread::scope`.
 //!
-//! A request borrows its buffer for the whole scope, and the scope's end releases every request it
-//! started that is still outstanding (an unmatched receive is cancelled, a pending send is
-//! detached by copying its data, an in-progress copy is waited for). So leaking a request with
-//! `mem::forget` cannot leave the device pointing at a freed buffer. The bookkeeping that makes
-//! this sound is the device layer's `Ledger` (`device/requests.rs`); this module is the typed API.
+//! A request borrows its buffer for the whole scope, and the scope's end finishes every request
+//! it started that nobody completed, as `thread::scope` joins the threads nobody joined: a
+//! receive is waited for (so `let _ = s.irecv(&mut buf, ..)?` still fills `buf`), a send is
+//! detached (its data copied if it has not left yet) and still delivered. Only when the scope
+//! unwinds or a wait fails (a peer failed, the job aborted) are the rest released (unmatched
+//! receives cancelled) instead, so the end never hangs on a job that cannot finish them.
+//! [`Request::cancel`] abandons a request explicitly. So leaking a request with `mem::forget`
+//! cannot leave the device pointing at a freed buffer. The bookkeeping that makes this sound is
+//! the device layer's `Ledger` (`device/requests.rs`); this module is the typed API. Requests
+//! that must outlive a scope own their buffers instead (`owned.rs`).
 
 use std::marker::PhantomData;
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 
 use bytemuck::Pod;
 
+use std::rc::Rc;
+
 use crate::comm::{Comm, Status};
+use crate::completion::sealed::Completion;
+use crate::completion::wait_one;
 use crate::device::requests::{self, Handles, Ledger, LedgerOwner};
-use crate::device::{ANY_TAG, ReqId, SendMode, Source, Started};
+use crate::device::{ANY_TAG, Device, PROC_NULL, ReqId, SendMode, Source, Started};
 use crate::error::{Error, Result};
 use crate::progress::OpId;
 
@@ -21,12 +30,13 @@ use crate::progress::OpId;
 ///
 /// # Borrow rules
 /// A request borrows its buffer for the whole scope, not just until it completes (a leaked
-/// request is released only when the scope ends): a receive buffer exclusively, a send buffer
+/// request is finished only when the scope ends): a receive buffer exclusively, a send buffer
 /// shared. The request itself cannot outlive the scope. So the compiler rejects every access
 /// that could race with the device; each example below fails to compile for the reason in its
 /// comment.
 ///
-/// A receive buffer cannot be read inside the scope, even after `wait`:
+/// Through its own name a receive buffer cannot be read inside the scope, even after `wait`
+/// (use [`Scope::irecv_buf`], whose wait hands the buffer back, to read it there):
 /// ```compile_fail,E0502
 /// # fn f(world: &fastmp::Comm) -> fastmp::Result<()> {
 /// let mut inc = [0u8; 4];
@@ -43,6 +53,18 @@ use crate::progress::OpId;
 /// let mut inc = [0u8; 4];
 /// world.scope(|s| s.irecv(&mut inc, 1, 0)?.wait())?;
 /// println!("{}", inc[0]);
+/// # Ok(()) }
+/// ```
+/// and inside it, through the slice `irecv_buf`'s wait returns, but only after that wait:
+/// ```compile_fail,E0382
+/// # fn f(world: &fastmp::Comm) -> fastmp::Result<()> {
+/// let mut inc = [0u8; 4];
+/// world.scope(|s| {
+///     let req = s.irecv_buf(&mut inc, 1, 0)?;
+///     let (got, _) = req.wait()?;
+///     let again = req.wait(); // error: the request (and with it the buffer) was handed back
+///     Ok::<_, fastmp::Error>(())
+/// })?;
 /// # Ok(()) }
 /// ```
 /// Nor written, while the receive may be writing it:
@@ -170,8 +192,9 @@ impl<'env> LedgerOwner for ScopeOf<'env> {
     type At<'scope> = Scope<'scope, 'env>;
 }
 
-/// A nonblocking operation in flight (MPI_Request). Dropping or leaking it is safe: the device is
-/// done with the buffer by the end of the scope at the latest.
+/// A nonblocking operation in flight (MPI_Request). Dropping or leaking it is safe and, as
+/// `MPI_Request_free`, does not abandon it: a send is still delivered, a receive still receives
+/// (the scope's end waits for it). [`Request::cancel`] is the way to abandon one.
 #[must_use = "a request does nothing unless waited for or tested"]
 pub struct Request<'scope> {
     comm: &'scope Comm,
@@ -192,13 +215,15 @@ enum ReqState {
 /// Outstanding requests a fresh scope has room for before its list grows (lists are reused).
 const REQUESTS_PER_SCOPE: usize = 16;
 
-/// Status reported for requests that were already inactive (MPI's empty status), and for
-/// completed collectives.
-pub(crate) const EMPTY_STATUS: Status = Status { source: usize::MAX, tag: ANY_TAG, bytes: 0, cancelled: false };
+/// MPI's empty status: reported for requests that were already inactive, for completed
+/// collectives, and for every operation with [`crate::PROC_NULL`] (source `PROC_NULL`, tag
+/// `ANY_TAG`, no data).
+pub(crate) const EMPTY_STATUS: Status = Status { source: PROC_NULL, tag: ANY_TAG, bytes: 0, cancelled: false };
 
 impl Comm {
     /// Runs `f` with a [`Scope`] in which nonblocking operations can be started; returns once all
-    /// of them are finished or released.
+    /// of them are finished: receives nobody waited for are waited for here, sends nobody
+    /// waited for are still delivered (as `std::thread::scope` joins the threads nobody joined).
     ///
     /// ```
     /// fastmp::run(2, |world| {
@@ -215,6 +240,25 @@ impl Comm {
     /// })?;
     /// # Ok::<(), fastmp::Error>(())
     /// ```
+    ///
+    /// A receive that is never waited for still receives by the scope's end:
+    /// ```
+    /// fastmp::run(2, |world| {
+    ///     let peer = 1 - world.rank();
+    ///     let mut inc = [0u8; 3];
+    ///     world.scope(|s| {
+    ///         let _ = s.irecv(&mut inc, peer, 0)?;
+    ///         world.send(&[7u8; 3], peer, 0)
+    ///     })?;
+    ///     assert_eq!(inc, [7; 3]);
+    ///     Ok(())
+    /// })?;
+    /// # Ok::<(), fastmp::Error>(())
+    /// ```
+    /// If `f` panics, or waiting fails (a peer failed, the job aborted), the remaining requests
+    /// are released instead (unmatched receives cancelled), so the scope's end never hangs on a
+    /// job that cannot finish them; a receive whose sender simply never sends is waited for, as
+    /// in MPI. Errors of requests nobody waited for are not reported.
     pub fn scope<'env, F, T>(&'env self, f: F) -> T
     where
         F: for<'scope> FnOnce(&'scope Scope<'scope, 'env>) -> T,
@@ -229,7 +273,7 @@ impl Comm {
             |scope| {
                 let result = catch_unwind(AssertUnwindSafe(|| f(scope)));
                 // Collectives first: dropping an abandoned one releases its device requests
-                // itself; the point-to-point requests are released after this returns.
+                // itself; the point-to-point requests are finished after this returns.
                 process.engine.finish_scope(&*self.dev, token, result.is_err());
                 match result {
                     Ok(value) => value,
@@ -257,7 +301,7 @@ impl<'scope> Scope<'scope, '_> {
         Request::new(self, started, elem_size)
     }
 
-    /// Starts a standard-mode send (MPI_Isend).
+    /// Starts a standard-mode send (MPI_Isend). To [`crate::PROC_NULL`] it completes at once.
     pub fn isend<T: bytemuck::NoUninit>(
         &'scope self,
         buf: &'scope [T],
@@ -277,6 +321,24 @@ impl<'scope> Scope<'scope, '_> {
         self.start_send(buf, dest, tag, SendMode::Synchronous)
     }
 
+    /// Starts a ready-mode send (MPI_Irsend). fastmp needs no posted receive for it: it is a
+    /// standard send, so a program that is correct in MPI's ready mode behaves the same.
+    pub fn irsend<T: bytemuck::NoUninit>(
+        &'scope self,
+        buf: &'scope [T],
+        dest: usize,
+        tag: i32,
+    ) -> Result<Request<'scope>> {
+        self.isend(buf, dest, tag)
+    }
+
+    /// Buffered send (MPI_Ibsend): the returned request is already complete and `buf` is free;
+    /// the data is copied if the message cannot leave at once (see [`Comm::bsend`]).
+    pub fn ibsend<T: bytemuck::NoUninit>(&'scope self, buf: &[T], dest: usize, tag: i32) -> Result<Request<'scope>> {
+        self.comm.bsend(buf, dest, tag)?;
+        Ok(Request::completed(self, Ok(EMPTY_STATUS)))
+    }
+
     fn start_send<T: bytemuck::NoUninit>(
         &'scope self,
         buf: &'scope [T],
@@ -284,23 +346,126 @@ impl<'scope> Scope<'scope, '_> {
         tag: i32,
         mode: SendMode,
     ) -> Result<Request<'scope>> {
-        let dest = self.comm.check_dest(dest, tag)?;
+        let Some(dest) = self.comm.dest_or_null(dest, tag)? else {
+            return Ok(Request::completed(self, Ok(EMPTY_STATUS)));
+        };
         let started = self.ledger.isend(bytemuck::cast_slice(buf), dest, tag, self.comm.context, mode)?;
         Ok(self.request(started, size_of::<T>()))
     }
 
-    /// Starts a receive (MPI_Irecv) from `source` (rank or [`crate::ANY_SOURCE`]) with `tag` (or
-    /// [`crate::ANY_TAG`]).
+    /// Starts a receive (MPI_Irecv) from `source` (rank, [`crate::ANY_SOURCE`] or
+    /// [`crate::PROC_NULL`]) with `tag` (or [`crate::ANY_TAG`]). `buf` stays lent until the scope
+    /// ends; [`Scope::irecv_buf`] hands it back from the wait instead.
     pub fn irecv<T: Pod>(
         &'scope self,
         buf: &'scope mut [T],
         source: impl Into<Source>,
         tag: i32,
     ) -> Result<Request<'scope>> {
-        let source = source.into();
-        let spec = self.comm.recv_spec(source, tag)?;
-        let started = self.ledger.irecv(bytemuck::cast_slice_mut(buf), spec)?;
-        Ok(self.request(started, size_of::<T>()))
+        self.irecv_buf(buf, source, tag).map(RecvRequest::into_request)
+    }
+
+    /// Starts a receive like [`Scope::irecv`] whose wait gives the buffer back, so the message
+    /// can be read before the scope ends.
+    ///
+    /// ```
+    /// # fn f(world: &fastmp::Comm) -> fastmp::Result<()> {
+    /// let mut inc = [0u8; 4];
+    /// world.scope(|s| {
+    ///     let (got, status) = s.irecv_buf(&mut inc, 1, 0)?.wait()?;
+    ///     println!("{} from {}", got[0], status.source);
+    ///     got[0] = 0; // the buffer is the caller's again
+    ///     Ok::<_, fastmp::Error>(())
+    /// })?;
+    /// # Ok(()) }
+    /// ```
+    pub fn irecv_buf<T: Pod>(
+        &'scope self,
+        buf: &'scope mut [T],
+        source: impl Into<Source>,
+        tag: i32,
+    ) -> Result<RecvRequest<'scope, T>> {
+        let raw: *mut [T] = buf;
+        let Some(spec) = self.comm.spec_or_null(source.into(), tag)? else {
+            let req = Request::completed(self, Ok(EMPTY_STATUS));
+            return Ok(RecvRequest { req, buf: Some(raw), lent: PhantomData });
+        };
+        // SAFETY: `buf` is exclusively borrowed for 'scope and consumed here: its only other use
+        // is the slice rebuilt by `RecvRequest::take`, once the device has finished with it (a
+        // started receive that is not completed is finished by the scope's end).
+        let started = unsafe { self.ledger.irecv_raw(raw.cast::<u8>(), raw.len() * size_of::<T>(), spec)? };
+        let req = self.request(started, size_of::<T>());
+        Ok(RecvRequest { req, buf: Some(raw), lent: PhantomData })
+    }
+}
+
+/// A receive started by [`Scope::irecv_buf`]: completing it hands the buffer back.
+///
+/// Works with the set operations ([`crate::waitall`], [`crate::wait_some`], ...), whose outputs
+/// are then the buffers and statuses; [`RecvRequest::into_request`] turns it into a plain
+/// [`Request`] to wait for it together with other kinds.
+#[must_use = "a request does nothing unless waited for or tested"]
+pub struct RecvRequest<'scope, T> {
+    req: Request<'scope>,
+    /// The buffer lent to the receive, until handed back.
+    buf: Option<*mut [T]>,
+    lent: PhantomData<&'scope mut [T]>,
+}
+
+impl<'scope, T: Pod> RecvRequest<'scope, T> {
+    /// Blocks until the message arrived (MPI_Wait); returns the buffer and the status.
+    pub fn wait(mut self) -> Result<(&'scope mut [T], Status)> {
+        wait_one(&mut self)
+    }
+
+    /// Completes the receive if the message arrived (MPI_Test).
+    pub fn test(&mut self) -> Result<Option<(&'scope mut [T], Status)>> {
+        if !self.req.is_active() {
+            return Err(Error::InvalidArgument("RecvRequest::test: the request was completed already".into()));
+        }
+        if self.req.poll() { self.take().map(Some) } else { Ok(None) }
+    }
+
+    /// Requests cancellation (MPI_Cancel), as [`Request::cancel`].
+    pub fn cancel(&self) -> Result<()> {
+        self.req.cancel()
+    }
+
+    /// The plain request; the buffer stays lent until the scope ends.
+    pub fn into_request(self) -> Request<'scope> {
+        self.req
+    }
+}
+
+impl<'scope, T: Pod> Completion for RecvRequest<'scope, T> {
+    type Output = (&'scope mut [T], Status);
+
+    fn device(&self) -> Option<Rc<dyn Device>> {
+        self.req.device()
+    }
+
+    fn is_active(&self) -> bool {
+        self.req.is_active()
+    }
+
+    fn poll(&mut self) -> bool {
+        self.req.poll()
+    }
+
+    fn failed(&self) -> bool {
+        self.req.failed()
+    }
+
+    fn take(&mut self) -> Result<Self::Output> {
+        if !self.req.is_active() {
+            return Err(Error::InvalidArgument("wait on a RecvRequest whose buffer was handed back already".into()));
+        }
+        let status = self.req.take();
+        let raw = self.buf.take().expect("an active receive holds its buffer");
+        // SAFETY: the receive finished (or failed, which released it): the device no longer
+        // touches `raw`, which came from a `&'scope mut [T]` that nothing else uses.
+        let buf = unsafe { &mut *raw };
+        status.map(|status| (buf, status))
     }
 }
 
@@ -332,6 +497,44 @@ impl<'scope> Request<'scope> {
         !matches!(self.state, ReqState::Inactive)
     }
 
+    /// Blocks until the operation completes (MPI_Wait).
+    pub fn wait(mut self) -> Result<Status> {
+        wait_one(&mut self)
+    }
+
+    /// Completes the operation if it has finished (MPI_Test).
+    pub fn test(&mut self) -> Result<Option<Status>> {
+        if !self.is_active() {
+            return Err(Error::InvalidArgument("test on an inactive request".into()));
+        }
+        if self.poll() { self.take().map(Some) } else { Ok(None) }
+    }
+
+    /// Requests cancellation (MPI_Cancel); the request must still be completed, and its status
+    /// tells whether the cancel succeeded ([`Status::cancelled`]). The way to abandon a receive
+    /// that may never be matched: a dropped one is still waited for by the scope's end.
+    pub fn cancel(&self) -> Result<()> {
+        match self.state {
+            ReqState::Active(id) => self.comm.dev.cancel(id),
+            ReqState::Collective(_) => {
+                Err(Error::InvalidArgument("a nonblocking collective cannot be cancelled (as in MPI)".into()))
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+impl Completion for Request<'_> {
+    type Output = Status;
+
+    fn device(&self) -> Option<Rc<dyn Device>> {
+        Some(self.comm.dev.clone())
+    }
+
+    fn is_active(&self) -> bool {
+        Request::is_active(self)
+    }
+
     /// Moves an active request to `Complete` if the device finished it. `true` once complete.
     fn poll(&mut self) -> bool {
         match self.state {
@@ -358,6 +561,10 @@ impl<'scope> Request<'scope> {
         }
     }
 
+    fn failed(&self) -> bool {
+        matches!(self.state, ReqState::Complete(Err(_)))
+    }
+
     fn take(&mut self) -> Result<Status> {
         match std::mem::replace(&mut self.state, ReqState::Inactive) {
             ReqState::Complete(result) => result,
@@ -368,109 +575,18 @@ impl<'scope> Request<'scope> {
             }
         }
     }
-
-    /// Blocks until the operation completes (MPI_Wait).
-    pub fn wait(mut self) -> Result<Status> {
-        self.wait_in_place()
-    }
-
-    fn wait_in_place(&mut self) -> Result<Status> {
-        // Completed at start (eager sends, receives matched on posting) or inactive: no waiting.
-        if matches!(self.state, ReqState::Active(_) | ReqState::Collective(_)) && !self.poll() {
-            let comm = self.comm;
-            comm.dev.wait_until(&mut || Ok(self.poll()))?;
-        }
-        self.take()
-    }
-
-    /// Completes the operation if it has finished (MPI_Test).
-    pub fn test(&mut self) -> Result<Option<Status>> {
-        if !self.is_active() {
-            return Err(Error::InvalidArgument("test on an inactive request".into()));
-        }
-        if self.poll() { self.take().map(Some) } else { Ok(None) }
-    }
-
-    /// Requests cancellation (MPI_Cancel); the request must still be completed, and its status
-    /// tells whether the cancel succeeded ([`Status::cancelled`]).
-    pub fn cancel(&self) -> Result<()> {
-        match self.state {
-            ReqState::Active(id) => self.comm.dev.cancel(id),
-            ReqState::Collective(_) => {
-                Err(Error::InvalidArgument("a nonblocking collective cannot be cancelled (as in MPI)".into()))
-            }
-            _ => Ok(()),
-        }
-    }
 }
 
 impl Drop for Request<'_> {
     fn drop(&mut self) {
         match self.state {
-            ReqState::Active(id) => self.handles.release(id),
+            // A send is detached, a receive stays with the scope, which waits for it.
+            ReqState::Active(id) => self.handles.drop_request(id),
             // Peers rely on this rank's part: it runs on, finished by the scope's end at the latest.
             ReqState::Collective(id) => self.comm.process.engine.detach(id),
             _ => {}
         }
     }
-}
-
-fn any_comm<'a>(reqs: &[Request<'a>]) -> Option<&'a Comm> {
-    reqs.iter().find(|r| r.is_active()).map(|r| r.comm)
-}
-
-/// Waits for every request (MPI_Waitall). All are completed even if one fails; the first error
-/// is returned. Inactive requests report an empty status.
-pub fn waitall(reqs: &mut [Request<'_>]) -> Result<Vec<Status>> {
-    let mut first_error = None;
-    let mut statuses = Vec::with_capacity(reqs.len());
-    for req in reqs.iter_mut() {
-        match req.wait_in_place() {
-            Ok(status) => statuses.push(status),
-            Err(e) => {
-                statuses.push(EMPTY_STATUS);
-                first_error.get_or_insert(e);
-            }
-        }
-    }
-    match first_error {
-        None => Ok(statuses),
-        Some(e) => Err(e),
-    }
-}
-
-/// Waits until one request completes and returns its index and status (MPI_Waitany); `None` if
-/// no request is active.
-pub fn waitany(reqs: &mut [Request<'_>]) -> Result<Option<(usize, Status)>> {
-    let Some(comm) = any_comm(reqs) else { return Ok(None) };
-    let mut done = None;
-    comm.dev.wait_until(&mut || {
-        done = reqs.iter_mut().position(|r| r.poll());
-        Ok(done.is_some())
-    })?;
-    let index = done.expect("waitany completed");
-    reqs[index].take().map(|status| Some((index, status)))
-}
-
-/// Completes one finished request if there is one (MPI_Testany). `Ok(None)` if none finished yet.
-pub fn testany(reqs: &mut [Request<'_>]) -> Result<Option<(usize, Status)>> {
-    match reqs.iter_mut().position(|r| r.poll()) {
-        Some(index) => reqs[index].take().map(|status| Some((index, status))),
-        None => Ok(None),
-    }
-}
-
-/// Completes all requests if all have finished (MPI_Testall); otherwise completes none of them
-/// from the caller's point of view and returns `Ok(None)`.
-pub fn testall(reqs: &mut [Request<'_>]) -> Result<Option<Vec<Status>>> {
-    let mut all = true;
-    for req in reqs.iter_mut() {
-        all &= req.poll() || !req.is_active();
-    }
-    if !all {
-        return Ok(None);
-    }
-    waitall(reqs).map(Some)
 }
 
 #[cfg(test)]

@@ -4,10 +4,12 @@
 //! request completes or is released. Everything that upholds that rule lives here:
 //! - [`InFlight`], a started request that releases itself when dropped (the collective
 //!   transport's stages, and the blocking calls below);
-//! - [`send`] and [`recv`], blocking and therefore safe for any borrow;
+//! - [`send`] and [`recv`], blocking and therefore safe for any borrow, and [`detached_send`]
+//!   (bsend), which releases what it started before returning;
 //! - [`Ledger`] and [`scoped`], the requests of a `Comm::scope`, which may be dropped or leaked
-//!   by the user: the ledger keeps their handles and [`scoped`] releases every one still
-//!   outstanding before the scope's borrows end, as `std::thread::scope` joins its threads.
+//!   by the user: the ledger keeps their handles and [`scoped`] finishes every one still
+//!   outstanding before the scope's borrows end, as `std::thread::scope` joins its threads
+//!   (receives are waited for, sends detached; when unwinding or after a failed wait, released).
 
 use std::cell::RefCell;
 use std::marker::PhantomData;
@@ -122,6 +124,21 @@ pub(crate) fn send(
     unsafe { InFlight::send(dev, buf, dest, tag, context, mode) }?.wait()
 }
 
+/// Buffered send (MPI_Bsend): returns at once; a send the device could not finish inside the
+/// call is detached (its data copied, delivered without `buf`).
+pub(crate) fn detached_send(dev: &dyn Device, buf: &[u8], dest: usize, tag: i32, context: ContextId) -> Result<()> {
+    // SAFETY: a pending request is released below, before `buf`'s borrow ends, and release
+    // detaches a send (the device's contract): the device no longer reads `buf` after it.
+    let started = unsafe { dev.isend(buf.as_ptr(), buf.len(), dest, tag, context, SendMode::Standard)? };
+    match started {
+        Started::Complete(result) => result.map(drop),
+        Started::Pending(id) => {
+            dev.release(id);
+            Ok(())
+        }
+    }
+}
+
 /// Blocking receive through the device's blocking path (which may skip posting a request).
 pub(crate) fn recv(dev: &dyn Device, buf: &mut [u8], spec: MatchSpec) -> Result<RawStatus> {
     // SAFETY: `buf` is exclusively borrowed until the blocking receive returns, and the device
@@ -130,7 +147,7 @@ pub(crate) fn recv(dev: &dyn Device, buf: &mut [u8], spec: MatchSpec) -> Result<
 }
 
 /// The requests a scope started on buffers borrowed for `'scope`. Requests may be dropped or
-/// leaked by their users: whatever is still outstanding here is released when [`scoped`] ends.
+/// leaked by their users: whatever is still outstanding here is finished when [`scoped`] ends.
 /// Invariant in `'scope` (as `std::thread::Scope`), so a buffer must outlive the whole scope.
 pub(crate) struct Ledger<'scope> {
     handles: Handles<'scope>,
@@ -144,30 +161,48 @@ pub(crate) struct Handles<'a> {
     dev: &'a dyn Device,
     /// Requests that were pending when started and have not been retired since (owned by
     /// [`scoped`]'s frame, so a scope value owns nothing that needs dropping).
-    pending: &'a RefCell<Vec<ReqId>>,
+    pending: &'a RefCell<Vec<Pending>>,
+}
+
+/// A request a scope's end still has to finish.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Pending {
+    id: ReqId,
+    /// A receive is waited for at the scope's end; a send is detached (delivered anyway).
+    recv: bool,
 }
 
 impl Handles<'_> {
-    fn keep(self, started: Started) -> Started {
+    fn keep(self, started: Started, recv: bool) -> Started {
         if let Started::Pending(id) = started {
-            self.pending.borrow_mut().push(id);
+            self.pending.borrow_mut().push(Pending { id, recv });
         }
         started
     }
 
-    /// Forgets `id`: it completed (or was released), so the scope's end has nothing to release.
+    fn position(self, id: ReqId) -> Option<usize> {
+        self.pending.borrow().iter().rposition(|p| p.id == id)
+    }
+
+    /// Forgets `id`: it completed (or was released), so the scope's end has nothing to do.
     /// Keeps the list short in long scopes.
     pub(crate) fn retire(self, id: ReqId) {
-        let mut pending = self.pending.borrow_mut();
-        if let Some(pos) = pending.iter().rposition(|&p| p == id) {
-            pending.swap_remove(pos);
+        if let Some(pos) = self.position(id) {
+            self.pending.borrow_mut().swap_remove(pos);
         }
     }
 
-    /// Releases `id` now (a dropped request) and forgets it.
-    pub(crate) fn release(self, id: ReqId) {
-        self.dev.release(id);
-        self.retire(id);
+    /// A request handle was dropped unwaited. A send is detached now (its data is delivered
+    /// without the caller's buffer, so it needs no further attention); a receive stays listed
+    /// and still receives: the scope's end waits for it (MPI_Request_free's semantics).
+    pub(crate) fn drop_request(self, id: ReqId) {
+        if let Some(pos) = self.position(id) {
+            let entry = self.pending.borrow()[pos];
+            if !entry.recv {
+                self.dev.release(id);
+                self.pending.borrow_mut().swap_remove(pos);
+            }
+        }
     }
 
     /// Requests outstanding in the list.
@@ -176,11 +211,27 @@ impl Handles<'_> {
         self.pending.borrow().len()
     }
 
-    fn release_all(self) {
-        let mut pending = self.pending.borrow_mut();
-        for id in pending.drain(..) {
-            self.dev.release(id);
+    /// Finishes every listed request: sends first are detached (so no receive below can wait on
+    /// one of them), then receives are waited for, in posting order. When `abandon` is set (the
+    /// scope unwinds) or a wait fails (a peer failed, the job aborted, a truncation), the rest
+    /// are released instead, so a scope's end never hangs on a job that cannot finish them.
+    /// Errors of receives nobody waited for are dropped, like those of a freed MPI request.
+    fn finish_all(self, mut abandon: bool) {
+        // Taken out of the cell: the device's waits may run other code of this rank.
+        let mut list = std::mem::take(&mut *self.pending.borrow_mut());
+        for entry in list.iter().filter(|p| !p.recv) {
+            self.dev.release(entry.id);
         }
+        for entry in list.iter().filter(|p| p.recv) {
+            if abandon {
+                self.dev.release(entry.id);
+            } else if self.dev.complete(Started::Pending(entry.id)).is_err() {
+                // `complete` released it.
+                abandon = true;
+            }
+        }
+        list.clear();
+        *self.pending.borrow_mut() = list;
     }
 }
 
@@ -199,17 +250,10 @@ impl<'scope> Ledger<'scope> {
         context: ContextId,
         mode: SendMode,
     ) -> Result<Started> {
-        // SAFETY: `buf` is borrowed for 'scope, and `scoped` releases the request before 'scope
-        // ends unless it was retired (completed or released) earlier.
+        // SAFETY: `buf` is borrowed for 'scope, and `scoped` finishes (waits for or releases) the
+        // request before 'scope ends unless it was retired (completed or released) earlier.
         let started = unsafe { self.handles.dev.isend(buf.as_ptr(), buf.len(), dest, tag, context, mode)? };
-        Ok(self.handles.keep(started))
-    }
-
-    /// Starts receiving into `buf`, which stays exclusively borrowed until the scope ends.
-    pub(crate) fn irecv(&self, buf: &'scope mut [u8], spec: MatchSpec) -> Result<Started> {
-        // SAFETY: as in `isend`, for the exclusive borrow.
-        let started = unsafe { self.handles.dev.irecv(buf.as_mut_ptr(), buf.len(), spec)? };
-        Ok(self.handles.keep(started))
+        Ok(self.handles.keep(started, false))
     }
 
     /// Starts receiving into raw memory.
@@ -218,9 +262,9 @@ impl<'scope> Ledger<'scope> {
     /// `buf` must be valid for writes of `len` bytes until the scope ends, and not accessed by
     /// anything else meanwhile.
     pub(crate) unsafe fn irecv_raw(&self, buf: *mut u8, len: usize, spec: MatchSpec) -> Result<Started> {
-        // SAFETY: forwarded caller contract; `scoped` releases the request before the scope ends.
+        // SAFETY: forwarded caller contract; `scoped` finishes the request before the scope ends.
         let started = unsafe { self.handles.dev.irecv(buf, len, spec)? };
-        Ok(self.handles.keep(started))
+        Ok(self.handles.keep(started, true))
     }
 }
 
@@ -230,24 +274,24 @@ pub(crate) trait LedgerOwner {
 }
 
 /// Runs `body` with a scope built by `build` around a fresh ledger whose handle list is `list`
-/// (empty; reused so that a scope allocates nothing once warm). Before returning — also when
-/// `body` unwinds — every request still in the ledger is released. Returns `body`'s value and
-/// the list for reuse.
+/// (empty; reused so that a scope allocates nothing once warm). Before returning every request
+/// still in the ledger is finished (`Handles::finish_all`; released when `body` unwinds).
+/// Returns `body`'s value and the list for reuse.
 ///
 /// The scope value must own nothing that needs dropping (checked at compile time): it is
 /// borrowed for its whole `'scope`, which leaves no point at which it could be dropped.
 pub(crate) fn scoped<S: LedgerOwner, R>(
     dev: &dyn Device,
-    list: Vec<ReqId>,
+    list: Vec<Pending>,
     build: impl for<'scope> FnOnce(Ledger<'scope>) -> S::At<'scope>,
     body: impl for<'scope> FnOnce(&'scope S::At<'scope>) -> R,
-) -> (R, Vec<ReqId>) {
+) -> (R, Vec<Pending>) {
     const { assert!(!std::mem::needs_drop::<S::At<'static>>(), "a scope must not need dropping") };
     let pending = RefCell::new(list);
     let handles = Handles { dev, pending: &pending };
     let scope = ManuallyDrop::new(build(Ledger { handles, scope: PhantomData }));
     let result = catch_unwind(AssertUnwindSafe(|| body(&scope)));
-    handles.release_all();
+    handles.finish_all(result.is_err());
     match result {
         Ok(value) => (value, pending.into_inner()),
         Err(payload) => resume_unwind(payload),

@@ -43,7 +43,7 @@ impl Comm {
         if let Some((offset, len)) = contiguous(layout) {
             return self.send_bytes(&bytes[offset * size..(offset + len) * size], dest, tag, SendMode::Standard);
         }
-        self.check_dest(dest, tag)?;
+        self.dest_or_null(dest, tag)?;
         with_scratch(n * size, |packed| {
             gather_bytes(layout, size, bytes, packed, n);
             self.send_bytes(packed, dest, tag, SendMode::Standard)
@@ -87,7 +87,7 @@ impl Comm {
             let raw = self.recv_bytes(&mut bytes[offset * size..(offset + len) * size], source, tag)?;
             return self.status(raw, size);
         }
-        self.recv_spec(source, tag)?;
+        self.spec_or_null(source, tag)?;
         with_scratch(n * size, |packed| {
             let raw = self.recv_bytes(packed, source, tag)?;
             let status = self.status(raw, size)?;
