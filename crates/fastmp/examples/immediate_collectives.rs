@@ -23,6 +23,7 @@ fn main() {
         let table: Vec<i32> = (0..at_root(size) as i32 * 3).collect();
         let mut slice = [0i32; 3];
         let mine = [rank as u64 * 2, 1];
+        let mut gathered = vec![0u64; at_root(2 * size)];
         let (mut everyone, mut at_root_sum, mut maximum) = (vec![0u64; 2 * size], vec![0u64; at_root(2)], [0u64; 2]);
         let send: Vec<usize> = (0..size).map(|j| rank * size + j).collect();
         let mut transposed = vec![0usize; size];
@@ -40,6 +41,7 @@ fn main() {
             let mut reqs: Vec<Request<'_>> = vec![
                 arrived,
                 s.iscatter(&table, &mut slice, root)?,
+                s.igather(&mine, &mut gathered, root)?,
                 s.iallgather(&mine, &mut everyone)?,
                 s.ireduce(&mine, &mut at_root_sum, Sum, root)?,
                 s.iallreduce(&mine, &mut maximum, Max)?,
@@ -53,6 +55,7 @@ fn main() {
         assert!(field.iter().all(|&x| x == 0.25));
         assert_eq!(slice, [3 * rank as i32, 3 * rank as i32 + 1, 3 * rank as i32 + 2]);
         assert!(everyone.chunks(2).enumerate().all(|(r, pair)| pair == [r as u64 * 2, 1]));
+        assert!(rank != root || gathered == everyone);
         assert!(rank != root || at_root_sum == [(size * (size - 1)) as u64, size as u64]);
         assert_eq!(maximum, [(size as u64 - 1) * 2, 1]);
         assert!(transposed.iter().enumerate().all(|(i, &x)| x == i * size + rank));
@@ -63,7 +66,7 @@ fn main() {
         let displs: Vec<usize> = counts.iter().scan(0, |end, &c| Some(std::mem::replace(end, *end + c))).collect();
         let total: usize = counts.iter().sum();
         let mine_v = vec![rank as u8; counts[rank]];
-        let mut gathered = vec![0u8; total];
+        let mut ragged = vec![0u8; total];
         let mut reduced = [0i64];
         let mut squares = [rank as u64 * rank as u64];
         let mut all_in_place: Vec<u32> = (0..size).map(|r| if r == rank { r as u32 * 10 } else { 0 }).collect();
@@ -78,7 +81,7 @@ fn main() {
         let block: Vec<u32> = (0..size as u32).collect();
         let mut my_block = [0u32];
         world.scope(|s| {
-            s.iallgatherv(&mine_v, &mut gathered, &counts, &displs)?.wait()?;
+            s.iallgatherv(&mine_v, &mut ragged, &counts, &displs)?.wait()?;
             s.iallreduce(&signed, &mut reduced, &biggest_magnitude)?.wait()?;
             s.ireduce_scatter_block(&block, &mut my_block, Sum)?.wait()?;
             s.iallreduce_in_place(&mut squares, Sum)?.wait()?;
@@ -86,7 +89,7 @@ fn main() {
             Ok::<_, Error>(())
         })?;
         let expected: Vec<u8> = (0..size).flat_map(|r| vec![r as u8; r % 2 + 1]).collect();
-        assert_eq!(gathered, expected);
+        assert_eq!(ragged, expected);
         let last = size as i64 - 1;
         assert_eq!(reduced[0], if last % 2 == 0 { last } else { -last });
         assert_eq!(my_block[0], (rank * size) as u32);

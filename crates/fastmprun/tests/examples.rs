@@ -62,10 +62,11 @@ fn examples() -> &'static BTreeMap<String, PathBuf> {
             let message: serde_json::Value =
                 serde_json::from_str(&line.expect("cargo prints UTF-8")).unwrap_or_default();
             let target = &message["target"];
-            if message["reason"] == "compiler-artifact" && target["kind"][0] == "example" {
-                if let (Some(name), Some(path)) = (target["name"].as_str(), message["executable"].as_str()) {
-                    built.insert(name.to_string(), PathBuf::from(path));
-                }
+            if message["reason"] == "compiler-artifact"
+                && target["kind"][0] == "example"
+                && let (Some(name), Some(path)) = (target["name"].as_str(), message["executable"].as_str())
+            {
+                built.insert(name.to_string(), PathBuf::from(path));
             }
         }
         assert_eq!(
