@@ -3,9 +3,9 @@
 //! tcp`. The examples assert their own results, so a wrong result is a non-zero exit status.
 //!
 //! The examples belong to another package, so cargo does not build them for this test: the test
-//! builds them itself, once, with `cargo build -p fastmp --example ...` in the test profile (the
-//! fastmp library it links is then usually the one already built for this test) and takes their
-//! paths from cargo's JSON messages. Every run has a hang guard; nothing asserts on timing.
+//! builds them itself, once, with `cargo build -p fastmp --example ...` in the test profile, and
+//! takes their paths from cargo's JSON messages (right under any target directory). Every run
+//! has a hang guard; nothing asserts on timing.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read};
