@@ -179,3 +179,8 @@ pub mod affinity {
 #[cfg(doctest)]
 #[doc = include_str!("../../../README.md")]
 pub struct ReadmeDoctests;
+
+/// Compiles and runs the examples of the MPI → fastmp table (docs/MPI_TO_FASTMP.md).
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/MPI_TO_FASTMP.md")]
+pub struct MpiToFastmpDoctests;

@@ -265,10 +265,8 @@ fn shift_gives_proc_null_past_a_non_periodic_edge() {
     });
 }
 
-/// Needs point-to-point to accept PROC_NULL (the requests part of issue 12); run it with
-/// `--ignored` once that is merged.
+/// `shift`'s answers go straight into `sendrecv` (every point-to-point call accepts PROC_NULL).
 #[test]
-#[ignore = "needs PROC_NULL in point-to-point (requests branch)"]
 fn shift_results_go_straight_into_sendrecv() {
     on_both(4, "shift into sendrecv", |world| {
         let line = world.cart_create(&[4], &[false], false)?.expect("all ranks fit");
