@@ -62,6 +62,8 @@ pub(crate) struct ProcessState {
     last_scope: Cell<u64>,
     /// Emptied request lists of ended scopes, reused so a scope allocates nothing once warm.
     pub(crate) request_lists: RefCell<Vec<Vec<ReqId>>>,
+    /// Temporaries of the in-place collectives, reused so they allocate nothing once warm.
+    pub(crate) scratch: crate::coll::scratch::ScratchPool,
 }
 
 impl ProcessState {
@@ -141,6 +143,7 @@ impl Comm {
             engine,
             last_scope: Cell::new(0),
             request_lists: RefCell::default(),
+            scratch: Default::default(),
         });
         let world = Comm::with_context(dev, WORLD_CONTEXT, group, tuning, process);
         Comm { info: Rc::new(crate::attributes::Info::named("WORLD")), ..world }

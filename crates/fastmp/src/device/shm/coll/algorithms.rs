@@ -412,19 +412,28 @@ async fn allgather_blocks(comm: Native<'_>, send: Option<&[u8]>, recv: &mut [u8]
     .await
 }
 
-pub(super) async fn alltoall(comm: Native<'_>, send: &[u8], recv: &mut [u8]) -> Result<()> {
-    let blocks = Blocks::Equal(send.len() / comm.size());
-    alltoall_blocks(comm, send, blocks, recv, blocks).await
+pub(super) async fn alltoall(comm: Native<'_>, send: Option<&[u8]>, recv: &mut [u8]) -> Result<()> {
+    let blocks = Blocks::Equal(recv.len() / comm.size());
+    match send {
+        Some(send) => alltoall_blocks(comm, send, blocks, recv, blocks).await,
+        None => alltoall_swap(comm, recv, blocks).await,
+    }
 }
 
+/// In place (`send` is `None`), `recv_layout` is the one layout of both directions.
 pub(super) async fn alltoallv(
     comm: Native<'_>,
-    send: &[u8],
+    send: Option<&[u8]>,
     send_layout: &Layout,
     recv: &mut [u8],
     recv_layout: &Layout,
 ) -> Result<()> {
-    alltoall_blocks(comm, send, Blocks::Layout(send_layout), recv, Blocks::Layout(recv_layout)).await
+    match send {
+        Some(send) => {
+            alltoall_blocks(comm, send, Blocks::Layout(send_layout), recv, Blocks::Layout(recv_layout)).await
+        }
+        None => alltoall_swap(comm, recv, Blocks::Layout(recv_layout)).await,
+    }
 }
 
 /// Every rank publishes its send buffer (and layout) and reads its block from every peer's.
@@ -451,6 +460,47 @@ async fn alltoall_blocks(
             check_len(s, p, "block for this rank", from.len(), dest.len())?;
             // SAFETY: `p`'s send buffer is published for this alltoall, which only reads it.
             recv[dest].copy_from_slice(unsafe { shared(s, src.send, src.send_len, from) }?);
+        }
+        Ok(())
+    })
+    .await
+}
+
+/// Marks the kind of an in-place operation whose ranks must all be in place (its buffers are
+/// published differently).
+const IN_PLACE: usize = 1 << 7;
+const _: () = assert!((Collective::Scan as usize) < IN_PLACE);
+
+/// Alltoall(v) in place: block `p` of this rank's buffer and block `me` of `p`'s trade places,
+/// so the pair's two blocks are swapped where they lie, with no temporary and no more traffic
+/// than a copy: the lower rank of the pair swaps the first half of the bytes and the higher
+/// rank the rest, so every rank does the same work and all pairs proceed at once. Of each
+/// buffer, a pair's blocks are touched by that pair alone, and nobody reads a block before
+/// everyone has left.
+async fn alltoall_swap(comm: Native<'_>, buf: &mut [u8], blocks: Blocks<'_>) -> Result<()> {
+    let (me, np, len) = (comm.rank(), comm.size(), buf.len());
+    // Only the published pointer is used from here on, so it stays valid (Stacked Borrows).
+    let ptr = buf.as_mut_ptr();
+    let buffers = Buffers { recv: ptr, recv_len: len, extra: blocks.published(), ..Buffers::default() };
+    let everyone = 0..np;
+    let kind = kind_of(blocks, Collective::Alltoall, Collective::Alltoallv) | IN_PLACE;
+    collective(comm, kind, buffers, everyone.clone(), everyone, |s| {
+        check_range(&blocks.of(me), len)?;
+        for p in others(comm) {
+            let peer = s.peer(p)?;
+            let theirs = blocks.of_source(s, p, &peer, peer.recv_len, np)?.of(me);
+            let mine = blocks.of(p);
+            check_len(s, p, "block for this rank", theirs.len(), mine.len())?;
+            let half = mine.len() / 2;
+            let part = if me < p { 0..half } else { half..mine.len() };
+            let at = |block: &Range<usize>| block.start + part.start..block.start + part.end;
+            // SAFETY: block `p` of our buffer and block `me` of `p`'s, both published for this
+            // alltoall: only this pair touches them, and of the bytes `part` only this rank
+            // (`p` takes the other half). Validated layouts have no overlapping blocks.
+            let (a, b) = unsafe {
+                (exclusive(s, ptr, len, at(&mine))?, exclusive(s, peer.recv, peer.recv_len, at(&theirs))?)
+            };
+            a.swap_with_slice(b);
         }
         Ok(())
     })
@@ -497,21 +547,29 @@ fn check_sends(comm: Native<'_>, s: &Session, bytes: usize) -> Result<()> {
 }
 
 /// Rank i reduces chunk i over all send buffers straight into chunk i of the root's receive
-/// buffer.
+/// buffer. A root in place (`send` is `None`) publishes its receive buffer as its send buffer;
+/// chunk i of it is read and written by rank i alone, which folds the others' chunks into it.
+/// The other ranks see that from the root's buffers (the same pointer twice), since only the
+/// root says "in place".
 pub(super) async fn reduce<T: Pod>(
     comm: Native<'_>,
-    send: &[T],
+    send: Option<&[T]>,
     recv: &mut [T],
     op: &dyn Op<T>,
     root: usize,
 ) -> Result<()> {
     let (me, np) = (comm.rank(), comm.size());
-    let len = reducible_len(send);
-    let bytes = size_of_val(send);
-    let mut buffers = Buffers { send: send.as_ptr().cast(), send_len: bytes, ..Buffers::default() };
+    let recv_ptr: *mut u8 = recv.as_mut_ptr().cast();
+    let (len, bytes) = match send {
+        Some(send) => (reducible_len(send), size_of_val(send)),
+        None => (reducible_len(&*recv), size_of_val(recv)),
+    };
+    let send_ptr = send.map_or(recv_ptr.cast_const(), |send| send.as_ptr().cast());
+    let mut buffers = Buffers { send: send_ptr, send_len: bytes, ..Buffers::default() };
     if me == root {
-        (buffers.recv, buffers.recv_len) = (recv.as_mut_ptr().cast(), size_of_val(recv));
+        (buffers.recv, buffers.recv_len) = (recv_ptr, size_of_val(recv));
     }
+    let send = send.unwrap_or(&[]);
     let everyone = 0..np;
     collective(comm, kind(Collective::Reduce, size_of::<T>()), buffers, everyone.clone(), everyone.clone(), |s| {
         check_sends(comm, s, bytes)?;
@@ -520,9 +578,15 @@ pub(super) async fn reduce<T: Pod>(
         let mine = even_block(len, np, me);
         let size = size_of::<T>();
         // SAFETY: the root's receive buffer is published for this reduce; each rank writes only
-        // its own chunk and nobody reads it before all have left.
-        let dest = unsafe { exclusive(s, dst.recv, dst.recv_len, mine.start * size..mine.end * size) }?;
-        fold_in_rank_order(op, typed_mut(dest)?, everyone, |j| send_of(s, send, j, mine.clone()))
+        // its own chunk and nobody reads it before all have left (in place, chunk i of the
+        // root's send buffer is that chunk, which only rank i reads: see `fold_into_own`).
+        let dest = typed_mut(unsafe { exclusive(s, dst.recv, dst.recv_len, mine.start * size..mine.end * size) }?)?;
+        let input = |j| send_of(s, send, j, mine.clone());
+        if dst.send.cast_mut() == dst.recv && bytes > 0 {
+            fold_into_own(op, dest, root, everyone, input)
+        } else {
+            fold_in_rank_order(op, dest, everyone, input)
+        }
     })
     .await
 }
