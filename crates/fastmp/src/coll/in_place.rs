@@ -26,7 +26,7 @@ use bytemuck::Pod;
 use super::op::Op;
 use super::select::{Algorithm, Collective};
 use super::transport::Run;
-use super::{alltoall, native, reduce};
+use super::{alltoall, native, reduce, scan};
 use super::vector::Layout;
 use crate::comm::Comm;
 use crate::error::{Error, Result};
@@ -171,8 +171,19 @@ impl Run<'_> {
     }
 
     pub(crate) async fn scan_in_place<T: Pod>(&self, buf: &mut [T], op: &dyn Op<T>, exclusive: bool) -> Result<()> {
-        let send = self.process.scratch.copy_of(buf, buf.len());
-        if exclusive { self.exscan(&send, buf, op).await } else { self.scan(&send, buf, op).await }
+        self.check_live()?;
+        let (me, np) = (self.rank(), self.size());
+        match self.chose_for(Collective::Scan, size_of_val(buf), op.is_commutative()) {
+            // Rank 0 and the last rank fold into their own buffer (see the native scan).
+            Algorithm::Native if me == 0 || me + 1 == np => native::scan(self, None, buf, op, exclusive).await,
+            algorithm => {
+                let send = self.process.scratch.copy_of(buf, buf.len());
+                match algorithm {
+                    Algorithm::Native => native::scan(self, Some(&send), buf, op, exclusive).await,
+                    algorithm => scan::scan(self, &send, buf, op, exclusive, algorithm).await,
+                }
+            }
+        }
     }
 }
 

@@ -573,7 +573,7 @@ impl Run<'_> {
             send.len(),
         )?;
         match self.chose_for(Collective::Scan, size_of_val(send), op.is_commutative()) {
-            Algorithm::Native => native::scan(self, send, recv, op, exclusive).await,
+            Algorithm::Native => native::scan(self, Some(send), recv, op, exclusive).await,
             algorithm => scan::scan(self, send, recv, op, exclusive, algorithm).await,
         }
     }

@@ -106,9 +106,10 @@ pub(super) async fn reduce_scatter<T: Pod>(
     provider(run)?.reduce_scatter(&run.operation(), send, recv, counts, op).await
 }
 
+/// `send` is `None` in place (first and last rank only).
 pub(super) async fn scan<T: Pod>(
     run: &Run<'_>,
-    send: &[T],
+    send: Option<&[T]>,
     recv: &mut [T],
     op: &dyn Op<T>,
     exclusive: bool,

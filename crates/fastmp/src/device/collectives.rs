@@ -205,10 +205,12 @@ pub(crate) trait CollectiveProvider {
 
     /// Inclusive (`exclusive == false`) or exclusive prefix reduction; rank 0's `recv` is left
     /// alone by the exclusive one.
+    /// `send` is `None` in place, which only the first and the last rank may use (a middle
+    /// rank's input is read by the ranks above it while its result is written: it passes a copy).
     fn scan<'a, T: Pod>(
         &'a self,
         op: &'a Operation<'a>,
-        send: &'a [T],
+        send: Option<&'a [T]>,
         recv: &'a mut [T],
         reduction: &'a dyn Op<T>,
         exclusive: bool,

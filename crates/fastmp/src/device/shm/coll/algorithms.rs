@@ -675,24 +675,43 @@ pub(super) async fn reduce_scatter<T: Pod>(
     .await
 }
 
-/// Rank i combines the send buffers of ranks 0..=i (0..i for exscan) in place.
+/// Rank i combines the send buffers of ranks 0..=i (0..i for exscan) in place. In place
+/// (`send` is `None`: the receive buffer is published as the send buffer) rank 0 has nothing to
+/// do and the last rank, whose buffer nobody reads, folds the others into its own; a middle
+/// rank's buffer is read by the ranks above it, so it must pass a copy.
 pub(super) async fn scan<T: Pod>(
     comm: Native<'_>,
-    send: &[T],
+    send: Option<&[T]>,
     recv: &mut [T],
     op: &dyn Op<T>,
-    exclusive: bool,
+    exscan: bool,
 ) -> Result<()> {
     let (me, np) = (comm.rank(), comm.size());
-    let len = reducible_len(send);
-    let bytes = size_of_val(send);
-    let buffers = Buffers { send: send.as_ptr().cast(), send_len: bytes, ..Buffers::default() };
-    let inputs = if exclusive { 0..me } else { 0..me + 1 };
+    if send.is_none() && me != 0 && me + 1 != np {
+        return Err(Error::InvalidArgument(format!("native scan in place: rank {me} of {np} needs a copy of its input")));
+    }
+    let len = send.map_or_else(|| reducible_len(&*recv), reducible_len);
+    let bytes = size_of_val(recv);
+    // In place peers read our buffer through this pointer; every access goes through it.
+    let recv_ptr: *mut u8 = recv.as_mut_ptr().cast();
+    let send_ptr = send.map_or(recv_ptr.cast_const(), |send| send.as_ptr().cast());
+    let buffers = Buffers { send: send_ptr, send_len: send.map_or(bytes, size_of_val), ..Buffers::default() };
+    let inputs = if exscan { 0..me } else { 0..me + 1 };
     collective(comm, kind(Collective::Scan, size_of::<T>()), buffers, inputs.clone(), me + 1..np, |s| {
         for p in inputs.clone().filter(|&p| p != me) {
-            check_len(s, p, "send buffer", s.peer(p)?.send_len, bytes)?;
+            check_len(s, p, "send buffer", s.peer(p)?.send_len, buffers.send_len)?;
         }
-        fold_in_rank_order(op, &mut recv[..len], inputs, |j| send_of(s, send, j, 0..len))
+        if send.is_none() && me == 0 {
+            return Ok(()); // its result is its input (exscan: left unchanged)
+        }
+        // SAFETY: our own receive buffer; peers read it only in place, and then only when we
+        // returned above (a last rank has no readers).
+        let dest = typed_mut(unsafe { exclusive(s, recv_ptr, bytes, 0..len * size_of::<T>()) }?)?;
+        let input = |j| send_of(s, send.unwrap_or(&[]), j, 0..len);
+        match send {
+            None if !exscan => fold_into_own(op, dest, me, inputs, input),
+            _ => fold_in_rank_order(op, dest, inputs, input),
+        }
     })
     .await
 }

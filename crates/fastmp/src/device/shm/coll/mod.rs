@@ -303,7 +303,7 @@ impl CollectiveProvider for ShmCollectives {
     fn scan<'a, T: Pod>(
         &'a self,
         op: &'a Operation<'a>,
-        send: &'a [T],
+        send: Option<&'a [T]>,
         recv: &'a mut [T],
         reduction: &'a dyn Op<T>,
         exclusive: bool,
