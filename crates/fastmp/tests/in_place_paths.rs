@@ -115,7 +115,8 @@ fn exchanges(world: &Comm) -> Result<()> {
             // odd, some empty, with gaps between blocks that must stay untouched.
             let count = |i: usize, j: usize| (i + j + round) % 4 * 3;
             let counts: Vec<usize> = (0..np).map(|j| count(me, j)).collect();
-            let displs: Vec<usize> = (0..np).scan(0, |at, j| Some(std::mem::replace(at, *at + counts[j] + 2))).collect();
+            let displs: Vec<usize> =
+                (0..np).scan(0, |at, j| Some(std::mem::replace(at, *at + counts[j] + 2))).collect();
             let len = displs[np - 1] + counts[np - 1] + 2;
             let mut buf = bytes(round as u32 + 60, me, len);
             let before = buf.clone();

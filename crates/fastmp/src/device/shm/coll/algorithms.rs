@@ -429,9 +429,7 @@ pub(super) async fn alltoallv(
     recv_layout: &Layout,
 ) -> Result<()> {
     match send {
-        Some(send) => {
-            alltoall_blocks(comm, send, Blocks::Layout(send_layout), recv, Blocks::Layout(recv_layout)).await
-        }
+        Some(send) => alltoall_blocks(comm, send, Blocks::Layout(send_layout), recv, Blocks::Layout(recv_layout)).await,
         None => alltoall_swap(comm, recv, Blocks::Layout(recv_layout)).await,
     }
 }
@@ -497,9 +495,8 @@ async fn alltoall_swap(comm: Native<'_>, buf: &mut [u8], blocks: Blocks<'_>) -> 
             // SAFETY: block `p` of our buffer and block `me` of `p`'s, both published for this
             // alltoall: only this pair touches them, and of the bytes `part` only this rank
             // (`p` takes the other half). Validated layouts have no overlapping blocks.
-            let (a, b) = unsafe {
-                (exclusive(s, ptr, len, at(&mine))?, exclusive(s, peer.recv, peer.recv_len, at(&theirs))?)
-            };
+            let (a, b) =
+                unsafe { (exclusive(s, ptr, len, at(&mine))?, exclusive(s, peer.recv, peer.recv_len, at(&theirs))?) };
             a.swap_with_slice(b);
         }
         Ok(())
@@ -688,7 +685,9 @@ pub(super) async fn scan<T: Pod>(
 ) -> Result<()> {
     let (me, np) = (comm.rank(), comm.size());
     if send.is_none() && me != 0 && me + 1 != np {
-        return Err(Error::InvalidArgument(format!("native scan in place: rank {me} of {np} needs a copy of its input")));
+        return Err(Error::InvalidArgument(format!(
+            "native scan in place: rank {me} of {np} needs a copy of its input"
+        )));
     }
     let len = send.map_or_else(|| reducible_len(&*recv), reducible_len);
     let bytes = size_of_val(recv);
