@@ -7,7 +7,7 @@ rounds=${1:-5}
 np=${2:-2}
 bin=${3:-target/release/fastmp-bench}
 out=$(mktemp -d)
-for coll in allreduce allgather alltoall; do
+for coll in ${COLLS:-allreduce allgather alltoall reduce scan}; do
     for round in $(seq "$rounds"); do
         for mode in out in; do
             flag=$([ "$mode" = in ] && echo --in-place || true)
@@ -17,7 +17,7 @@ for coll in allreduce allgather alltoall; do
 done
 median() { sort -g | awk '{v[NR]=$1} END {print (NR%2 ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2)}'; }
 printf '%-10s %8s %12s %12s %7s\n' collective size out_us in_place_us ratio
-for coll in allreduce allgather alltoall; do
+for coll in ${COLLS:-allreduce allgather alltoall reduce scan}; do
     for size in $(grep -o '"size":[0-9]*' "$out/$coll.out" | cut -d: -f2 | sort -n -u); do
         pick() { grep "\"size\":$size," "$out/$coll.$1" | grep -o '"avg_us":[0-9.]*' | cut -d: -f2 | median; }
         o=$(pick out)

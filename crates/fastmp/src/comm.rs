@@ -66,6 +66,8 @@ pub(crate) struct ProcessState {
     pub(crate) request_lists: RefCell<Vec<Vec<Pending>>>,
     /// Owned-buffer operations dropped before they finished, with their buffers.
     pub(crate) orphans: Orphans,
+    /// Temporaries of the in-place collectives, reused so they allocate nothing once warm.
+    pub(crate) scratch: crate::coll::scratch::ScratchPool,
 }
 
 impl ProcessState {
@@ -146,6 +148,7 @@ impl Comm {
             last_scope: Cell::new(0),
             request_lists: RefCell::default(),
             orphans: Orphans::default(),
+            scratch: Default::default(),
         });
         let world = Comm::with_context(dev, WORLD_CONTEXT, group, tuning, process);
         Comm { info: Rc::new(crate::attributes::Info::named("WORLD")), ..world }

@@ -86,3 +86,26 @@ async fn exchange(
     };
     copied.and(exchanged)
 }
+
+/// Alltoall(v) in place over messages, whatever algorithm the rules chose (MPI libraries'
+/// pairwise `sendrecv_replace`): in round `k` this rank and rank `(k - me) mod np` trade block
+/// `p` of their buffers, so each pair meets in exactly one round and every round is a matching.
+/// The outgoing block is first copied into `spare` (at least the largest block), the one
+/// temporary, which the caller reuses across calls.
+pub(super) async fn exchange_in_place(
+    comm: &Run<'_>,
+    buf: &mut [u8],
+    block: impl Fn(usize) -> std::ops::Range<usize>,
+    spare: &mut [u8],
+    coll: Collective,
+) -> Result<()> {
+    let (np, me) = (comm.size(), comm.rank());
+    let partners = (0..np).map(|k| (k + np - me) % np).filter(|&p| p != me);
+    all_steps(partners, async |p| {
+        let place = block(p);
+        let out = &mut spare[..place.len()];
+        out.copy_from_slice(&buf[place.clone()]);
+        comm.coll_sendrecv(out, p, &mut buf[place], p, coll).await
+    })
+    .await
+}

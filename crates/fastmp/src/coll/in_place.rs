@@ -3,9 +3,12 @@
 //!
 //! They run the same operations as their out-of-place twins. Where an algorithm can take its
 //! contribution from the receive buffer (allgather(v) on every algorithm, allreduce's native,
-//! BDE and Rabenseifner algorithms) nothing is copied; the others read their input while the
-//! result is written, so they get a copy of the part they read (the root's own block of
-//! gather(v)/scatter(v), the whole vector of alltoall(v), reduce, reduce_scatter and scan).
+//! BDE and Rabenseifner algorithms, the root of the native reduce) nothing is copied; alltoall(v)
+//! swaps blocks where they lie (native) or trades them pair by pair through one block's
+//! temporary (messages); the others read their input while the result is written, so they get a
+//! copy of the part they read (the root's own block of gather(v)/scatter(v), the whole vector of
+//! reduce on message algorithms, reduce_scatter and scan). Temporaries come from the rank's
+//! [`ScratchPool`](super::scratch::ScratchPool), so a warm rank allocates none.
 //!
 //! Shapes (as in MPI, only the root of a rooted collective is "in place"):
 //! - `gather(v)_in_place(buf, .., root)`: at the root `buf` is the receive buffer, its own block
@@ -21,8 +24,10 @@
 use bytemuck::Pod;
 
 use super::op::Op;
+use super::select::{Algorithm, Collective};
 use super::transport::Run;
 use super::vector::Layout;
+use super::{alltoall, native, reduce, scan};
 use crate::comm::Comm;
 use crate::error::{Error, Result};
 use crate::scope::{Request, Scope};
@@ -49,7 +54,7 @@ impl Run<'_> {
         }
         self.check_split("gather_in_place", "the root's buf", buf.len())?;
         let block = buf.len() / self.size();
-        let own = buf[root * block..][..block].to_vec();
+        let own = self.process.scratch.copy_of(&buf[root * block..][..block], block);
         self.gather(&own, buf, root).await
     }
 
@@ -66,7 +71,7 @@ impl Run<'_> {
         }
         // Validated first, so the root's block lies inside `buf`.
         Layout::new::<T>(self, "gatherv_in_place", counts, displs, buf.len())?;
-        let own = buf[displs[root]..][..counts[root]].to_vec();
+        let own = self.process.scratch.copy_of(&buf[displs[root]..][..counts[root]], counts[root]);
         self.gatherv(&own, buf, counts, displs, root).await
     }
 
@@ -76,7 +81,7 @@ impl Run<'_> {
             return self.scatter(&[], buf, root).await;
         }
         self.check_split("scatter_in_place", "the root's buf", buf.len())?;
-        let mut own = vec![T::zeroed(); buf.len() / self.size()];
+        let mut own = self.process.scratch.take(buf.len() / self.size());
         self.scatter(buf, &mut own, root).await
     }
 
@@ -91,13 +96,23 @@ impl Run<'_> {
         if self.rank() != root {
             return self.scatterv(&[], counts, displs, buf, root).await;
         }
-        let mut own = vec![T::zeroed(); counts.get(root).copied().unwrap_or(0)];
+        let mut own = self.process.scratch.take(counts.get(root).copied().unwrap_or(0));
         self.scatterv(buf, counts, displs, &mut own, root).await
     }
 
     pub(crate) async fn alltoall_in_place<T: Pod>(&self, buf: &mut [T]) -> Result<()> {
-        let send = buf.to_vec();
-        self.alltoall(&send, buf).await
+        self.check_live()?;
+        self.check_split("alltoall_in_place", "buf", buf.len())?;
+        let buf: &mut [u8] = bytemuck::cast_slice_mut(buf);
+        let block = buf.len() / self.size();
+        match self.chose_for(Collective::Alltoall, block, true) {
+            Algorithm::Native => native::alltoall(self, None, buf).await,
+            _ => {
+                let mut spare = self.process.scratch.take(block);
+                let place = |p: usize| p * block..(p + 1) * block;
+                alltoall::exchange_in_place(self, buf, place, &mut spare, Collective::Alltoall).await
+            }
+        }
     }
 
     pub(crate) async fn alltoallv_in_place<T: Pod>(
@@ -106,8 +121,18 @@ impl Run<'_> {
         counts: &[usize],
         displs: &[usize],
     ) -> Result<()> {
-        let send = buf.to_vec();
-        self.alltoallv(&send, counts, displs, buf, counts, displs).await
+        self.check_live()?;
+        let layout = Layout::new::<T>(self, "alltoallv_in_place", counts, displs, buf.len())?;
+        let buf: &mut [u8] = bytemuck::cast_slice_mut(buf);
+        match self.chose_for(Collective::Alltoallv, 0, true) {
+            Algorithm::Native => native::alltoallv(self, None, &layout, buf, &layout).await,
+            _ => {
+                let largest = (0..self.size()).map(|p| layout.block(p).len()).max().unwrap_or(0);
+                let mut spare = self.process.scratch.take(largest);
+                let place = |p: usize| layout.block(p);
+                alltoall::exchange_in_place(self, buf, place, &mut spare, Collective::Alltoallv).await
+            }
+        }
     }
 
     pub(crate) async fn reduce_in_place<T: Pod>(&self, buf: &mut [T], op: &dyn Op<T>, root: usize) -> Result<()> {
@@ -115,8 +140,14 @@ impl Run<'_> {
         if self.rank() != root {
             return self.reduce(buf, &mut [], op, root).await;
         }
-        let send = buf.to_vec();
-        self.reduce(&send, buf, op, root).await
+        self.check_live()?;
+        match self.chose_for(Collective::Reduce, size_of_val(buf), op.is_commutative()) {
+            Algorithm::Native => native::reduce(self, None, buf, op, root).await,
+            algorithm => {
+                let own = self.process.scratch.copy_of(buf, buf.len());
+                reduce::reduce(self, &own, buf, op, root, algorithm).await
+            }
+        }
     }
 
     pub(crate) async fn reduce_scatter_in_place<T: Pod>(
@@ -125,7 +156,7 @@ impl Run<'_> {
         counts: &[usize],
         op: &dyn Op<T>,
     ) -> Result<()> {
-        let send = buf.to_vec();
+        let send = self.process.scratch.copy_of(buf, buf.len());
         // A wrong `counts` is reported by `reduce_scatter` (which checks it before anything else).
         let mine = counts.get(self.rank()).map_or(0, |&c| c.min(buf.len()));
         self.reduce_scatter(&send, &mut buf[..mine], counts, op).await
@@ -134,14 +165,25 @@ impl Run<'_> {
     pub(crate) async fn reduce_scatter_block_in_place<T: Pod>(&self, buf: &mut [T], op: &dyn Op<T>) -> Result<()> {
         self.check_live()?;
         self.check_split("reduce_scatter_block_in_place", "buf", buf.len())?;
-        let send = buf.to_vec();
+        let send = self.process.scratch.copy_of(buf, buf.len());
         let block = buf.len() / self.size();
         self.reduce_scatter_block(&send, &mut buf[..block], op).await
     }
 
     pub(crate) async fn scan_in_place<T: Pod>(&self, buf: &mut [T], op: &dyn Op<T>, exclusive: bool) -> Result<()> {
-        let send = buf.to_vec();
-        if exclusive { self.exscan(&send, buf, op).await } else { self.scan(&send, buf, op).await }
+        self.check_live()?;
+        let (me, np) = (self.rank(), self.size());
+        match self.chose_for(Collective::Scan, size_of_val(buf), op.is_commutative()) {
+            // Rank 0 and the last rank fold into their own buffer (see the native scan).
+            Algorithm::Native if me == 0 || me + 1 == np => native::scan(self, None, buf, op, exclusive).await,
+            algorithm => {
+                let send = self.process.scratch.copy_of(buf, buf.len());
+                match algorithm {
+                    Algorithm::Native => native::scan(self, Some(&send), buf, op, exclusive).await,
+                    algorithm => scan::scan(self, &send, buf, op, exclusive, algorithm).await,
+                }
+            }
+        }
     }
 }
 

@@ -35,6 +35,7 @@ mod reduce;
 mod reduce_scatter;
 mod scan;
 mod scatter_gather;
+pub(crate) mod scratch;
 pub(crate) mod select;
 mod transport;
 mod tree;
@@ -478,7 +479,7 @@ impl Run<'_> {
         }
         let (send, recv): (&[u8], &mut [u8]) = (bytemuck::cast_slice(send), bytemuck::cast_slice_mut(recv));
         match self.chose_for(Collective::Alltoall, send.len() / self.size(), true) {
-            Algorithm::Native => native::alltoall(self, send, recv).await,
+            Algorithm::Native => native::alltoall(self, Some(send), recv).await,
             algorithm => alltoall::alltoall(self, send, recv, algorithm).await,
         }
     }
@@ -498,7 +499,7 @@ impl Run<'_> {
         let recv_layout = Layout::new::<T>(self, "alltoallv receive", recv_counts, recv_displs, recv.len())?;
         let (send, recv): (&[u8], &mut [u8]) = (bytemuck::cast_slice(send), bytemuck::cast_slice_mut(recv));
         match self.chose_for(Collective::Alltoallv, 0, true) {
-            Algorithm::Native => native::alltoallv(self, send, &send_layout, recv, &recv_layout).await,
+            Algorithm::Native => native::alltoallv(self, Some(send), &send_layout, recv, &recv_layout).await,
             algorithm => alltoall::alltoallv(self, send, &send_layout, recv, &recv_layout, algorithm).await,
         }
     }
@@ -572,7 +573,7 @@ impl Run<'_> {
             send.len(),
         )?;
         match self.chose_for(Collective::Scan, size_of_val(send), op.is_commutative()) {
-            Algorithm::Native => native::scan(self, send, recv, op, exclusive).await,
+            Algorithm::Native => native::scan(self, Some(send), recv, op, exclusive).await,
             algorithm => scan::scan(self, send, recv, op, exclusive, algorithm).await,
         }
     }
@@ -649,7 +650,7 @@ impl Run<'_> {
         pick: Pick,
     ) -> Result<()> {
         match self.chose_pick(Collective::Reduce, size_of_val(send), op.is_commutative(), pick) {
-            Algorithm::Native => native::reduce(self, send, recv, op, root).await,
+            Algorithm::Native => native::reduce(self, Some(send), recv, op, root).await,
             algorithm => reduce::reduce(self, send, recv, op, root, algorithm).await,
         }
     }

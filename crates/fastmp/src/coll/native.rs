@@ -65,13 +65,15 @@ pub(super) async fn allgatherv(run: &Run<'_>, send: Option<&[u8]>, recv: &mut [u
     provider(run)?.allgatherv(&run.operation(), send, recv, layout).await
 }
 
-pub(super) async fn alltoall(run: &Run<'_>, send: &[u8], recv: &mut [u8]) -> Result<()> {
+/// `send` is `None` in place.
+pub(super) async fn alltoall(run: &Run<'_>, send: Option<&[u8]>, recv: &mut [u8]) -> Result<()> {
     provider(run)?.alltoall(&run.operation(), send, recv).await
 }
 
+/// `send` is `None` in place (then `send_layout` is `recv_layout`).
 pub(super) async fn alltoallv(
     run: &Run<'_>,
-    send: &[u8],
+    send: Option<&[u8]>,
     send_layout: &Layout,
     recv: &mut [u8],
     recv_layout: &Layout,
@@ -79,9 +81,10 @@ pub(super) async fn alltoallv(
     provider(run)?.alltoallv(&run.operation(), send, send_layout, recv, recv_layout).await
 }
 
+/// `send` is `None` at a root in place.
 pub(super) async fn reduce<T: Pod>(
     run: &Run<'_>,
-    send: &[T],
+    send: Option<&[T]>,
     recv: &mut [T],
     op: &dyn Op<T>,
     root: usize,
@@ -103,9 +106,10 @@ pub(super) async fn reduce_scatter<T: Pod>(
     provider(run)?.reduce_scatter(&run.operation(), send, recv, counts, op).await
 }
 
+/// `send` is `None` in place (first and last rank only).
 pub(super) async fn scan<T: Pod>(
     run: &Run<'_>,
-    send: &[T],
+    send: Option<&[T]>,
     recv: &mut [T],
     op: &dyn Op<T>,
     exclusive: bool,

@@ -156,26 +156,29 @@ pub(crate) trait CollectiveProvider {
         layout: &'a Layout,
     ) -> impl Future<Output = Result<()>> + 'a;
 
+    /// `send` is `None` in place (`recv` holds the blocks to send).
     fn alltoall<'a>(
         &'a self,
         op: &'a Operation<'a>,
-        send: &'a [u8],
+        send: Option<&'a [u8]>,
         recv: &'a mut [u8],
     ) -> impl Future<Output = Result<()>> + 'a;
 
+    /// `send` is `None` in place (`recv` holds the blocks to send; the layouts are one).
     fn alltoallv<'a>(
         &'a self,
         op: &'a Operation<'a>,
-        send: &'a [u8],
+        send: Option<&'a [u8]>,
         send_layout: &'a Layout,
         recv: &'a mut [u8],
         recv_layout: &'a Layout,
     ) -> impl Future<Output = Result<()>> + 'a;
 
+    /// `send` is `None` at a root in place (`recv` holds its contribution).
     fn reduce<'a, T: Pod>(
         &'a self,
         op: &'a Operation<'a>,
-        send: &'a [T],
+        send: Option<&'a [T]>,
         recv: &'a mut [T],
         reduction: &'a dyn Op<T>,
         root: usize,
@@ -202,10 +205,12 @@ pub(crate) trait CollectiveProvider {
 
     /// Inclusive (`exclusive == false`) or exclusive prefix reduction; rank 0's `recv` is left
     /// alone by the exclusive one.
+    /// `send` is `None` in place, which only the first and the last rank may use (a middle
+    /// rank's input is read by the ranks above it while its result is written: it passes a copy).
     fn scan<'a, T: Pod>(
         &'a self,
         op: &'a Operation<'a>,
-        send: &'a [T],
+        send: Option<&'a [T]>,
         recv: &'a mut [T],
         reduction: &'a dyn Op<T>,
         exclusive: bool,

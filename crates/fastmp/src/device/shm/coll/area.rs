@@ -81,8 +81,6 @@ struct Slot {
     recv: AtomicPtr<u8>,
     recv_len: AtomicUsize,
     extra: AtomicPtr<()>,
-    /// Last epoch whose intermediate result (e.g. an allreduce chunk) is ready.
-    done: AtomicU64,
     /// Last epoch this rank chose a message-based algorithm for instead (it never enters it).
     bypassed: AtomicU64,
     /// Last epoch this rank left.
@@ -109,7 +107,6 @@ impl Slot {
             recv: AtomicPtr::new(std::ptr::null_mut()),
             recv_len: AtomicUsize::new(0),
             extra: AtomicPtr::new(std::ptr::null_mut()),
-            done: AtomicU64::new(0),
             bypassed: AtomicU64::new(0),
             left: AtomicU64::new(0),
             failed: AtomicU64::new(0),
@@ -460,17 +457,6 @@ impl Session<'_> {
         self.area.await_flag(self.how, copier, self.epoch, &|_| mine.claim.load(Ordering::Acquire) / 2).await
     }
 
-    /// Announces that this rank's intermediate result is ready for its accessors.
-    pub(crate) fn mark_done(&self) {
-        self.area.slot(self.how.lane, self.how.me).done.store(self.epoch, Ordering::Release);
-        self.area.notify(self.how.me, self.accessors.clone());
-    }
-
-    /// Waits until source `p` announced its intermediate result.
-    pub(crate) async fn await_done(&self, p: usize) -> Result<()> {
-        self.area.await_flag(self.how, p, self.epoch, &|s| s.done.load(Ordering::Acquire)).await
-    }
-
     /// Step 3 of the protocol: records the outcome, then waits until no accessor can touch this
     /// rank's buffers any more. Never fails early: the wait ends when every accessor has left or
     /// is excused (each accessor's part is bounded, so this terminates). Returns an error if an
@@ -493,7 +479,8 @@ impl Session<'_> {
         }
         mine.left.store(self.epoch, Ordering::Release);
         area.notify(me, self.sources.clone());
-        // Waiters on this rank's `done` flag are woken too, so they see `failed`.
+        // Accessors waiting on this rank's flags (a bcast receiver on its copier) are woken too, so
+        // they see `failed`.
         if !succeeded {
             area.notify(me, self.accessors.clone());
         }

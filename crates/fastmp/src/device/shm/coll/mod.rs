@@ -251,7 +251,7 @@ impl CollectiveProvider for ShmCollectives {
     fn alltoall<'a>(
         &'a self,
         op: &'a Operation<'a>,
-        send: &'a [u8],
+        send: Option<&'a [u8]>,
         recv: &'a mut [u8],
     ) -> impl Future<Output = Result<()>> + 'a {
         algorithms::alltoall(self.native(op), send, recv)
@@ -260,7 +260,7 @@ impl CollectiveProvider for ShmCollectives {
     fn alltoallv<'a>(
         &'a self,
         op: &'a Operation<'a>,
-        send: &'a [u8],
+        send: Option<&'a [u8]>,
         send_layout: &'a Layout,
         recv: &'a mut [u8],
         recv_layout: &'a Layout,
@@ -271,7 +271,7 @@ impl CollectiveProvider for ShmCollectives {
     fn reduce<'a, T: Pod>(
         &'a self,
         op: &'a Operation<'a>,
-        send: &'a [T],
+        send: Option<&'a [T]>,
         recv: &'a mut [T],
         reduction: &'a dyn Op<T>,
         root: usize,
@@ -303,7 +303,7 @@ impl CollectiveProvider for ShmCollectives {
     fn scan<'a, T: Pod>(
         &'a self,
         op: &'a Operation<'a>,
-        send: &'a [T],
+        send: Option<&'a [T]>,
         recv: &'a mut [T],
         reduction: &'a dyn Op<T>,
         exclusive: bool,
