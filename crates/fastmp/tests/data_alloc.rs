@@ -1,38 +1,11 @@
 //! Strided transfers and checked receives allocate nothing once warm: the packing staging buffer
 //! is the rank's, reused by every call (shm and tcp).
 
-use std::alloc::{GlobalAlloc, Layout as AllocLayout, System};
-use std::cell::Cell;
-
 use fastmp::layout::Vector;
 use fastmp::{Comm, Config, DeviceKind, Result};
 
-struct CountingAlloc;
-
-thread_local! {
-    static ALLOCS: Cell<u64> = const { Cell::new(0) };
-}
-
-// SAFETY: forwards to the system allocator; the counter is a thread-local `Cell` without
-// destructor, so touching it cannot allocate or recurse.
-unsafe impl GlobalAlloc for CountingAlloc {
-    unsafe fn alloc(&self, layout: AllocLayout) -> *mut u8 {
-        ALLOCS.with(|c| c.set(c.get() + 1));
-        // SAFETY: caller upholds `GlobalAlloc::alloc`'s contract.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: AllocLayout) {
-        // SAFETY: caller upholds `GlobalAlloc::dealloc`'s contract.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
-
-#[global_allocator]
-static GLOBAL: CountingAlloc = CountingAlloc;
-
-fn allocations() -> u64 {
-    ALLOCS.with(|c| c.get())
-}
+mod alloc_counter;
+use alloc_counter::allocations;
 
 /// `rounds` column ping-pongs of `rows` elements plus a checked receive of flags each way.
 fn strided_ping_pong(world: &Comm, rounds: usize, matrix: &mut [f64], rows: usize) -> Result<()> {

@@ -4,39 +4,12 @@
 //! allocate nothing either: the provider's operation is part of the collective's future, which a
 //! blocking call runs on its own stack.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
-
 use fastmp::coll::{Algorithm, Collective, Tuning};
 use fastmp::op::{Sum, UserOp};
 use fastmp::{Comm, Config, Result};
 
-struct CountingAlloc;
-
-thread_local! {
-    static ALLOCS: Cell<u64> = const { Cell::new(0) };
-}
-
-// SAFETY: forwards to the system allocator; the counter is a thread-local `Cell` without
-// destructor, so touching it cannot allocate or recurse.
-unsafe impl GlobalAlloc for CountingAlloc {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCS.with(|c| c.set(c.get() + 1));
-        // SAFETY: caller upholds `GlobalAlloc::alloc`'s contract.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: caller upholds `GlobalAlloc::dealloc`'s contract.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
-
-#[global_allocator]
-static GLOBAL: CountingAlloc = CountingAlloc;
-
-fn allocations() -> u64 {
-    ALLOCS.with(|c| c.get())
-}
+mod alloc_counter;
+use alloc_counter::allocations;
 
 fn ping_pong(world: &fastmp::Comm, rounds: usize, out: &[u8], inc: &mut [u8]) -> fastmp::Result<()> {
     let peer = 1 - world.rank();

@@ -4,39 +4,12 @@
 //! forced to `native`. Where the out-of-place operation itself allocates (a `v` layout's table,
 //! the message algorithms' request lists), in place allocates no more than it.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
-
 use fastmp::coll::{Algorithm, Collective, Tuning};
 use fastmp::op::Sum;
 use fastmp::{Comm, Config, Result};
 
-struct CountingAlloc;
-
-thread_local! {
-    static ALLOCS: Cell<u64> = const { Cell::new(0) };
-}
-
-// SAFETY: forwards to the system allocator; the counter is a thread-local `Cell` without
-// destructor, so touching it cannot allocate or recurse.
-unsafe impl GlobalAlloc for CountingAlloc {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCS.with(|c| c.set(c.get() + 1));
-        // SAFETY: caller upholds `GlobalAlloc::alloc`'s contract.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: caller upholds `GlobalAlloc::dealloc`'s contract.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
-
-#[global_allocator]
-static GLOBAL: CountingAlloc = CountingAlloc;
-
-fn allocations() -> u64 {
-    ALLOCS.with(|c| c.get())
-}
+mod alloc_counter;
+use alloc_counter::allocations;
 
 /// One call of each in-place collective on `n` elements per block.
 fn round(comm: &Comm, buf: &mut [u64], counts: &[usize]) -> Result<()> {
