@@ -217,15 +217,8 @@ impl Comm {
         if self.dev.is_finalized() { Err(Error::Finalized("communicator")) } else { Ok(()) }
     }
 
-    /// Validates a destination and tag; returns the destination's world rank. Rejects
-    /// [`PROC_NULL`] (for calls that have no null peer; point-to-point uses `dest_or_null`).
-    #[allow(dead_code)]
-    pub(crate) fn check_dest(&self, dest: usize, tag: i32) -> Result<usize> {
-        self.dest_or_null(dest, tag)?.ok_or(Error::RankOutOfRange { rank: dest, size: self.size() })
-    }
-
-    /// [`Comm::check_dest`] that also accepts [`PROC_NULL`] (as `None`): the point-to-point
-    /// calls, for which a send to it is a no-op.
+    /// Validates a destination and tag; returns the destination's world rank, or `None` for
+    /// [`PROC_NULL`] (a send to it is a no-op).
     pub(crate) fn dest_or_null(&self, dest: usize, tag: i32) -> Result<Option<usize>> {
         self.check_live()?;
         if !(0..=TAG_UB).contains(&tag) {

@@ -87,7 +87,7 @@ impl Message {
     /// [`Error::Truncated`] (the message is used up either way).
     pub fn recv<T: Pod>(mut self, buf: &mut [T]) -> Result<Status> {
         let raw = self.receive(bytemuck::cast_slice_mut(buf))?;
-        status_of(raw, self.source, size_of::<T>())
+        Status::of(raw, self.source, size_of::<T>())
     }
 
     /// Receives the message into a vector of exactly its length.
@@ -164,11 +164,6 @@ fn complete(dev: &dyn Device, started: Started) -> Result<RawStatus> {
     }
 }
 
-/// A receive's [`Status`] in a communicator's numbering (`source`), counting `elem_size` elements.
-pub(crate) fn status_of(raw: RawStatus, source: usize, elem_size: usize) -> Result<Status> {
-    Status::of(raw, source, elem_size)
-}
-
 /// Matched probe over any device view (a `Comm`'s or a `ThreadComm`'s): `spec` is `None` for a
 /// probe of `PROC_NULL`; `holder` keeps the device for the message; `source_of` translates world
 /// ranks into the communicator's.
@@ -181,7 +176,7 @@ impl<F: Fn(usize) -> usize> Prober<'_, F> {
     fn message(&self, holder: impl FnOnce() -> Holder, found: (MessageId, RawStatus)) -> (Message, Status) {
         let (id, raw) = found;
         let source = (self.source_of)(raw.source);
-        let status = status_of(raw, source, 1).expect("whole bytes");
+        let status = Status::of(raw, source, 1).expect("whole bytes");
         (Message { taken: Some((holder(), id)), source, raw }, status)
     }
 
@@ -207,7 +202,7 @@ impl<F: Fn(usize) -> usize> Prober<'_, F> {
 
 fn no_proc() -> (Message, Status) {
     let message = Message::no_proc();
-    let status = status_of(message.raw, PROC_NULL, 1).expect("empty");
+    let status = Status::of(message.raw, PROC_NULL, 1).expect("empty");
     (message, status)
 }
 
