@@ -56,6 +56,11 @@ pub enum Error {
     #[error("rank {rank} would wait forever: {reason}")]
     Deadlock { rank: usize, reason: &'static str },
 
+    /// A one-sided operation or synchronisation call outside the epoch it needs (a put with no
+    /// access epoch to its target, unlock without lock, mismatched fence assertions, ...).
+    #[error("one-sided synchronisation: {0}")]
+    RmaSync(String),
+
     /// Invalid argument or configuration (message says which).
     #[error("invalid argument: {0}")]
     InvalidArgument(String),

@@ -81,6 +81,7 @@ mod sync;
 mod threads;
 mod topology;
 mod values;
+pub mod window;
 
 pub use attributes::AttrKey;
 pub use coll::NeighborTopology;
@@ -99,6 +100,7 @@ pub use owned::{OwnedRequest, PersistentRequest, startall};
 pub use scope::{RecvRequest, Request, Scope};
 pub use threads::{ThreadComm, ThreadLevel};
 pub use topology::{CartComm, dims_create};
+pub use window::Window;
 
 /// The `bytemuck` fastmp builds on, so element types can derive its traits without a
 /// dependency of their own. The derive macros name `::bytemuck` unless told otherwise, so say
@@ -168,6 +170,7 @@ pub use serde;
 /// structs, plus [`op::UserOp`] for closures.
 pub mod op {
     pub use crate::coll::op::{Band, Bor, Bxor, Land, Loc, Lor, Lxor, Max, MaxLoc, Min, MinLoc, Op, Prod, Sum, UserOp};
+    pub use crate::window::{NoOp, Replace};
 }
 
 /// Pinning helpers used by the launcher and benchmarks.

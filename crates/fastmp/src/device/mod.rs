@@ -9,6 +9,7 @@ pub(crate) mod failure;
 pub(crate) mod locality;
 pub(crate) mod matching;
 pub(crate) mod one_sided;
+pub(crate) mod rma_memory;
 pub(crate) mod requests;
 pub(crate) mod shm;
 pub(crate) mod slab;

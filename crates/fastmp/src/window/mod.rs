@@ -1,0 +1,472 @@
+//! One-sided communication (MPI RMA): windows, put/get/accumulate and atomics, and their
+//! synchronisation (fence, post/start/complete/wait, passive-target locks and flushes).
+//!
+//! INTERFACE SKELETON: the signatures below are the public API the one-sided issue builds; the
+//! bodies are being written (see `docs/ARCHITECTURE.md` once they land).
+//!
+//! # The model, in safe Rust
+//! - A window's memory is never borrowed as a slice while others may access it. Remote operations
+//!   (and this rank's own operations on itself) go through the device's `rma_memory` accessors
+//!   (word-wise atomics), so conflicting operations that MPI calls erroneous give unspecified
+//!   values, never undefined behaviour.
+//! - The owner reads and writes its own part as a plain slice through [`Window::local`], whose
+//!   guard holds every origin's operations on this part off while it lives (they wait, or the
+//!   device queues them). Holding it while waiting for a peer that is itself blocked in an
+//!   operation on this part is a deadlock of the program, as holding any lock would be.
+//! - Every operation is checked at the origin before anything moves: it must lie inside an access
+//!   epoch to its target (an open fence epoch, a `start`ed group containing it, a `lock` on it or
+//!   `lock_all`), and its displacement and length must lie inside the target's part. Violations
+//!   are `Err` ([`crate::Error::RmaSync`] and [`crate::Error::InvalidArgument`]).
+//! - Displacements are in elements of `T` from the start of the target's part.
+//! - Blocking operations complete locally before they return (the origin buffer is free, a get's
+//!   data has arrived); remote completion (visible at the target) comes with `flush`, `unlock`,
+//!   `complete` or `fence`. Request-based forms ([`crate::Scope::rput`], ...) borrow their buffers
+//!   for the scope, like `isend`.
+
+use std::marker::PhantomData;
+use std::ops::{BitOr, Deref, DerefMut};
+
+use bytemuck::Pod;
+
+use crate::comm::Comm;
+use crate::error::Result;
+use crate::group::Group;
+use crate::layout::Layout;
+use crate::scope::{Request, Scope};
+
+pub use crate::device::one_sided::LockKind;
+
+/// Assertions of the synchronisation calls (MPI_MODE_*), combined with `|`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Assert(u32);
+
+impl Assert {
+    /// No assertion.
+    pub const NONE: Assert = Assert(0);
+    /// `lock`/`start`/`post`: no conflicting lock or matching call can be pending (MPI_MODE_NOCHECK).
+    pub const NOCHECK: Assert = Assert(1);
+    /// `fence`/`post`: the local part was not updated by local stores since the last sync (MPI_MODE_NOSTORE).
+    pub const NOSTORE: Assert = Assert(2);
+    /// `fence`/`post`: the local part will not be updated by put or accumulate until the next sync (MPI_MODE_NOPUT).
+    pub const NOPUT: Assert = Assert(4);
+    /// `fence`: the fence completes no epoch (MPI_MODE_NOPRECEDE); every rank must say it.
+    pub const NOPRECEDE: Assert = Assert(8);
+    /// `fence`: the fence starts no epoch (MPI_MODE_NOSUCCEED); every rank must say it.
+    pub const NOSUCCEED: Assert = Assert(16);
+
+    /// Whether every assertion of `other` is in `self`.
+    pub fn contains(self, other: Assert) -> bool {
+        self.0 & other.0 == other.0
+    }
+}
+
+impl BitOr for Assert {
+    type Output = Assert;
+    fn bitor(self, rhs: Assert) -> Assert {
+        Assert(self.0 | rhs.0)
+    }
+}
+
+mod sealed {
+    pub trait Sealed {}
+}
+
+/// Element types that accumulate, get-accumulate, fetch-and-op and compare-and-swap work on:
+/// the primitive integers up to 64 bits and `f32`/`f64` (the target applies the operation, so
+/// it must know the type).
+pub trait RmaElement: Pod + sealed::Sealed {
+    #[doc(hidden)]
+    const ELEMENT: crate::device::one_sided::Element;
+}
+
+/// Operations accumulate can apply to `T`: [`crate::op::Sum`], `Prod`, `Min`, `Max`, `Band`,
+/// `Bor`, `Bxor`, `Land`, `Lor`, `Lxor` (bitwise and logical ones on integers only) and
+/// [`Replace`] / [`NoOp`] (MPI_REPLACE / MPI_NO_OP).
+pub trait RmaOp<T: RmaElement>: Copy + sealed::Sealed {
+    #[doc(hidden)]
+    const OP: crate::device::one_sided::AccumulateOp;
+}
+
+/// MPI_REPLACE: accumulate overwrites (an element-atomic put).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Replace;
+
+/// MPI_NO_OP: the target is left alone (get-accumulate and fetch-and-op read it atomically).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NoOp;
+
+/// One rank's handle of a window (MPI_Win): a part of memory on every rank of a communicator
+/// that the others can put into, get from and accumulate into. Created collectively by
+/// [`Comm::win_allocate`], [`Comm::win_allocate_shared`] or [`Comm::win_create`]; freed
+/// collectively by [`Window::free`] (or by dropping it, which frees the same way and ignores
+/// errors). Not `Send`: it belongs to its rank, like [`Comm`].
+///
+/// ```
+/// use fastmp::window::Assert;
+/// fastmp::run(2, |world| {
+///     let win = world.win_allocate::<u64>(4)?;
+///     win.fence(Assert::NONE)?;
+///     let peer = 1 - world.rank();
+///     win.put(&[world.rank() as u64 + 10], peer, 2)?;
+///     win.fence(Assert::NOSUCCEED)?;
+///     assert_eq!(win.local()?[2], peer as u64 + 10);
+///     win.free()
+/// })?;
+/// # Ok::<(), fastmp::Error>(())
+/// ```
+pub struct Window<'mem, T> {
+    _memory: PhantomData<&'mem mut [T]>,
+    _not_send: PhantomData<*const ()>,
+}
+
+/// The owner's plain access to its own part of a window (see [`Window::local`]); origins'
+/// operations on the part wait until it is dropped. Leaking it keeps them waiting (never UB).
+pub struct LocalGuard<'w, T> {
+    _window: PhantomData<&'w mut [T]>,
+}
+
+impl<T> Deref for LocalGuard<'_, T> {
+    type Target = [T];
+    fn deref(&self) -> &[T] {
+        todo!()
+    }
+}
+
+impl<T> DerefMut for LocalGuard<'_, T> {
+    fn deref_mut(&mut self) -> &mut [T] {
+        todo!()
+    }
+}
+
+/// Direct access to one rank's part of a [`Comm::win_allocate_shared`] window (MPI_Win_shared_query
+/// plus load/store): element loads and stores, checked like `get`/`put` (inside an access epoch
+/// to that rank, inside its part), copied with the window's atomic accessors.
+pub struct SharedPart<'w, T> {
+    _window: PhantomData<&'w Window<'w, T>>,
+}
+
+impl<T: Pod> SharedPart<'_, T> {
+    /// Elements in this part.
+    pub fn len(&self) -> usize {
+        todo!()
+    }
+    /// Whether the part is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// The element at `index`.
+    pub fn load(&self, index: usize) -> Result<T> {
+        let _ = index;
+        todo!()
+    }
+    /// Stores `value` at `index`.
+    pub fn store(&self, index: usize, value: T) -> Result<()> {
+        let _ = (index, value);
+        todo!()
+    }
+    /// Copies `into.len()` elements from `offset` into `into`.
+    pub fn read(&self, offset: usize, into: &mut [T]) -> Result<()> {
+        let _ = (offset, into);
+        todo!()
+    }
+    /// Copies `data` to `offset`.
+    pub fn write(&self, offset: usize, data: &[T]) -> Result<()> {
+        let _ = (offset, data);
+        todo!()
+    }
+}
+
+impl Comm {
+    /// Creates a window of `len` zeroed elements per rank in memory the library owns (the fast,
+    /// recommended path; MPI_Win_allocate). Collective; `len` may differ between ranks.
+    pub fn win_allocate<T: Pod>(&self, len: usize) -> Result<Window<'static, T>> {
+        let _ = len;
+        todo!()
+    }
+
+    /// As [`Comm::win_allocate`], for ranks that share an address space (all thread ranks of one
+    /// process, e.g. the shm device, or a `split_type(SharedProcess)` communicator): every part is
+    /// reachable through [`Window::shared_query`] (MPI_Win_allocate_shared). `Err` otherwise.
+    pub fn win_allocate_shared<T: Pod>(&self, len: usize) -> Result<Window<'static, T>> {
+        let _ = len;
+        todo!()
+    }
+
+    /// Exposes `memory` as this rank's part of a new window for the duration of `f`
+    /// (MPI_Win_create), then frees the window collectively and returns `f`'s result. The borrow
+    /// lasts until the window is freed everywhere, so the memory is never reachable by others
+    /// after this returns, even if the window handle is leaked or `f` panics.
+    pub fn win_create<'mem, T: Pod, R>(
+        &self,
+        memory: &'mem mut [T],
+        f: impl FnOnce(&Window<'mem, T>) -> Result<R>,
+    ) -> Result<R> {
+        let _ = (memory, f);
+        todo!()
+    }
+}
+
+impl<'mem, T: Pod> Window<'mem, T> {
+    /// The window's communicator (a duplicate of the one it was created on).
+    pub fn comm(&self) -> &Comm {
+        todo!()
+    }
+    /// This rank in the window's communicator.
+    pub fn rank(&self) -> usize {
+        todo!()
+    }
+    /// Number of ranks.
+    pub fn size(&self) -> usize {
+        todo!()
+    }
+    /// Elements in this rank's part.
+    pub fn len(&self) -> usize {
+        todo!()
+    }
+    /// Whether this rank's part is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Elements in `rank`'s part.
+    pub fn len_of(&self, rank: usize) -> Result<usize> {
+        let _ = rank;
+        todo!()
+    }
+
+    /// The owner's plain access to its own part; origins' operations on it wait while the guard
+    /// lives. `Err` while another guard of this window is alive.
+    pub fn local(&self) -> Result<LocalGuard<'_, T>> {
+        todo!()
+    }
+
+    /// `rank`'s part of a [`Comm::win_allocate_shared`] window (MPI_Win_shared_query).
+    pub fn shared_query(&self, rank: usize) -> Result<SharedPart<'_, T>> {
+        let _ = rank;
+        todo!()
+    }
+
+    /// Frees the window (MPI_Win_free): collective; completes this rank's operations, then waits
+    /// until every rank has, so no part is touched afterwards. `Err` inside an epoch.
+    pub fn free(self) -> Result<()> {
+        todo!()
+    }
+
+    // ----- operations -----
+
+    /// Writes `data` into `target`'s part at element `disp` (MPI_Put).
+    pub fn put(&self, data: &[T], target: usize, disp: usize) -> Result<()> {
+        let _ = (data, target, disp);
+        todo!()
+    }
+    /// Reads `into.len()` elements of `target`'s part at `disp` into `into` (MPI_Get).
+    pub fn get(&self, into: &mut [T], target: usize, disp: usize) -> Result<()> {
+        let _ = (into, target, disp);
+        todo!()
+    }
+    /// `target[disp + i] = data[i] ∘ target[disp + i]`, atomically per element (MPI_Accumulate).
+    pub fn accumulate<O: RmaOp<T>>(&self, data: &[T], target: usize, disp: usize, op: O) -> Result<()>
+    where
+        T: RmaElement,
+    {
+        let _ = (data, target, disp, op);
+        todo!()
+    }
+    /// As `accumulate`, storing the previous values in `result` (MPI_Get_accumulate; with
+    /// [`NoOp`], `data` is ignored and may be empty).
+    pub fn get_accumulate<O: RmaOp<T>>(
+        &self,
+        data: &[T],
+        result: &mut [T],
+        target: usize,
+        disp: usize,
+        op: O,
+    ) -> Result<()>
+    where
+        T: RmaElement,
+    {
+        let _ = (data, result, target, disp, op);
+        todo!()
+    }
+    /// Atomically applies `op` with `value` to one element; returns its previous value
+    /// (MPI_Fetch_and_op).
+    pub fn fetch_and_op<O: RmaOp<T>>(&self, value: T, target: usize, disp: usize, op: O) -> Result<T>
+    where
+        T: RmaElement,
+    {
+        let _ = (value, target, disp, op);
+        todo!()
+    }
+    /// Atomically replaces one element by `new` if it equals `compare` (bitwise); returns its
+    /// previous value (MPI_Compare_and_swap).
+    pub fn compare_and_swap(&self, compare: T, new: T, target: usize, disp: usize) -> Result<T>
+    where
+        T: RmaElement,
+    {
+        let _ = (compare, new, target, disp);
+        todo!()
+    }
+    /// Strided put: the elements `origin_layout` selects from `origin` go, in order, to the
+    /// elements `target_layout` selects from `target`'s part starting at `disp` (equal counts).
+    pub fn put_strided(
+        &self,
+        origin: &[T],
+        origin_layout: &impl Layout,
+        target: usize,
+        disp: usize,
+        target_layout: &impl Layout,
+    ) -> Result<()> {
+        let _ = (origin, origin_layout, target, disp, target_layout);
+        todo!()
+    }
+    /// Strided get (the mirror of [`Window::put_strided`]).
+    pub fn get_strided(
+        &self,
+        into: &mut [T],
+        origin_layout: &impl Layout,
+        target: usize,
+        disp: usize,
+        target_layout: &impl Layout,
+    ) -> Result<()> {
+        let _ = (into, origin_layout, target, disp, target_layout);
+        todo!()
+    }
+    /// Strided accumulate.
+    pub fn accumulate_strided<O: RmaOp<T>>(
+        &self,
+        origin: &[T],
+        origin_layout: &impl Layout,
+        target: usize,
+        disp: usize,
+        target_layout: &impl Layout,
+        op: O,
+    ) -> Result<()>
+    where
+        T: RmaElement,
+    {
+        let _ = (origin, origin_layout, target, disp, target_layout, op);
+        todo!()
+    }
+
+    // ----- synchronisation -----
+
+    /// Collective fence (MPI_Win_fence): completes every operation of the epoch it closes, and
+    /// opens the next epoch unless [`Assert::NOSUCCEED`]. NOPRECEDE/NOSUCCEED must agree on every
+    /// rank (`Err` everywhere otherwise).
+    pub fn fence(&self, assert: Assert) -> Result<()> {
+        let _ = assert;
+        todo!()
+    }
+    /// Opens an exposure epoch for the ranks of `group` (MPI_Win_post).
+    pub fn post(&self, group: &Group, assert: Assert) -> Result<()> {
+        let _ = (group, assert);
+        todo!()
+    }
+    /// Opens an access epoch to the ranks of `group`; waits for their `post` (MPI_Win_start).
+    pub fn start(&self, group: &Group, assert: Assert) -> Result<()> {
+        let _ = (group, assert);
+        todo!()
+    }
+    /// Completes the access epoch of `start` (MPI_Win_complete).
+    pub fn complete(&self) -> Result<()> {
+        todo!()
+    }
+    /// Waits until every rank of the `post`ed group has called `complete` (MPI_Win_wait).
+    pub fn wait(&self) -> Result<()> {
+        todo!()
+    }
+    /// `wait` without blocking: `true` once it would return (MPI_Win_test).
+    pub fn test(&self) -> Result<bool> {
+        todo!()
+    }
+    /// Passive-target lock on `target` (MPI_Win_lock).
+    pub fn lock(&self, kind: LockKind, target: usize, assert: Assert) -> Result<()> {
+        let _ = (kind, target, assert);
+        todo!()
+    }
+    /// Completes the operations to `target` and releases its lock (MPI_Win_unlock).
+    pub fn unlock(&self, target: usize) -> Result<()> {
+        let _ = target;
+        todo!()
+    }
+    /// Shared lock on every rank (MPI_Win_lock_all).
+    pub fn lock_all(&self, assert: Assert) -> Result<()> {
+        let _ = assert;
+        todo!()
+    }
+    /// Releases `lock_all` (MPI_Win_unlock_all).
+    pub fn unlock_all(&self) -> Result<()> {
+        todo!()
+    }
+    /// Completes every operation to `target` at the target (MPI_Win_flush).
+    pub fn flush(&self, target: usize) -> Result<()> {
+        let _ = target;
+        todo!()
+    }
+    /// `flush` for every rank (MPI_Win_flush_all).
+    pub fn flush_all(&self) -> Result<()> {
+        todo!()
+    }
+    /// Completes every operation to `target` locally (MPI_Win_flush_local).
+    pub fn flush_local(&self, target: usize) -> Result<()> {
+        let _ = target;
+        todo!()
+    }
+    /// `flush_local` for every rank (MPI_Win_flush_local_all).
+    pub fn flush_local_all(&self) -> Result<()> {
+        todo!()
+    }
+    /// Synchronises the public and private copies (MPI_Win_sync): a memory barrier here.
+    pub fn sync(&self) -> Result<()> {
+        todo!()
+    }
+}
+
+impl<'scope, 'env> Scope<'scope, 'env> {
+    /// Request-based put (MPI_Rput): the request completes when `data` is free again.
+    pub fn rput<T: Pod>(
+        &'scope self,
+        win: &'scope Window<'_, T>,
+        data: &'scope [T],
+        target: usize,
+        disp: usize,
+    ) -> Result<Request<'scope>> {
+        let _ = (win, data, target, disp);
+        todo!()
+    }
+    /// Request-based get (MPI_Rget): the request completes when `into` holds the data.
+    pub fn rget<T: Pod>(
+        &'scope self,
+        win: &'scope Window<'_, T>,
+        into: &'scope mut [T],
+        target: usize,
+        disp: usize,
+    ) -> Result<Request<'scope>> {
+        let _ = (win, into, target, disp);
+        todo!()
+    }
+    /// Request-based accumulate (MPI_Raccumulate).
+    pub fn raccumulate<T: RmaElement, O: RmaOp<T>>(
+        &'scope self,
+        win: &'scope Window<'_, T>,
+        data: &'scope [T],
+        target: usize,
+        disp: usize,
+        op: O,
+    ) -> Result<Request<'scope>> {
+        let _ = (win, data, target, disp, op);
+        todo!()
+    }
+    /// Request-based get-accumulate (MPI_Rget_accumulate).
+    pub fn rget_accumulate<T: RmaElement, O: RmaOp<T>>(
+        &'scope self,
+        win: &'scope Window<'_, T>,
+        data: &'scope [T],
+        result: &'scope mut [T],
+        target: usize,
+        disp: usize,
+        op: O,
+    ) -> Result<Request<'scope>> {
+        let _ = (win, data, result, target, disp, op);
+        todo!()
+    }
+}
