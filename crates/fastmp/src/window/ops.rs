@@ -2,7 +2,7 @@
 //! range inside the target's part, buffer lengths) before the device moves a byte. Blocking forms
 //! complete locally before returning; the request forms (`requests.rs`) share the checks.
 
-use bytemuck::{Pod, Zeroable as _};
+use bytemuck::Pod;
 
 use super::elements::{from_word, to_word};
 use super::lifecycle::Core;
