@@ -11,6 +11,7 @@
 #![allow(dead_code)]
 
 use std::fmt::Debug;
+use std::sync::mpsc;
 use std::time::Duration;
 
 use fastmp::{Comm, Config, DeviceKind, Error, Result};
@@ -18,12 +19,33 @@ use fastmp::{Comm, Config, DeviceKind, Error, Result};
 /// Tag of the control messages that sequence the interesting traffic.
 pub const GO: i32 = 4242;
 
-/// `np` thread ranks on `dev`.
+/// How long a job may run before the watchdog calls it a hang: far beyond any test's need, so
+/// it is no timing assertion, only a clear failure instead of a stuck test binary.
+pub const HANG: Duration = Duration::from_secs(180);
+
+/// Aborts the test process, naming `what`, unless dropped within [`HANG`] (a hang would
+/// otherwise stall the whole suite silently).
+pub struct Watchdog(#[allow(dead_code)] mpsc::Sender<()>);
+
+pub fn watchdog(what: String) -> Watchdog {
+    let (tx, rx) = mpsc::channel::<()>();
+    std::thread::spawn(move || {
+        if let Err(mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(HANG) {
+            eprintln!("{what}: still running after {HANG:?}: a hang; aborting the test process");
+            std::process::abort();
+        }
+    });
+    Watchdog(tx)
+}
+
+/// `np` thread ranks on `dev`, under a [`watchdog`].
+#[track_caller]
 pub fn run<F, R>(dev: DeviceKind, np: usize, f: F) -> Result<Vec<R>>
 where
     F: Fn(Comm) -> Result<R> + Sync,
     R: Send,
 {
+    let _watchdog = watchdog(format!("a job of {np} ranks on {dev:?} started at {}", std::panic::Location::caller()));
     Config::new().device(dev).np(np).run(f)
 }
 
