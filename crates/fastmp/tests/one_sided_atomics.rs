@@ -179,7 +179,13 @@ fn contribution<T: Num>(r: usize, i: usize) -> T {
 
 /// Every rank accumulates with `op` into every rank's part (one fence epoch); each part must
 /// then hold the fold of all contributions over the initial values, whatever their order.
-fn check_op<T: Num, O: RmaOp<T>>(world: &Comm, win: &Window<'_, T>, op: O, name: &str, f: &dyn Fn(T, T) -> T) -> Result<()> {
+fn check_op<T: Num, O: RmaOp<T>>(
+    world: &Comm,
+    win: &Window<'_, T>,
+    op: O,
+    name: &str,
+    f: &dyn Fn(T, T) -> T,
+) -> Result<()> {
     let (me, np) = (world.rank(), world.size());
     win.local()?.iter_mut().enumerate().for_each(|(i, x)| *x = initial(i));
     win.fence(Assert::NONE)?;
@@ -188,8 +194,7 @@ fn check_op<T: Num, O: RmaOp<T>>(world: &Comm, win: &Window<'_, T>, op: O, name:
         win.accumulate(&data, t, 0, op)?;
     }
     win.fence(Assert::NONE)?;
-    let want: Vec<T> =
-        (0..ELEMS).map(|i| (0..np).fold(initial::<T>(i), |acc, r| f(contribution(r, i), acc))).collect();
+    let want: Vec<T> = (0..ELEMS).map(|i| (0..np).fold(initial::<T>(i), |acc, r| f(contribution(r, i), acc))).collect();
     assert_eq!(&*win.local()?, &want[..], "{name} on {}, rank {me}", std::any::type_name::<T>());
     // All ranks read their result before the next case resets it.
     win.fence(Assert::NONE)

@@ -252,7 +252,17 @@ fn win_create_over_user_memory(dev: DeviceKind) {
         })?;
         assert_eq!(from_left, std::array::from_fn(|i| left as u32 * 10 + i as u32));
         // After win_create returns, the puts are in the user's slice.
-        assert_eq!(mem, [me as u32 * 10, me as u32 * 10 + 1, 1000 + left as u32, 1000 + left as u32, 1000 + left as u32, me as u32 * 10 + 5]);
+        assert_eq!(
+            mem,
+            [
+                me as u32 * 10,
+                me as u32 * 10 + 1,
+                1000 + left as u32,
+                1000 + left as u32,
+                1000 + left as u32,
+                me as u32 * 10 + 5
+            ]
+        );
         Ok(())
     })
     .unwrap();
@@ -284,7 +294,10 @@ fn win_create_unaligned_bytes(dev: DeviceKind) {
             win.unlock_all()?;
             world.barrier()
         })?;
-        assert!(backing[..lo].iter().chain(&backing[hi..]).all(|&b| b == 0xEE), "rank {me}: bytes outside the window changed");
+        assert!(
+            backing[..lo].iter().chain(&backing[hi..]).all(|&b| b == 0xEE),
+            "rank {me}: bytes outside the window changed"
+        );
         assert_eq!(backing[lo], 5);
         assert_eq!(backing[hi - 1], 34);
         assert!(backing[lo + 1..hi - 1].iter().enumerate().all(|(i, &b)| b == 101 + i as u8));

@@ -287,7 +287,10 @@ fn strided_misuse(dev: DeviceKind) {
         expect_invalid(win.put_strided(&origin[..5], &three, peer, 0, &three), "put_strided");
         // Overlapping blocks cannot be received into.
         let overlapping = Vector { count: 2, blocklength: 2, stride: 1 };
-        expect_invalid(win.get_strided(&mut into, &overlapping, peer, 0, &Vector { count: 4, blocklength: 1, stride: 1 }), "get_strided");
+        expect_invalid(
+            win.get_strided(&mut into, &overlapping, peer, 0, &Vector { count: 4, blocklength: 1, stride: 1 }),
+            "get_strided",
+        );
         win.unlock_all()?;
         world.barrier()?;
         assert!(win.local()?.iter().all(|&x| x == 0));

@@ -66,7 +66,7 @@ const SLICE: usize = 16;
 
 /// How each round synchronises.
 #[derive(Clone, Copy, Debug)]
-enum Sync {
+enum Epoch {
     Fence,
     Pscw,
     LockAll,
@@ -140,29 +140,29 @@ fn random_ops_against_a_model(dev: DeviceKind) {
         let mut model = vec![vec![0i64; SLICE]; np];
         let everyone = world.group();
         for round in 0..ROUNDS {
-            let sync = [Sync::Fence, Sync::Pscw, Sync::LockAll, Sync::Lock][round % 4];
+            let sync = [Epoch::Fence, Epoch::Pscw, Epoch::LockAll, Epoch::Lock][round % 4];
             let mut rng = Rng::new(mix(&[me as u64, round as u64, 13]));
             match sync {
-                Sync::Fence => win.fence(Assert::NONE)?,
-                Sync::Pscw => {
+                Epoch::Fence => win.fence(Assert::NONE)?,
+                Epoch::Pscw => {
                     win.post(&everyone, Assert::NONE)?;
                     win.start(&everyone, Assert::NONE)?;
                 }
-                Sync::LockAll => win.lock_all(Assert::NONE)?,
-                Sync::Lock => {}
+                Epoch::LockAll => win.lock_all(Assert::NONE)?,
+                Epoch::Lock => {}
             }
             for _ in 0..OPS {
                 let target = rng.below(np as u64) as usize;
-                if let Sync::Lock = sync {
+                if let Epoch::Lock = sync {
                     win.lock(LockKind::Shared, target, Assert::NONE)?;
                 }
-                random_op(&win, &mut rng, &mut model, (me, target), matches!(sync, Sync::Lock | Sync::LockAll))?;
-                if let Sync::Lock = sync {
+                random_op(&win, &mut rng, &mut model, (me, target), matches!(sync, Epoch::Lock | Epoch::LockAll))?;
+                if let Epoch::Lock = sync {
                     win.unlock(target)?;
                 }
             }
             // Check every slice of this origin against the model, inside the epoch.
-            if let Sync::LockAll = sync {
+            if let Epoch::LockAll = sync {
                 win.flush_all()?;
                 for (t, want) in model.iter().enumerate() {
                     let mut got = vec![0i64; SLICE];
@@ -171,13 +171,13 @@ fn random_ops_against_a_model(dev: DeviceKind) {
                 }
             }
             match sync {
-                Sync::Fence => win.fence(Assert::NOSUCCEED)?,
-                Sync::Pscw => {
+                Epoch::Fence => win.fence(Assert::NOSUCCEED)?,
+                Epoch::Pscw => {
                     win.complete()?;
                     win.wait()?;
                 }
-                Sync::LockAll => win.unlock_all()?,
-                Sync::Lock => world.barrier()?,
+                Epoch::LockAll => win.unlock_all()?,
+                Epoch::Lock => world.barrier()?,
             }
         }
         world.barrier()?;

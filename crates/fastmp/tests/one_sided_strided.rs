@@ -17,7 +17,13 @@ const SENTINEL: i32 = -7;
 
 /// What `target_part` must become when the elements `ol` selects from `origin` are put at
 /// `disp` through `tl`.
-fn expected_put(origin: &[i32], ol: &impl Layout, target_part: &[i32], disp: usize, tl: &impl Layout) -> Result<Vec<i32>> {
+fn expected_put(
+    origin: &[i32],
+    ol: &impl Layout,
+    target_part: &[i32],
+    disp: usize,
+    tl: &impl Layout,
+) -> Result<Vec<i32>> {
     let mut want = target_part.to_vec();
     unpack(tl, &pack(ol, origin)?, &mut want[disp..])?;
     Ok(want)
@@ -78,8 +84,14 @@ fn strided_subarray(dev: DeviceKind) {
         let win = world.win_allocate::<i32>(len)?;
         win.local()?.fill(SENTINEL);
         world.barrier()?;
-        let ol = Subarray { sizes: sizes.clone(), subsizes: vec![2, 2, 3], starts: vec![1, 0, 2], order: Order::RowMajor };
-        let tl = Subarray { sizes: sizes.clone(), subsizes: vec![3, 2, 2], starts: vec![0, 1, 0], order: Order::ColumnMajor };
+        let ol =
+            Subarray { sizes: sizes.clone(), subsizes: vec![2, 2, 3], starts: vec![1, 0, 2], order: Order::RowMajor };
+        let tl = Subarray {
+            sizes: sizes.clone(),
+            subsizes: vec![3, 2, 2],
+            starts: vec![0, 1, 0],
+            order: Order::ColumnMajor,
+        };
         let origin = origin_data(me, len);
         let right = (me + 1) % np;
         win.lock(LockKind::Exclusive, right, Assert::NONE)?;
@@ -113,7 +125,7 @@ fn strided_accumulate(dev: DeviceKind) {
         win.unlock_all()?;
         world.barrier()?;
         if me == 0 {
-            let mut want = vec![0i32; LEN];
+            let mut want = [0i32; LEN];
             for r in 0..np {
                 let mut one = vec![0i32; LEN];
                 unpack(&tl, &pack(&ol, &origin_data(r, LEN))?, &mut one[3..])?;
