@@ -213,17 +213,11 @@ impl Core {
 }
 
 impl Drop for Core {
-    /// Dropping without `free`: the collective free when this rank is between epochs, otherwise
-    /// (an error path, or unwinding) the local abandon, which never waits for peers.
+    /// Dropping without `free` ends the window on this rank alone (the local abandon): no wait
+    /// for peers, so a rank that leaves on an error path (`?` past a live window) never blocks on
+    /// ranks that are themselves waiting for it. Peers' later operations on the part fail.
     fn drop(&mut self) {
-        if self.done.get() {
-            return;
-        }
-        if std::thread::panicking() || !self.epochs.is_idle() {
-            self.abandon();
-        } else {
-            let _ = self.free("drop of a Window");
-        }
+        self.abandon();
     }
 }
 

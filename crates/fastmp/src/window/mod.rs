@@ -108,8 +108,10 @@ pub struct NoOp;
 /// One rank's handle of a window (MPI_Win): a part of memory on every rank of a communicator
 /// that the others can put into, get from and accumulate into. Created collectively by
 /// [`Comm::win_allocate`], [`Comm::win_allocate_shared`] or [`Comm::win_create`]; freed
-/// collectively by [`Window::free`] (or by dropping it, which frees the same way and ignores
-/// errors). Not `Send`: it belongs to its rank, like [`Comm`].
+/// collectively by [`Window::free`]. Dropping it without `free` closes this rank's part alone
+/// (without waiting for peers, so an error path never hangs; peers' later operations on the part
+/// fail); leaking it with `mem::forget` leaks its memory, which peers may still reach. Not
+/// `Send`: it belongs to its rank, like [`Comm`].
 ///
 /// ```
 /// use fastmp::window::Assert;
