@@ -5,23 +5,80 @@
 //! `docs/ARCHITECTURE.md`, "One-sided communication".
 //!
 //! # The model, in safe Rust
-//! - A window's memory is never borrowed as a slice while others may access it. Remote operations
-//!   (and this rank's own operations on itself) go through the device's `rma_memory` accessors
-//!   (word-wise atomics), so conflicting operations that MPI calls erroneous give unspecified
-//!   values, never undefined behaviour.
-//! - The owner reads and writes its own part as a plain slice through [`Window::local`], whose
-//!   guard holds every origin's operations on this part off while it lives (they wait, or the
-//!   device queues them). Holding it while waiting for a peer that is itself blocked in an
-//!   operation on this part is a deadlock of the program, as holding any lock would be.
-//! - Every operation is checked at the origin before anything moves: it must lie inside an access
-//!   epoch to its target (an open fence epoch, a `start`ed group containing it, a `lock` on it or
-//!   `lock_all`), and its displacement and length must lie inside the target's part. Violations
-//!   are `Err` ([`crate::Error::RmaSync`] and [`crate::Error::InvalidArgument`]).
-//! - Displacements are in elements of `T` from the start of the target's part.
-//! - Blocking operations complete locally before they return (the origin buffer is free, a get's
-//!   data has arrived); remote completion (visible at the target) comes with `flush`, `unlock`,
-//!   `complete` or `fence`. Request-based forms ([`crate::Scope::rput`], ...) borrow their buffers
-//!   for the scope, like `isend`.
+//! Window memory is shared between ranks that run concurrently, so the rules that keep every
+//! access free of data races (and therefore every safe program free of undefined behaviour) are:
+//! 1. **No slice while others may access.** Remote operations, and this rank's own operations on
+//!    itself, reach window memory only through the device's `rma_memory` accessors: whole words
+//!    of the 8-byte grid as relaxed `AtomicU64` loads and stores, partial words and accumulate
+//!    elements as atomic read-modify-writes, the few bytes outside the grid (unaligned
+//!    `win_create` memory) under a lock. Conflicting operations that MPI calls erroneous (two
+//!    puts to one element in an epoch, a put racing a get) therefore give unspecified *values*,
+//!    never undefined behaviour; accumulates to one element compose, as MPI requires.
+//! 2. **The owner's plain access is exclusive.** The owner reads and writes its own part as a
+//!    `&[T]`/`&mut [T]` only through [`Window::local`]. While the guard lives the device holds
+//!    every origin's operations on this part off (they wait, or the device queues them), this
+//!    rank's own calls on the window are refused (`Err`), and a second guard is refused: the
+//!    slice aliases nothing. Leaking the guard keeps the window refusing calls (never UB).
+//!    Holding it while waiting for a peer that is itself blocked in an operation on this part is
+//!    a deadlock of the program, as holding any lock would be.
+//! 3. **Nothing outside a window is ever written.** Every operation is checked at the origin
+//!    before anything moves: the target rank exists, an access epoch covers it (an open fence
+//!    epoch, a `start`ed group containing it, a `lock` on it or `lock_all`), elements
+//!    `disp..disp + len` lie inside the target's part, buffer lengths match. Violations are `Err`
+//!    ([`crate::Error::RmaSync`], [`crate::Error::InvalidArgument`]); the device checks ranges again.
+//! 4. **Memory outlives every access.** A part is released only after the device closed it (no
+//!    operation inside it, every later one fails): by [`Window::free`] (collective), by dropping
+//!    the window (this rank alone), or by `win_create` before its borrow ends, even when its
+//!    closure panics. `mem::forget` of a [`Comm::win_allocate`] window leaks its memory, which
+//!    peers may still reach; `win_create`'s window is never handed out by value, so it cannot be
+//!    leaked.
+//! 5. **Buffers outlive the operations on them.** Blocking operations complete locally before they
+//!    return (the origin buffer is free, a get's data has arrived); request-based forms
+//!    ([`crate::Scope::rput`], ...) borrow their buffers for the scope, like `isend`, and the
+//!    scope's end finishes requests that were dropped or leaked.
+//!
+//! Displacements and lengths are in elements of `T` from the start of the target's part. Remote
+//! completion (visible at the target) comes with `flush`, `unlock`, `complete` or `fence`.
+//! `PROC_NULL` is a valid target of every operation and does nothing, as in MPI.
+//!
+//! Passive target, with a counter every rank increments atomically (MPI_Fetch_and_op):
+//! ```
+//! use fastmp::op::Sum;
+//! use fastmp::window::{Assert, LockKind};
+//! fastmp::run(3, |world| {
+//!     let win = world.win_allocate::<u64>(1)?;
+//!     win.lock(LockKind::Shared, 0, Assert::NONE)?;
+//!     let ticket = win.fetch_and_op(1, 0, 0, Sum)?;
+//!     win.unlock(0)?;
+//!     assert!(ticket < 3);
+//!     world.barrier()?;
+//!     if world.rank() == 0 {
+//!         assert_eq!(win.local()?[0], 3);
+//!     }
+//!     win.free()
+//! })?;
+//! # Ok::<(), fastmp::Error>(())
+//! ```
+//!
+//! Post/start/complete/wait between neighbours, over memory the caller owns (MPI_Win_create):
+//! ```
+//! use fastmp::window::Assert;
+//! fastmp::run(2, |world| {
+//!     let peer = 1 - world.rank();
+//!     let mut mine = [0i32; 2];
+//!     world.win_create(&mut mine, |win| {
+//!         let other = win.comm().group().incl(&[peer])?;
+//!         win.post(&other, Assert::NONE)?;
+//!         win.start(&other, Assert::NONE)?;
+//!         win.put(&[peer as i32 + 5], peer, 1)?;
+//!         win.complete()?;
+//!         win.wait()
+//!     })?;
+//!     assert_eq!(mine, [0, world.rank() as i32 + 5]);
+//!     Ok(())
+//! })?;
+//! # Ok::<(), fastmp::Error>(())
+//! ```
 
 mod elements;
 mod epoch;
