@@ -201,12 +201,11 @@ impl Core {
     fn close(&self) -> Result<()> {
         self.done.set(true);
         let closed = self.dev.close();
-        if let Some(part) = self.part.take() {
-            if closed.is_ok() {
-                part.release();
-            } else {
-                std::mem::forget(part);
-            }
+        // Not releasing is leaking (`Part` has no `Drop`).
+        if let Some(part) = self.part.take()
+            && closed.is_ok()
+        {
+            part.release();
         }
         closed
     }
