@@ -597,8 +597,9 @@ mod tests {
         // A float element with a bitwise operator, and element/operator codes past the tables.
         let float_band = (8u8) | (6u8 << 4);
         for flags in [float_band, 0x0a, 0xc0] {
-            let mut h = sent(Frame::RmaAcc { window: 0, offset: 0, len: 8, element: Element::I8, op: AccumulateOp::Sum })
-                .encode();
+            let mut h =
+                sent(Frame::RmaAcc { window: 0, offset: 0, len: 8, element: Element::I8, op: AccumulateOp::Sum })
+                    .encode();
             h[1] = flags;
             assert_eq!(decode(&h), Err(FrameError::BadOperation { kind: KIND_RMA_ACC, flags }));
         }

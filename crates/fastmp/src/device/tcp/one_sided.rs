@@ -198,14 +198,18 @@ fn closed_error(window: ContextId, rank: usize) -> Error {
 }
 
 fn outside(what: &str, offset: u64, len: u64, part: usize, rank: usize) -> String {
-    format!("{what}: bytes {offset}..{} lie outside rank {rank}'s window part of {part} bytes", offset.saturating_add(len))
+    format!(
+        "{what}: bytes {offset}..{} lie outside rank {rank}'s window part of {part} bytes",
+        offset.saturating_add(len)
+    )
 }
 
 impl Part {
     /// Runs `f` on the segment unless the part is closed; `close` waits for it to leave.
     fn touch<R>(&self, rank: usize, f: impl FnOnce(&Segment) -> Result<R>) -> Result<R> {
         self.gate.fetch_add(1, Ordering::SeqCst);
-        let result = if self.closed.load(Ordering::SeqCst) { Err(closed_error(self.window, rank)) } else { f(&self.seg) };
+        let result =
+            if self.closed.load(Ordering::SeqCst) { Err(closed_error(self.window, rank)) } else { f(&self.seg) };
         self.gate.fetch_sub(1, Ordering::Release);
         result
     }
@@ -700,7 +704,8 @@ impl TcpWindow {
         }));
         // SAFETY: forwarded from the caller; the request lives until written or released (release
         // detaches the bytes under the tx lock).
-        let result = unsafe { tx.send_borrowed(&peer.stream, sh.header_to(w, frame), data, len, id, &mut |d| sh.sent(d)) };
+        let result =
+            unsafe { tx.send_borrowed(&peer.stream, sh.header_to(w, frame), data, len, id, &mut |d| sh.sent(d)) };
         peer.tx_busy.store(!tx.is_empty(), Ordering::Release);
         drop(tx);
         if let Err(e) = result {
@@ -913,14 +918,7 @@ impl RmaWindow for TcpWindow {
         Ok(u64::from_le_bytes(old))
     }
 
-    fn compare_and_swap(
-        &self,
-        target: usize,
-        offset: usize,
-        element: Element,
-        expected: u64,
-        new: u64,
-    ) -> Result<u64> {
+    fn compare_and_swap(&self, target: usize, offset: usize, element: Element, expected: u64, new: u64) -> Result<u64> {
         let w = self.check("compare_and_swap", target, offset, element.size())?;
         Self::check_elements("compare_and_swap", offset, element.size(), element, AccumulateOp::Replace)?;
         if w == self.me() {
@@ -1035,7 +1033,12 @@ impl RmaWindow for TcpWindow {
                 table.remove(&part.window);
             }
         }
-        let why = || Error::RmaSync(format!("window {} was freed at rank {} before this request was served", part.window, sh.rank));
+        let why = || {
+            Error::RmaSync(format!(
+                "window {} was freed at rank {} before this request was served",
+                part.window, sh.rank
+            ))
+        };
         for d in queue {
             if let Some(tag) = d.frame.rma_reply() {
                 answer(sh, d.origin, part.window, tag, Err(why()));

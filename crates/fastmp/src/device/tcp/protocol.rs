@@ -7,10 +7,10 @@
 
 use std::sync::atomic::Ordering;
 
-use super::{Shared, one_sided};
 use super::frame::{Frame, Header};
 use super::rx::{Delivery, RxHandler, Sink};
 use super::state::{self, Body, PeerState, RecvPhase, RecvReq, Req, SendPhase};
+use super::{Shared, one_sided};
 use crate::device::matching::Envelope;
 use crate::device::{ContextId, Failure, RawStatus, ReqId, lock_ignoring_poison as lock, receive_result};
 use crate::error::Error;
