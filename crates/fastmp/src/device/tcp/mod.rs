@@ -29,6 +29,8 @@ mod frame_props;
 pub(crate) mod fuzzing;
 pub(crate) mod handshake;
 mod one_sided;
+#[cfg(test)]
+mod one_sided_tests;
 mod progress;
 mod protocol;
 mod rx;
