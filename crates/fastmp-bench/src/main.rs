@@ -111,7 +111,7 @@ struct Args {
     /// One-sided benchmarks: synchronisation (default flush: lock shared once, then op + flush;
     /// put_bibw: pscw).
     #[arg(long, value_enum, value_name = "MODE")]
-    sync: Option<rma::Sync>,
+    sync: Option<rma::SyncMode>,
     /// Smallest message size in bytes (default: 0 for latency, 4 for reductions and
     /// acc_latency, 1 otherwise; fop_latency and cas_latency have the one size 8).
     #[arg(long)]

@@ -76,7 +76,7 @@ pub enum WinKind {
 
 /// How operations are completed (OSU's `-s` option).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum Sync {
+pub enum SyncMode {
     /// One shared lock for the whole loop; `flush` after each operation or window.
     Flush,
     /// As `flush`, with `flush_local` (origin-side completion only).
@@ -93,31 +93,31 @@ pub enum Sync {
     Pscw,
 }
 
-impl Sync {
+impl SyncMode {
     pub fn name(self) -> &'static str {
         match self {
-            Sync::Flush => "flush",
-            Sync::FlushLocal => "flush_local",
-            Sync::Lock => "lock",
-            Sync::LockAll => "lock_all",
-            Sync::Fence => "fence",
-            Sync::Pscw => "pscw",
+            SyncMode::Flush => "flush",
+            SyncMode::FlushLocal => "flush_local",
+            SyncMode::Lock => "lock",
+            SyncMode::LockAll => "lock_all",
+            SyncMode::Fence => "fence",
+            SyncMode::Pscw => "pscw",
         }
     }
 
     fn describe(self) -> &'static str {
         match self {
-            Sync::Flush => "lock(shared) once, then op + flush (MPI_Win_flush)",
-            Sync::FlushLocal => "lock(shared) once, then op + flush_local (MPI_Win_flush_local)",
-            Sync::Lock => "lock(shared) + op + unlock (MPI_Win_lock/unlock)",
-            Sync::LockAll => "lock_all + op + unlock_all (MPI_Win_lock_all/unlock_all)",
-            Sync::Fence => "fence (MPI_Win_fence)",
-            Sync::Pscw => "post/start/complete/wait (MPI_Win_post/start/complete/wait)",
+            SyncMode::Flush => "lock(shared) once, then op + flush (MPI_Win_flush)",
+            SyncMode::FlushLocal => "lock(shared) once, then op + flush_local (MPI_Win_flush_local)",
+            SyncMode::Lock => "lock(shared) + op + unlock (MPI_Win_lock/unlock)",
+            SyncMode::LockAll => "lock_all + op + unlock_all (MPI_Win_lock_all/unlock_all)",
+            SyncMode::Fence => "fence (MPI_Win_fence)",
+            SyncMode::Pscw => "post/start/complete/wait (MPI_Win_post/start/complete/wait)",
         }
     }
 
     fn is_active(self) -> bool {
-        matches!(self, Sync::Fence | Sync::Pscw)
+        matches!(self, SyncMode::Fence | SyncMode::Pscw)
     }
 }
 
@@ -167,8 +167,8 @@ impl Rma {
     }
 
     /// OSU's default synchronisation: flush, except put_bibw (active target only): pscw.
-    pub fn default_sync(self) -> Sync {
-        if self == Rma::PutBibw { Sync::Pscw } else { Sync::Flush }
+    pub fn default_sync(self) -> SyncMode {
+        if self == Rma::PutBibw { SyncMode::Pscw } else { SyncMode::Flush }
     }
 
     /// The default size range (bandwidth windows hold 64 messages, hence 1 MiB).
@@ -182,7 +182,7 @@ impl Rma {
     }
 
     /// Rejects combinations the benchmark does not measure.
-    pub fn check(self, sync: Sync, sizes: &Sizes) -> std::result::Result<(), String> {
+    pub fn check(self, sync: SyncMode, sizes: &Sizes) -> std::result::Result<(), String> {
         if self == Rma::PutBibw && !sync.is_active() {
             return Err(format!(
                 "put_bibw needs active-target synchronisation (--sync fence|pscw, as OSU), got --sync {}",
@@ -208,7 +208,7 @@ impl Rma {
 pub struct Spec<'a> {
     pub bench: Rma,
     pub win: WinKind,
-    pub sync: Sync,
+    pub sync: SyncMode,
     pub sizes: &'a Sizes,
     /// `--iterations`: that many timed iterations at every size instead of OSU's counts.
     pub iterations: Option<Iterations>,
@@ -220,6 +220,7 @@ impl Spec<'_> {
         self.iterations.unwrap_or(osu).at(size)
     }
 
+    /// One row; the JSON object also names the window kind and synchronisation.
     fn report(&self, out: &Reporter, size: usize, key: &str, value: f64) {
         out.row_cells(
             size,
@@ -251,69 +252,104 @@ pub fn bench(world: &Comm, spec: &Spec, out: &Reporter) -> Result<()> {
         &[column],
     );
     let max = spec.sizes.max;
+    let sizes = spec.sizes.iter();
     match spec.bench {
         Rma::PutLatency => {
             let sbuf = AlignedBuf::new(max, b'a');
-            for size in spec.sizes.iter() {
-                let us = with_window::<u8, _>(world, spec.win, size, |w| {
-                    latency_us(w, spec, size, |target| w.put(&sbuf.as_slice()[..size], target, 0))
-                })?;
-                spec.report(out, size, "avg_us", us);
-            }
+            sweep::<u8>(
+                world,
+                spec,
+                out,
+                sizes,
+                |size| size,
+                |w, size| latency_us(w, spec, size, |target| w.put(&sbuf.as_slice()[..size], target, 0)),
+            )
         }
         Rma::GetLatency => {
             let mut rbuf = AlignedBuf::new(max, b'b');
-            for size in spec.sizes.iter() {
-                let us = with_window::<u8, _>(world, spec.win, size, |w| {
-                    latency_us(w, spec, size, |target| w.get(&mut rbuf.as_mut_slice()[..size], target, 0))
-                })?;
-                spec.report(out, size, "avg_us", us);
-            }
+            sweep::<u8>(
+                world,
+                spec,
+                out,
+                sizes,
+                |size| size,
+                |w, size| latency_us(w, spec, size, |target| w.get(&mut rbuf.as_mut_slice()[..size], target, 0)),
+            )
         }
         Rma::AccLatency => {
             let values = vec![1i32; max / 4];
-            for size in spec.sizes.iter() {
-                let count = size / 4;
-                let us = with_window::<i32, _>(world, spec.win, count, |w| {
-                    latency_us(w, spec, size, |target| w.accumulate(&values[..count], target, 0, Sum))
-                })?;
-                spec.report(out, size, "avg_us", us);
-            }
+            sweep::<i32>(
+                world,
+                spec,
+                out,
+                sizes,
+                |size| size / 4,
+                |w, size| latency_us(w, spec, size, |target| w.accumulate(&values[..size / 4], target, 0, Sum)),
+            )
         }
-        Rma::FopLatency => {
-            let us = with_window::<u64, _>(world, spec.win, 1, |w| {
-                latency_us(w, spec, 8, |target| w.fetch_and_op(1, target, 0, Sum).map(drop))
-            })?;
-            spec.report(out, 8, "avg_us", us);
-        }
-        Rma::CasLatency => {
-            let us = with_window::<u64, _>(world, spec.win, 1, |w| {
-                latency_us(w, spec, 8, |target| w.compare_and_swap(0, 1, target, 0).map(drop))
-            })?;
-            spec.report(out, 8, "avg_us", us);
-        }
+        Rma::FopLatency => sweep::<u64>(
+            world,
+            spec,
+            out,
+            [8].into_iter(),
+            |_| 1,
+            |w, size| latency_us(w, spec, size, |target| w.fetch_and_op(1, target, 0, Sum).map(drop)),
+        ),
+        Rma::CasLatency => sweep::<u64>(
+            world,
+            spec,
+            out,
+            [8].into_iter(),
+            |_| 1,
+            |w, size| latency_us(w, spec, size, |target| w.compare_and_swap(0, 1, target, 0).map(drop)),
+        ),
         Rma::PutBw | Rma::PutBibw => {
             let sbuf = AlignedBuf::new(max * WINDOW, b'a');
-            for size in spec.sizes.iter() {
-                let mb_s = with_window::<u8, _>(world, spec.win, size * WINDOW, |w| {
+            sweep::<u8>(
+                world,
+                spec,
+                out,
+                sizes,
+                |size| size * WINDOW,
+                |w, size| {
                     bandwidth_mb_s(w, spec, size, |j, target| {
                         w.put(&sbuf.as_slice()[j * size..][..size], target, j * size)
                     })
-                })?;
-                spec.report(out, size, "mb_s", mb_s);
-            }
+                },
+            )
         }
         Rma::GetBw => {
             let mut rbuf = AlignedBuf::new(max * WINDOW, b'b');
-            for size in spec.sizes.iter() {
-                let mb_s = with_window::<u8, _>(world, spec.win, size * WINDOW, |w| {
+            sweep::<u8>(
+                world,
+                spec,
+                out,
+                sizes,
+                |size| size * WINDOW,
+                |w, size| {
                     bandwidth_mb_s(w, spec, size, |j, target| {
                         w.get(&mut rbuf.as_mut_slice()[j * size..][..size], target, j * size)
                     })
-                })?;
-                spec.report(out, size, "mb_s", mb_s);
-            }
+                },
+            )
         }
+    }
+}
+
+/// Measures every size on a fresh window of `len(size)` elements (OSU makes one per size) and
+/// reports it.
+fn sweep<T: Pod>(
+    world: &Comm,
+    spec: &Spec,
+    out: &Reporter,
+    sizes: impl Iterator<Item = usize>,
+    len: impl Fn(usize) -> usize,
+    mut measure: impl FnMut(&Window<'_, T>, usize) -> Result<f64>,
+) -> Result<()> {
+    let key = if spec.bench.is_bandwidth() { "mb_s" } else { "avg_us" };
+    for size in sizes {
+        let value = with_window(world, spec.win, len(size), |w| measure(w, size))?;
+        spec.report(out, size, key, value);
     }
     Ok(())
 }
@@ -359,30 +395,30 @@ fn peer_group<T: Pod>(win: &Window<'_, T>) -> Result<Group> {
 /// `body` (operations to `target`) completed by one passive-target synchronisation.
 fn passive_round<T: Pod>(
     win: &Window<'_, T>,
-    sync: Sync,
+    sync: SyncMode,
     target: usize,
     body: impl FnOnce() -> Result<()>,
 ) -> Result<()> {
     match sync {
-        Sync::Flush => {
+        SyncMode::Flush => {
             body()?;
             win.flush(target)
         }
-        Sync::FlushLocal => {
+        SyncMode::FlushLocal => {
             body()?;
             win.flush_local(target)
         }
-        Sync::Lock => {
+        SyncMode::Lock => {
             win.lock(LockKind::Shared, target, Assert::NONE)?;
             body()?;
             win.unlock(target)
         }
-        Sync::LockAll => {
+        SyncMode::LockAll => {
             win.lock_all(Assert::NONE)?;
             body()?;
             win.unlock_all()
         }
-        Sync::Fence | Sync::Pscw => {
+        SyncMode::Fence | SyncMode::Pscw => {
             Err(Error::InvalidArgument(format!("{} is not passive-target synchronisation", sync.name())))
         }
     }
@@ -392,11 +428,11 @@ fn passive_round<T: Pod>(
 /// across the loop (outside the timing), as OSU does.
 fn passive_loop<T: Pod>(
     win: &Window<'_, T>,
-    sync: Sync,
+    sync: SyncMode,
     (iters, skip): (usize, usize),
     mut body: impl FnMut() -> Result<()>,
 ) -> Result<f64> {
-    let held = matches!(sync, Sync::Flush | Sync::FlushLocal);
+    let held = matches!(sync, SyncMode::Flush | SyncMode::FlushLocal);
     if held {
         win.lock(LockKind::Shared, 1, Assert::NONE)?;
     }
@@ -419,7 +455,7 @@ fn latency_us<T: Pod>(
     let (me, peer) = (win.rank(), 1 - win.rank());
     win.comm().barrier()?;
     let us = match spec.sync {
-        Sync::Fence => {
+        SyncMode::Fence => {
             let t = timed(iters, skip, || {
                 win.fence(Assert::NONE)?;
                 if me == 0 {
@@ -434,7 +470,7 @@ fn latency_us<T: Pod>(
             win.fence(Assert::NOSUCCEED)?;
             t * 1e6 / iters as f64 / 2.0
         }
-        Sync::Pscw => {
+        SyncMode::Pscw => {
             let group = peer_group(win)?;
             let mut access = || {
                 win.start(&group, Assert::NONE)?;
@@ -472,7 +508,7 @@ fn bandwidth_mb_s<T: Pod>(
     let mut window = || (0..WINDOW).try_for_each(|j| op(j, peer));
     win.comm().barrier()?;
     let t = match spec.sync {
-        Sync::Fence => {
+        SyncMode::Fence => {
             let t = timed(iters, skip, || {
                 win.fence(Assert::NONE)?;
                 if sends {
@@ -483,7 +519,7 @@ fn bandwidth_mb_s<T: Pod>(
             win.fence(Assert::NOSUCCEED)?;
             t
         }
-        Sync::Pscw => {
+        SyncMode::Pscw => {
             let group = peer_group(win)?;
             timed(iters, skip, || {
                 if !sends || both {
