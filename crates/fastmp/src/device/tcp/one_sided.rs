@@ -324,7 +324,7 @@ impl Part {
             }
             Frame::RmaUnlock { reply, .. } => {
                 let released = self.unlock(sh, origin);
-                let result = released.and_then(|()| self.take_failure(origin).map_or(Ok(()), |why| Err(why)));
+                let result = released.and_then(|()| self.take_failure(origin).map_or(Ok(()), Err));
                 answer(reply, result.map(|()| &[][..]).map_err(Error::RmaSync));
             }
             Frame::RmaFlush { reply, query, .. } => {
@@ -616,7 +616,7 @@ impl TcpWindow {
             return Err(Error::InvalidArgument(format!("{what}: {op:?} is not defined on {element:?}")));
         }
         let size = element.size();
-        if offset % size != 0 || len % size != 0 {
+        if !offset.is_multiple_of(size) || !len.is_multiple_of(size) {
             return Err(Error::InvalidArgument(format!(
                 "{what}: {len} bytes at offset {offset} are not whole {element:?} elements"
             )));
