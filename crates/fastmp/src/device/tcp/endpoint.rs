@@ -110,6 +110,7 @@ impl TcpEndpoint {
             finalized: AtomicBool::new(false),
             placement,
             windows: Default::default(),
+            rma_served: AtomicU64::new(0),
         });
         let input_shared = shared.clone();
         let input = std::thread::Builder::new()
@@ -154,6 +155,16 @@ impl TcpEndpoint {
 
     fn stop_input(&self) {
         self.input.stop();
+    }
+
+    /// Whether request `id` has finished (or is gone): its completion no longer depends on the
+    /// network. Leaves it in place for its owner.
+    pub(super) fn settled(&self, id: ReqId) -> bool {
+        match lock(&self.shared.state).reqs.get(id) {
+            None => true,
+            Some(Req::Recv(r)) => matches!(r.phase, RecvPhase::Done(_)),
+            Some(Req::Send(s)) => matches!(s.phase, SendPhase::Done(_)),
+        }
     }
 
     pub(super) fn shared(&self) -> &Shared {

@@ -6,8 +6,8 @@
 use proptest::prelude::*;
 
 use super::frame::{Accept, Frame, FrameError, Header, MAX_ABORT_LEN, MAX_FAILURE_LEN, MAX_REPLY_TAG};
-use crate::device::one_sided::{AccumulateOp, Element, LockKind};
 use super::fuzzing::{End, FUZZ_ACCEPT, Reading, SinkPolicy, fuzz_decode_frames, receive};
+use crate::device::one_sided::{AccumulateOp, Element, LockKind};
 
 /// `frame` as sent on the harness's connection.
 fn sent(frame: Frame) -> Header {
@@ -31,8 +31,12 @@ fn rma_frame(max_payload: u64) -> impl Strategy<Value = Frame> {
     let len = move || 0..=max_payload;
     prop_oneof![
         (any::<u32>(), any::<u64>(), len()).prop_map(|(window, offset, len)| Frame::RmaPut { window, offset, len }),
-        (any::<u32>(), any::<u64>(), any::<u64>(), reply())
-            .prop_map(|(window, offset, len, reply)| Frame::RmaGet { window, offset, len, reply }),
+        (any::<u32>(), any::<u64>(), any::<u64>(), reply()).prop_map(|(window, offset, len, reply)| Frame::RmaGet {
+            window,
+            offset,
+            len,
+            reply
+        }),
         (any::<u32>(), any::<u64>(), len(), operation())
             .prop_map(|(window, offset, len, (element, op))| Frame::RmaAcc { window, offset, len, element, op }),
         (any::<u32>(), any::<u64>(), len(), operation(), reply()).prop_map(
@@ -56,10 +60,23 @@ fn rma_frame(max_payload: u64) -> impl Strategy<Value = Frame> {
             Frame::RmaLock { window, kind, reply }
         }),
         (any::<u32>(), reply()).prop_map(|(window, reply)| Frame::RmaUnlock { window, reply }),
-        (any::<u32>(), reply(), any::<bool>()).prop_map(|(window, reply, query)| Frame::RmaFlush { window, reply, query }),
-        (any::<u32>(), reply(), len()).prop_map(|(context, tag, len)| Frame::RmaReply { context, tag, len, failed: false }),
-        (any::<u32>(), reply(), 0..=MAX_FAILURE_LEN.min(max_payload))
-            .prop_map(|(context, tag, len)| Frame::RmaReply { context, tag, len, failed: true }),
+        (any::<u32>(), reply(), any::<bool>()).prop_map(|(window, reply, query)| Frame::RmaFlush {
+            window,
+            reply,
+            query
+        }),
+        (any::<u32>(), reply(), len()).prop_map(|(context, tag, len)| Frame::RmaReply {
+            context,
+            tag,
+            len,
+            failed: false
+        }),
+        (any::<u32>(), reply(), 0..=MAX_FAILURE_LEN.min(max_payload)).prop_map(|(context, tag, len)| Frame::RmaReply {
+            context,
+            tag,
+            len,
+            failed: true
+        }),
     ]
 }
 

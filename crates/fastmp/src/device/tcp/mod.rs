@@ -107,6 +107,8 @@ struct Shared {
     placement: super::Placement,
     /// This rank's exposed window parts, by window id (see `one_sided`).
     windows: one_sided::Windows,
+    /// One-sided requests served so far (the input thread keeps polling while they come).
+    rma_served: AtomicU64,
 }
 
 impl Shared {

@@ -49,7 +49,7 @@ use super::rx::Sink;
 use super::state::{PeerState, Req, SendPhase, SendReq};
 use crate::device::one_sided::{AccumulateOp, Element, LockKind, OneSided, RmaWindow};
 use crate::device::rma_memory::Segment;
-use crate::device::{ContextId, Device, MatchSpec, Source, Started, lock_ignoring_poison as lock};
+use crate::device::{ContextId, Device, MatchSpec, ReqId, Source, Started, lock_ignoring_poison as lock};
 use crate::error::{Error, Result};
 
 /// A rank's exposed window parts, by window id.
@@ -324,7 +324,7 @@ impl Part {
             }
             Frame::RmaUnlock { reply, .. } => {
                 let released = self.unlock(sh, origin);
-                let result = released.and_then(|()| self.take_failure(origin).map_or(Ok(()), |why| Err(why)));
+                let result = released.and_then(|()| self.take_failure(origin).map_or(Ok(()), Err));
                 answer(reply, result.map(|()| &[][..]).map_err(Error::RmaSync));
             }
             Frame::RmaFlush { reply, query, .. } => {
@@ -446,6 +446,7 @@ fn find(sh: &Shared, origin: usize, frame: Frame) -> std::result::Result<Arc<Par
 /// The header of a one-sided request from `origin` arrived: where its payload goes. Requests
 /// without a payload are handled here.
 pub(super) fn on_request(sh: &Shared, origin: usize, frame: Frame) -> Sink {
+    sh.rma_served.fetch_add(1, Ordering::Relaxed);
     let part = match find(sh, origin, frame) {
         Ok(part) => part,
         Err(why) => {
@@ -550,6 +551,7 @@ impl OneSided for TcpEndpoint {
             own_index,
             lengths: OnceCell::new(),
             dirty: (0..members.len()).map(|_| Cell::new(false)).collect(),
+            last_get: (0..members.len()).map(|_| Cell::new(None)).collect(),
             next_tag: Cell::new(MAX_REPLY_TAG),
             pending: RefCell::new(Vec::with_capacity(members.len())),
         }))
@@ -566,8 +568,12 @@ pub(super) struct TcpWindow {
     part: Arc<Part>,
     own_index: usize,
     lengths: OnceCell<Vec<usize>>,
-    /// Targets with puts, gets or accumulates issued since their last flush.
+    /// Targets with puts or accumulates issued since their last flush.
     dirty: Vec<Cell<bool>>,
+    /// The latest get (or get-accumulate) per target since its last flush: replies come in
+    /// order, so once it has its answer every earlier one has too, and a flush with no writes
+    /// outstanding needs no round trip.
+    last_get: Vec<Cell<Option<ReqId>>>,
     next_tag: Cell<i32>,
     /// Flush-all's acknowledgement receives (kept to allocate nothing per flush).
     pending: RefCell<Vec<Started>>,
@@ -610,7 +616,7 @@ impl TcpWindow {
             return Err(Error::InvalidArgument(format!("{what}: {op:?} is not defined on {element:?}")));
         }
         let size = element.size();
-        if offset % size != 0 || len % size != 0 {
+        if !offset.is_multiple_of(size) || !len.is_multiple_of(size) {
             return Err(Error::InvalidArgument(format!(
                 "{what}: {len} bytes at offset {offset} are not whole {element:?} elements"
             )));
@@ -731,6 +737,12 @@ impl TcpWindow {
         Ok(Started::Complete(Ok(crate::device::RawStatus { source: self.me(), tag: 0, bytes: len, cancelled: false })))
     }
 
+    fn note_get(&self, target: usize, started: &Started) {
+        if let Started::Pending(id) = *started {
+            self.last_get[target].set(Some(id));
+        }
+    }
+
     fn done(&self, len: usize) -> Started {
         Started::Complete(Ok(crate::device::RawStatus { source: self.me(), tag: 0, bytes: len, cancelled: false }))
     }
@@ -742,7 +754,13 @@ impl TcpWindow {
         let mut first_error = None;
         let window = self.part.window;
         for t in targets {
+            let last_get = self.last_get[t].take();
             if !self.dirty[t].replace(false) {
+                if let Some(id) = last_get
+                    && let Err(e) = self.ep.wait_until(&mut || Ok(self.ep.settled(id)))
+                {
+                    first_error.get_or_insert(e);
+                }
                 continue;
             }
             let w = self.part.members[t];
@@ -831,10 +849,11 @@ impl RmaWindow for TcpWindow {
             return Ok(self.done(len));
         }
         let window = self.part.window;
-        self.dirty[target].set(true);
         let frame = |reply| Frame::RmaGet { window, offset: offset as u64, len: len as u64, reply };
         // SAFETY: forwarded from the caller.
-        unsafe { self.request(w, frame, &[], into, len) }
+        let started = unsafe { self.request(w, frame, &[], into, len) }?;
+        self.note_get(target, &started);
+        Ok(started)
     }
 
     unsafe fn accumulate(
@@ -887,12 +906,14 @@ impl RmaWindow for TcpWindow {
             self.on_own_part("get_accumulate", |s| s.accumulate(offset, len, bytes, Some(out), element, op))?;
             return Ok(self.done(len));
         }
+        // Its answer is sent once it is applied: it needs no flush round trip.
         let window = self.part.window;
-        self.dirty[target].set(true);
         let frame = |reply| Frame::RmaGetAcc { window, offset: offset as u64, len: len as u64, element, op, reply };
         // The payload is copied by `send_frame` if the socket cannot take it at once.
         // SAFETY: forwarded from the caller.
-        unsafe { self.request(w, frame, bytes, result, len) }
+        let started = unsafe { self.request(w, frame, bytes, result, len) }?;
+        self.note_get(target, &started);
+        Ok(started)
     }
 
     fn fetch_and_op(
@@ -960,6 +981,7 @@ impl RmaWindow for TcpWindow {
             return self.part.unlock(self.sh(), w).map_err(Error::RmaSync);
         }
         self.dirty[target].set(false);
+        self.last_get[target].set(None);
         let window = self.part.window;
         let started = self.request_ack(w, |reply| Frame::RmaUnlock { window, reply })?;
         self.ep.complete(started).map(drop)

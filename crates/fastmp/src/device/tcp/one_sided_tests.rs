@@ -57,10 +57,8 @@ fn with_windows(n: usize, words: usize, body: impl Fn(&Rank) + Sync) {
                 let mut memory = vec![0u64; words];
                 let members: Vec<usize> = (0..n).collect();
                 // SAFETY: `memory` outlives the window, which is closed before it goes.
-                let win = unsafe {
-                    ep.one_sided().unwrap().expose(7, &members, memory.as_mut_ptr().cast(), words * 8)
-                }
-                .unwrap();
+                let win = unsafe { ep.one_sided().unwrap().expose(7, &members, memory.as_mut_ptr().cast(), words * 8) }
+                    .unwrap();
                 barrier.wait();
                 win.connect().unwrap();
                 assert_eq!(win.part_lengths(), vec![words * 8; n]);
@@ -95,7 +93,9 @@ fn operations_reach_the_target_part() {
                 r.complete(r.win.put(peer, 8, small.as_ptr().cast(), 24).unwrap());
                 r.complete(r.win.put(peer, 64, large.as_ptr().cast(), large.len() * 8).unwrap());
                 let ones = [1i32; 4];
-                r.complete(r.win.accumulate(peer, 8, ones.as_ptr().cast(), 16, Element::I32, AccumulateOp::Sum).unwrap());
+                r.complete(
+                    r.win.accumulate(peer, 8, ones.as_ptr().cast(), 16, Element::I32, AccumulateOp::Sum).unwrap(),
+                );
             }
             r.win.flush(Some(peer)).unwrap();
             let mut back = vec![0u64; 603];
@@ -310,7 +310,8 @@ fn a_failed_target_fails_pending_and_later_operations() {
                 let ep = TcpEndpoint::new(rank, mesh, options).unwrap();
                 let mut memory = [0u64; 2];
                 // SAFETY: `memory` outlives the window (closed below, or leaked with the failure).
-                let win = unsafe { ep.one_sided().unwrap().expose(3, &[0, 1], memory.as_mut_ptr().cast(), 16) }.unwrap();
+                let win =
+                    unsafe { ep.one_sided().unwrap().expose(3, &[0, 1], memory.as_mut_ptr().cast(), 16) }.unwrap();
                 barrier.wait();
                 win.connect().unwrap();
                 if rank == 1 {

@@ -10,7 +10,7 @@ use std::cell::Cell;
 use std::net::Shutdown;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::frame::{Frame, Header};
 use super::protocol::PeerHandler;
@@ -123,7 +123,7 @@ impl Shared {
             }
             if let Ok(mut rx) = peer.rx.try_lock() {
                 // Errors and ends are found again (and reported) by the next regular round.
-                let _ = rx.pump(&peer.stream, &mut PeerHandler { sh: self, peer: q });
+                let _ = rx.pump(&peer.stream, &mut PeerHandler { sh: self, peer: q, notable: false });
             }
         }
         READING.set(false);
@@ -155,6 +155,7 @@ impl Shared {
     /// One round of progress on every connection this thread can get at; `true` if bytes moved.
     pub(super) fn progress_once(&self) -> bool {
         let mut moved = false;
+        let mut notable = false;
         for p in self.peer_ranks() {
             let peer = self.peer(p);
             // A peer whose EOF is here may still be owed queued bytes (its reading side is open
@@ -174,8 +175,10 @@ impl Shared {
                 continue;
             }
             let Ok(mut rx) = peer.rx.try_lock() else { continue };
-            let mut handler = PeerHandler { sh: self, peer: p };
-            match rx.pump(&peer.stream, &mut handler) {
+            let mut handler = PeerHandler { sh: self, peer: p, notable: false };
+            let pumped = rx.pump(&peer.stream, &mut handler);
+            notable |= handler.notable;
+            match pumped {
                 Ok(Pumped::Drained(m)) => moved |= m,
                 Ok(Pumped::Closed) => {
                     moved = true;
@@ -200,7 +203,7 @@ impl Shared {
                 }
             }
         }
-        if moved {
+        if notable {
             self.wake_waiters();
         }
         moved
@@ -292,9 +295,37 @@ pub(super) fn input_loop(sh: &Shared) {
             // SAFETY: reads 8 bytes into a live u64 from our eventfd (drains the wake-ups).
             let _ = unsafe { libc::read(sh.wake_fd.as_raw_fd(), (&raw mut sink).cast(), 8) };
         }
+        let served = sh.rma_served.load(Ordering::Relaxed);
         if ready > 0 && !sh.progress_once() && sh.active.load(Ordering::Acquire) == 0 {
             // Readable but a user thread holds the connection: let it finish.
             std::thread::yield_now();
         }
+        if sh.rma_served.load(Ordering::Relaxed) != served {
+            poll_while_rma_requests_come(sh);
+        }
+    }
+}
+
+/// How long the input thread keeps polling without blocking after a one-sided request: an origin
+/// usually sends the next one (its flush, the next operation) within a round trip, and a wake-up
+/// from `poll(2)` costs about as much as the whole round trip.
+const RMA_SPIN: Duration = Duration::from_micros(50);
+
+/// Serves one-sided requests by busy polling until none came for [`RMA_SPIN`] (or a user thread
+/// takes progress over, or the endpoint stops).
+fn poll_while_rma_requests_come(sh: &Shared) {
+    let mut served = sh.rma_served.load(Ordering::Relaxed);
+    let mut since = Instant::now();
+    while since.elapsed() < RMA_SPIN && !sh.stop.load(Ordering::Acquire) {
+        if sh.active.load(Ordering::Acquire) > 0 && sh.parked.load(Ordering::Acquire) == 0 {
+            return;
+        }
+        sh.progress_once();
+        let now = sh.rma_served.load(Ordering::Relaxed);
+        if now != served {
+            served = now;
+            since = Instant::now();
+        }
+        std::hint::spin_loop();
     }
 }

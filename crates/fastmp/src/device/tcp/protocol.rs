@@ -20,6 +20,10 @@ use crate::error::Error;
 pub(super) struct PeerHandler<'a> {
     pub(super) sh: &'a Shared,
     pub(super) peer: usize,
+    /// A frame that may have completed something a waiter waits for was handled. One-sided
+    /// requests served for others complete nothing here (except the ones that release a lock or
+    /// end an application the owner may wait for), so they wake nobody.
+    pub(super) notable: bool,
 }
 
 impl RxHandler for PeerHandler<'_> {
@@ -126,6 +130,9 @@ impl RxHandler for PeerHandler<'_> {
 
     fn on_complete(&mut self, d: Delivery) {
         let (sh, p) = (self.sh, self.peer);
+        let frame = d.header.frame;
+        self.notable |= !frame.is_rma_request()
+            || matches!(frame, Frame::RmaUnlock { .. } | Frame::RmaPut { .. } | Frame::RmaAcc { .. });
         match (d.header.frame, d.sink) {
             (Frame::RmaReply { tag, failed: false, .. }, Sink::User { id, capacity, .. }) => {
                 lock(&sh.state).finish_recv(id, receive_result(p, tag, d.len, capacity));
