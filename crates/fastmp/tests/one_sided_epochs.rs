@@ -274,7 +274,7 @@ fn win_create_unaligned_bytes(dev: DeviceKind) {
     run(dev, 2, |world| {
         let me = world.rank();
         let peer = 1 - me;
-        let mut backing = vec![0xEEu8; 48];
+        let mut backing = [0xEEu8; 48];
         let (lo, hi) = (3 + me, 3 + me + 29);
         backing[lo..hi].iter_mut().enumerate().for_each(|(i, b)| *b = i as u8);
         world.win_create(&mut backing[lo..hi], |win| {
