@@ -188,7 +188,8 @@ fn lock_shared_and_exclusive(dev: DeviceKind) {
             win.unlock(t)?;
             assert_eq!(got, (0..np).map(|o| val(o, t, 1)).collect::<Vec<_>>(), "rank {me}: part of {t}");
         }
-        // Locking oneself works like any target.
+        // Locking oneself works like any target (after everyone has read the parts).
+        world.barrier()?;
         win.lock(LockKind::Exclusive, me, Assert::NOCHECK)?;
         win.put(&[5], me, 0)?;
         let mut got = [0u64];
