@@ -188,7 +188,8 @@ fn lock_shared_and_exclusive(dev: DeviceKind) {
             win.unlock(t)?;
             assert_eq!(got, (0..np).map(|o| val(o, t, 1)).collect::<Vec<_>>(), "rank {me}: part of {t}");
         }
-        // Locking oneself works like any target.
+        // Locking oneself works like any target (after everyone has read the parts).
+        world.barrier()?;
         win.lock(LockKind::Exclusive, me, Assert::NOCHECK)?;
         win.put(&[5], me, 0)?;
         let mut got = [0u64];
@@ -274,7 +275,7 @@ fn win_create_unaligned_bytes(dev: DeviceKind) {
     run(dev, 2, |world| {
         let me = world.rank();
         let peer = 1 - me;
-        let mut backing = vec![0xEEu8; 48];
+        let mut backing = [0xEEu8; 48];
         let (lo, hi) = (3 + me, 3 + me + 29);
         backing[lo..hi].iter_mut().enumerate().for_each(|(i, b)| *b = i as u8);
         world.win_create(&mut backing[lo..hi], |win| {

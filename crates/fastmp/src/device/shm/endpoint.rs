@@ -182,6 +182,11 @@ impl ShmEndpoint {
         ShmEndpoint { world, rank, finalized: Cell::new(false), blocked: Cell::new(false), st: RefCell::new(st) }
     }
 
+    /// The job's shared state (the one-sided windows reach peers' parts through it).
+    pub(super) fn world(&self) -> &Arc<ShmWorld> {
+        &self.world
+    }
+
     /// Releases every outstanding request and discards every probed message still held (the
     /// endpoint goes away), so no peer waits for this rank or points at its memory.
     fn release_all(&self) {
@@ -978,6 +983,10 @@ impl Device for ShmEndpoint {
     unsafe fn mrecv(&self, msg: MessageId, buf: *mut u8, capacity: usize) -> Result<Started> {
         let st = &mut *self.st.borrow_mut();
         Ok(Started::Complete(self.receive_held(st, msg, buf, capacity)))
+    }
+
+    fn one_sided(&self) -> Option<&dyn crate::device::one_sided::OneSided> {
+        Some(self)
     }
 }
 

@@ -13,6 +13,7 @@
 mod board;
 mod coll;
 mod endpoint;
+mod one_sided;
 pub(crate) mod record;
 pub(crate) mod ring;
 #[cfg(all(test, not(loom)))]
@@ -71,6 +72,8 @@ pub(crate) struct ShmWorld {
     aborted: AtomicBool,
     /// Native-collective areas by communicator (context and member list).
     native_areas: coll::Registry,
+    /// One-sided window parts by window (id and member list).
+    windows: one_sided::Registry,
     /// Every rank is a thread of this process.
     placement: super::Placement,
 }
@@ -88,6 +91,7 @@ impl ShmWorld {
             first_failure: Mutex::new(None),
             aborted: AtomicBool::new(false),
             native_areas: coll::Registry::default(),
+            windows: one_sided::Registry::default(),
         })
     }
 
