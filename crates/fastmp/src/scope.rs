@@ -296,6 +296,19 @@ impl<'scope> Scope<'scope, '_> {
         self.comm
     }
 
+    /// The request of an operation another part of the library started on buffers borrowed for
+    /// `'scope` (the one-sided `Scope::r*` calls): the ledger keeps it, so the scope's end waits
+    /// for it (`wait_at_end`, for operations that write their buffer) or releases it.
+    ///
+    /// # Safety
+    /// Every buffer the device may touch for `started` is borrowed for `'scope` (exclusively if
+    /// the device writes it), and `started` has not been handed to anything else.
+    pub(crate) unsafe fn adopt_request(&'scope self, started: Started, wait_at_end: bool) -> Request<'scope> {
+        // SAFETY: forwarded caller contract.
+        let started = unsafe { self.ledger.adopt(started, wait_at_end) };
+        Request::new(self, started, 0)
+    }
+
     /// Wraps a started operation (the ledger already holds it if it is still in flight).
     fn request(&'scope self, started: Started, elem_size: usize) -> Request<'scope> {
         Request::new(self, started, elem_size)

@@ -16,7 +16,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 /// The examples run here; `every_example_is_listed` keeps the list complete.
-const EXAMPLES: [&str; 9] = [
+const EXAMPLES: [&str; 10] = [
     "p2p",
     "immediate",
     "datatypes",
@@ -26,6 +26,7 @@ const EXAMPLES: [&str; 9] = [
     "topologies",
     "threads",
     "environment",
+    "one_sided",
 ];
 
 /// Examples that are not demonstrations of features (a benchmark, the README's demo, run by

@@ -398,6 +398,23 @@ fn survivors_of_a_killed_rank_fail_with_a_clear_error() {
 }
 
 #[test]
+fn survivors_of_a_rank_killed_inside_a_lock_all_epoch_fail_with_a_clear_error() {
+    let ranks = finish_all(start_ranks(3, ("FASTMP_RANK", "FASTMP_SIZE"), &["rma-die", "1"]));
+    assert_eq!(ranks[1].status.signal(), Some(libc::SIGKILL), "{:?}", ranks[1]);
+    ranks[1].assert_stdout_has("rank 1: killing itself with SIGKILL inside a lock_all epoch");
+    for survivor in [0, 2] {
+        let rank = &ranks[survivor];
+        assert_eq!(rank.status.code(), Some(1), "{rank:?}");
+        for operation in ["fetch_and_op", "later fetch_and_op"] {
+            let prefix = format!("rank {survivor}: {operation} on rank 1 failed: ");
+            let line = rank.stdout.lines().find(|line| line.starts_with(&prefix));
+            let line = line.unwrap_or_else(|| panic!("rank {survivor} did not report `{prefix}`: {rank:?}"));
+            assert!(line[prefix.len()..].contains("rank 1"), "unclear error from rank {survivor}: {line}");
+        }
+    }
+}
+
+#[test]
 fn timeout_stops_a_hanging_job() {
     let job = run("hang", &mut fastmprun(&["-np", "2", "--device", "tcp", "--timeout", "2", TESTPROG, "hang"]));
     assert_eq!(job.status.code(), Some(124), "{job:?}");

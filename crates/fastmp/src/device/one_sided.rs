@@ -181,13 +181,18 @@ pub trait RmaWindow {
     /// Atomically applies `op` with `operand` to the one `element` at `offset` in `target`'s
     /// part and returns the previous value (MPI_Fetch_and_op); completes in the call. Values are
     /// the element's bytes in the low bytes of a `u64` (native endianness of the element).
-    fn fetch_and_op(&self, target: usize, offset: usize, element: Element, op: AccumulateOp, operand: u64)
-    -> Result<u64>;
+    fn fetch_and_op(
+        &self,
+        target: usize,
+        offset: usize,
+        element: Element,
+        op: AccumulateOp,
+        operand: u64,
+    ) -> Result<u64>;
 
     /// Atomically replaces the `element` at `offset` in `target`'s part by `new` if its bits equal
     /// `expected`, and returns the previous value (MPI_Compare_and_swap); completes in the call.
-    fn compare_and_swap(&self, target: usize, offset: usize, element: Element, expected: u64, new: u64)
-    -> Result<u64>;
+    fn compare_and_swap(&self, target: usize, offset: usize, element: Element, expected: u64, new: u64) -> Result<u64>;
 
     /// Acquires a passive-target lock on `target`'s part (MPI_Win_lock), waiting while it
     /// conflicts with locks other ranks hold (an exclusive lock excludes every other lock).

@@ -256,6 +256,15 @@ impl<'scope> Ledger<'scope> {
         Ok(self.handles.keep(started, false))
     }
 
+    /// Keeps an operation started elsewhere (one-sided requests) like the ledger's own: the scope's
+    /// end waits for it (`wait_at_end`) or releases it.
+    ///
+    /// # Safety
+    /// Its buffers are borrowed for `'scope` (exclusively where the device writes them).
+    pub(crate) unsafe fn adopt(&self, started: Started, wait_at_end: bool) -> Started {
+        self.handles.keep(started, wait_at_end)
+    }
+
     /// Starts receiving into raw memory.
     ///
     /// # Safety

@@ -74,7 +74,11 @@ impl Segment {
     }
 
     fn word(&self, offset: usize) -> &AtomicU64 {
-        debug_assert!((offset.wrapping_sub(self.words_start)) % 8 == 0 && offset >= self.words_start && offset + 8 <= self.words_end);
+        debug_assert!(
+            (offset.wrapping_sub(self.words_start)) % 8 == 0
+                && offset >= self.words_start
+                && offset + 8 <= self.words_end
+        );
         // SAFETY: the word lies inside the segment (checked by callers against the word region),
         // is 8-aligned, and word-region bytes are only ever accessed as `AtomicU64`.
         unsafe { &*(self.base.add(offset) as *const AtomicU64) }
@@ -187,7 +191,10 @@ impl Segment {
             )));
         }
         if op != AccumulateOp::NoOp && data.len() != len {
-            return Err(Error::InvalidArgument(format!("accumulate: {} origin bytes for {len} target bytes", data.len())));
+            return Err(Error::InvalidArgument(format!(
+                "accumulate: {} origin bytes for {len} target bytes",
+                data.len()
+            )));
         }
         if previous.as_ref().is_some_and(|p| p.len() != len) {
             return Err(Error::InvalidArgument("get_accumulate: result length differs from the origin's".into()));
@@ -229,7 +236,9 @@ impl Segment {
             // Native endianness: on little-endian targets byte k of the word is bits 8k..8k+8.
             let shift = if cfg!(target_endian = "little") { shift } else { 64 - shift - size * 8 };
             let field = |w: u64| (w >> shift) & mask;
-            match word.fetch_update(Relaxed, Relaxed, |w| f(field(w)).map(|v| (w & !(mask << shift)) | ((v & mask) << shift))) {
+            match word
+                .fetch_update(Relaxed, Relaxed, |w| f(field(w)).map(|v| (w & !(mask << shift)) | ((v & mask) << shift)))
+            {
                 Ok(w) | Err(w) => field(w),
             }
         } else {

@@ -1,30 +1,96 @@
 //! One-sided communication (MPI RMA): windows, put/get/accumulate and atomics, and their
 //! synchronisation (fence, post/start/complete/wait, passive-target locks and flushes).
 //!
-//! INTERFACE SKELETON: the signatures below are the public API the one-sided issue builds; the
-//! bodies are being written (see `docs/ARCHITECTURE.md` once they land).
+//! The typed, epoch-checked layer over the device's `RmaWindow` (`device::one_sided`); see
+//! `docs/ARCHITECTURE.md`, "One-sided communication".
 //!
 //! # The model, in safe Rust
-//! - A window's memory is never borrowed as a slice while others may access it. Remote operations
-//!   (and this rank's own operations on itself) go through the device's `rma_memory` accessors
-//!   (word-wise atomics), so conflicting operations that MPI calls erroneous give unspecified
-//!   values, never undefined behaviour.
-//! - The owner reads and writes its own part as a plain slice through [`Window::local`], whose
-//!   guard holds every origin's operations on this part off while it lives (they wait, or the
-//!   device queues them). Holding it while waiting for a peer that is itself blocked in an
-//!   operation on this part is a deadlock of the program, as holding any lock would be.
-//! - Every operation is checked at the origin before anything moves: it must lie inside an access
-//!   epoch to its target (an open fence epoch, a `start`ed group containing it, a `lock` on it or
-//!   `lock_all`), and its displacement and length must lie inside the target's part. Violations
-//!   are `Err` ([`crate::Error::RmaSync`] and [`crate::Error::InvalidArgument`]).
-//! - Displacements are in elements of `T` from the start of the target's part.
-//! - Blocking operations complete locally before they return (the origin buffer is free, a get's
-//!   data has arrived); remote completion (visible at the target) comes with `flush`, `unlock`,
-//!   `complete` or `fence`. Request-based forms ([`crate::Scope::rput`], ...) borrow their buffers
-//!   for the scope, like `isend`.
+//! Window memory is shared between ranks that run concurrently, so the rules that keep every
+//! access free of data races (and therefore every safe program free of undefined behaviour) are:
+//! 1. **No slice while others may access.** Remote operations, and this rank's own operations on
+//!    itself, reach window memory only through the device's `rma_memory` accessors: whole words
+//!    of the 8-byte grid as relaxed `AtomicU64` loads and stores, partial words and accumulate
+//!    elements as atomic read-modify-writes, the few bytes outside the grid (unaligned
+//!    `win_create` memory) under a lock. Conflicting operations that MPI calls erroneous (two
+//!    puts to one element in an epoch, a put racing a get) therefore give unspecified *values*,
+//!    never undefined behaviour; accumulates to one element compose, as MPI requires.
+//! 2. **The owner's plain access is exclusive.** The owner reads and writes its own part as a
+//!    `&[T]`/`&mut [T]` only through [`Window::local`]. While the guard lives the device holds
+//!    every origin's operations on this part off (they wait, or the device queues them), this
+//!    rank's own calls on the window are refused (`Err`), and a second guard is refused: the
+//!    slice aliases nothing. Leaking the guard keeps the window refusing calls (never UB).
+//!    Holding it while waiting for a peer that is itself blocked in an operation on this part is
+//!    a deadlock of the program, as holding any lock would be.
+//! 3. **Nothing outside a window is ever written.** Every operation is checked at the origin
+//!    before anything moves: the target rank exists, an access epoch covers it (an open fence
+//!    epoch, a `start`ed group containing it, a `lock` on it or `lock_all`), elements
+//!    `disp..disp + len` lie inside the target's part, buffer lengths match. Violations are `Err`
+//!    ([`crate::Error::RmaSync`], [`crate::Error::InvalidArgument`]); the device checks ranges again.
+//! 4. **Memory outlives every access.** A part is released only after the device closed it (no
+//!    operation inside it, every later one fails): by [`Window::free`] (collective), by dropping
+//!    the window (this rank alone), or by `win_create` before its borrow ends, even when its
+//!    closure panics. `mem::forget` of a [`Comm::win_allocate`] window leaks its memory, which
+//!    peers may still reach; `win_create`'s window is never handed out by value, so it cannot be
+//!    leaked.
+//! 5. **Buffers outlive the operations on them.** Blocking operations complete locally before they
+//!    return (the origin buffer is free, a get's data has arrived); request-based forms
+//!    ([`crate::Scope::rput`], ...) borrow their buffers for the scope, like `isend`, and the
+//!    scope's end finishes requests that were dropped or leaked.
+//!
+//! Displacements and lengths are in elements of `T` from the start of the target's part. Remote
+//! completion (visible at the target) comes with `flush`, `unlock`, `complete` or `fence`.
+//! `PROC_NULL` is a valid target of every operation and does nothing, as in MPI.
+//!
+//! Passive target, with a counter every rank increments atomically (MPI_Fetch_and_op):
+//! ```
+//! use fastmp::op::Sum;
+//! use fastmp::window::{Assert, LockKind};
+//! fastmp::run(3, |world| {
+//!     let win = world.win_allocate::<u64>(1)?;
+//!     win.lock(LockKind::Shared, 0, Assert::NONE)?;
+//!     let ticket = win.fetch_and_op(1, 0, 0, Sum)?;
+//!     win.unlock(0)?;
+//!     assert!(ticket < 3);
+//!     world.barrier()?;
+//!     if world.rank() == 0 {
+//!         assert_eq!(win.local()?[0], 3);
+//!     }
+//!     win.free()
+//! })?;
+//! # Ok::<(), fastmp::Error>(())
+//! ```
+//!
+//! Post/start/complete/wait between neighbours, over memory the caller owns (MPI_Win_create):
+//! ```
+//! use fastmp::window::Assert;
+//! fastmp::run(2, |world| {
+//!     let peer = 1 - world.rank();
+//!     let mut mine = [0i32; 2];
+//!     world.win_create(&mut mine, |win| {
+//!         let other = win.comm().group().incl(&[peer])?;
+//!         win.post(&other, Assert::NONE)?;
+//!         win.start(&other, Assert::NONE)?;
+//!         win.put(&[peer as i32 + 5], peer, 1)?;
+//!         win.complete()?;
+//!         win.wait()
+//!     })?;
+//!     assert_eq!(mine, [0, world.rank() as i32 + 5]);
+//!     Ok(())
+//! })?;
+//! # Ok::<(), fastmp::Error>(())
+//! ```
+
+mod elements;
+mod epoch;
+mod lifecycle;
+mod local;
+mod memory;
+mod ops;
+mod requests;
+mod sync;
 
 use std::marker::PhantomData;
-use std::ops::{BitOr, Deref, DerefMut};
+use std::ops::BitOr;
 
 use bytemuck::Pod;
 
@@ -32,7 +98,8 @@ use crate::comm::Comm;
 use crate::error::Result;
 use crate::group::Group;
 use crate::layout::Layout;
-use crate::scope::{Request, Scope};
+use lifecycle::{Core, Creation};
+use memory::Part;
 
 pub use crate::device::one_sided::LockKind;
 
@@ -98,8 +165,10 @@ pub struct NoOp;
 /// One rank's handle of a window (MPI_Win): a part of memory on every rank of a communicator
 /// that the others can put into, get from and accumulate into. Created collectively by
 /// [`Comm::win_allocate`], [`Comm::win_allocate_shared`] or [`Comm::win_create`]; freed
-/// collectively by [`Window::free`] (or by dropping it, which frees the same way and ignores
-/// errors). Not `Send`: it belongs to its rank, like [`Comm`].
+/// collectively by [`Window::free`]. Dropping it without `free` closes this rank's part alone
+/// (without waiting for peers, so an error path never hangs; peers' later operations on the part
+/// fail); leaking it with `mem::forget` leaks its memory, which peers may still reach. Not
+/// `Send`: it belongs to its rank, like [`Comm`].
 ///
 /// ```
 /// use fastmp::window::Assert;
@@ -115,81 +184,40 @@ pub struct NoOp;
 /// # Ok::<(), fastmp::Error>(())
 /// ```
 pub struct Window<'mem, T> {
+    core: Core,
     _memory: PhantomData<&'mem mut [T]>,
     _not_send: PhantomData<*const ()>,
 }
 
 /// The owner's plain access to its own part of a window (see [`Window::local`]); origins'
-/// operations on the part wait until it is dropped. Leaking it keeps them waiting (never UB).
+/// operations on the part wait until it is dropped. Leaking it keeps them waiting and leaves the
+/// window refusing every call until it is freed (never UB).
 pub struct LocalGuard<'w, T> {
-    _window: PhantomData<&'w mut [T]>,
-}
-
-impl<T> Deref for LocalGuard<'_, T> {
-    type Target = [T];
-    fn deref(&self) -> &[T] {
-        todo!()
-    }
-}
-
-impl<T> DerefMut for LocalGuard<'_, T> {
-    fn deref_mut(&mut self) -> &mut [T] {
-        todo!()
-    }
+    core: &'w Core,
+    _part: PhantomData<&'w mut [T]>,
 }
 
 /// Direct access to one rank's part of a [`Comm::win_allocate_shared`] window (MPI_Win_shared_query
 /// plus load/store): element loads and stores, checked like `get`/`put` (inside an access epoch
 /// to that rank, inside its part), copied with the window's atomic accessors.
 pub struct SharedPart<'w, T> {
-    _window: PhantomData<&'w Window<'w, T>>,
-}
-
-impl<T: Pod> SharedPart<'_, T> {
-    /// Elements in this part.
-    pub fn len(&self) -> usize {
-        todo!()
-    }
-    /// Whether the part is empty.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-    /// The element at `index`.
-    pub fn load(&self, index: usize) -> Result<T> {
-        let _ = index;
-        todo!()
-    }
-    /// Stores `value` at `index`.
-    pub fn store(&self, index: usize, value: T) -> Result<()> {
-        let _ = (index, value);
-        todo!()
-    }
-    /// Copies `into.len()` elements from `offset` into `into`.
-    pub fn read(&self, offset: usize, into: &mut [T]) -> Result<()> {
-        let _ = (offset, into);
-        todo!()
-    }
-    /// Copies `data` to `offset`.
-    pub fn write(&self, offset: usize, data: &[T]) -> Result<()> {
-        let _ = (offset, data);
-        todo!()
-    }
+    core: &'w Core,
+    rank: usize,
+    _part: PhantomData<&'w [T]>,
 }
 
 impl Comm {
     /// Creates a window of `len` zeroed elements per rank in memory the library owns (the fast,
     /// recommended path; MPI_Win_allocate). Collective; `len` may differ between ranks.
     pub fn win_allocate<T: Pod>(&self, len: usize) -> Result<Window<'static, T>> {
-        let _ = len;
-        todo!()
+        Self::allocate_window("win_allocate", self, len, false)
     }
 
     /// As [`Comm::win_allocate`], for ranks that share an address space (all thread ranks of one
     /// process, e.g. the shm device, or a `split_type(SharedProcess)` communicator): every part is
     /// reachable through [`Window::shared_query`] (MPI_Win_allocate_shared). `Err` otherwise.
     pub fn win_allocate_shared<T: Pod>(&self, len: usize) -> Result<Window<'static, T>> {
-        let _ = len;
-        todo!()
+        Self::allocate_window("win_allocate_shared", self, len, true)
     }
 
     /// Exposes `memory` as this rank's part of a new window for the duration of `f`
@@ -201,27 +229,55 @@ impl Comm {
         memory: &'mem mut [T],
         f: impl FnOnce(&Window<'mem, T>) -> Result<R>,
     ) -> Result<R> {
-        let _ = (memory, f);
-        todo!()
+        Part::check_type::<T>("win_create")?;
+        let part = Part::borrowed(memory);
+        let how = Creation { call: "win_create", shared: false, elem: size_of::<T>() };
+        let window = Window::<'mem, T>::wrap(Core::create(self, how, Ok(part))?);
+        // On unwinding, `window`'s drop abandons the part (close only) before the borrow ends.
+        match f(&window) {
+            Ok(value) => window.free().map(|()| value),
+            Err(e) => {
+                // Peers may not reach a free now: leave without waiting for them.
+                window.core.abandon();
+                Err(e)
+            }
+        }
+    }
+}
+
+impl Comm {
+    fn allocate_window<T: Pod>(
+        call: &'static str,
+        comm: &Comm,
+        len: usize,
+        shared: bool,
+    ) -> Result<Window<'static, T>> {
+        Part::check_type::<T>(call)?;
+        let how = Creation { call, shared, elem: size_of::<T>() };
+        Core::create(comm, how, Part::allocate::<T>(call, len)).map(Window::wrap)
     }
 }
 
 impl<'mem, T: Pod> Window<'mem, T> {
+    fn wrap(core: Core) -> Self {
+        Window { core, _memory: PhantomData, _not_send: PhantomData }
+    }
+
     /// The window's communicator (a duplicate of the one it was created on).
     pub fn comm(&self) -> &Comm {
-        todo!()
+        &self.core.comm
     }
     /// This rank in the window's communicator.
     pub fn rank(&self) -> usize {
-        todo!()
+        self.core.comm.rank()
     }
     /// Number of ranks.
     pub fn size(&self) -> usize {
-        todo!()
+        self.core.comm.size()
     }
     /// Elements in this rank's part.
     pub fn len(&self) -> usize {
-        todo!()
+        self.core.bytes / size_of::<T>()
     }
     /// Whether this rank's part is empty.
     pub fn is_empty(&self) -> bool {
@@ -229,47 +285,46 @@ impl<'mem, T: Pod> Window<'mem, T> {
     }
     /// Elements in `rank`'s part.
     pub fn len_of(&self, rank: usize) -> Result<usize> {
-        let _ = rank;
-        todo!()
+        match self.core.dev.part_lengths().get(rank) {
+            Some(bytes) => Ok(bytes / size_of::<T>()),
+            None => Err(crate::Error::RankOutOfRange { rank, size: self.size() }),
+        }
     }
 
     /// The owner's plain access to its own part; origins' operations on it wait while the guard
     /// lives. `Err` while another guard of this window is alive.
     pub fn local(&self) -> Result<LocalGuard<'_, T>> {
-        todo!()
+        self.local_impl()
     }
 
     /// `rank`'s part of a [`Comm::win_allocate_shared`] window (MPI_Win_shared_query).
     pub fn shared_query(&self, rank: usize) -> Result<SharedPart<'_, T>> {
-        let _ = rank;
-        todo!()
+        self.shared_query_impl(rank)
     }
 
     /// Frees the window (MPI_Win_free): collective; completes this rank's operations, then waits
     /// until every rank has, so no part is touched afterwards. `Err` inside an epoch.
     pub fn free(self) -> Result<()> {
-        todo!()
+        self.core.free("free")
     }
 
     // ----- operations -----
 
     /// Writes `data` into `target`'s part at element `disp` (MPI_Put).
     pub fn put(&self, data: &[T], target: usize, disp: usize) -> Result<()> {
-        let _ = (data, target, disp);
-        todo!()
+        self.core.put("put", bytemuck::cast_slice(data), target, disp)
     }
     /// Reads `into.len()` elements of `target`'s part at `disp` into `into` (MPI_Get).
     pub fn get(&self, into: &mut [T], target: usize, disp: usize) -> Result<()> {
-        let _ = (into, target, disp);
-        todo!()
+        self.core.get("get", bytemuck::cast_slice_mut(into), target, disp)
     }
     /// `target[disp + i] = data[i] ∘ target[disp + i]`, atomically per element (MPI_Accumulate).
     pub fn accumulate<O: RmaOp<T>>(&self, data: &[T], target: usize, disp: usize, op: O) -> Result<()>
     where
         T: RmaElement,
     {
-        let _ = (data, target, disp, op);
-        todo!()
+        let _ = op;
+        self.core.accumulate("accumulate", bytemuck::cast_slice(data), target, disp, T::ELEMENT, O::OP)
     }
     /// As `accumulate`, storing the previous values in `result` (MPI_Get_accumulate; with
     /// [`NoOp`], `data` is ignored and may be empty).
@@ -284,8 +339,9 @@ impl<'mem, T: Pod> Window<'mem, T> {
     where
         T: RmaElement,
     {
-        let _ = (data, result, target, disp, op);
-        todo!()
+        let _ = op;
+        let (data, result) = (bytemuck::cast_slice(data), bytemuck::cast_slice_mut(result));
+        self.core.get_accumulate("get_accumulate", data, result, target, disp, T::ELEMENT, O::OP)
     }
     /// Atomically applies `op` with `value` to one element; returns its previous value
     /// (MPI_Fetch_and_op).
@@ -293,8 +349,8 @@ impl<'mem, T: Pod> Window<'mem, T> {
     where
         T: RmaElement,
     {
-        let _ = (value, target, disp, op);
-        todo!()
+        let _ = op;
+        self.fetch_and_op_impl(value, target, disp, O::OP)
     }
     /// Atomically replaces one element by `new` if it equals `compare` (bitwise); returns its
     /// previous value (MPI_Compare_and_swap).
@@ -302,8 +358,7 @@ impl<'mem, T: Pod> Window<'mem, T> {
     where
         T: RmaElement,
     {
-        let _ = (compare, new, target, disp);
-        todo!()
+        self.compare_and_swap_impl(compare, new, target, disp)
     }
     /// Strided put: the elements `origin_layout` selects from `origin` go, in order, to the
     /// elements `target_layout` selects from `target`'s part starting at `disp` (equal counts).
@@ -315,8 +370,7 @@ impl<'mem, T: Pod> Window<'mem, T> {
         disp: usize,
         target_layout: &impl Layout,
     ) -> Result<()> {
-        let _ = (origin, origin_layout, target, disp, target_layout);
-        todo!()
+        self.put_strided_impl(origin, origin_layout, target, disp, target_layout)
     }
     /// Strided get (the mirror of [`Window::put_strided`]).
     pub fn get_strided(
@@ -327,8 +381,7 @@ impl<'mem, T: Pod> Window<'mem, T> {
         disp: usize,
         target_layout: &impl Layout,
     ) -> Result<()> {
-        let _ = (into, origin_layout, target, disp, target_layout);
-        todo!()
+        self.get_strided_impl(into, origin_layout, target, disp, target_layout)
     }
     /// Strided accumulate.
     pub fn accumulate_strided<O: RmaOp<T>>(
@@ -343,8 +396,8 @@ impl<'mem, T: Pod> Window<'mem, T> {
     where
         T: RmaElement,
     {
-        let _ = (origin, origin_layout, target, disp, target_layout, op);
-        todo!()
+        let _ = op;
+        self.accumulate_strided_impl::<O>(origin, origin_layout, target, disp, target_layout)
     }
 
     // ----- synchronisation -----
@@ -353,120 +406,64 @@ impl<'mem, T: Pod> Window<'mem, T> {
     /// opens the next epoch unless [`Assert::NOSUCCEED`]. NOPRECEDE/NOSUCCEED must agree on every
     /// rank (`Err` everywhere otherwise).
     pub fn fence(&self, assert: Assert) -> Result<()> {
-        let _ = assert;
-        todo!()
+        self.core.fence(assert)
     }
     /// Opens an exposure epoch for the ranks of `group` (MPI_Win_post).
     pub fn post(&self, group: &Group, assert: Assert) -> Result<()> {
-        let _ = (group, assert);
-        todo!()
+        self.core.post(group, assert)
     }
     /// Opens an access epoch to the ranks of `group`; waits for their `post` (MPI_Win_start).
     pub fn start(&self, group: &Group, assert: Assert) -> Result<()> {
-        let _ = (group, assert);
-        todo!()
+        self.core.start(group, assert)
     }
     /// Completes the access epoch of `start` (MPI_Win_complete).
     pub fn complete(&self) -> Result<()> {
-        todo!()
+        self.core.complete()
     }
     /// Waits until every rank of the `post`ed group has called `complete` (MPI_Win_wait).
     pub fn wait(&self) -> Result<()> {
-        todo!()
+        self.core.wait()
     }
     /// `wait` without blocking: `true` once it would return (MPI_Win_test).
     pub fn test(&self) -> Result<bool> {
-        todo!()
+        self.core.test()
     }
     /// Passive-target lock on `target` (MPI_Win_lock).
     pub fn lock(&self, kind: LockKind, target: usize, assert: Assert) -> Result<()> {
-        let _ = (kind, target, assert);
-        todo!()
+        self.core.lock(kind, target, assert)
     }
     /// Completes the operations to `target` and releases its lock (MPI_Win_unlock).
     pub fn unlock(&self, target: usize) -> Result<()> {
-        let _ = target;
-        todo!()
+        self.core.unlock(target)
     }
     /// Shared lock on every rank (MPI_Win_lock_all).
     pub fn lock_all(&self, assert: Assert) -> Result<()> {
-        let _ = assert;
-        todo!()
+        self.core.lock_all(assert)
     }
     /// Releases `lock_all` (MPI_Win_unlock_all).
     pub fn unlock_all(&self) -> Result<()> {
-        todo!()
+        self.core.unlock_all()
     }
     /// Completes every operation to `target` at the target (MPI_Win_flush).
     pub fn flush(&self, target: usize) -> Result<()> {
-        let _ = target;
-        todo!()
+        self.core.flush("flush", target)
     }
     /// `flush` for every rank (MPI_Win_flush_all).
     pub fn flush_all(&self) -> Result<()> {
-        todo!()
+        self.core.flush_all("flush_all")
     }
     /// Completes every operation to `target` locally (MPI_Win_flush_local).
     pub fn flush_local(&self, target: usize) -> Result<()> {
-        let _ = target;
-        todo!()
+        self.core.flush("flush_local", target)
     }
     /// `flush_local` for every rank (MPI_Win_flush_local_all).
     pub fn flush_local_all(&self) -> Result<()> {
-        todo!()
+        self.core.flush_all("flush_local_all")
     }
     /// Synchronises the public and private copies (MPI_Win_sync): a memory barrier here.
     pub fn sync(&self) -> Result<()> {
-        todo!()
-    }
-}
-
-impl<'scope, 'env> Scope<'scope, 'env> {
-    /// Request-based put (MPI_Rput): the request completes when `data` is free again.
-    pub fn rput<T: Pod>(
-        &'scope self,
-        win: &'scope Window<'_, T>,
-        data: &'scope [T],
-        target: usize,
-        disp: usize,
-    ) -> Result<Request<'scope>> {
-        let _ = (win, data, target, disp);
-        todo!()
-    }
-    /// Request-based get (MPI_Rget): the request completes when `into` holds the data.
-    pub fn rget<T: Pod>(
-        &'scope self,
-        win: &'scope Window<'_, T>,
-        into: &'scope mut [T],
-        target: usize,
-        disp: usize,
-    ) -> Result<Request<'scope>> {
-        let _ = (win, into, target, disp);
-        todo!()
-    }
-    /// Request-based accumulate (MPI_Raccumulate).
-    pub fn raccumulate<T: RmaElement, O: RmaOp<T>>(
-        &'scope self,
-        win: &'scope Window<'_, T>,
-        data: &'scope [T],
-        target: usize,
-        disp: usize,
-        op: O,
-    ) -> Result<Request<'scope>> {
-        let _ = (win, data, target, disp, op);
-        todo!()
-    }
-    /// Request-based get-accumulate (MPI_Rget_accumulate).
-    pub fn rget_accumulate<T: RmaElement, O: RmaOp<T>>(
-        &'scope self,
-        win: &'scope Window<'_, T>,
-        data: &'scope [T],
-        result: &'scope mut [T],
-        target: usize,
-        disp: usize,
-        op: O,
-    ) -> Result<Request<'scope>> {
-        let _ = (win, data, result, target, disp, op);
-        todo!()
+        self.core.usable("sync")?;
+        std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+        Ok(())
     }
 }

@@ -14,6 +14,10 @@
 //!                             with SIGKILL once part of it has arrived; the others print the
 //!                             errors of their pending and later operations and fail (with
 //!                             thread ranks the whole process dies: use one process per rank)
+//! fastmp-testprog rma-die R   every rank opens a lock_all epoch on a window; after a barrier
+//!                             rank R kills itself with SIGKILL; the others keep fetch_and_op +
+//!                             flush on R's part until one fails, then print that error and a
+//!                             later one-sided operation's and fail (one process per rank)
 //! fastmp-testprog hang        every rank waits for a message nobody sends (for --timeout)
 //! fastmp-testprog env         after an allreduce, every rank prints its rank, size, device and
 //!                             which launcher variable its rank came from
@@ -39,9 +43,10 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use fastmp::op::Sum;
+use fastmp::window::Assert;
 use fastmp::{ANY_SOURCE, Comm, Error, Result};
 
-const USAGE: &str = "usage: fastmp-testprog [--main] ring | fail RANK | die RANK [MIB] | hang | env | placement \
+const USAGE: &str = "usage: fastmp-testprog [--main] ring | fail RANK | die RANK [MIB] | rma-die RANK | hang | env | placement \
                      | run NP | abort RANK CODE | size";
 
 /// Message sizes of the ring: empty, tiny, around the default 8 KiB eager limit, and a few MiB.
@@ -72,6 +77,7 @@ enum Mode {
     Ring,
     Fail { rank: usize },
     Die { rank: usize, bytes: usize },
+    RmaDie { rank: usize },
     Hang,
     Env,
     Placement,
@@ -129,6 +135,7 @@ fn parse(args: Vec<OsString>) -> std::result::Result<Mode, String> {
             let bytes = number(mib, "MiB")?.checked_mul(1 << 20).ok_or_else(|| format!("{mib} MiB is too large"))?;
             Ok(Mode::Die { rank: number(rank, "rank")?, bytes })
         }
+        ["rma-die", rank] => Ok(Mode::RmaDie { rank: number(rank, "rank")? }),
         ["hang"] => Ok(Mode::Hang),
         ["env"] => Ok(Mode::Env),
         ["placement"] => Ok(Mode::Placement),
@@ -165,6 +172,7 @@ impl Mode {
             Mode::Ring => ring(world),
             Mode::Fail { rank } => fail(world, checked_rank(world, rank)?),
             Mode::Die { rank, bytes } => die(world, checked_rank(world, rank)?, bytes),
+            Mode::RmaDie { rank } => rma_die(world, checked_rank(world, rank)?),
             Mode::Hang => hang(world),
             Mode::Env => env(world),
             Mode::Placement => placement(world),
@@ -336,6 +344,39 @@ fn die(world: &Comm, victim: usize, bytes: usize) -> Result<()> {
     // Whatever the pending operation got, a new one involving the dead rank must fail as well.
     let later = world.send(&[0u8; 1], victim, NEVER_SENT);
     let _ = report_failure(rank, &format!("later send to rank {victim}"), later);
+    pending
+}
+
+/// A rank killed inside a passive-target epoch: its peers' one-sided operations on it must fail
+/// (not succeed or hang forever) once it is gone.
+fn rma_die(world: &Comm, victim: usize) -> Result<()> {
+    let rank = world.rank();
+    if world.size() < 2 {
+        return Err(Error::InvalidArgument("rma-die needs at least two ranks".into()));
+    }
+    let win = world.win_allocate::<u64>(1)?;
+    win.lock_all(Assert::NONE)?;
+    win.fetch_and_op(1, victim, 0, Sum)?;
+    win.flush(victim)?;
+    world.barrier()?;
+    if rank == victim {
+        say(&format!("rank {rank}: killing itself with SIGKILL inside a lock_all epoch"));
+        kill_self()
+    }
+    let give_up = Instant::now() + TRANSFER_PATIENCE;
+    let pending = loop {
+        let outcome = win.fetch_and_op(1, victim, 0, Sum).and_then(|_| win.flush(victim));
+        if outcome.is_err() {
+            break outcome;
+        }
+        if Instant::now() >= give_up {
+            break Err(Error::other(format!("operations on rank {victim} kept succeeding for {TRANSFER_PATIENCE:?}")));
+        }
+        std::thread::sleep(POLL);
+    };
+    let pending = report_failure(rank, &format!("fetch_and_op on rank {victim}"), pending);
+    let later = win.fetch_and_op(1, victim, 0, Sum).map(drop);
+    let _ = report_failure(rank, &format!("later fetch_and_op on rank {victim}"), later);
     pending
 }
 

@@ -109,6 +109,7 @@ impl TcpEndpoint {
             progress_thread: options.progress_thread,
             finalized: AtomicBool::new(false),
             placement,
+            windows: Default::default(),
         });
         let input_shared = shared.clone();
         let input = std::thread::Builder::new()
@@ -153,6 +154,16 @@ impl TcpEndpoint {
 
     fn stop_input(&self) {
         self.input.stop();
+    }
+
+    pub(super) fn shared(&self) -> &Shared {
+        &self.shared
+    }
+
+    /// Another value over the same endpoint for the rank's own thread (a window handle's), not
+    /// counted as a helper thread.
+    pub(super) fn handle(&self) -> TcpEndpoint {
+        TcpEndpoint { shared: self.shared.clone(), input: self.input.clone(), helper: false }
     }
 
     /// Completes `id` if it is done, or fails it if it can never be; `Ok(None)` while in flight.
@@ -587,6 +598,10 @@ impl Device for TcpEndpoint {
             Some(e) => Err(e),
             None => Ok(None),
         }
+    }
+
+    fn one_sided(&self) -> Option<&dyn crate::device::one_sided::OneSided> {
+        Some(self)
     }
 
     unsafe fn mrecv(&self, msg: MessageId, buf: *mut u8, capacity: usize) -> Result<Started> {

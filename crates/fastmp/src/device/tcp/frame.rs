@@ -30,6 +30,8 @@
 
 use std::fmt;
 
+use crate::device::one_sided::{AccumulateOp, Element, LockKind};
+
 /// Bytes in every frame header.
 pub(crate) const HEADER_LEN: usize = 40;
 
@@ -47,10 +49,31 @@ const KIND_BYE: u8 = 5;
 const KIND_ABORT: u8 = 6;
 const KIND_CANCEL: u8 = 7;
 const KIND_CANCEL_ACK: u8 = 8;
+const KIND_RMA_PUT: u8 = 9;
+const KIND_RMA_GET: u8 = 10;
+const KIND_RMA_ACC: u8 = 11;
+const KIND_RMA_GET_ACC: u8 = 12;
+const KIND_RMA_FETCH_OP: u8 = 13;
+const KIND_RMA_CAS: u8 = 14;
+const KIND_RMA_LOCK: u8 = 15;
+const KIND_RMA_UNLOCK: u8 = 16;
+const KIND_RMA_FLUSH: u8 = 17;
+const KIND_RMA_REPLY: u8 = 18;
 
 const FLAG_SYNC: u8 = 1;
 const FLAG_CANCELLED: u8 = 1;
 const FLAG_ABORT_CODE: u8 = 1;
+const FLAG_EXCLUSIVE: u8 = 1;
+const FLAG_QUERY: u8 = 1;
+const FLAG_FAILED: u8 = 1;
+
+/// Largest tag a one-sided reply may carry: replies use tags below -1 (`ANY_TAG`), which no user
+/// message can have, so they never match a user's receive with a specific tag.
+pub(crate) const MAX_REPLY_TAG: i32 = -2;
+/// Longest failure message a one-sided reply may carry.
+pub(crate) const MAX_FAILURE_LEN: u64 = 4096;
+/// Payload of a compare-and-swap request: the new value (a little-endian `u64`).
+const CAS_PAYLOAD: u64 = 8;
 
 /// One frame header. Ids name requests on the side that allocated them (`send_id` on the
 /// sender, `recv_id` on the receiver), so neither side has to look anything up by envelope.
@@ -76,6 +99,33 @@ pub(crate) enum Frame {
     Cancel { send_id: u64 },
     /// Answer to `Cancel`: whether the message was withdrawn before it matched.
     CancelAck { send_id: u64, cancelled: bool },
+    // One-sided requests (origin → target, see `one_sided`): `window` in the context field,
+    // `reply` (a tag <= MAX_REPLY_TAG the origin posted a receive for) in the tag field, element
+    // and operator codes in the flags.
+    /// Writes the `len` payload bytes at `offset` of the target's part.
+    RmaPut { window: u32, offset: u64, len: u64 },
+    /// Reads `len` bytes at `offset`; the reply carries them.
+    RmaGet { window: u32, offset: u64, len: u64, reply: i32 },
+    /// Accumulates the `len` payload bytes (none for `NoOp`) at `offset`.
+    RmaAcc { window: u32, offset: u64, len: u64, element: Element, op: AccumulateOp },
+    /// As `RmaAcc`; the reply carries the previous values.
+    RmaGetAcc { window: u32, offset: u64, len: u64, element: Element, op: AccumulateOp, reply: i32 },
+    /// Fetch-and-op on one element; the reply carries the previous value (8 bytes).
+    RmaFetchOp { window: u32, offset: u64, element: Element, op: AccumulateOp, operand: u64, reply: i32 },
+    /// Compare-and-swap on one element; the new value follows (8 bytes), the reply carries the
+    /// previous value.
+    RmaCas { window: u32, offset: u64, element: Element, compare: u64, reply: i32 },
+    /// Asks for a passive-target lock; the (empty) reply is the grant.
+    RmaLock { window: u32, kind: LockKind, reply: i32 },
+    /// Releases the sender's lock once its earlier requests are applied; the reply acknowledges.
+    RmaUnlock { window: u32, reply: i32 },
+    /// Answered once the sender's earlier requests are applied; with `query`, the reply carries
+    /// the target's part length (8 bytes: how `connect` learns the lengths).
+    RmaFlush { window: u32, reply: i32, query: bool },
+    /// Answer to a one-sided request: a device message on the window's context with the
+    /// request's reply tag, delivered only to a posted receive (never queued, so its length needs
+    /// no bound). `failed`: the payload is why the target refused (at most `MAX_FAILURE_LEN`).
+    RmaReply { context: u32, tag: i32, len: u64, failed: bool },
 }
 
 /// Why a header was rejected.
@@ -102,6 +152,14 @@ pub(crate) enum FrameError {
         addressed: u32,
         served: u32,
     },
+    /// A one-sided frame whose reply tag is not below -1.
+    BadReplyTag(i32),
+    /// A one-sided frame naming an unknown element type or operator, or an operator the element
+    /// type does not support.
+    BadOperation {
+        kind: u8,
+        flags: u8,
+    },
 }
 
 impl fmt::Display for FrameError {
@@ -119,6 +177,10 @@ impl fmt::Display for FrameError {
             }
             FrameError::WrongDestination { addressed, served } => {
                 write!(f, "frame is addressed to rank {addressed}, but this endpoint serves rank {served}")
+            }
+            FrameError::BadReplyTag(t) => write!(f, "one-sided reply tag {t} is not below -1"),
+            FrameError::BadOperation { kind, flags } => {
+                write!(f, "frame of kind {kind} names no valid element type and operator (flags {flags:#04x})")
             }
         }
     }
@@ -150,7 +212,19 @@ impl Frame {
     /// Payload bytes that follow this header on the wire.
     pub(crate) fn payload_len(&self) -> u64 {
         match *self {
-            Frame::Eager { len, .. } | Frame::Data { len, .. } | Frame::Abort { len, .. } => len,
+            Frame::Eager { len, .. }
+            | Frame::Data { len, .. }
+            | Frame::Abort { len, .. }
+            | Frame::RmaPut { len, .. }
+            | Frame::RmaReply { len, .. } => len,
+            Frame::RmaAcc { len, op, .. } | Frame::RmaGetAcc { len, op, .. } => {
+                if op == AccumulateOp::NoOp {
+                    0
+                } else {
+                    len
+                }
+            }
+            Frame::RmaCas { .. } => CAS_PAYLOAD,
             _ => 0,
         }
     }
@@ -172,6 +246,31 @@ impl Header {
             Frame::Cancel { send_id } => (KIND_CANCEL, 0, 0, 0, 0, send_id),
             Frame::CancelAck { send_id, cancelled } => {
                 (KIND_CANCEL_ACK, if cancelled { FLAG_CANCELLED } else { 0 }, 0, 0, 0, send_id)
+            }
+            Frame::RmaPut { window, offset, len } => (KIND_RMA_PUT, 0, window, 0, offset, len),
+            Frame::RmaGet { window, offset, len, reply } => (KIND_RMA_GET, 0, window, reply, offset, len),
+            Frame::RmaAcc { window, offset, len, element, op } => {
+                (KIND_RMA_ACC, operation_flags(element, op), window, 0, offset, len)
+            }
+            Frame::RmaGetAcc { window, offset, len, element, op, reply } => {
+                (KIND_RMA_GET_ACC, operation_flags(element, op), window, reply, offset, len)
+            }
+            Frame::RmaFetchOp { window, offset, element, op, operand, reply } => {
+                (KIND_RMA_FETCH_OP, operation_flags(element, op), window, reply, offset, operand)
+            }
+            Frame::RmaCas { window, offset, element, compare, reply } => {
+                (KIND_RMA_CAS, operation_flags(element, AccumulateOp::Replace), window, reply, offset, compare)
+            }
+            Frame::RmaLock { window, kind, reply } => {
+                let flags = if kind == LockKind::Exclusive { FLAG_EXCLUSIVE } else { 0 };
+                (KIND_RMA_LOCK, flags, window, reply, 0, 0)
+            }
+            Frame::RmaUnlock { window, reply } => (KIND_RMA_UNLOCK, 0, window, reply, 0, 0),
+            Frame::RmaFlush { window, reply, query } => {
+                (KIND_RMA_FLUSH, if query { FLAG_QUERY } else { 0 }, window, reply, 0, 0)
+            }
+            Frame::RmaReply { context, tag, len, failed } => {
+                (KIND_RMA_REPLY, if failed { FLAG_FAILED } else { 0 }, context, tag, len, 0)
             }
         };
         let mut h = [0u8; HEADER_LEN];
@@ -252,6 +351,53 @@ impl Header {
                 unused_zero(flags & !FLAG_CANCELLED == 0 && context == 0 && tag == 0 && a == 0)?;
                 Frame::CancelAck { send_id: b, cancelled: flags & FLAG_CANCELLED != 0 }
             }
+            KIND_RMA_PUT => {
+                unused_zero(flags == 0 && tag == 0)?;
+                Frame::RmaPut { window: context, offset: a, len: b }
+            }
+            KIND_RMA_GET => {
+                unused_zero(flags == 0)?;
+                Frame::RmaGet { window: context, offset: a, len: b, reply: reply_tag(tag)? }
+            }
+            KIND_RMA_ACC => {
+                unused_zero(tag == 0)?;
+                let (element, op) = operation(kind, flags)?;
+                Frame::RmaAcc { window: context, offset: a, len: b, element, op }
+            }
+            KIND_RMA_GET_ACC => {
+                let (element, op) = operation(kind, flags)?;
+                Frame::RmaGetAcc { window: context, offset: a, len: b, element, op, reply: reply_tag(tag)? }
+            }
+            KIND_RMA_FETCH_OP => {
+                let (element, op) = operation(kind, flags)?;
+                Frame::RmaFetchOp { window: context, offset: a, element, op, operand: b, reply: reply_tag(tag)? }
+            }
+            KIND_RMA_CAS => {
+                let (element, op) = operation(kind, flags)?;
+                unused_zero(op == AccumulateOp::Replace)?;
+                Frame::RmaCas { window: context, offset: a, element, compare: b, reply: reply_tag(tag)? }
+            }
+            KIND_RMA_LOCK => {
+                unused_zero(flags & !FLAG_EXCLUSIVE == 0 && a == 0 && b == 0)?;
+                let kind = if flags & FLAG_EXCLUSIVE != 0 { LockKind::Exclusive } else { LockKind::Shared };
+                Frame::RmaLock { window: context, kind, reply: reply_tag(tag)? }
+            }
+            KIND_RMA_UNLOCK => {
+                unused_zero(flags == 0 && a == 0 && b == 0)?;
+                Frame::RmaUnlock { window: context, reply: reply_tag(tag)? }
+            }
+            KIND_RMA_FLUSH => {
+                unused_zero(flags & !FLAG_QUERY == 0 && a == 0 && b == 0)?;
+                Frame::RmaFlush { window: context, reply: reply_tag(tag)?, query: flags & FLAG_QUERY != 0 }
+            }
+            KIND_RMA_REPLY => {
+                unused_zero(flags & !FLAG_FAILED == 0 && b == 0)?;
+                let failed = flags & FLAG_FAILED != 0;
+                if failed && a > MAX_FAILURE_LEN {
+                    return Err(FrameError::PayloadTooLong { kind: "one-sided failure", len: a, max: MAX_FAILURE_LEN });
+                }
+                Frame::RmaReply { context, tag: reply_tag(tag)?, len: a, failed }
+            }
             other => return Err(FrameError::UnknownKind(other)),
         };
         if let Frame::Eager { tag, .. } | Frame::Rts { tag, .. } = frame
@@ -261,6 +407,54 @@ impl Header {
         }
         Ok(Header { source, dest, frame })
     }
+}
+
+const ELEMENTS: [Element; 10] = [
+    Element::I8,
+    Element::I16,
+    Element::I32,
+    Element::I64,
+    Element::U8,
+    Element::U16,
+    Element::U32,
+    Element::U64,
+    Element::F32,
+    Element::F64,
+];
+
+const OPERATORS: [AccumulateOp; 12] = [
+    AccumulateOp::Replace,
+    AccumulateOp::NoOp,
+    AccumulateOp::Sum,
+    AccumulateOp::Prod,
+    AccumulateOp::Min,
+    AccumulateOp::Max,
+    AccumulateOp::Band,
+    AccumulateOp::Bor,
+    AccumulateOp::Bxor,
+    AccumulateOp::Land,
+    AccumulateOp::Lor,
+    AccumulateOp::Lxor,
+];
+
+/// Element type in the low 4 bits, operator in the high 4.
+fn operation_flags(element: Element, op: AccumulateOp) -> u8 {
+    let e = ELEMENTS.iter().position(|&x| x == element).expect("every element has a code");
+    let o = OPERATORS.iter().position(|&x| x == op).expect("every operator has a code");
+    (e as u8) | (o as u8) << 4
+}
+
+fn operation(kind: u8, flags: u8) -> Result<(Element, AccumulateOp), FrameError> {
+    let element = ELEMENTS.get(usize::from(flags & 0xf));
+    let op = OPERATORS.get(usize::from(flags >> 4));
+    match (element, op) {
+        (Some(&e), Some(&o)) if e.supports(o) => Ok((e, o)),
+        _ => Err(FrameError::BadOperation { kind, flags }),
+    }
+}
+
+fn reply_tag(tag: i32) -> Result<i32, FrameError> {
+    if tag <= MAX_REPLY_TAG { Ok(tag) } else { Err(FrameError::BadReplyTag(tag)) }
 }
 
 /// Accumulates one header from a byte stream that arrives in arbitrary pieces.
@@ -344,6 +538,34 @@ mod tests {
             Frame::Cancel { send_id: 2 },
             Frame::CancelAck { send_id: 2, cancelled: true },
             Frame::CancelAck { send_id: 2, cancelled: false },
+            Frame::RmaPut { window: 3, offset: 8, len: 1 << 33 },
+            Frame::RmaGet { window: 3, offset: u64::MAX, len: 0, reply: -2 },
+            Frame::RmaAcc { window: 1, offset: 4, len: 16, element: Element::I32, op: AccumulateOp::Sum },
+            Frame::RmaAcc { window: 1, offset: 0, len: 16, element: Element::F64, op: AccumulateOp::NoOp },
+            Frame::RmaGetAcc {
+                window: 1,
+                offset: 0,
+                len: 8,
+                element: Element::U8,
+                op: AccumulateOp::Lxor,
+                reply: i32::MIN,
+            },
+            Frame::RmaFetchOp {
+                window: 2,
+                offset: 8,
+                element: Element::F32,
+                op: AccumulateOp::Max,
+                operand: 7,
+                reply: -9,
+            },
+            Frame::RmaCas { window: 2, offset: 16, element: Element::U64, compare: u64::MAX, reply: -3 },
+            Frame::RmaLock { window: 5, kind: LockKind::Exclusive, reply: -4 },
+            Frame::RmaLock { window: 5, kind: LockKind::Shared, reply: -4 },
+            Frame::RmaUnlock { window: 5, reply: -5 },
+            Frame::RmaFlush { window: 5, reply: -6, query: true },
+            Frame::RmaFlush { window: 5, reply: -6, query: false },
+            Frame::RmaReply { context: 5, tag: -6, len: 1 << 20, failed: false },
+            Frame::RmaReply { context: 5, tag: -6, len: 100, failed: true },
         ]
     }
 
@@ -370,6 +592,19 @@ mod tests {
         assert!(matches!(decode(&h), Err(FrameError::PayloadTooLong { .. })));
         let h = sent(Frame::Eager { context: 0, tag: -1, len: 0 }).encode();
         assert_eq!(decode(&h), Err(FrameError::NegativeTag(-1)));
+        let h = sent(Frame::RmaGet { window: 0, offset: 0, len: 0, reply: -1 }).encode();
+        assert_eq!(decode(&h), Err(FrameError::BadReplyTag(-1)));
+        // A float element with a bitwise operator, and element/operator codes past the tables.
+        let float_band = (8u8) | (6u8 << 4);
+        for flags in [float_band, 0x0a, 0xc0] {
+            let mut h =
+                sent(Frame::RmaAcc { window: 0, offset: 0, len: 8, element: Element::I8, op: AccumulateOp::Sum })
+                    .encode();
+            h[1] = flags;
+            assert_eq!(decode(&h), Err(FrameError::BadOperation { kind: KIND_RMA_ACC, flags }));
+        }
+        let h = sent(Frame::RmaReply { context: 0, tag: -2, len: MAX_FAILURE_LEN + 1, failed: true }).encode();
+        assert!(matches!(decode(&h), Err(FrameError::PayloadTooLong { .. })));
     }
 
     #[test]

@@ -5,7 +5,8 @@
 
 use proptest::prelude::*;
 
-use super::frame::{Accept, Frame, FrameError, Header, MAX_ABORT_LEN};
+use super::frame::{Accept, Frame, FrameError, Header, MAX_ABORT_LEN, MAX_FAILURE_LEN, MAX_REPLY_TAG};
+use crate::device::one_sided::{AccumulateOp, Element, LockKind};
 use super::fuzzing::{End, FUZZ_ACCEPT, Reading, SinkPolicy, fuzz_decode_frames, receive};
 
 /// `frame` as sent on the harness's connection.
@@ -13,8 +14,62 @@ fn sent(frame: Frame) -> Header {
     Header { source: FUZZ_ACCEPT.source, dest: FUZZ_ACCEPT.dest, frame }
 }
 
+/// An element type and an operator defined on it.
+fn operation() -> impl Strategy<Value = (Element, AccumulateOp)> {
+    use AccumulateOp::*;
+    let elements = [Element::I8, Element::I16, Element::I32, Element::I64, Element::U8, Element::U16]
+        .into_iter()
+        .chain([Element::U32, Element::U64, Element::F32, Element::F64])
+        .collect::<Vec<_>>();
+    let ops = vec![Replace, NoOp, Sum, Prod, Min, Max, Band, Bor, Bxor, Land, Lor, Lxor];
+    (prop::sample::select(elements), prop::sample::select(ops)).prop_filter("defined", |(e, o)| e.supports(*o))
+}
+
+/// Any valid one-sided frame whose payload is at most `max_payload` bytes.
+fn rma_frame(max_payload: u64) -> impl Strategy<Value = Frame> {
+    let reply = || i32::MIN..=MAX_REPLY_TAG;
+    let len = move || 0..=max_payload;
+    prop_oneof![
+        (any::<u32>(), any::<u64>(), len()).prop_map(|(window, offset, len)| Frame::RmaPut { window, offset, len }),
+        (any::<u32>(), any::<u64>(), any::<u64>(), reply())
+            .prop_map(|(window, offset, len, reply)| Frame::RmaGet { window, offset, len, reply }),
+        (any::<u32>(), any::<u64>(), len(), operation())
+            .prop_map(|(window, offset, len, (element, op))| Frame::RmaAcc { window, offset, len, element, op }),
+        (any::<u32>(), any::<u64>(), len(), operation(), reply()).prop_map(
+            |(window, offset, len, (element, op), reply)| Frame::RmaGetAcc { window, offset, len, element, op, reply }
+        ),
+        (any::<u32>(), any::<u64>(), operation(), any::<u64>(), reply()).prop_map(
+            |(window, offset, (element, op), operand, reply)| Frame::RmaFetchOp {
+                window,
+                offset,
+                element,
+                op,
+                operand,
+                reply
+            }
+        ),
+        (any::<u32>(), any::<u64>(), operation(), any::<u64>(), reply()).prop_map(
+            |(window, offset, (element, _), compare, reply)| Frame::RmaCas { window, offset, element, compare, reply }
+        ),
+        (any::<u32>(), any::<bool>(), reply()).prop_map(|(window, exclusive, reply)| {
+            let kind = if exclusive { LockKind::Exclusive } else { LockKind::Shared };
+            Frame::RmaLock { window, kind, reply }
+        }),
+        (any::<u32>(), reply()).prop_map(|(window, reply)| Frame::RmaUnlock { window, reply }),
+        (any::<u32>(), reply(), any::<bool>()).prop_map(|(window, reply, query)| Frame::RmaFlush { window, reply, query }),
+        (any::<u32>(), reply(), len()).prop_map(|(context, tag, len)| Frame::RmaReply { context, tag, len, failed: false }),
+        (any::<u32>(), reply(), 0..=MAX_FAILURE_LEN.min(max_payload))
+            .prop_map(|(context, tag, len)| Frame::RmaReply { context, tag, len, failed: true }),
+    ]
+}
+
 /// Any valid frame whose payload (if it has one) is at most `max_payload` bytes.
 fn valid_frame(max_payload: u64) -> impl Strategy<Value = Frame> {
+    prop_oneof![3 => message_frame(max_payload), 1 => rma_frame(max_payload)]
+}
+
+/// Any valid point-to-point or control frame whose payload is at most `max_payload` bytes.
+fn message_frame(max_payload: u64) -> impl Strategy<Value = Frame> {
     let eager_len = 0..=FUZZ_ACCEPT.max_eager.min(max_payload);
     prop_oneof![
         (any::<u32>(), 0..=i32::MAX, eager_len).prop_map(|(context, tag, len)| Frame::Eager { context, tag, len }),
@@ -85,7 +140,8 @@ fn encode_stream(frames: &[Header]) -> (Vec<u8>, Vec<usize>) {
 /// What the harness's handler should hold for frame `index` under `sinks`.
 fn expected_payload(index: usize, frame: &Frame, sinks: SinkPolicy) -> Vec<u8> {
     let mut payload = payload_of(index, frame);
-    if sinks == SinkPolicy::HalfBuffers && matches!(frame, Frame::Eager { .. } | Frame::Data { .. }) {
+    let user_buffer = matches!(frame, Frame::Eager { .. } | Frame::Data { .. } | Frame::RmaReply { failed: false, .. });
+    if sinks == SinkPolicy::HalfBuffers && user_buffer {
         payload.truncate(payload.len() / 2);
     }
     payload
@@ -157,7 +213,7 @@ proptest! {
 
     #[test]
     fn a_header_that_decodes_has_exactly_one_encoding(
-        kind in 0u8..10,
+        kind in 0u8..20,
         flags in prop_oneof![Just(0u8), any::<u8>()],
         reserved in prop_oneof![Just(0u16), any::<u16>()],
         source in prop_oneof![Just(FUZZ_ACCEPT.source), any::<u32>()],

@@ -205,7 +205,9 @@ impl RxHandler for RecordingHandler {
         let frame = header.frame;
         let announced = usize::try_from(frame.payload_len()).unwrap_or(usize::MAX);
         let capacity = match self.sinks {
-            _ if !matches!(frame, Frame::Eager { .. } | Frame::Data { .. }) => return Sink::Owned(Vec::new()),
+            _ if !matches!(frame, Frame::Eager { .. } | Frame::Data { .. } | Frame::RmaReply { failed: false, .. }) => {
+                return Sink::Owned(Vec::new());
+            }
             SinkPolicy::Owned => return Sink::Owned(Vec::new()),
             SinkPolicy::FullBuffers => announced.min(MAX_USER_BUFFER),
             SinkPolicy::HalfBuffers => (announced / 2).min(MAX_USER_BUFFER),
@@ -236,7 +238,7 @@ impl RxHandler for RecordingHandler {
                 assert_eq!(bytes.len(), delivery.len, "an owned sink got the wrong number of bytes");
                 bytes
             }
-            Sink::Discard => panic!("the harness never hands out Discard"),
+            Sink::Discard | Sink::Part { .. } => panic!("the harness never hands out Discard or Part"),
         };
         self.completed.push((delivery.header, payload));
     }

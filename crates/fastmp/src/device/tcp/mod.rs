@@ -18,7 +18,8 @@
 //! `bootstrap`/`handshake` (start-up).
 //!
 //! Lock order: a connection's rx lock, then its tx lock, then the matching state. The state lock
-//! is never held across I/O.
+//! is never held across I/O. One-sided serving (`one_sided`) takes the window table and a window
+//! part's state lock only briefly, under an rx lock at most, never across I/O or another lock.
 
 pub(crate) mod bootstrap;
 mod endpoint;
@@ -27,6 +28,9 @@ pub(crate) mod frame;
 mod frame_props;
 pub(crate) mod fuzzing;
 pub(crate) mod handshake;
+mod one_sided;
+#[cfg(test)]
+mod one_sided_tests;
 mod progress;
 mod protocol;
 mod rx;
@@ -101,6 +105,8 @@ struct Shared {
     finalized: AtomicBool,
     /// Process and node of every rank, from the sites the bootstrap exchanged.
     placement: super::Placement,
+    /// This rank's exposed window parts, by window id (see `one_sided`).
+    windows: one_sided::Windows,
 }
 
 impl Shared {

@@ -7,12 +7,13 @@
 
 use std::sync::atomic::Ordering;
 
-use super::Shared;
 use super::frame::{Frame, Header};
 use super::rx::{Delivery, RxHandler, Sink};
 use super::state::{self, Body, PeerState, RecvPhase, RecvReq, Req, SendPhase};
+use super::{Shared, one_sided};
 use crate::device::matching::Envelope;
 use crate::device::{ContextId, Failure, RawStatus, ReqId, lock_ignoring_poison as lock, receive_result};
+use crate::error::Error;
 
 /// Protocol actions for frames arriving from one peer (runs under that peer's rx lock). The
 /// decoder has checked each header's ranks: its source is `peer`, its destination this rank.
@@ -25,6 +26,31 @@ impl RxHandler for PeerHandler<'_> {
     fn on_header(&mut self, header: Header) -> Sink {
         let (sh, p) = (self.sh, self.peer);
         match header.frame {
+            Frame::RmaReply { context, tag, len, failed } => {
+                if failed {
+                    // At most `MAX_FAILURE_LEN` (checked by the decoder).
+                    return Sink::Owned(Vec::with_capacity(len as usize));
+                }
+                let env = Envelope { source: p, context, tag, len: usize::try_from(len).unwrap_or(usize::MAX) };
+                let mut st = lock(&sh.state);
+                match st.take_posted(&env) {
+                    Some(id) => match st.reqs.get(id) {
+                        Some(Req::Recv(r)) => Sink::User { id, ptr: r.buf, capacity: r.capacity },
+                        _ => Sink::Discard,
+                    },
+                    // Its receive was released (the origin gave up): nobody wants the answer.
+                    None => Sink::Discard,
+                }
+            }
+            Frame::RmaPut { .. }
+            | Frame::RmaGet { .. }
+            | Frame::RmaAcc { .. }
+            | Frame::RmaGetAcc { .. }
+            | Frame::RmaFetchOp { .. }
+            | Frame::RmaCas { .. }
+            | Frame::RmaLock { .. }
+            | Frame::RmaUnlock { .. }
+            | Frame::RmaFlush { .. } => one_sided::on_request(sh, p, header.frame),
             Frame::Eager { context, tag, len } => {
                 let env = Envelope { source: p, context, tag, len: len as usize };
                 let mut st = lock(&sh.state);
@@ -101,6 +127,18 @@ impl RxHandler for PeerHandler<'_> {
     fn on_complete(&mut self, d: Delivery) {
         let (sh, p) = (self.sh, self.peer);
         match (d.header.frame, d.sink) {
+            (Frame::RmaReply { tag, failed: false, .. }, Sink::User { id, capacity, .. }) => {
+                lock(&sh.state).finish_recv(id, receive_result(p, tag, d.len, capacity));
+            }
+            (Frame::RmaReply { context, tag, failed: true, .. }, Sink::Owned(text)) => {
+                let env = Envelope { source: p, context, tag, len: 0 };
+                let why = String::from_utf8_lossy(&text);
+                let mut st = lock(&sh.state);
+                if let Some(id) = st.take_posted(&env) {
+                    st.finish_recv(id, Err(Error::RmaSync(format!("rank {p} refused the request: {why}"))));
+                }
+            }
+            (frame, sink) if frame.is_rma_request() => one_sided::on_request_complete(sh, p, frame, sink),
             (Frame::Eager { tag, .. }, Sink::User { id, capacity, .. }) => {
                 lock(&sh.state).finish_recv(id, receive_result(p, tag, d.len, capacity));
             }
@@ -167,7 +205,7 @@ impl PeerHandler<'_> {
             Some(data) => {
                 let data = std::mem::take(data);
                 drop(st);
-                tx.send_owned(&peer.stream, sh.header_to(p, data_frame), data, id, &mut |done| sh.sent(done))
+                tx.send_owned(&peer.stream, sh.header_to(p, data_frame), data, Some(id), &mut |done| sh.sent(done))
             }
             None => {
                 let (ptr, len) = (s.buf, s.len);

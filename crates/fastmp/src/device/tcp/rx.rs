@@ -6,8 +6,10 @@
 //! ([`RxHandler`]); this module only moves bytes.
 
 use std::io::{self, Read};
+use std::sync::Arc;
 
 use super::frame::{Accept, FrameError, Header, HeaderReader};
+use super::one_sided::Part;
 use crate::device::ReqId;
 
 /// Staging buffer size: several small frames per `read` system call.
@@ -21,6 +23,8 @@ pub(super) enum Sink {
     User { id: ReqId, ptr: *mut u8, capacity: usize },
     /// An owned buffer (unexpected eager message, abort cause).
     Owned(Vec<u8>),
+    /// A window part: a one-sided put applied as it arrives (through the part's `Segment`).
+    Part { part: Arc<Part>, offset: usize },
     /// Nobody wants it (released receive, truncated tail).
     Discard,
 }
@@ -202,6 +206,7 @@ impl Rx {
                         }
                     }
                     Sink::Owned(buf) => buf.extend_from_slice(src),
+                    Sink::Part { part, offset } => part.write_arriving(*offset + d.done, src),
                     Sink::Discard => {}
                 }
                 d.done += n;

@@ -50,7 +50,7 @@ impl TestJob {
 }
 
 /// Connects ranks `0..sites.len()`, each reporting its site, all as threads of this process.
-fn connect_all(sites: &[Site]) -> Vec<Mesh> {
+pub(super) fn connect_all(sites: &[Site]) -> Vec<Mesh> {
     let mut job = TestJob::new(sites.len());
     let boots: Vec<Bootstrap> = sites.iter().enumerate().map(|(rank, site)| job.rank(rank, site.clone())).collect();
     std::thread::scope(|s| {

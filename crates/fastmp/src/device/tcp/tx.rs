@@ -113,21 +113,17 @@ impl Tx {
         self.flush(stream, done)
     }
 
-    /// Queues an owned payload (a detached send's data) completing `id`.
+    /// Queues an owned payload (a detached send's data, or a one-sided reply) completing `id`
+    /// if given.
     pub(super) fn send_owned(
         &mut self,
         stream: &TcpStream,
         header: Header,
         data: Vec<u8>,
-        id: ReqId,
+        completes: Option<ReqId>,
         done: &mut dyn FnMut(ReqId),
     ) -> io::Result<()> {
-        self.queue.push_back(Queued {
-            header: header.encode(),
-            body: Body::Owned(data),
-            written: 0,
-            completes: Some(id),
-        });
+        self.queue.push_back(Queued { header: header.encode(), body: Body::Owned(data), written: 0, completes });
         self.flush(stream, done)
     }
 
