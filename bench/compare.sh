@@ -2,7 +2,7 @@
 # Compare fastmp against the system MPI (Open MPI) on OSU-style benchmarks.
 #
 # usage: bench/compare.sh [BENCH...] [--np N] [--tcp] [--min-size B] [--max-size B]
-#                         [--iterations N]
+#                         [--iterations N] [--win KIND] [--sync MODE]
 #
 #   BENCH        benchmark names (default: latency bw bibw); they are passed
 #                unchanged to both fastmp-bench and target/mpi_bench:
@@ -13,17 +13,30 @@
 #                  reduce_scatter scan (or "collectives" for all of them)
 #                nonblocking collectives: ibarrier ibcast iscatter igather
 #                  iallgather ialltoall ireduce iallreduce (or "nbc" for all)
+#                one-sided (exactly 2 ranks; MPI side: target/mpi_rma from
+#                  bench/mpi_rma.c): put_latency get_latency put_bw get_bw
+#                  put_bibw acc_latency fop_latency cas_latency (or "rma" for
+#                  all); fop_latency and cas_latency have the one size 8, so
+#                  --min-size/--max-size are not passed to them. An MPI run of
+#                  cas_latency that fails shows "crashed" and does not fail the
+#                  comparison (Open MPI 4.1.4's MPI_Compare_and_swap on an
+#                  MPI_Win_allocate window segfaults over shared memory)
 #   --np N       number of ranks (default $NP, else 2); with more ranks than
 #                cores both sides run unpinned (MPI: --oversubscribe
 #                --bind-to none; fastmp: --pin none), e.g. NP=4 or NP=8 on 2 cores
-#   --tcp        compare over TCP: MPI runs with `--mca btl tcp,self`; fastmp
-#                runs its processes through fastmprun --device tcp (built here)
+#   --tcp        compare over TCP: MPI runs with `--mca btl tcp,self` (one-sided
+#                benchmarks add `--mca osc pt2pt`); fastmp runs its processes
+#                through fastmprun --device tcp (built here)
 #   --min-size B / --max-size B
 #                message size range, forwarded to both sides
 #   --iterations N
 #                collectives only (blocking and nonblocking): timed iterations
 #                per size, forwarded to both sides (default: OSU's 1000, 100
-#                above 8 KiB; ibarrier 100)
+#                above 8 KiB; ibarrier 100); one-sided: N timed iterations at
+#                every size (default OSU's 10000 / 1000 latency, 100 / 20 bandwidth)
+#   --win KIND   one-sided only: allocate (default) or create, forwarded to both
+#   --sync MODE  one-sided only: flush (default; put_bibw: pscw), flush_local,
+#                lock, lock_all, fence or pscw, forwarded to both
 #
 # environment:
 #   REPEAT            runs per side, alternating fastmp and MPI (default 3);
@@ -43,6 +56,8 @@
 #    "max_us":0.5,"mb_s":80.0,"algorithm":"native"}
 #   {"bench":"ibcast","device":"shm","np":2,"size":8,"overall_us":2.5,"compute_us":1.2,
 #    "pure_comm_us":1.25,"overlap_pct":0.0,"blocking_us":1.1}   (ibarrier: no "size")
+#   {"bench":"put_latency","device":"shm","np":2,"size":8,"avg_us":0.05,
+#    "win":"allocate","sync":"flush"}
 # Collectives are compared on avg_us (the average over ranks, as OSU prints);
 # the algorithm fastmp used is shown beside the ratio. Nonblocking collectives
 # show OSU's four columns (Overall, Compute, Pure Comm., Overlap %) of both
@@ -78,9 +93,15 @@ tcp=0
 min_size=""
 max_size=""
 iterations=""
+win=""
+sync=""
 collectives=(barrier bcast scatter scatterv gather gatherv allgather allgatherv alltoall alltoallv
     reduce allreduce reduce_scatter scan)
 nonblocking=(ibarrier ibcast iscatter igather iallgather ialltoall ireduce iallreduce)
+one_sided=(put_latency get_latency put_bw get_bw put_bibw acc_latency fop_latency cas_latency)
+is_one_sided() {
+    [[ " ${one_sided[*]} " == *" $1 "* ]]
+}
 
 while (($# > 0)); do
     case $1 in
@@ -136,6 +157,23 @@ while (($# > 0)); do
             benches+=("${nonblocking[@]}")
             shift
             ;;
+        rma)
+            benches+=("${one_sided[@]}")
+            shift
+            ;;
+        --win | --sync)
+            (($# >= 2)) || die "$1 needs a value"
+            if [[ $1 == --win ]]; then win=$2; else sync=$2; fi
+            shift 2
+            ;;
+        --win=*)
+            win=${1#*=}
+            shift
+            ;;
+        --sync=*)
+            sync=${1#*=}
+            shift
+            ;;
         -*)
             die "unknown option '$1' (see --help)"
             ;;
@@ -174,6 +212,29 @@ size_args=()
 [[ -z $min_size ]] || size_args+=(--min-size "$min_size")
 [[ -z $max_size ]] || size_args+=(--max-size "$max_size")
 [[ -z $iterations ]] || size_args+=(--iterations "$iterations")
+any_one_sided=0
+for bench in "${benches[@]}"; do
+    ! is_one_sided "$bench" || any_one_sided=1
+done
+if [[ -n $win || -n $sync ]] && ((any_one_sided == 0)); then
+    die "--win and --sync apply to the one-sided benchmarks only"
+fi
+# Arguments of benchmark $1 for both sides (into the array bench_args).
+bench_arguments() {
+    local bench=$1
+    bench_args=()
+    if ! is_one_sided "$bench"; then
+        bench_args=("${size_args[@]}")
+        return
+    fi
+    [[ -z $win ]] || bench_args+=(--win "$win")
+    [[ -z $sync ]] || bench_args+=(--sync "$sync")
+    [[ -z $iterations ]] || bench_args+=(--iterations "$iterations")
+    if [[ $bench != fop_latency && $bench != cas_latency ]]; then
+        [[ -z $min_size ]] || bench_args+=(--min-size "$min_size")
+        [[ -z $max_size ]] || bench_args+=(--max-size "$max_size")
+    fi
+}
 cores=$(nproc 2>/dev/null || echo 1)
 oversubscribed=0
 ((np <= cores)) || oversubscribed=1
@@ -216,11 +277,12 @@ fi
 # Command line for one fastmp run of benchmark $1 (into the array fastmp_cmd).
 fastmp_command() {
     local bench=$1
-    local bench_args=("$bench" --np "$np" --pin "$fastmp_pin" "${size_args[@]}" --json "${fastmp_extra[@]}")
+    bench_arguments "$bench"
+    local args=("$bench" --np "$np" --pin "$fastmp_pin" "${bench_args[@]}" --json "${fastmp_extra[@]}")
     if [[ $fastmp_mode == tcp ]]; then
-        fastmp_cmd=("$fastmprun_bin" -np "$np" --device tcp "$fastmp_bin" "${bench_args[@]}")
+        fastmp_cmd=("$fastmprun_bin" -np "$np" --device tcp "$fastmp_bin" "${args[@]}")
     else
-        fastmp_cmd=("$fastmp_bin" "${bench_args[@]}")
+        fastmp_cmd=("$fastmp_bin" "${args[@]}")
     fi
 }
 
@@ -233,6 +295,10 @@ if command -v mpicc >/dev/null 2>&1 && command -v mpirun >/dev/null 2>&1; then
     mkdir -p target
     note "mpicc -O2 -o $mpi_bin bench/mpi_bench.c"
     mpicc -O2 -o "$mpi_bin" bench/mpi_bench.c >&2
+    if ((any_one_sided)); then
+        note "mpicc -O2 -o target/mpi_rma bench/mpi_rma.c"
+        mpicc -O2 -o target/mpi_rma bench/mpi_rma.c >&2
+    fi
     if mpirun --version 2>&1 | grep -q 'Open MPI'; then
         mpirun_args=(--allow-run-as-root -np "$np")
         if ((oversubscribed)); then
@@ -277,6 +343,11 @@ run_one() {
         }
     else
         local rc=$?
+        if [[ $side == mpi && $bench == cas_latency ]]; then
+            note "MPI cas_latency run $rep failed (exit $rc): shown as crashed, not counted"
+            touch "$results/$side/$bench.crashed"
+            return
+        fi
         note "WARNING: $side $bench run $rep failed (exit $rc); its output starts with:"
         head -n 20 "$log" >&2 || true
         tail -n 3 "$out.raw" >&2 || true
@@ -297,7 +368,15 @@ for bench in "${benches[@]}"; do
         fi
         if ((have_mpi)); then
             settle
-            run_one mpi "$bench" "$rep" mpirun "${mpirun_args[@]}" "$mpi_bin" "$bench" "${size_args[@]}" --json
+            bench_arguments "$bench"
+            if is_one_sided "$bench"; then
+                osc=()
+                ((tcp == 0)) || osc=(--mca osc pt2pt)
+                run_one mpi "$bench" "$rep" mpirun "${mpirun_args[@]}" "${osc[@]}" target/mpi_rma "$bench" \
+                    "${bench_args[@]}" --json
+            else
+                run_one mpi "$bench" "$rep" mpirun "${mpirun_args[@]}" "$mpi_bin" "$bench" "${bench_args[@]}" --json
+            fi
         fi
     done
 done
@@ -347,6 +426,7 @@ def load(side, bench):
     """size -> list of metric values over all runs; plus metric info and, per size, the
     algorithms the runs report (collectives)."""
     values, metric, lower, devices, algorithms = {}, None, None, set(), {}
+    modes = set()
     for obj in rows(side, bench):
         if "size" not in obj:
             continue
@@ -358,10 +438,16 @@ def load(side, bench):
         if key != metric:
             continue
         devices.add(str(obj.get("device", "?")))
+        if "sync" in obj:
+            modes.add(f"win {obj.get('win', '?')}, sync {obj['sync']}")
         values.setdefault(int(obj["size"]), []).append(float(obj[metric]))
         if "algorithm" in obj:
             algorithms.setdefault(int(obj["size"]), set()).add(str(obj["algorithm"]))
-    return values, metric, lower, devices, algorithms
+    return values, metric, lower, devices, algorithms, modes
+
+
+def crashed(side, bench):
+    return os.path.exists(os.path.join(results, side, f"{bench}.crashed"))
 
 
 def fmt(v, lower):
@@ -442,7 +528,7 @@ for bench in benches:
         print()
     first = False
     if metric is None:
-        print(f"# {bench}: no results")
+        print(f"# {bench}: no results" + ("; mpi crashed" if crashed("mpi", bench) else ""))
         continue
     if data["fastmp"][1] and data["mpi"][1] and data["fastmp"][1] != data["mpi"][1]:
         print(f"# {bench}: note: fastmp reports {data['fastmp'][1]}, mpi reports {data['mpi'][1]}")
@@ -450,6 +536,11 @@ for bench in benches:
     devs = ", ".join(f"{s}={'/'.join(sorted(data[s][3])) or 'n/a'}" for s in SIDES)
     print(f"# {bench}  np={np_}  transport={transport}  median of {repeat} run(s)  [{devs}]")
     print(f"# {metric}: {better}; ratio = fastmp/mpi ({better})")
+    modes = data["fastmp"][5] | data["mpi"][5]
+    if modes:
+        print(f"# one-sided: {'; '.join(sorted(modes))}")
+    if crashed("mpi", bench):
+        print("# mpi: crashed in at least one run (see the notes above the table)")
     algos = data["fastmp"][4]
     algo_head = f"  {'fastmp algorithm'}" if algos else ""
     print(f"{'size':<10}{'fastmp':>16}{'mpi':>16}{'ratio':>10}{algo_head}")
@@ -465,7 +556,8 @@ for bench in benches:
         f, m = med["fastmp"], med["mpi"]
         ratio = f"{f / m:.3f}" if f is not None and m else "-"
         algo = f"  {'/'.join(sorted(algos.get(size, ()))) or '-'}" if algos else ""
-        print(f"{size:<10}{fmt(f, lower):>16}{fmt(m, lower):>16}{ratio:>10}{algo}")
+        mpi_cell = "crashed" if m is None and crashed("mpi", bench) else fmt(m, lower)
+        print(f"{size:<10}{fmt(f, lower):>16}{mpi_cell:>16}{ratio:>10}{algo}")
     if short:
         print(f"# note: some sizes have fewer than {repeat} samples (failed runs)")
 PY

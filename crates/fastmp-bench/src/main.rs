@@ -8,6 +8,7 @@ mod nbc;
 mod pt2pt;
 mod report;
 mod ring_p2p;
+mod rma;
 mod support;
 mod tune;
 
@@ -41,11 +42,12 @@ enum Bench {
     Nbc(Collective),
     AllreduceRingP2p,
     HaloPersistent,
+    Rma(rma::Rma),
     Tune,
 }
 
 const PT2PT: [Pt2pt; 5] = [Pt2pt::Latency, Pt2pt::Bw, Pt2pt::Bibw, Pt2pt::MbwMr, Pt2pt::Strided];
-const BENCH_COUNT: usize = PT2PT.len() + Collective::ALL.len() + nbc::NONBLOCKING.len() + 3;
+const BENCH_COUNT: usize = PT2PT.len() + rma::ALL.len() + Collective::ALL.len() + nbc::NONBLOCKING.len() + 3;
 
 /// Every benchmark name, in the order `--help` lists them.
 const BENCHES: [Bench; BENCH_COUNT] = {
@@ -56,6 +58,11 @@ const BENCHES: [Bench; BENCH_COUNT] = {
         i += 1;
     }
     let mut j = 0;
+    while j < rma::ALL.len() {
+        all[i] = Bench::Rma(rma::ALL[j]);
+        (i, j) = (i + 1, j + 1);
+    }
+    j = 0;
     while j < Collective::ALL.len() {
         all[i] = Bench::Coll(Collective::ALL[j]);
         (i, j) = (i + 1, j + 1);
@@ -98,10 +105,19 @@ struct Args {
     /// Pin ranks to cores.
     #[arg(long, value_enum, default_value_t = PinArg::Compact)]
     pin: PinArg,
-    /// Smallest message size in bytes (default: 0 for latency, 4 for reductions, 1 otherwise).
+    /// One-sided benchmarks: how each window is made.
+    #[arg(long, value_enum, value_name = "KIND")]
+    win: Option<rma::WinKind>,
+    /// One-sided benchmarks: synchronisation (default flush: lock shared once, then op + flush;
+    /// put_bibw: pscw).
+    #[arg(long, value_enum, value_name = "MODE")]
+    sync: Option<rma::SyncMode>,
+    /// Smallest message size in bytes (default: 0 for latency, 4 for reductions and
+    /// acc_latency, 1 otherwise; fop_latency and cas_latency have the one size 8).
     #[arg(long)]
     min_size: Option<usize>,
-    /// Largest message size in bytes (default: 4 MiB point-to-point, 1 MiB collectives).
+    /// Largest message size in bytes (default: 4 MiB point-to-point and one-sided latency, 1 MiB
+    /// collectives and one-sided bandwidth).
     #[arg(long)]
     max_size: Option<usize>,
     /// One JSON object per line instead of the OSU table.
@@ -120,8 +136,9 @@ struct Args {
     /// allreduce_ring_p2p: messages per ring block.
     #[arg(long, value_name = "S")]
     segments: Option<usize>,
-    /// Collectives and tune: timed iterations per size (default: OSU's 1000, 100 above 8 KiB;
-    /// ibarrier 100; tune uses a tenth of that).
+    /// Collectives, one-sided benchmarks and tune: timed iterations per size (default: OSU's
+    /// 1000, 100 above 8 KiB; ibarrier 100; one-sided latency 10000 / 1000, bandwidth 100 / 20;
+    /// tune uses a tenth of the collectives' counts).
     #[arg(long, value_name = "N")]
     iterations: Option<usize>,
     /// Tune: process counts to measure with thread ranks (default 2,4,8; under a launcher its
@@ -156,12 +173,14 @@ impl Pt2pt {
             Pt2pt::MbwMr if np < 2 || !np.is_multiple_of(2) => {
                 Err(format!("mbw_mr needs an even number of ranks, got {np}"))
             }
-            Pt2pt::Latency | Pt2pt::Bw | Pt2pt::Bibw | Pt2pt::Strided if np != 2 => {
-                Err(format!("{} needs exactly 2 ranks, got {np}", self.name()))
-            }
+            Pt2pt::Latency | Pt2pt::Bw | Pt2pt::Bibw | Pt2pt::Strided => check_two_ranks(self.name(), np),
             _ => Ok(()),
         }
     }
+}
+
+fn check_two_ranks(bench: &str, np: usize) -> Result<(), String> {
+    if np == 2 { Ok(()) } else { Err(format!("{bench} needs exactly 2 ranks, got {np}")) }
 }
 
 impl Bench {
@@ -172,6 +191,7 @@ impl Bench {
             Bench::Nbc(c) => nbc::name(c),
             Bench::AllreduceRingP2p => "allreduce_ring_p2p",
             Bench::HaloPersistent => "halo_persistent",
+            Bench::Rma(r) => r.name(),
             Bench::Tune => "tune",
         }
     }
@@ -186,11 +206,13 @@ impl Args {
             Bench::Coll(c) | Bench::Nbc(c) if coll::is_reduction(c) => 4,
             Bench::AllreduceRingP2p => 4,
             Bench::HaloPersistent => 8,
+            Bench::Rma(r) => r.default_sizes().0,
             _ => 1,
         });
         let max = self.max_size.unwrap_or(match self.bench {
             Bench::Pt2pt(Pt2pt::Strided) => pt2pt::STRIDED_MAX_SIZE,
             Bench::Pt2pt(_) => 1 << 22,
+            Bench::Rma(r) => r.default_sizes().1,
             _ => 1 << 20,
         });
         if min > max {
@@ -218,7 +240,16 @@ impl Args {
         let is_ring = self.bench == Bench::AllreduceRingP2p;
         let is_halo = self.bench == Bench::HaloPersistent;
         given("--algorithm", self.algorithm.is_some(), is_coll)?;
-        given("--iterations", self.iterations.is_some(), is_coll || is_tune || is_ring || is_halo)?;
+        let rma = match self.bench {
+            Bench::Rma(r) => Some(r),
+            _ => None,
+        };
+        given("--iterations", self.iterations.is_some(), is_coll || is_tune || is_ring || is_halo || rma.is_some())?;
+        given("--win", self.win.is_some(), rma.is_some())?;
+        given("--sync", self.sync.is_some(), rma.is_some())?;
+        let one_size = rma.is_some_and(rma::Rma::is_single_element);
+        given("--min-size", self.min_size.is_some(), !one_size)?;
+        given("--max-size", self.max_size.is_some(), !one_size)?;
         given("--segments", self.segments.is_some(), is_ring)?;
         let in_place = matches!(self.bench, Bench::Coll(c) if coll::IN_PLACE.contains(&c));
         given("--in-place", self.in_place, in_place)?;
@@ -298,6 +329,19 @@ fn run(args: &Args) -> Result<(), String> {
         Bench::HaloPersistent => {
             let iterations = args.iterations(Iterations::OSU)?;
             return launch(config, args, |world, out| halo::bench(world, &sizes, iterations, out));
+        }
+        Bench::Rma(bench) => {
+            let sync = args.sync.unwrap_or(bench.default_sync());
+            bench.check(sync, &sizes)?;
+            check_two_ranks(bench.name(), config.get_np())?;
+            let spec = rma::Spec {
+                bench,
+                win: args.win.unwrap_or(rma::WinKind::Allocate),
+                sync,
+                sizes: &sizes,
+                iterations: args.iterations.map(|_| args.iterations(Iterations::OSU)).transpose()?,
+            };
+            return launch(config, args, |world, out| rma::bench(world, &spec, out));
         }
         Bench::Coll(c) | Bench::Nbc(c) => {
             let spec = coll::Spec {

@@ -64,7 +64,7 @@ impl Reporter {
                         let scale = 10f64.powi(digits);
                         json!((v * scale).round() / scale)
                     }
-                    Cell::Text(t) => json!(t),
+                    Cell::Text(t) | Cell::JsonText(t) => json!(t),
                 };
                 obj.insert((*key).into(), value);
             }
@@ -75,7 +75,7 @@ impl Reporter {
                 match cell {
                     Cell::Num(v) => line.push_str(&format!("{v:>20.2}")),
                     Cell::Text(t) => line.push_str(&format!("{t:>20}")),
-                    Cell::JsonNum(_) => {}
+                    Cell::JsonNum(_) | Cell::JsonText(_) => {}
                 }
             }
             println!("{line}");
@@ -89,4 +89,6 @@ pub enum Cell<'a> {
     Text(&'a str),
     /// A number in the JSON object only, not in the table.
     JsonNum(f64),
+    /// A label in the JSON object only (the table says it in its header).
+    JsonText(&'a str),
 }

@@ -243,3 +243,101 @@ fn tune_on_tcp_accumulates_points_and_never_writes_native() {
     assert!(lines.lines().all(|l| serde_json::from_str::<serde_json::Value>(l).is_ok()));
     assert!(lines.lines().any(|l| l.contains("\"np\":3")) && lines.lines().any(|l| l.contains("\"np\":2")));
 }
+
+const ONE_SIDED: [&str; 8] =
+    ["put_latency", "get_latency", "put_bw", "get_bw", "put_bibw", "acc_latency", "fop_latency", "cas_latency"];
+const SYNCS: [&str; 6] = ["flush", "flush_local", "lock", "lock_all", "fence", "pscw"];
+
+/// A quick one-sided run (few iterations, small sizes unless the benchmark has its one size)
+/// on `device`; returns its JSON lines after checking their keys and values.
+fn one_sided(name: &str, device: &str, extra: &[&str]) -> Vec<serde_json::Value> {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let mut args = vec![name, "--iterations", "3", "--pin", "none", "--json"];
+    if !matches!(name, "fop_latency" | "cas_latency") {
+        args.extend(["--min-size", "4", "--max-size", "16"]);
+    }
+    args.extend_from_slice(extra);
+    let out = Command::new(env!("CARGO_BIN_EXE_fastmp-bench"))
+        .args(&args)
+        .env_remove("FASTMP_NP")
+        .env("FASTMP_DEVICE", device)
+        .output()
+        .expect("run fastmp-bench");
+    let lines = json_lines(&out);
+    let metric = if name.contains("_bw") || name.contains("_bibw") { "mb_s" } else { "avg_us" };
+    let expected_sizes: &[u64] = if name.starts_with("fop") || name.starts_with("cas") { &[8] } else { &[4, 8, 16] };
+    let sizes: Vec<u64> = lines.iter().map(|l| l["size"].as_u64().unwrap()).collect();
+    assert_eq!(sizes, expected_sizes, "{name} {device} {extra:?}");
+    for l in &lines {
+        let keys: Vec<&str> = l.as_object().unwrap().keys().map(String::as_str).collect();
+        assert_eq!(keys, ["bench", "device", "np", "size", metric, "win", "sync"], "{l}");
+        assert_eq!((l["bench"].as_str(), l["device"].as_str(), l["np"].as_u64()), (Some(name), Some(device), Some(2)));
+        assert!(l[metric].as_f64().unwrap() > 0.0, "{l}");
+    }
+    lines
+}
+
+#[test]
+fn every_one_sided_benchmark_runs_with_every_synchronisation_on_shm() {
+    for name in ONE_SIDED {
+        for sync in SYNCS {
+            if name == "put_bibw" && !matches!(sync, "fence" | "pscw") {
+                continue;
+            }
+            let lines = one_sided(name, "shm", &["--sync", sync]);
+            assert!(lines.iter().all(|l| l["sync"] == sync && l["win"] == "allocate"), "{name} {sync}");
+        }
+    }
+    for name in ["put_latency", "get_bw", "acc_latency", "cas_latency"] {
+        let lines = one_sided(name, "shm", &["--win", "create"]);
+        assert!(lines.iter().all(|l| l["win"] == "create" && l["sync"] == "flush"), "{name}");
+    }
+    let lines = one_sided("put_bibw", "shm", &[]);
+    assert!(lines.iter().all(|l| l["sync"] == "pscw"), "put_bibw defaults to pscw");
+}
+
+#[test]
+fn one_sided_benchmarks_run_on_tcp() {
+    for name in ONE_SIDED {
+        one_sided(name, "tcp", &[]);
+    }
+    for sync in SYNCS {
+        one_sided("put_latency", "tcp", &["--sync", sync]);
+    }
+    one_sided("put_bw", "tcp", &["--sync", "fence", "--win", "create"]);
+}
+
+#[test]
+fn one_sided_table_names_the_window_and_synchronisation() {
+    let out = bench(&["get_latency", "--min-size", "8", "--max-size", "8", "--iterations", "3", "--sync", "lock"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(lines[0].starts_with("# fastmp MPI_Get Latency Test v7.4"), "{text}");
+    assert_eq!(lines[1], "# Window creation: allocate (MPI_Win_allocate)");
+    assert!(lines[2].starts_with("# Synchronization: lock(shared) + op + unlock"), "{text}");
+    assert_eq!(lines[3], format!("{:<10}{:>20}", "# Size", "Latency (us)"));
+    assert_eq!(lines.len(), 5, "{text}");
+    assert!(lines[4].starts_with("8 ") && lines[4].len() == 30, "{text}");
+}
+
+#[test]
+fn bad_one_sided_arguments_fail_with_a_message() {
+    for (args, needle) in [
+        (&["put_latency", "--np", "3"][..], "put_latency needs exactly 2 ranks, got 3"),
+        (&["put_bibw", "--sync", "flush"][..], "put_bibw needs active-target synchronisation (--sync fence|pscw"),
+        (&["acc_latency", "--min-size", "6"][..], "acc_latency sizes must be positive multiples of 4"),
+        (&["fop_latency", "--max-size", "64"][..], "--max-size does not apply to fop_latency"),
+        (&["cas_latency", "--min-size", "8"][..], "--min-size does not apply to cas_latency"),
+        (&["put_bw", "--max-size", "1073741824"][..], "put_bw: --max-size 1073741824 is above 33554431 bytes"),
+        (&["latency", "--sync", "fence"][..], "--sync does not apply to latency"),
+        (&["bw", "--win", "create"][..], "--win does not apply to bw"),
+        (&["put_latency", "--sync", "flushall"][..], "invalid value 'flushall' for '--sync <MODE>'"),
+        (&["get_bw", "--iterations", "0"][..], "--iterations must be at least 1"),
+    ] {
+        let out = bench(args);
+        assert!(!out.status.success(), "{args:?} should fail");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(needle), "{args:?}: {err}");
+    }
+}
