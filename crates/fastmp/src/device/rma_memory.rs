@@ -135,37 +135,70 @@ impl Segment {
         Ok(())
     }
 
-    fn write_words(&self, offset: usize, src: &[u8]) {
-        let (mut at, end) = (offset, offset + src.len());
-        while at < end {
-            let word_at = at - (at - self.words_start) % 8;
-            let lo = at - word_at;
-            let hi = (end - word_at).min(8);
-            let bytes = &src[at - offset..at - offset + (hi - lo)];
-            let word = self.word(word_at);
-            if lo == 0 && hi == 8 {
-                word.store(u64::from_ne_bytes(bytes.try_into().expect("8 bytes")), Relaxed);
-            } else {
-                let _ = word.fetch_update(Relaxed, Relaxed, |old| {
-                    let mut b = old.to_ne_bytes();
-                    b[lo..hi].copy_from_slice(bytes);
-                    Some(u64::from_ne_bytes(b))
-                });
-            }
-            at = word_at + hi;
+    /// The whole words `[offset, offset + 8 * n)` of the word region, as atomics.
+    fn words(&self, offset: usize, n: usize) -> &[AtomicU64] {
+        if n == 0 {
+            return &[];
         }
+        let _ = self.word(offset + 8 * (n - 1));
+        // SAFETY: as in `word`, for each of the `n` consecutive words (the first and last are
+        // checked against the word region in debug builds; callers pass whole-word ranges).
+        unsafe { std::slice::from_raw_parts(self.base.add(offset) as *const AtomicU64, n) }
+    }
+
+    /// Splits word-region bytes `[offset, offset + len)` into a partial first word, whole words
+    /// and a partial last word: returns the byte counts (head, whole-word bytes).
+    fn word_split(&self, offset: usize, len: usize) -> (usize, usize) {
+        let head = ((8 - (offset - self.words_start) % 8) % 8).min(len);
+        (head, (len - head) / 8 * 8)
+    }
+
+    /// Whole words go as plain relaxed stores in one tight loop (the bulk of a large put);
+    /// only partly covered words need a compare-exchange.
+    fn write_words(&self, offset: usize, src: &[u8]) {
+        let (head, whole) = self.word_split(offset, src.len());
+        let (first, rest) = src.split_at(head);
+        let (middle, last) = rest.split_at(whole);
+        self.write_partial(offset, first);
+        for (word, bytes) in self.words(offset + head, whole / 8).iter().zip(middle.chunks_exact(8)) {
+            word.store(u64::from_ne_bytes(bytes.try_into().expect("8 bytes")), Relaxed);
+        }
+        self.write_partial(offset + head + whole, last);
+    }
+
+    /// Writes `bytes` (inside one word) at `offset`, keeping the word's other bytes.
+    fn write_partial(&self, offset: usize, bytes: &[u8]) {
+        if bytes.is_empty() {
+            return;
+        }
+        let word_at = offset - (offset - self.words_start) % 8;
+        let lo = offset - word_at;
+        let _ = self.word(word_at).fetch_update(Relaxed, Relaxed, |old| {
+            let mut b = old.to_ne_bytes();
+            b[lo..lo + bytes.len()].copy_from_slice(bytes);
+            Some(u64::from_ne_bytes(b))
+        });
     }
 
     fn read_words(&self, offset: usize, dst: &mut [u8]) {
-        let (mut at, end) = (offset, offset + dst.len());
-        while at < end {
-            let word_at = at - (at - self.words_start) % 8;
-            let lo = at - word_at;
-            let hi = (end - word_at).min(8);
-            let b = self.word(word_at).load(Relaxed).to_ne_bytes();
-            dst[at - offset..at - offset + (hi - lo)].copy_from_slice(&b[lo..hi]);
-            at = word_at + hi;
+        let (head, whole) = self.word_split(offset, dst.len());
+        let (first, rest) = dst.split_at_mut(head);
+        let (middle, last) = rest.split_at_mut(whole);
+        self.read_partial(offset, first);
+        for (word, bytes) in self.words(offset + head, whole / 8).iter().zip(middle.chunks_exact_mut(8)) {
+            bytes.copy_from_slice(&word.load(Relaxed).to_ne_bytes());
         }
+        self.read_partial(offset + head + whole, last);
+    }
+
+    /// Reads `dst.len()` bytes (inside one word) at `offset`.
+    fn read_partial(&self, offset: usize, dst: &mut [u8]) {
+        if dst.is_empty() {
+            return;
+        }
+        let word_at = offset - (offset - self.words_start) % 8;
+        let lo = offset - word_at;
+        dst.copy_from_slice(&self.word(word_at).load(Relaxed).to_ne_bytes()[lo..lo + dst.len()]);
     }
 
     /// Applies `op` element-wise: `segment[i] = data[i] ∘ segment[i]`, one atomic step per
