@@ -75,7 +75,7 @@ impl Segment {
 
     fn word(&self, offset: usize) -> &AtomicU64 {
         debug_assert!(
-            (offset.wrapping_sub(self.words_start)) % 8 == 0
+            offset.wrapping_sub(self.words_start).is_multiple_of(8)
                 && offset >= self.words_start
                 && offset + 8 <= self.words_end
         );
@@ -218,7 +218,7 @@ impl Segment {
         if !element.supports(op) {
             return Err(Error::InvalidArgument(format!("accumulate: {op:?} is not defined on {element:?}")));
         }
-        if len % size != 0 || offset % size != 0 {
+        if !len.is_multiple_of(size) || !offset.is_multiple_of(size) {
             return Err(Error::InvalidArgument(format!(
                 "accumulate: {len} bytes at offset {offset} are not whole {element:?} elements"
             )));
@@ -295,7 +295,7 @@ fn check_element(offset: usize, element: Element, op: AccumulateOp) -> Result<()
     if !element.supports(op) {
         return Err(Error::InvalidArgument(format!("{op:?} is not defined on {element:?}")));
     }
-    if offset % element.size() != 0 {
+    if !offset.is_multiple_of(element.size()) {
         return Err(Error::InvalidArgument(format!("offset {offset} is not aligned to a {element:?} element")));
     }
     Ok(())
