@@ -292,9 +292,15 @@ impl ShmWindow {
                 .world
                 .abort_error()
                 .unwrap_or(Error::PeerFailed { rank: part.owner, cause: "failed while the window was open".into() }),
+            // A collective free lets no origin reach a closed part, so the owner dropped its
+            // window alone: on its way out of an error (the job is about to abort) or by
+            // misuse. Either way the owner is to blame, so the job's record names it.
             _ => match self.world.abort_error() {
                 Some(err) => err,
-                None => Error::RmaSync(format!("{what}: rank {} freed its window part", part.owner)),
+                None => Error::PeerFailed {
+                    rank: part.owner,
+                    cause: format!("{what}: rank {} freed its window part (dropped the window alone)", part.owner),
+                },
             },
         }
     }
