@@ -75,7 +75,7 @@ impl Segment {
 
     fn word(&self, offset: usize) -> &AtomicU64 {
         debug_assert!(
-            (offset.wrapping_sub(self.words_start)) % 8 == 0
+            offset.wrapping_sub(self.words_start).is_multiple_of(8)
                 && offset >= self.words_start
                 && offset + 8 <= self.words_end
         );
@@ -135,54 +135,70 @@ impl Segment {
         Ok(())
     }
 
-    fn write_words(&self, offset: usize, src: &[u8]) {
-        // Partly covered words at the ends go through a compare-exchange; the whole words between
-        // are plain relaxed stores in one tight loop (bulk puts run at memory speed).
-        let [head, body, tail] = self.word_split(offset, src.len());
-        for (at, len) in [head, tail] {
-            if len > 0 {
-                let word_at = at - (at - self.words_start) % 8;
-                let (lo, hi) = (at - word_at, at - word_at + len);
-                let bytes = &src[at - offset..at - offset + len];
-                let _ = self.word(word_at).fetch_update(Relaxed, Relaxed, |old| {
-                    let mut b = old.to_ne_bytes();
-                    b[lo..hi].copy_from_slice(bytes);
-                    Some(u64::from_ne_bytes(b))
-                });
-            }
+    /// The whole words `[offset, offset + 8 * n)` of the word region, as atomics.
+    fn words(&self, offset: usize, n: usize) -> &[AtomicU64] {
+        if n == 0 {
+            return &[];
         }
-        let (at, len) = body;
-        for (i, chunk) in src[at - offset..at - offset + len].chunks_exact(8).enumerate() {
-            self.word(at + 8 * i).store(u64::from_ne_bytes(chunk.try_into().expect("8 bytes")), Relaxed);
-        }
+        let _ = self.word(offset + 8 * (n - 1));
+        // SAFETY: as in `word`, for each of the `n` consecutive words (the first and last are
+        // checked against the word region in debug builds; callers pass whole-word ranges).
+        unsafe { std::slice::from_raw_parts(self.base.add(offset) as *const AtomicU64, n) }
     }
 
-    /// Splits a range inside the word region into a head inside its first word, the whole words,
-    /// and a tail inside its last word, as (offset, length) pairs.
-    fn word_split(&self, offset: usize, len: usize) -> [(usize, usize); 3] {
-        let end = offset + len;
-        let first_whole = offset + (8 - (offset - self.words_start) % 8) % 8;
-        if first_whole >= end {
-            return [(offset, len), (end, 0), (end, 0)];
+    /// Splits word-region bytes `[offset, offset + len)` into a partial first word, whole words
+    /// and a partial last word: returns the byte counts (head, whole-word bytes).
+    fn word_split(&self, offset: usize, len: usize) -> (usize, usize) {
+        let head = ((8 - (offset - self.words_start) % 8) % 8).min(len);
+        (head, (len - head) / 8 * 8)
+    }
+
+    /// Whole words go as plain relaxed stores in one tight loop (the bulk of a large put);
+    /// only partly covered words need a compare-exchange.
+    fn write_words(&self, offset: usize, src: &[u8]) {
+        let (head, whole) = self.word_split(offset, src.len());
+        let (first, rest) = src.split_at(head);
+        let (middle, last) = rest.split_at(whole);
+        self.write_partial(offset, first);
+        for (word, bytes) in self.words(offset + head, whole / 8).iter().zip(middle.chunks_exact(8)) {
+            word.store(u64::from_ne_bytes(bytes.try_into().expect("8 bytes")), Relaxed);
         }
-        let last_whole = end - (end - self.words_start) % 8;
-        [(offset, first_whole - offset), (first_whole, last_whole - first_whole), (last_whole, end - last_whole)]
+        self.write_partial(offset + head + whole, last);
+    }
+
+    /// Writes `bytes` (inside one word) at `offset`, keeping the word's other bytes.
+    fn write_partial(&self, offset: usize, bytes: &[u8]) {
+        if bytes.is_empty() {
+            return;
+        }
+        let word_at = offset - (offset - self.words_start) % 8;
+        let lo = offset - word_at;
+        let _ = self.word(word_at).fetch_update(Relaxed, Relaxed, |old| {
+            let mut b = old.to_ne_bytes();
+            b[lo..lo + bytes.len()].copy_from_slice(bytes);
+            Some(u64::from_ne_bytes(b))
+        });
     }
 
     fn read_words(&self, offset: usize, dst: &mut [u8]) {
-        let [head, body, tail] = self.word_split(offset, dst.len());
-        for (at, len) in [head, tail] {
-            if len > 0 {
-                let word_at = at - (at - self.words_start) % 8;
-                let lo = at - word_at;
-                let b = self.word(word_at).load(Relaxed).to_ne_bytes();
-                dst[at - offset..at - offset + len].copy_from_slice(&b[lo..lo + len]);
-            }
+        let (head, whole) = self.word_split(offset, dst.len());
+        let (first, rest) = dst.split_at_mut(head);
+        let (middle, last) = rest.split_at_mut(whole);
+        self.read_partial(offset, first);
+        for (word, bytes) in self.words(offset + head, whole / 8).iter().zip(middle.chunks_exact_mut(8)) {
+            bytes.copy_from_slice(&word.load(Relaxed).to_ne_bytes());
         }
-        let (at, len) = body;
-        for (i, chunk) in dst[at - offset..at - offset + len].chunks_exact_mut(8).enumerate() {
-            chunk.copy_from_slice(&self.word(at + 8 * i).load(Relaxed).to_ne_bytes());
+        self.read_partial(offset + head + whole, last);
+    }
+
+    /// Reads `dst.len()` bytes (inside one word) at `offset`.
+    fn read_partial(&self, offset: usize, dst: &mut [u8]) {
+        if dst.is_empty() {
+            return;
         }
+        let word_at = offset - (offset - self.words_start) % 8;
+        let lo = offset - word_at;
+        dst.copy_from_slice(&self.word(word_at).load(Relaxed).to_ne_bytes()[lo..lo + dst.len()]);
     }
 
     /// Applies `op` element-wise: `segment[i] = data[i] ∘ segment[i]`, one atomic step per
@@ -202,7 +218,7 @@ impl Segment {
         if !element.supports(op) {
             return Err(Error::InvalidArgument(format!("accumulate: {op:?} is not defined on {element:?}")));
         }
-        if len % size != 0 || offset % size != 0 {
+        if !len.is_multiple_of(size) || !offset.is_multiple_of(size) {
             return Err(Error::InvalidArgument(format!(
                 "accumulate: {len} bytes at offset {offset} are not whole {element:?} elements"
             )));
@@ -279,7 +295,7 @@ fn check_element(offset: usize, element: Element, op: AccumulateOp) -> Result<()
     if !element.supports(op) {
         return Err(Error::InvalidArgument(format!("{op:?} is not defined on {element:?}")));
     }
-    if offset % element.size() != 0 {
+    if !offset.is_multiple_of(element.size()) {
         return Err(Error::InvalidArgument(format!("offset {offset} is not aligned to a {element:?} element")));
     }
     Ok(())

@@ -127,11 +127,17 @@ impl ShmWorld {
     }
 
     fn record(&self, rank: usize, failure: Failure, provisional: bool) {
+        // A failure reported by another rank is a consequence it observed: provisional too, so
+        // the failed rank's own report (its real cause) still completes it.
+        let provisional = provisional || failure.rank != rank;
         {
             let mut first = lock_ignoring_poison(&self.first_failure);
             match &mut *first {
                 None => *first = Some((failure, provisional)),
-                Some((recorded, true)) if recorded.rank == failure.rank && !provisional => {
+                // Only the failed rank itself completes its provisional cause: a survivor's
+                // consequence (PeerFailed naming it) carries the provisional text, and must
+                // not make it final before the rank's own cause arrives.
+                Some((recorded, true)) if recorded.rank == failure.rank && rank == failure.rank && !provisional => {
                     *recorded = failure;
                     first.as_mut().expect("just matched").1 = false;
                 }

@@ -42,10 +42,13 @@ const INSIDE: u64 = HELD - 1;
 const EXCLUSIVE: u64 = 1 << 63;
 const SHARED: u64 = u32::MAX as u64;
 
-/// Window parts by (window id, members in window order).
+/// A window: its id and its members (world ranks in window order).
+type WindowKey = (ContextId, Box<[usize]>);
+
+/// Window parts by window, in member order.
 #[derive(Default)]
 pub(crate) struct Registry {
-    windows: Mutex<HashMap<(ContextId, Box<[usize]>), Vec<Option<Arc<Part>>>>>,
+    windows: Mutex<HashMap<WindowKey, Vec<Option<Arc<Part>>>>>,
 }
 
 /// One member's part of a window, as every member sees it.
@@ -128,7 +131,7 @@ pub(crate) struct ShmWindow {
     /// This rank's world rank and its index in `members`.
     rank: usize,
     me: usize,
-    key: (ContextId, Box<[usize]>),
+    key: WindowKey,
     own: Arc<Part>,
     /// Every member's part and length, resolved by `connect`.
     parts: OnceCell<Box<[Arc<Part>]>>,
@@ -144,7 +147,7 @@ pub(crate) struct ShmWindow {
 impl ShmWorld {
     /// Registers `part` as member `me`'s part of the window `key` (replacing a closed part of
     /// an earlier window with the same id and members).
-    fn register_part(&self, key: &(ContextId, Box<[usize]>), me: usize, part: &Arc<Part>) -> Result<()> {
+    fn register_part(&self, key: &WindowKey, me: usize, part: &Arc<Part>) -> Result<()> {
         let mut windows = lock_ignoring_poison(&self.windows.windows);
         let slots = windows.entry(key.clone()).or_insert_with(|| vec![None; key.1.len()]);
         if slots[me].as_ref().is_some_and(|p| !p.closed()) {
@@ -158,7 +161,7 @@ impl ShmWorld {
     }
 
     /// Every member's part of the window `key`, or the member that has none.
-    fn resolve_parts(&self, key: &(ContextId, Box<[usize]>)) -> std::result::Result<Box<[Arc<Part>]>, usize> {
+    fn resolve_parts(&self, key: &WindowKey) -> std::result::Result<Box<[Arc<Part>]>, usize> {
         let windows = lock_ignoring_poison(&self.windows.windows);
         let slots = windows.get(key).ok_or(0usize)?;
         slots.iter().enumerate().map(|(i, slot)| slot.clone().ok_or(i)).collect()
@@ -166,7 +169,7 @@ impl ShmWorld {
 
     /// Forgets the window `key` once every member's part is closed. Closed parts stay until
     /// then, so a member that connects late still finds (and reports) a part closed early.
-    fn forget_if_closed(&self, key: &(ContextId, Box<[usize]>)) {
+    fn forget_if_closed(&self, key: &WindowKey) {
         let mut windows = lock_ignoring_poison(&self.windows.windows);
         if windows.get(key).is_some_and(|slots| slots.iter().all(|p| p.as_ref().is_none_or(|p| p.closed()))) {
             windows.remove(key);
@@ -289,9 +292,15 @@ impl ShmWindow {
                 .world
                 .abort_error()
                 .unwrap_or(Error::PeerFailed { rank: part.owner, cause: "failed while the window was open".into() }),
+            // A collective free lets no origin reach a closed part, so the owner dropped its
+            // window alone: on its way out of an error (the job is about to abort) or by
+            // misuse. Either way the owner is to blame, so the job's record names it.
             _ => match self.world.abort_error() {
                 Some(err) => err,
-                None => Error::RmaSync(format!("{what}: rank {} freed its window part", part.owner)),
+                None => Error::PeerFailed {
+                    rank: part.owner,
+                    cause: format!("{what}: rank {} freed its window part (dropped the window alone)", part.owner),
+                },
             },
         }
     }
@@ -533,9 +542,13 @@ impl RmaWindow for ShmWindow {
                 self.part_lengths().len()
             )));
         }
-        // Every operation completed in its call; the fence orders them before whatever this
-        // rank does next (a flag it puts, a message it sends) for any observer.
-        std::sync::atomic::fence(Ordering::SeqCst);
+        // Every operation completed in its call; the fence makes them happen before whatever
+        // this rank does next for anyone who synchronises with that (a flag it puts and a peer
+        // reads then flushes, a message, an unlock). Not `SeqCst`: every operation ends with the
+        // gate's RMW, already a full barrier on x86, where a `SeqCst` fence would add an
+        // `mfence` (a fifth of an 8-byte put + flush) and no ordering; elsewhere both are one
+        // `dmb ish`.
+        std::sync::atomic::fence(Ordering::AcqRel);
         Ok(())
     }
 

@@ -249,7 +249,10 @@ fn closed_parts_refuse_operations_and_windows_can_be_recreated() {
             r.barrier();
             if r.rank == 0 {
                 let err = put_u64(&*win, 1, 0, &[round]).unwrap_err();
-                assert!(matches!(&err, Error::RmaSync(m) if m.contains("rank 1 freed its window part")), "{err}");
+                assert!(
+                    matches!(&err, Error::PeerFailed { rank: 1, cause } if cause.contains("rank 1 freed its window part")),
+                    "{err}"
+                );
                 assert!(get_u64(&*win, 1, 0, 1).is_err());
                 assert!(win.fetch_and_op(1, 0, Element::U64, AccumulateOp::Sum, 1).is_err());
                 assert!(win.lock(1, LockKind::Exclusive).is_err());
