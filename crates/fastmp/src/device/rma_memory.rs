@@ -57,11 +57,6 @@ impl Segment {
         self.len
     }
 
-    /// Start address (for devices that hand it to the window layer's shared accessors).
-    pub(crate) fn base(&self) -> *mut u8 {
-        self.base
-    }
-
     fn check(&self, what: &str, offset: usize, len: usize) -> Result<()> {
         match offset.checked_add(len) {
             Some(end) if end <= self.len => Ok(()),
@@ -382,7 +377,7 @@ mod tests {
 
     #[test]
     fn put_and_get_at_every_offset_and_alignment() {
-        let mut backing = vec![0u8; 64];
+        let mut backing = [0u8; 64];
         for start in 0..8 {
             for len in [0usize, 1, 5, 8, 13, 30] {
                 let seg_len = 40 - start;
@@ -403,12 +398,12 @@ mod tests {
 
     #[test]
     fn writes_stay_inside_the_segment() {
-        let mut backing = vec![0xAAu8; 32];
+        let mut backing = [0xAAu8; 32];
         let seg = segment_over(&mut backing[3..21]);
         seg.write(0, &[1u8; 18]).unwrap();
         assert!(seg.write(1, &[1u8; 18]).is_err());
         assert!(seg.write(usize::MAX, &[1u8; 2]).is_err());
-        drop(seg);
+        let _ = seg;
         assert_eq!(&backing[..3], &[0xAA; 3]);
         assert_eq!(&backing[3..21], &[1; 18]);
         assert_eq!(&backing[21..], &[0xAA; 11]);
