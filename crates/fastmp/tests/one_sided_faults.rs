@@ -190,13 +190,9 @@ fn pscw_with_failing_rank_2(world: &Comm, failure: Failure, in_epoch: bool) -> R
     win.free()
 }
 
-/// KNOWN HAZARD (window design, reported): a rank that returns an error between epochs drops
-/// its window, and a drop between epochs is the collective free, so it waits in a barrier for
-/// peers that wait for it (in `start`/`wait` here) before `run` can learn it failed: the job
-/// hangs. Ignored because a hang stalls the suite (the watchdog aborts after `HANG`); run it
-/// with `--ignored` to check a fix.
+/// A rank that returns an error between epochs drops its window; the drop closes its part
+/// alone (no barrier), so peers waiting for it in `start`/`wait` fail instead of hanging.
 #[test]
-#[ignore = "known hazard: drop of a window between epochs on an error return is a collective free that can deadlock"]
 fn error_return_between_epochs_does_not_hang_peers() {
     for dev in [DeviceKind::Shm, DeviceKind::Tcp] {
         check_failure(dev, 3, 2, |world| pscw_with_failing_rank_2(world, Failure::Error, false));

@@ -89,3 +89,34 @@ mod tests {
         assert_eq!(<NoOp as RmaOp<f32>>::OP, AccumulateOp::NoOp);
     }
 }
+
+/// Replace and NoOp are ordinary reduction operations too (MPI allows MPI_REPLACE and MPI_NO_OP
+/// only in one-sided calls; here they also work in `reduce_local`-style folds).
+impl<T: Copy> crate::coll::op::Op<T> for Replace {
+    fn combine(&self, input: &[T], inout: &mut [T]) {
+        inout.copy_from_slice(input);
+    }
+    fn is_commutative(&self) -> bool {
+        false
+    }
+}
+
+impl<T> crate::coll::op::Op<T> for NoOp {
+    fn combine(&self, _input: &[T], _inout: &mut [T]) {}
+}
+
+#[cfg(test)]
+mod op_tests {
+    use super::{NoOp, Replace};
+    use crate::coll::op::Op;
+
+    #[test]
+    fn replace_overwrites_and_no_op_keeps() {
+        let mut inout = [1, 2, 3];
+        Replace.combine(&[7, 8, 9], &mut inout);
+        assert_eq!(inout, [7, 8, 9]);
+        NoOp.combine(&[0, 0, 0], &mut inout);
+        assert_eq!(inout, [7, 8, 9]);
+        assert!(!Op::<i32>::is_commutative(&Replace));
+    }
+}

@@ -75,12 +75,12 @@ impl<T: Pod> SharedPart<'_, T> {
     /// The element at `index`.
     pub fn load(&self, index: usize) -> Result<T> {
         let mut value = [T::zeroed()];
-        self.read(index, &mut value)?;
+        self.core.get("SharedPart::load", bytemuck::cast_slice_mut(&mut value), self.rank, index)?;
         Ok(value[0])
     }
     /// Stores `value` at `index`.
     pub fn store(&self, index: usize, value: T) -> Result<()> {
-        self.write(index, &[value])
+        self.core.put("SharedPart::store", bytemuck::cast_slice(&[value]), self.rank, index)
     }
     /// Copies `into.len()` elements from `offset` into `into`.
     pub fn read(&self, offset: usize, into: &mut [T]) -> Result<()> {
