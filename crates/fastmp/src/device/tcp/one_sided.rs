@@ -639,8 +639,15 @@ impl TcpWindow {
     }
 
     fn send(&self, w: usize, frame: Frame, payload: &[u8]) -> Result<()> {
+        self.send_held_back(w, frame, payload, false)
+    }
+
+    /// Sends a frame to `w`, at once or held back until the next one (`Tx::send_corked`).
+    fn send_held_back(&self, w: usize, frame: Frame, payload: &[u8], held_back: bool) -> Result<()> {
         self.live(w)?;
-        if self.sh().send_frame(w, frame, payload) {
+        let sh = self.sh();
+        let sent = if held_back { sh.send_frame_corked(w, frame, payload) } else { sh.send_frame(w, frame, payload) };
+        if sent {
             Ok(())
         } else {
             let lost = Error::PeerFailed { rank: w, cause: "the connection broke while sending".into() };
@@ -733,7 +740,9 @@ impl TcpWindow {
         }
         // SAFETY: readable for `len` bytes during the call (caller contract); copied if queued.
         let bytes = if len == 0 { &[][..] } else { unsafe { std::slice::from_raw_parts(data, len) } };
-        self.send(w, frame, bytes)?;
+        // Held back until the next frame to `w`: a put or accumulate needs to arrive only by the
+        // next synchronisation, and every synchronisation sends `w` a frame.
+        self.send_held_back(w, frame, bytes, true)?;
         Ok(Started::Complete(Ok(crate::device::RawStatus { source: self.me(), tag: 0, bytes: len, cancelled: false })))
     }
 

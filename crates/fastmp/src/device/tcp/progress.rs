@@ -7,7 +7,7 @@
 //! sides have their own locks, taken with `try_lock` by whoever progresses.
 
 use std::cell::Cell;
-use std::net::Shutdown;
+use std::net::{Shutdown, TcpStream};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -16,6 +16,7 @@ use super::frame::{Frame, Header};
 use super::protocol::PeerHandler;
 use super::rx::{Pumped, RxError};
 use super::state::{PeerState, Req};
+use super::tx::Tx;
 use super::{Peer, Shared};
 use crate::device::wait::{Backoff, Pause};
 use crate::device::{Failure, RawStatus, ReqId, lock_ignoring_poison as lock};
@@ -61,12 +62,27 @@ impl Shared {
     /// Writes a frame with a payload the caller keeps (copied if the socket is full); `false` if
     /// the connection broke (the job is then aborted).
     pub(super) fn send_frame(&self, p: usize, frame: Frame, payload: &[u8]) -> bool {
+        self.send_frame_with(p, frame, payload, Tx::send_copied)
+    }
+
+    /// As [`Shared::send_frame`], held back until the next frame to `p` (see `Tx::send_corked`).
+    pub(super) fn send_frame_corked(&self, p: usize, frame: Frame, payload: &[u8]) -> bool {
+        self.send_frame_with(p, frame, payload, Tx::send_corked)
+    }
+
+    fn send_frame_with(
+        &self,
+        p: usize,
+        frame: Frame,
+        payload: &[u8],
+        send: fn(&mut Tx, &TcpStream, Header, &[u8], &mut dyn FnMut(ReqId)) -> std::io::Result<()>,
+    ) -> bool {
         let peer = self.peer(p);
         if peer.write_shut.load(Ordering::Acquire) {
             return true;
         }
         let mut tx = lock(&peer.tx);
-        let result = tx.send_copied(&peer.stream, self.header_to(p, frame), payload, &mut |id| self.sent(id));
+        let result = send(&mut tx, &peer.stream, self.header_to(p, frame), payload, &mut |id| self.sent(id));
         peer.tx_busy.store(!tx.is_empty(), Ordering::Release);
         drop(tx);
         match result {

@@ -48,7 +48,13 @@ struct Queued {
 #[derive(Default)]
 pub(super) struct Tx {
     queue: VecDeque<Queued>,
+    /// Small frames held back (`send_corked`): header and payload bytes, in order. They go out
+    /// ahead of the next frame sent or flushed on this connection, in one write.
+    corked: Vec<u8>,
 }
+
+/// Held-back bytes beyond which `send_corked` writes at once.
+const CORK_LIMIT: usize = 32 * 1024;
 
 // SAFETY: see `Body::bytes`: borrowed pointers are only read under the tx lock while their request
 // is live.
@@ -57,6 +63,35 @@ unsafe impl Send for Tx {}
 impl Tx {
     pub(super) fn is_empty(&self) -> bool {
         self.queue.is_empty()
+    }
+
+    /// Holds a small frame back until something else is sent or flushed on this connection
+    /// (one-sided puts and accumulates, which need not arrive before the next synchronisation,
+    /// and every synchronisation sends a frame): many small operations then cost one write.
+    pub(super) fn send_corked(
+        &mut self,
+        stream: &TcpStream,
+        header: Header,
+        payload: &[u8],
+        done: &mut dyn FnMut(ReqId),
+    ) -> io::Result<()> {
+        self.corked.extend_from_slice(&header.encode());
+        self.corked.extend_from_slice(payload);
+        if self.corked.len() >= CORK_LIMIT { self.flush(stream, done) } else { Ok(()) }
+    }
+
+    /// Moves held-back frames into the queue, ahead of anything sent after them.
+    fn uncork(&mut self) {
+        if !self.corked.is_empty() {
+            let bytes = std::mem::take(&mut self.corked);
+            // The batch carries its own headers: mark the queue entry's header as written.
+            self.queue.push_back(Queued {
+                header: [0; HEADER_LEN],
+                body: Body::Owned(bytes),
+                written: HEADER_LEN,
+                completes: None,
+            });
+        }
     }
 
     /// Sends a frame whose payload the caller owns only for the duration of the call: written now
@@ -71,6 +106,7 @@ impl Tx {
     ) -> io::Result<()> {
         let header = header.encode();
         let mut written = 0;
+        self.uncork();
         if self.queue.is_empty() {
             written = write_parts(stream, &header, payload, 0)?;
             if written == HEADER_LEN + payload.len() {
@@ -104,6 +140,7 @@ impl Tx {
         id: ReqId,
         done: &mut dyn FnMut(ReqId),
     ) -> io::Result<()> {
+        self.uncork();
         self.queue.push_back(Queued {
             header: header.encode(),
             body: Body::Borrowed { ptr, len },
@@ -123,6 +160,7 @@ impl Tx {
         completes: Option<ReqId>,
         done: &mut dyn FnMut(ReqId),
     ) -> io::Result<()> {
+        self.uncork();
         self.queue.push_back(Queued { header: header.encode(), body: Body::Owned(data), written: 0, completes });
         self.flush(stream, done)
     }
@@ -140,6 +178,7 @@ impl Tx {
 
     /// Writes queued frames until the socket is full; `done` hears of each completed request.
     pub(super) fn flush(&mut self, stream: &TcpStream, done: &mut dyn FnMut(ReqId)) -> io::Result<()> {
+        self.uncork();
         while let Some(q) = self.queue.front_mut() {
             let body = q.body.bytes();
             let total = HEADER_LEN + body.len();
@@ -176,4 +215,49 @@ fn write_parts(mut stream: &TcpStream, header: &[u8; HEADER_LEN], body: &[u8], f
         }
     }
     Ok(at - from)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Read;
+    use std::net::{TcpListener, TcpStream};
+
+    use super::*;
+    use crate::device::tcp::frame::{Accept, Frame, decode_stream};
+
+    fn eager(tag: i32, len: u64) -> Header {
+        Header { source: 3, dest: 1, frame: Frame::Eager { context: 0, tag, len } }
+    }
+
+    /// Held-back frames go out before the next frame, in order, and only then.
+    #[test]
+    fn corked_frames_precede_the_next_frame() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let writer = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (mut reader, _) = listener.accept().unwrap();
+        writer.set_nonblocking(true).unwrap();
+        let mut tx = Tx::default();
+        let mut done = |_| {};
+        tx.send_corked(&writer, eager(1, 2), &[1, 1], &mut done).unwrap();
+        tx.send_corked(&writer, eager(2, 1), &[2], &mut done).unwrap();
+        assert!(tx.is_empty(), "held-back frames are not queued for writing");
+        reader.set_nonblocking(true).unwrap();
+        assert!(reader.read(&mut [0u8; 1]).is_err(), "nothing written yet");
+        tx.send_copied(&writer, eager(3, 0), &[], &mut done).unwrap();
+        assert!(tx.is_empty());
+        reader.set_nonblocking(false).unwrap();
+        let mut wire = vec![0u8; 3 * HEADER_LEN + 3];
+        reader.read_exact(&mut wire).unwrap();
+        let accept = Accept { max_eager: 8192, source: 3, dest: 1 };
+        let tags: Vec<i32> = decode_stream(&wire, accept)
+            .unwrap()
+            .into_iter()
+            .map(|h| match h.frame {
+                Frame::Eager { tag, .. } => tag,
+                other => panic!("unexpected frame {other:?}"),
+            })
+            .collect();
+        assert_eq!(tags, [1, 2, 3]);
+        assert_eq!(&wire[HEADER_LEN..HEADER_LEN + 2], &[1, 1]);
+    }
 }
