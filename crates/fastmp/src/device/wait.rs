@@ -139,7 +139,7 @@ pub(crate) fn init_barriers() {
 }
 
 #[inline]
-fn light_barrier() {
+pub(crate) fn light_barrier() {
     if membarrier_ready() {
         compiler_fence(Ordering::SeqCst);
     } else {
@@ -147,7 +147,7 @@ fn light_barrier() {
     }
 }
 
-fn heavy_barrier() {
+pub(crate) fn heavy_barrier() {
     #[cfg(all(target_os = "linux", not(miri)))]
     if membarrier_ready() {
         const CMD_PRIVATE_EXPEDITED: libc::c_long = 1 << 3;

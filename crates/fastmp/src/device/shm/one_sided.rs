@@ -4,10 +4,14 @@
 //! once between its buffer and the target's part through the part's [`Segment`] (word atomics,
 //! hardware read-modify-write for accumulates); the target takes no part. What the window layer
 //! needs beyond the copy lives in a [`Part`], shared by all members through an `Arc`:
-//! - a *gate*: how many origins are inside the part, plus a "held off" bit (the owner's local
-//!   access) and a "closed" bit. Origins enter with one `fetch_add` and leave with one
-//!   `fetch_sub`; the owner sets a bit and waits for the count to drain, so the owner's plain
-//!   accesses and the memory's release never overlap an origin's copy;
+//! - a *gate*: a "held off" bit (the owner's local access) and a "closed" bit, plus one "inside"
+//!   flag per origin, written only by that origin. An origin enters by raising its flag, an
+//!   asymmetric barrier (`wait::light_barrier`: a compiler fence where membarrier is available),
+//!   and a load of the bits; it leaves by lowering its flag: no read-modify-write on the hot path
+//!   (they were a fifth of an 8-byte put). The owner sets a bit, runs the heavy side of the
+//!   barrier (`membarrier`), and waits until every flag is down: either the origin saw the bit
+//!   and backed off, or the owner sees its flag. So the owner's plain accesses and the memory's
+//!   release never overlap an origin's copy;
 //! - a passive-target *lock word* (shared count, or an exclusive bit with its holder);
 //! - a count of ranks that may be parked waiting on either, so the common release path notifies
 //!   nobody.
@@ -15,12 +19,12 @@
 //! Parts meet in the world's [`Registry`] under (window id, members): `expose` registers this
 //! rank's part, `connect` (after the window layer's barrier) copies every member's `Arc<Part>`
 //! into the handle, so an operation is a bounds check, two atomics and the copy: no lock, no
-//! lookup, no allocation. `close` withdraws the part; the registry forgets the window when its
+//! lookup, no allocation, no locked instruction. `close` withdraws the part; the registry forgets the window when its
 //! last member closed.
 
 use std::cell::{Cell, OnceCell};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crossbeam_utils::CachePadded;
@@ -29,14 +33,13 @@ use super::{Liveness, ShmWorld};
 use crate::device::lock_ignoring_poison;
 use crate::device::one_sided::{AccumulateOp, Element, LockKind, OneSided, RmaWindow};
 use crate::device::rma_memory::Segment;
-use crate::device::wait::{Backoff, Pause};
+use crate::device::wait::{Backoff, Pause, heavy_barrier, light_barrier};
 use crate::device::{ContextId, RawStatus, Started};
 use crate::error::{Error, Result};
 
-/// Gate bits: origins inside the part (low bits), local access, closed.
+/// Gate bits: local access, closed.
 const HELD: u64 = 1 << 62;
 const CLOSED: u64 = 1 << 63;
-const INSIDE: u64 = HELD - 1;
 
 /// Lock word: shared holders (low 32 bits), or `EXCLUSIVE` with the holder's world rank above.
 const EXCLUSIVE: u64 = 1 << 63;
@@ -57,6 +60,8 @@ pub(crate) struct Part {
     /// The owner's world rank.
     owner: usize,
     gate: CachePadded<AtomicU64>,
+    /// Per origin (member index): it is inside the part. Each written only by its origin.
+    inside: Box<[CachePadded<AtomicBool>]>,
     lock: CachePadded<AtomicU64>,
     /// Ranks that may be parked waiting for the gate to open or the lock to be released; the
     /// side that opens or releases notifies only when this is non-zero (`SeqCst` on both sides,
@@ -73,27 +78,26 @@ enum Gate {
 
 impl Part {
     #[inline]
-    fn try_enter(&self, world: &ShmWorld) -> Gate {
+    fn try_enter(&self, origin: usize) -> Gate {
+        let flag = &self.inside[origin];
+        flag.store(true, Ordering::Relaxed);
+        // Pairs with the owner's `heavy_barrier` after it sets a bit: either we see the bit here,
+        // or the owner sees our flag up and waits for it to go down.
+        light_barrier();
         // Acquire: pairs with the owner's release of local access (its plain writes are
-        // visible to our copy). The RMW order on `gate` decides who goes first.
-        let prev = self.gate.fetch_add(1, Ordering::Acquire);
-        if prev & (HELD | CLOSED) == 0 {
+        // visible to our copy).
+        let gate = self.gate.load(Ordering::Acquire);
+        if gate & (HELD | CLOSED) == 0 {
             return Gate::Entered;
         }
-        // Backing out may be what the owner's drain waits for, so it notifies like a leave.
-        self.leave(world);
-        if prev & CLOSED != 0 { Gate::Closed } else { Gate::HeldOff }
+        flag.store(false, Ordering::Release);
+        if gate & CLOSED != 0 { Gate::Closed } else { Gate::HeldOff }
     }
 
-    /// Leaves the gate and wakes the owner if it waits for the part to drain.
+    /// Leaves the part: the copy happens before the owner's acquire load that sees the flag down.
     #[inline]
-    fn leave(&self, world: &ShmWorld) {
-        // Release: our copy happens before the owner's acquire load that sees the count drain
-        // (every gate update is an RMW, so the release sequences chain).
-        let prev = self.gate.fetch_sub(1, Ordering::Release);
-        if prev & (HELD | CLOSED) != 0 && prev & INSIDE == 1 {
-            world.ranks[self.owner].parker.notify();
-        }
+    fn leave(&self, origin: usize) {
+        self.inside[origin].store(false, Ordering::Release);
     }
 
     fn closed(&self) -> bool {
@@ -101,7 +105,7 @@ impl Part {
     }
 
     fn drained(&self) -> bool {
-        self.gate.load(Ordering::Acquire) & INSIDE == 0
+        self.inside.iter().all(|flag| !flag.load(Ordering::Acquire))
     }
 
     /// Notifies the ranks parked on this part, if any (after a `SeqCst` update they wait for).
@@ -115,13 +119,13 @@ impl Part {
 /// Leaves the gate on drop, so a part is never left counted as busy (even by a panic).
 struct Inside<'a> {
     part: &'a Part,
-    world: &'a ShmWorld,
+    origin: usize,
 }
 
 impl Drop for Inside<'_> {
     #[inline]
     fn drop(&mut self) {
-        self.part.leave(self.world);
+        self.part.leave(self.origin);
     }
 }
 
@@ -207,6 +211,7 @@ impl OneSided for super::ShmEndpoint {
             segment,
             owner: rank,
             gate: CachePadded::new(AtomicU64::new(0)),
+            inside: members.iter().map(|_| CachePadded::new(AtomicBool::new(false))).collect(),
             lock: CachePadded::new(AtomicU64::new(0)),
             sleepers: AtomicU32::new(0),
         });
@@ -256,8 +261,8 @@ impl ShmWindow {
                 parts.len()
             )));
         };
-        match part.try_enter(&self.world) {
-            Gate::Entered => Ok(Inside { part, world: &self.world }),
+        match part.try_enter(self.me) {
+            Gate::Entered => Ok(Inside { part, origin: self.me }),
             gate => self.enter_slow(what, target, part, gate),
         }
     }
@@ -266,7 +271,7 @@ impl ShmWindow {
     fn enter_slow<'a>(&'a self, what: &str, target: usize, part: &'a Part, mut gate: Gate) -> Result<Inside<'a>> {
         loop {
             match gate {
-                Gate::Entered => return Ok(Inside { part, world: &self.world }),
+                Gate::Entered => return Ok(Inside { part, origin: self.me }),
                 Gate::Closed => return Err(self.part_gone(what, part)),
                 Gate::HeldOff if target == self.me && self.local.get() => {
                     return Err(Error::RmaSync(format!(
@@ -281,7 +286,7 @@ impl ShmWindow {
                 let gate = part.gate.load(Ordering::SeqCst);
                 gate & HELD == 0 || gate & CLOSED != 0
             })?;
-            gate = part.try_enter(&self.world);
+            gate = part.try_enter(self.me);
         }
     }
 
@@ -330,14 +335,15 @@ impl ShmWindow {
     }
 
     /// Waits (without giving up on an abort: the memory's release depends on it) until no
-    /// origin is inside this rank's own part. Origins inside never block, so this is short.
+    /// origin is inside this rank's own part, after a gate bit was set. Origins inside never
+    /// block and do not notify on leaving, so this spins, then yields (never parks).
     fn drain_own(&self) {
+        heavy_barrier();
         let mut backoff = Backoff::new(self.world.policy);
         while !self.own.drained() {
             match backoff.next() {
                 Pause::Spin => std::hint::spin_loop(),
-                Pause::Yield => std::thread::yield_now(),
-                Pause::Park => self.world.ranks[self.rank].parker.park(&mut || self.own.drained()),
+                Pause::Yield | Pause::Park => std::thread::yield_now(),
             }
         }
     }
@@ -557,12 +563,9 @@ impl RmaWindow for ShmWindow {
             return Ok(());
         }
         // From here on origins back off; those inside finish their copy and leave.
-        self.own.gate.fetch_or(HELD, Ordering::AcqRel);
-        let drained = self.wait_on(&self.own, || self.own.drained());
-        if drained.is_err() {
-            self.end_local_access();
-        }
-        drained
+        self.own.gate.fetch_or(HELD, Ordering::SeqCst);
+        self.drain_own();
+        Ok(())
     }
 
     fn end_local_access(&self) {
