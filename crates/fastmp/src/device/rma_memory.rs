@@ -92,9 +92,21 @@ impl Segment {
         [(a, a_end.max(a)), (w, w_end.max(w)), (z, z_end.max(z))]
     }
 
+    /// Whether checked bytes `[offset, offset + len)` lie in the word region (the common case:
+    /// every part of an allocated window, and of 8-aligned user memory, is all words).
+    #[inline]
+    fn in_words(&self, offset: usize, len: usize) -> bool {
+        offset >= self.words_start && offset + len <= self.words_end
+    }
+
     /// Writes `src` at `offset` (a put).
+    #[inline]
     pub(crate) fn write(&self, offset: usize, src: &[u8]) -> Result<()> {
         self.check("put", offset, src.len())?;
+        if self.in_words(offset, src.len()) {
+            self.write_words(offset, src);
+            return Ok(());
+        }
         for (lo, hi) in self.split(offset, src.len()) {
             if lo == hi {
                 continue;
@@ -112,8 +124,13 @@ impl Segment {
     }
 
     /// Reads `dst.len()` bytes at `offset` into `dst` (a get).
+    #[inline]
     pub(crate) fn read(&self, offset: usize, dst: &mut [u8]) -> Result<()> {
         self.check("get", offset, dst.len())?;
+        if self.in_words(offset, dst.len()) {
+            self.read_words(offset, dst);
+            return Ok(());
+        }
         for (lo, hi) in self.split(offset, dst.len()) {
             if lo == hi {
                 continue;

@@ -42,7 +42,11 @@ impl Core {
     /// on errors: the device releases a failed request).
     #[inline]
     pub(crate) fn finish(&self, started: Started) -> Result<()> {
-        self.comm.dev.complete(started).map(drop)
+        match started {
+            // Direct-access devices finish in the call: no device round trip.
+            Started::Complete(result) => result.map(drop),
+            pending => self.comm.dev.complete(pending).map(drop),
+        }
     }
 
     pub(crate) fn put(&self, call: &str, data: &[u8], target: usize, disp: usize) -> Result<()> {
