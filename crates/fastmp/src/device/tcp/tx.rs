@@ -106,6 +106,12 @@ impl Tx {
     ) -> io::Result<()> {
         let header = header.encode();
         let mut written = 0;
+        if !self.corked.is_empty() && self.queue.is_empty() {
+            // Held-back frames and this one leave in a single write.
+            self.corked.extend_from_slice(&header);
+            self.corked.extend_from_slice(payload);
+            return self.flush(stream, done);
+        }
         self.uncork();
         if self.queue.is_empty() {
             written = write_parts(stream, &header, payload, 0)?;
