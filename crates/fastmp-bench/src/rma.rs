@@ -312,8 +312,8 @@ pub fn bench(world: &Comm, spec: &Spec, out: &Reporter) -> Result<()> {
                 sizes,
                 |size| size * WINDOW,
                 |w, size| {
-                    bandwidth_mb_s(w, spec, size, |j, target| {
-                        w.put(&sbuf.as_slice()[j * size..][..size], target, j * size)
+                    bandwidth_mb_s(w, spec, size, |target| {
+                        (0..WINDOW).try_for_each(|j| w.put(&sbuf.as_slice()[j * size..][..size], target, j * size))
                     })
                 },
             )
@@ -327,8 +327,16 @@ pub fn bench(world: &Comm, spec: &Spec, out: &Reporter) -> Result<()> {
                 sizes,
                 |size| size * WINDOW,
                 |w, size| {
-                    bandwidth_mb_s(w, spec, size, |j, target| {
-                        w.get(&mut rbuf.as_mut_slice()[j * size..][..size], target, j * size)
+                    // A blocking get completes in the call; a burst of gets in flight together
+                    // (as MPI_Get until the flush) is the request form, which the scope's end
+                    // completes.
+                    bandwidth_mb_s(w, spec, size, |target| {
+                        w.comm().scope(|s| {
+                            for (j, chunk) in rbuf.as_mut_slice()[..WINDOW * size].chunks_mut(size).enumerate() {
+                                let _in_flight = s.rget(w, chunk, target, j * size)?;
+                            }
+                            Ok(())
+                        })
                     })
                 },
             )
@@ -493,19 +501,19 @@ fn latency_us<T: Pod>(
     Ok(us)
 }
 
-/// Bandwidth (MB/s) at rank 0 of windows of [`WINDOW`] calls of `op(j, target)` (the j-th
-/// message of a window) at `size`; put_bibw: both ranks send (rank 1 returns 0).
+/// Bandwidth (MB/s) at rank 0 of bursts `burst(target)` of [`WINDOW`] operations of `size`
+/// bytes; put_bibw: both ranks send (rank 1 returns 0).
 fn bandwidth_mb_s<T: Pod>(
     win: &Window<'_, T>,
     spec: &Spec,
     size: usize,
-    mut op: impl FnMut(usize, usize) -> Result<()>,
+    mut burst: impl FnMut(usize) -> Result<()>,
 ) -> Result<f64> {
     let (iters, skip) = spec.iterations(size);
     let (me, peer) = (win.rank(), 1 - win.rank());
     let both = spec.bench == Rma::PutBibw;
     let sends = me == 0 || both;
-    let mut window = || (0..WINDOW).try_for_each(|j| op(j, peer));
+    let mut window = || burst(peer);
     win.comm().barrier()?;
     let t = match spec.sync {
         SyncMode::Fence => {
