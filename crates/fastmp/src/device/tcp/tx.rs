@@ -75,9 +75,13 @@ impl Tx {
         payload: &[u8],
         done: &mut dyn FnMut(ReqId),
     ) -> io::Result<()> {
-        self.corked.extend_from_slice(&header.encode());
-        self.corked.extend_from_slice(payload);
+        self.cork(&header.encode(), payload);
         if self.corked.len() >= CORK_LIMIT { self.flush(stream, done) } else { Ok(()) }
+    }
+
+    fn cork(&mut self, header: &[u8; HEADER_LEN], payload: &[u8]) {
+        self.corked.extend_from_slice(header);
+        self.corked.extend_from_slice(payload);
     }
 
     /// Moves held-back frames into the queue, ahead of anything sent after them.
@@ -108,8 +112,7 @@ impl Tx {
         let mut written = 0;
         if !self.corked.is_empty() && self.queue.is_empty() {
             // Held-back frames and this one leave in a single write.
-            self.corked.extend_from_slice(&header);
-            self.corked.extend_from_slice(payload);
+            self.cork(&header, payload);
             return self.flush(stream, done);
         }
         self.uncork();
