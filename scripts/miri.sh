@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs fastmp's unsafe core under Miri (undefined behaviour, data races, leaks):
 #   1. the unit tests of the ring, board, send record and request table (two-thread tests
-#      included) and the tcp receive path's truncating copy, under Stacked Borrows and again
+#      included), the one-sided window memory (rma_memory) and shm windows (gate, locks), and the
+#      tcp receive path's truncating copy, under Stacked Borrows and again
 #      under Tree Borrows;
 #   2. the same modules with several scheduler seeds (different thread interleavings and
 #      weak-memory outcomes);
@@ -28,7 +29,8 @@ cargo +nightly miri setup >/dev/null
 
 # frame_props::payload_longer...: the tcp receive path's raw-pointer copies into a receive buffer
 # shorter than the payload (Miri caught a pointer formed past such a buffer's end there).
-MODULES=(device::shm::ring device::shm::board device::shm::record device::slab
+MODULES=(device::shm::ring device::shm::board device::shm::record device::slab device::rma_memory
+    device::shm::one_sided
     device::tcp::frame_props::payload_longer_than_its_buffer_is_cut_in_place)
 BASE_FLAGS="${MIRIFLAGS:-}"
 

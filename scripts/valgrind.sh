@@ -4,7 +4,8 @@
 #
 # Usage: scripts/valgrind.sh [-t TARGET]... [TEST_FILTER...]
 #   -t TARGET    integration-test target to run (a file stem under crates/fastmp/tests/);
-#                repeatable. Default: stress, the p2p_* suites, miri_smoke, matching_model
+#                repeatable. Default: stress, the p2p_* suites, miri_smoke, matching_model,
+#                one_sided_stress, one_sided_atomics
 #                (whichever exist).
 #   TEST_FILTER  passed on to the test harness (e.g. a test-name substring, or --exact NAME).
 # Env:
@@ -26,7 +27,8 @@ done
 shift $((OPTIND - 1))
 FILTER=("$@")
 if [[ ${#TARGETS[@]} -eq 0 ]]; then
-    TARGETS=(stress p2p_matching p2p_transfers p2p_requests p2p_errors miri_smoke matching_model)
+    TARGETS=(stress p2p_matching p2p_transfers p2p_requests p2p_errors miri_smoke matching_model
+        one_sided_stress one_sided_atomics)
 fi
 export PROPTEST_CASES="${PROPTEST_CASES:-16}"
 read -r -a EXTRA <<<"${VALGRIND_FLAGS:-}"

@@ -22,6 +22,9 @@ use crate::device::wait::{Backoff, Pause};
 use crate::device::{Failure, RawStatus, ReqId, lock_ignoring_poison as lock};
 use crate::error::Result;
 
+/// How a frame goes into a connection's `Tx` (at once, or held back).
+type TxSend = fn(&mut Tx, &TcpStream, Header, &[u8], &mut dyn FnMut(ReqId)) -> std::io::Result<()>;
+
 /// How long the input thread rests while a user thread polls, before looking again.
 const IDLE_CHECK: Duration = Duration::from_millis(1);
 /// Upper bound of one `poll(2)` of the input thread (it is woken explicitly when it matters).
@@ -70,13 +73,7 @@ impl Shared {
         self.send_frame_with(p, frame, payload, Tx::send_corked)
     }
 
-    fn send_frame_with(
-        &self,
-        p: usize,
-        frame: Frame,
-        payload: &[u8],
-        send: fn(&mut Tx, &TcpStream, Header, &[u8], &mut dyn FnMut(ReqId)) -> std::io::Result<()>,
-    ) -> bool {
+    fn send_frame_with(&self, p: usize, frame: Frame, payload: &[u8], send: TxSend) -> bool {
         let peer = self.peer(p);
         if peer.write_shut.load(Ordering::Acquire) {
             return true;
