@@ -33,10 +33,16 @@ impl Rank {
 
     /// Exposes `mem` as this rank's part of window `id` over all ranks and connects.
     fn window(&self, id: ContextId, mem: &mut [u64]) -> Box<dyn RmaWindow> {
+        self.window_at(id, mem.as_mut_ptr(), mem.len())
+    }
+
+    /// As `window`, over `len` words at `base` (a test that touches the part itself under local
+    /// access uses the same pointer, as the window layer's guard does).
+    fn window_at(&self, id: ContextId, base: *mut u64, len: usize) -> Box<dyn RmaWindow> {
         let members: Vec<usize> = (0..self.np).collect();
-        // SAFETY: every test closes the window before `mem` goes, and touches `mem` itself only
+        // SAFETY: every test closes the window before the memory goes, and touches it itself only
         // under local access.
-        let win = unsafe { self.ep.expose(id, &members, mem.as_mut_ptr().cast(), size_of_val(mem)) }.unwrap();
+        let win = unsafe { self.ep.expose(id, &members, base.cast(), len * 8) }.unwrap();
         self.barrier();
         win.connect().unwrap();
         win
@@ -206,7 +212,7 @@ fn local_access_holds_puts_off() {
     job(2, |r| {
         let mut mem = vec![0u64; 1];
         let base = mem.as_mut_ptr();
-        let win = r.window(9, &mut mem);
+        let win = r.window_at(9, base, mem.len());
         if r.rank == 0 {
             win.begin_local_access().unwrap();
             // Our own operations on our part would wait for ourselves.
