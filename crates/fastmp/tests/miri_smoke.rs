@@ -3,7 +3,7 @@
 //! direct copy, a synchronous send, and requests leaked with `mem::forget` (the scope must finish
 //! them: the send's data is detached, the receive still receives); plus the shm device's native
 //! collectives on three ranks, where peers copy and reduce straight out of each other's buffers;
-//! and the request kinds of issue 12 (read after wait, owned, persistent).
+//! the request kinds of issue 12 (read after wait, owned, persistent); and one-sided windows.
 
 use fastmp::{ANY_SOURCE, ANY_TAG, Comm, Config, Result};
 
@@ -235,5 +235,38 @@ fn owned_persistent_and_read_after_wait() {
             assert_eq!(reqs[0].buf()?, &pattern(32, BIG)[..]);
         }
         world.barrier()
+    });
+}
+
+/// One-sided windows through the public API: allocated and user memory, a fence epoch, a lock
+/// epoch with atomics, and the owner's local guard (leaked windows leak by design, so they are
+/// tested outside Miri, in `one_sided_faults`).
+#[test]
+fn one_sided_windows() {
+    use fastmp::window::{Assert, LockKind};
+    job(|world| {
+        let (me, peer) = (world.rank(), 1 - world.rank());
+        let win = world.win_allocate::<u64>(4)?;
+        win.fence(Assert::NONE)?;
+        win.put(&[me as u64 + 10, 7], peer, 1)?;
+        win.fence(Assert::NOSUCCEED)?;
+        assert_eq!(&win.local()?[1..3], &[peer as u64 + 10, 7]);
+        win.lock(LockKind::Exclusive, 0, Assert::NONE)?;
+        win.fetch_and_op(1u64, 0, 3, fastmp::op::Sum)?;
+        win.unlock(0)?;
+        world.barrier()?;
+        if me == 0 {
+            assert_eq!(win.local()?[3], 2);
+        }
+        win.free()?;
+        let mut mine = [0u32; 3];
+        world.win_create(&mut mine, |win| {
+            win.lock_all(Assert::NONE)?;
+            win.put(&[me as u32 + 1], peer, me)?;
+            win.unlock_all()?;
+            world.barrier()
+        })?;
+        assert_eq!(mine[peer], peer as u32 + 1);
+        Ok(())
     });
 }
