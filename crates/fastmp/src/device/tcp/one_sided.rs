@@ -743,7 +743,7 @@ impl TcpWindow {
         // Held back until the next frame to `w`: a put or accumulate needs to arrive only by the
         // next synchronisation, and every synchronisation sends `w` a frame.
         self.send_held_back(w, frame, bytes, true)?;
-        Ok(Started::Complete(Ok(crate::device::RawStatus { source: self.me(), tag: 0, bytes: len, cancelled: false })))
+        Ok(self.done(len))
     }
 
     fn note_get(&self, target: usize, started: &Started) {
