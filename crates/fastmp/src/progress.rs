@@ -272,6 +272,10 @@ impl<D: Device + ?Sized> Device for Progressing<D> {
         self.inner.abort_job(failure)
     }
 
+    fn job_failure(&self) -> Option<crate::device::Failure> {
+        self.inner.job_failure()
+    }
+
     fn collectives(&self, context: ContextId, members: &[usize]) -> Option<crate::device::collectives::Collectives> {
         self.inner.collectives(context, members)
     }

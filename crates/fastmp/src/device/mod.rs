@@ -261,6 +261,13 @@ pub trait Device {
         failure
     }
 
+    /// The failure the job already ended with, as far as this rank has heard (none for devices
+    /// without peers): a process rank about to fail checks it to know whether the report is its
+    /// own to print.
+    fn job_failure(&self) -> Option<Failure> {
+        None
+    }
+
     /// The device's own implementation of the collectives of the communicator with `context` over
     /// `members` (world ranks, in communicator order), asked once when the communicator is
     /// created; `None` where the device accelerates none (the collectives layer's message-based

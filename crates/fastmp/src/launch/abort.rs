@@ -25,7 +25,7 @@ impl Comm {
     /// assert!(matches!(result, Err(fastmp::Error::Aborted { rank: 1, code: 3 })));
     /// ```
     pub fn abort(&self, code: i32) -> ! {
-        let job = self.dev.abort_job(Failure::aborted(self.dev.rank(), code));
+        let job = super::abort_job(&*self.dev, Failure::aborted(self.dev.rank(), code));
         // Not a panic: no panic hook runs, `run` recognises the payload.
         std::panic::resume_unwind(Box::new(AbortUnwind(job)))
     }

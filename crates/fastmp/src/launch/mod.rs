@@ -12,9 +12,10 @@ use std::any::Any;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::rc::Rc;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::comm::Comm;
-use crate::device::{Failure, ShmWorld};
+use crate::device::{Device, Failure, ShmWorld};
 use crate::error::{Error, Result};
 use config::{Config, DeviceKind, Pin};
 
@@ -73,8 +74,8 @@ where
     F: Fn(Comm) -> Result<()> + Sync,
 {
     if let Err(e) = init().and_then(|config| config.run(f)) {
-        if !FAILURE_REPORTED.load(std::sync::atomic::Ordering::Acquire) {
-            eprintln!("fastmp: {e}");
+        if !FAILURE_REPORTED.load(Ordering::Acquire) {
+            report(&e);
         }
         std::process::exit(e.exit_code());
     }
@@ -82,7 +83,32 @@ where
 
 /// Set once this process printed the job's failure, or left it to the rank that failed first
 /// (process ranks report before telling their peers), so `main` does not print it again.
-pub(crate) static FAILURE_REPORTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+static FAILURE_REPORTED: AtomicBool = AtomicBool::new(false);
+
+/// Set when this process is one rank of a multi-process job: its failure report must be out
+/// before any peer hears of the failure, because a launcher stops the rest of the job as soon as
+/// one rank exits.
+static ONE_RANK_PER_PROCESS: AtomicBool = AtomicBool::new(false);
+
+/// Prints the job's failure in one write, so a launcher's kill cannot cut it in half.
+fn report(error: &Error) {
+    use std::io::Write as _;
+    let line = format!("fastmp: {error}\n");
+    let _ = std::io::stderr().lock().write_all(line.as_bytes());
+}
+
+/// Aborts the job because this rank failed with `own` (see [`Device::abort_job`]) and returns
+/// the failure the job ends with. In a multi-process job only the rank that failed first reports,
+/// and before its peers can hear of it; the other ranks leave the report to that rank.
+pub(crate) fn abort_job(dev: &dyn Device, own: Failure) -> Failure {
+    if ONE_RANK_PER_PROCESS.load(Ordering::Acquire)
+        && !FAILURE_REPORTED.swap(true, Ordering::AcqRel)
+        && dev.job_failure().is_none()
+    {
+        report(&own.job_error());
+    }
+    dev.abort_job(own)
+}
 
 /// The unwinding payload of [`Comm::abort`]: the job is already aborted, `run` reports it.
 pub(crate) struct AbortUnwind(pub(crate) Failure);

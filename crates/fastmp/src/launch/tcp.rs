@@ -14,7 +14,7 @@ use crate::comm::Comm;
 use crate::device::tcp::TcpEndpoint;
 use crate::device::tcp::bootstrap::{Bootstrap, Rendezvous, Site};
 use crate::device::tcp::handshake::JobSecret;
-use crate::device::{Device, Failure, lock_ignoring_poison};
+use crate::device::{Failure, lock_ignoring_poison};
 use crate::error::{Error, Result};
 
 /// Start-up timeout unless `FASTMP_CONNECT_TIMEOUT` (seconds) says otherwise.
@@ -23,11 +23,10 @@ const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(60);
 /// The first failure of a job, as `run` reports it.
 type FirstFailure = Mutex<Option<Failure>>;
 
-/// Which rank runs, where its job records failures, and whether it is the whole process.
+/// Which rank runs, and where its job records failures.
 struct Place<'a> {
     rank: usize,
     first: &'a FirstFailure,
-    own_process: bool,
 }
 
 /// Runs one rank's program on its endpoint and ends the rank: a clean shutdown after success,
@@ -38,7 +37,7 @@ fn run_rank<F, R>(place: Place<'_>, endpoint: TcpEndpoint, tuning: Arc<Tuning>, 
 where
     F: Fn(Comm) -> Result<R>,
 {
-    let Place { rank, first, own_process } = place;
+    let Place { rank, first } = place;
     let endpoint = Rc::new(endpoint);
     let outcome = catch_unwind(AssertUnwindSafe(|| f(Comm::world(endpoint.clone(), tuning))));
     let own = match outcome {
@@ -49,17 +48,8 @@ where
         Ok(Err(e)) => rank_failure(rank, Ok(e)),
         Err(payload) => rank_failure(rank, Err(payload)),
     };
-    // The job's failure is recorded before the peers hear of it from this rank.
-    let job = endpoint.abort_job(own);
+    let job = super::abort_job(&*endpoint, own);
     lock_ignoring_poison(first).get_or_insert_with(|| job.clone());
-    if own_process {
-        // Only the rank that failed first says so, and before its peers exit (a launcher may then
-        // stop this process before `main` could print anything); the others leave it to that rank.
-        if job.rank == rank {
-            eprintln!("fastmp: {}", job.job_error());
-        }
-        super::FAILURE_REPORTED.store(true, std::sync::atomic::Ordering::Release);
-    }
     endpoint.abort(job.clone());
     Err(job.job_error())
 }
@@ -102,9 +92,7 @@ impl Config {
             };
             let endpoint = bootstrap.connect().and_then(|mesh| TcpEndpoint::new(rank, mesh, self.tcp_options()));
             match endpoint {
-                Ok(endpoint) => {
-                    run_rank(Place { rank, first: &first, own_process: false }, endpoint, tuning.clone(), f)
-                }
+                Ok(endpoint) => run_rank(Place { rank, first: &first }, endpoint, tuning.clone(), f),
                 Err(e) => {
                     lock_ignoring_poison(&first).get_or_insert_with(|| Failure::of_error(rank, &e));
                     Err(e)
@@ -146,8 +134,8 @@ impl Config {
         let mesh = bootstrap.connect()?;
         let endpoint = TcpEndpoint::new(place.rank, mesh, self.tcp_options())?;
         let first = Mutex::new(None);
-        run_rank(Place { rank: place.rank, first: &first, own_process: true }, endpoint, tuning, f)
-            .map(|value| vec![value])
+        super::ONE_RANK_PER_PROCESS.store(true, std::sync::atomic::Ordering::Release);
+        run_rank(Place { rank: place.rank, first: &first }, endpoint, tuning, f).map(|value| vec![value])
     }
 }
 

@@ -550,6 +550,10 @@ impl Device for TcpEndpoint {
     /// Records the failure (an earlier one this rank heard of wins) and passes the job's failure
     /// on to every peer, once: a rank that only ran into another's failure relays that rank's
     /// record, so nobody blames the relay.
+    fn job_failure(&self) -> Option<Failure> {
+        lock(&self.shared.state).aborted.clone()
+    }
+
     fn abort_job(&self, failure: Failure) -> Failure {
         let sh = &*self.shared;
         let (job, first_time) = {
