@@ -74,6 +74,7 @@ pub mod layout;
 mod mprobe;
 mod owned;
 mod p2p;
+pub mod pgas;
 mod progress;
 mod raw;
 mod scope;
@@ -175,7 +176,7 @@ pub mod op {
 
 /// Pinning helpers used by the launcher and benchmarks.
 pub mod affinity {
-    pub use crate::launch::affinity::{allowed_cpus, cpu_for, pin_current_thread};
+    pub use crate::launch::affinity::{allowed_cpus, cpu_for, numa_node_of_current_thread, pin_current_thread};
 }
 
 /// Compiles and runs the README's example as a doctest.

@@ -26,6 +26,7 @@
 //! the sizes all members registered before calling; devices check again where a check is cheap
 //! (`Err`, never a write outside a segment).
 
+use super::rma_memory::Segment;
 use super::{ContextId, Started};
 use crate::error::Result;
 
@@ -131,6 +132,12 @@ pub trait RmaWindow {
 
     /// Byte length of every member's part, in member order (valid after `connect`).
     fn part_lengths(&self) -> &[usize];
+
+    /// Runs `f` on `target`'s part when this rank can address it directly (every member on a
+    /// device with direct access, at least its own part elsewhere), entered as an operation is:
+    /// the owner's local access or close cannot overlap. Returns `Ok(false)` without calling `f`
+    /// when the part is not directly addressable: the caller then puts or gets.
+    fn with_part(&self, target: usize, f: &mut dyn FnMut(&Segment) -> Result<()>) -> Result<bool>;
 
     /// Writes `len` bytes from `data` into `target`'s part at `offset`.
     ///

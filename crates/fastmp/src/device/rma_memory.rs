@@ -22,7 +22,7 @@ use super::one_sided::{AccumulateOp, Element};
 use crate::error::{Error, Result};
 
 /// One rank's part of a window, as raw memory accessed only through this module.
-pub(crate) struct Segment {
+pub struct Segment {
     base: *mut u8,
     len: usize,
     /// Byte offsets of the word region: `[words_start, words_end)`, both multiples of 8 from an
@@ -143,6 +143,36 @@ impl Segment {
                 // SAFETY: edge bytes inside the segment, accessed only under `edges`.
                 unsafe { std::ptr::copy_nonoverlapping(self.base.add(lo), part.as_mut_ptr(), part.len()) };
             }
+        }
+        Ok(())
+    }
+
+    /// Copies `len` bytes at `src_offset` of `src` to `offset` of this segment (a copy between two
+    /// window parts, as the PGAS collectives make). Whole words that line up on both grids go in
+    /// one load/store loop; anything else through a small stack buffer. The segments must not be
+    /// one and the same (ranges could overlap).
+    pub(crate) fn copy_from(&self, offset: usize, src: &Segment, src_offset: usize, len: usize) -> Result<()> {
+        self.check("copy", offset, len)?;
+        src.check("copy", src_offset, len)?;
+        debug_assert!(!std::ptr::eq(self, src), "copy within one segment");
+        let mut done = 0;
+        if self.in_words(offset, len)
+            && src.in_words(src_offset, len)
+            && (offset - self.words_start).is_multiple_of(8)
+            && (src_offset - src.words_start).is_multiple_of(8)
+        {
+            let n = len / 8;
+            for (to, from) in self.words(offset, n).iter().zip(src.words(src_offset, n)) {
+                to.store(from.load(Relaxed), Relaxed);
+            }
+            done = n * 8;
+        }
+        let mut bounce = [0u8; 4096];
+        while done < len {
+            let step = (len - done).min(bounce.len());
+            src.read(src_offset + done, &mut bounce[..step])?;
+            self.write(offset + done, &bounce[..step])?;
+            done += step;
         }
         Ok(())
     }

@@ -58,3 +58,21 @@ pub fn pin_current_thread(cpu: usize) -> Result<()> {
 pub fn pin_current_thread(_cpu: usize) -> Result<()> {
     Ok(())
 }
+
+/// The NUMA node of every CPU the calling thread may run on, when they all share one (read from
+/// sysfs: `/sys/devices/system/cpu/cpuN/nodeM`); `None` when they span several or sysfs says
+/// nothing.
+pub fn numa_node_of_current_thread() -> Option<usize> {
+    let mut node = None;
+    for cpu in allowed_cpus() {
+        let dir = std::fs::read_dir(format!("/sys/devices/system/cpu/cpu{cpu}")).ok()?;
+        let this = dir
+            .filter_map(|e| e.ok())
+            .find_map(|e| e.file_name().to_str().and_then(|n| n.strip_prefix("node")).and_then(|n| n.parse().ok()))?;
+        if node.is_some_and(|n| n != this) {
+            return None;
+        }
+        node = Some(this);
+    }
+    node
+}

@@ -82,7 +82,7 @@
 
 mod elements;
 mod epoch;
-mod lifecycle;
+pub(crate) mod lifecycle;
 mod local;
 mod memory;
 mod ops;
@@ -264,6 +264,11 @@ impl<'mem, T: Pod> Window<'mem, T> {
     }
 
     /// The window's communicator (a duplicate of the one it was created on).
+    /// The untyped window (the PGAS layer moves bytes between windows).
+    pub(crate) fn core(&self) -> &Core {
+        &self.core
+    }
+
     pub fn comm(&self) -> &Comm {
         &self.core.comm
     }

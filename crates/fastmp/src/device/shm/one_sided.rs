@@ -402,6 +402,12 @@ impl RmaWindow for ShmWindow {
         self.lengths.get().map_or(&[], |l| l)
     }
 
+    fn with_part(&self, target: usize, f: &mut dyn FnMut(&Segment) -> Result<()>) -> Result<bool> {
+        let inside = self.enter("direct access", target)?;
+        f(&inside.part.segment)?;
+        Ok(true)
+    }
+
     unsafe fn put(&self, target: usize, offset: usize, data: *const u8, len: usize) -> Result<Started> {
         let inside = self.enter("put", target)?;
         // SAFETY: `RmaWindow::put`'s contract; the copy completes before we return.

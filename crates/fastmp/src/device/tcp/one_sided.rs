@@ -846,6 +846,14 @@ impl RmaWindow for TcpWindow {
         unsafe { self.send_payload(w, frame, data, len) }
     }
 
+    fn with_part(&self, target: usize, f: &mut dyn FnMut(&Segment) -> Result<()>) -> Result<bool> {
+        if target != self.me() {
+            return Ok(false);
+        }
+        self.on_own_part("direct access", |segment| f(segment))?;
+        Ok(true)
+    }
+
     unsafe fn get(&self, target: usize, offset: usize, into: *mut u8, len: usize) -> Result<Started> {
         let w = self.check("get", target, offset, len)?;
         if len == 0 {
