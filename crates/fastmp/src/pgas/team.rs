@@ -17,6 +17,7 @@ use bytemuck::Pod;
 
 use super::select::{Algorithm, Collective, Shape, Tuning};
 use super::tree::Tree;
+use super::{InSync, OutSync};
 use crate::comm::Comm;
 use crate::error::Result;
 
@@ -104,6 +105,21 @@ impl Team {
     /// The ALLSYNC barrier.
     pub(super) fn barrier(&self) -> Result<()> {
         self.comm.barrier()
+    }
+
+    /// The entry half of a sync mode that is the same for every algorithm: ALLSYNC is a barrier;
+    /// MYSYNC and NOSYNC do nothing here (under MYSYNC an algorithm waits for `Entered` from the
+    /// ranks whose blocks it touches, or for a post that implies they entered).
+    pub(super) fn enter(&self, input: InSync) -> Result<()> {
+        if input == InSync::All { self.barrier() } else { Ok(()) }
+    }
+
+    /// The exit half that is the same for every algorithm: ALLSYNC is a barrier after this rank's
+    /// own transfers (under MYSYNC an algorithm waits for `Done` from the ranks that touch its
+    /// blocks before calling this). Gives back oversized staging memory.
+    pub(super) fn leave(&self, output: OutSync) -> Result<()> {
+        self.trim_staging();
+        if output == OutSync::All { self.barrier() } else { Ok(()) }
     }
 
     /// The tree of `shape` rooted at `root`, built on first use and cached.
