@@ -192,7 +192,11 @@ impl Flow<'_> {
             let (c, c_run) = self.place(child, at);
             let (p, p_run) = self.place(parent, base + at);
             let n = (range.end - at).min(c_run).min(p_run);
-            if down { self.team.copy(c, p, n)? } else { self.team.copy(p, c, n)? }
+            if down {
+                self.team.copy(c, p, n)?
+            } else {
+                self.team.copy(p, c, n)?
+            }
             at += n;
         }
         Ok(())

@@ -160,7 +160,11 @@ fn scratch(team: &Team, bytes: usize) -> Result<Ref<'_, Option<Window<'static, u
 /// Gives the scratch window back when it outgrew what the thesis keeps between calls
 /// (collective: every rank's window has the same size).
 fn release_scratch(team: &Team) -> Result<()> {
-    if team.scratch.borrow().as_ref().is_some_and(|w| w.len() > KEEP_BUFFER_LIMIT) { free_scratch(team) } else { Ok(()) }
+    if team.scratch.borrow().as_ref().is_some_and(|w| w.len() > KEEP_BUFFER_LIMIT) {
+        free_scratch(team)
+    } else {
+        Ok(())
+    }
 }
 
 fn free_scratch(team: &Team) -> Result<()> {
@@ -232,7 +236,9 @@ pub fn gather_all<T: Pod>(dst: &SharedArray<T>, src: &SharedArray<T>, len: usize
     let algorithm = team.algorithm(Collective::GatherAll, piece);
     if algorithm.transfer == Transfer::Push {
         team.enter(input)?;
-        all_to_all(team, input, output, |t| team.copy(dst.block_at(t, team.rank() * piece), src.block_at(team.rank(), 0), piece))?;
+        all_to_all(team, input, output, |t| {
+            team.copy(dst.block_at(t, team.rank() * piece), src.block_at(team.rank(), 0), piece)
+        })?;
         return team.leave(output);
     }
     let gather_tree = team.tree(Shape::Flat, 0)?;
