@@ -7,6 +7,9 @@ use std::time::Duration;
 use fastmp::pgas::{self, Algorithm, Collective, SharedArray, Sync};
 use fastmp::{Comm, Config, DeviceKind, Error, Result};
 
+mod alloc_counter;
+use alloc_counter::allocations;
+
 /// Elements per piece; 20 000 u16 is 40 000 bytes, above the 32 KiB static chunk.
 const SIZES: [usize; 4] = [0, 1, 37, 20_000];
 const MAX: usize = 20_000;
@@ -266,6 +269,35 @@ fn scratch_above_the_keep_limit_is_released_and_remade() {
                 let bad =
                     got.iter().enumerate().position(|(i, v)| *v != (me * 7 + round + (me * PIECE + i) % 251) as u8);
                 assert_eq!(bad, None, "{name}: rank {me}");
+            }
+            Ok(())
+        })
+        .unwrap();
+}
+
+/// Warm calls allocate nothing on shm (trees, scratch and semaphores are reused).
+#[test]
+fn warm_calls_allocate_nothing_on_shm() {
+    Config::new()
+        .device(DeviceKind::Shm)
+        .np(4)
+        .run(|world| {
+            let src = world.shared_array::<u16>(4 * MAX)?;
+            let dst = world.shared_array::<u16>(4 * MAX)?;
+            for coll in [Collective::Broadcast, Collective::Scatter, Collective::Gather, Collective::GatherAll] {
+                for algorithm in coll.algorithms() {
+                    dst.force_algorithm(coll, algorithm)?;
+                    for sync in [Sync::ALL, Sync::MY, Sync::NO] {
+                        let calls = |n| (0..n).try_for_each(|i| call(coll, &dst, &src, i % 4, MAX, sync));
+                        calls(4)?; // every root: its tree is built on first use
+                        dst.barrier()?;
+                        let before = allocations();
+                        calls(10)?;
+                        dst.barrier()?;
+                        let n = allocations() - before;
+                        assert_eq!(n, 0, "{coll:?} {algorithm} {sync}: rank {} allocated {n} times", world.rank());
+                    }
+                }
             }
             Ok(())
         })
