@@ -255,16 +255,21 @@ fn write_result<T: Pod>(dst: &SharedArray<T>, value: Option<T>) -> Result<()> {
 /// regions hold consecutive ranks.
 fn ordered_tree(team: &Team, shape: Shape) -> Result<std::rc::Rc<Tree>> {
     let tree = team.tree(shape, 0)?;
-    // Rank r follows rank r − 1 in that walk iff r's parent is r − 1 or one of its ancestors.
-    let ordered = (1..team.size()).all(|r| {
-        let parent = tree.parent(r);
-        let mut up = Some(r - 1);
-        while up.is_some() && up != parent {
-            up = up.and_then(|a| tree.parent(a));
-        }
-        up.is_some()
-    });
-    if ordered { Ok(tree) } else { team.tree(Shape::Binomial, 0) }
+    if rank_ordered(&tree, team.size()) { Ok(tree) } else { team.tree(Shape::Binomial, 0) }
+}
+
+/// Whether `tree` (over `np` ranks, rooted at 0) is walked in rank order depth first: rank r
+/// follows rank r − 1 iff r's parent is r − 1 or one of its ancestors.
+fn rank_ordered(tree: &Tree, np: usize) -> bool {
+    tree.root() == 0
+        && (1..np).all(|r| {
+            let parent = tree.parent(r);
+            let mut up = Some(r - 1);
+            while up.is_some() && up != parent {
+                up = up.and_then(|a| tree.parent(a));
+            }
+            up.is_some()
+        })
 }
 
 /// Calls `f` on `children` in increasing rank order (the trees list them in serving order).
@@ -363,4 +368,60 @@ fn hierarchical<T: Pod, O: Op<T>>(
         None
     };
     Ok(join(op, outside, inside))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::coll::op::UserOp;
+
+    #[test]
+    fn rank_order_holds_for_runs_of_ranks_only() {
+        for np in 1..=17 {
+            for shape in [Shape::Flat, Shape::Binomial] {
+                assert!(rank_ordered(&Tree::build(shape, np, 0, None), np), "{shape:?} np {np}");
+            }
+            let runs: Vec<(usize, usize)> = (0..np).map(|r| (r / 8, r / 4)).collect();
+            for shape in [Shape::BinomialFlat, Shape::Hierarchical] {
+                assert!(rank_ordered(&Tree::build(shape, np, 0, Some(&runs)), np), "{shape:?} np {np}");
+            }
+        }
+        // Ranks placed round-robin over two regions: subtrees are not runs.
+        let cyclic: Vec<(usize, usize)> = (0..8).map(|r| (0, r % 2)).collect();
+        assert!(!rank_ordered(&Tree::build(Shape::Hierarchical, 8, 0, Some(&cyclic)), 8));
+        assert!(!rank_ordered(&Tree::build(Shape::Binomial, 8, 3, None), 8));
+    }
+
+    /// The hierarchical prefix over several runs (the machine has one region, so the public
+    /// path only ever sees one run): fake placements, several counts of active ranks.
+    #[test]
+    fn hierarchical_prefix_over_several_runs() {
+        // Strings of rank numbers as base-16 digits: concatenation is not commutative.
+        let concat = UserOp::non_commutative(|lower: &[[u64; 2]], upper: &mut [[u64; 2]]| {
+            for (l, u) in lower.iter().zip(upper.iter_mut()) {
+                *u = [l[0] << (4 * u[1]) | u[0], l[1] + u[1]];
+            }
+        });
+        let placements: [&[(usize, usize)]; 3] = [
+            &[(0, 0), (0, 0), (0, 1), (1, 0), (1, 0), (1, 0), (0, 0)],
+            &[(0, 0), (0, 1), (0, 0), (0, 1), (0, 0), (0, 1), (0, 0)],
+            &[(0, 0); 7],
+        ];
+        crate::run(7, |world| {
+            let array = world.shared_array::<u8>(1)?;
+            let me = world.rank();
+            for regions in placements {
+                for active in [1, 3, 4, 7] {
+                    if me < active {
+                        let mine = [me as u64 + 1, 1];
+                        let below = hierarchical(&array.team, &concat, regions, me, active, mine)?;
+                        let expect = (1..=me as u64).fold(0, |acc, d| acc << 4 | d);
+                        assert_eq!(below.map(|b| b[0]), (me > 0).then_some(expect), "{regions:?} active {active}");
+                    }
+                }
+            }
+            Ok(())
+        })
+        .unwrap();
+    }
 }
