@@ -318,3 +318,34 @@ fn predefined_operations() {
         });
     }
 }
+
+/// Blocks longer than the library's piece of 64 elements: the fold and the scan carry across
+/// pieces, in order.
+#[test]
+fn long_blocks_reduce_and_scan_in_order() {
+    const B: usize = 150;
+    for dev in DEVICES {
+        job(dev, 3, |world| {
+            let me = world.rank();
+            let src = world.shared_array::<Affine>(B)?;
+            let dst = world.shared_array::<Affine>(B)?;
+            fill_src(&src, me)?;
+            let all: Vec<Affine> = (0..3 * B).map(value).collect();
+            let op = compose();
+            for nelems in [B - 1, 2 * B + 70, 3 * B] {
+                pgas::reduce(&dst, &src, 1, nelems, &op, Sync::ALL)?;
+                if me == 1 {
+                    assert_eq!(dst.local()?[0], fold(&op, &all[..nelems]).unwrap(), "reduce nelems {nelems}");
+                }
+                dst.barrier()?;
+                pgas::prefix_reduce(&dst, &src, nelems, &op, Sync::ALL)?;
+                let got = dst.local()?.to_vec();
+                for (i, x) in got.iter().enumerate().take(nelems.saturating_sub(me * B).min(B)) {
+                    assert_eq!(*x, fold(&op, &all[..=me * B + i]).unwrap(), "prefix nelems {nelems} rank {me} i {i}");
+                }
+                dst.barrier()?;
+            }
+            Ok(())
+        });
+    }
+}

@@ -78,7 +78,7 @@ pub fn reduce<T: Pod, O: Op<T>>(
     let commutative = op.is_commutative();
     let tree = if commutative { team.tree(shape, root)? } else { ordered_tree(team, shape)? };
     team.enter(input)?;
-    let mut acc = fold(&op, &src.local()?[..owned(me, src.block_len(), nelems)]);
+    let mut acc = fold(&op, src, owned(me, src.block_len(), nelems))?;
     let children = tree.children(me);
     if commutative {
         // Binomial children come largest subtree first: the smallest subtrees report first.
@@ -107,8 +107,9 @@ pub fn reduce<T: Pod, O: Op<T>>(
 /// `upc_all_prefix_reduce`); `dst` and `src` must have the same block length. Elements of `dst`
 /// from `nelems` on are untouched.
 ///
-/// Every rank holding elements scans its own block into its own `dst` block, obtains the
-/// combination of all lower ranks' elements (its exclusive prefix), and applies it. Algorithms
+/// Every rank holding elements folds its own block, obtains the combination of all lower ranks'
+/// elements (its exclusive prefix) from the others, and scans its block from that prefix into
+/// its `dst` block. Algorithms
 /// for that prefix: `chain_push` (each rank waits for its left neighbour's prefix and passes
 /// its own on: n−1 steps, the least traffic), `dissemination_pull` (Mellor-Crummey and Scott:
 /// in round `j` a rank combines the partial of rank − 2^j, ⌈log2 n⌉ rounds) and
@@ -158,18 +159,14 @@ pub fn prefix_reduce<T: Pod, O: Op<T>>(
     if count > 0 {
         // Ranks holding elements are 0..active, all but the last with a full block.
         let active = nelems.div_ceil(block);
-        let total = scan(&op, &mut dst.local()?[..count], &src.local()?[..count]);
+        let total = fold(&op, src, count)?.unwrap_or_else(|| unreachable!("count > 0"));
         let prefix = match (shape, regions) {
             (Shape::Chain, _) => chain(team, &op, me, 0..active, total)?.0,
             (Shape::Dissemination, _) => dissemination(team, &op, me, active, |i| i, total)?,
             (Shape::Hierarchical, Some(regions)) => hierarchical(team, &op, &regions, me, active, total)?,
             _ => return Err(Error::other(format!("prefix_reduce: no algorithm of shape {shape:?}"))),
         };
-        if let Some(prefix) = prefix {
-            for x in &mut dst.local()?[..count] {
-                op.combine(&[prefix], std::slice::from_mut(x));
-            }
-        }
+        scan(&op, dst, src, count, prefix)?;
     }
     team.leave(output)
 }
@@ -204,20 +201,58 @@ fn join<T: Pod, O: Op<T>>(op: &O, lower: Option<T>, upper: Option<T>) -> Option<
     }
 }
 
-/// `values[0] ∘ … ∘ values[n-1]`, `None` for no values.
-fn fold<T: Pod, O: Op<T>>(op: &O, values: &[T]) -> Option<T> {
-    let (&first, rest) = values.split_first()?;
-    Some(rest.iter().fold(first, |acc, &x| join(op, Some(acc), Some(x)).unwrap_or(x)))
+/// Elements per piece when a rank walks its own block: blocks are read and written through the
+/// device's direct access (an origin-side entry), not through `SharedArray::local`, whose guard
+/// drains the part's origins with a process-wide memory barrier (tens of microseconds on shm):
+/// far too slow for an 8-byte reduce.
+const PIECE: usize = 64;
+
+/// Calls `f(start, piece)` on this rank's elements `0..count` of `array`, a piece at a time in
+/// a stack buffer (no allocation).
+fn for_pieces<T: Pod>(
+    array: &SharedArray<T>,
+    count: usize,
+    mut f: impl FnMut(usize, &mut [T]) -> Result<()>,
+) -> Result<()> {
+    let mut buf = [T::zeroed(); PIECE];
+    let me = array.team.rank();
+    for start in (0..count).step_by(PIECE) {
+        let piece = &mut buf[..(count - start).min(PIECE)];
+        array.team.read(array.block_at(me, start * size_of::<T>()), bytemuck::cast_slice_mut(piece))?;
+        f(start, piece)?;
+    }
+    Ok(())
 }
 
-/// Inclusive scan of `from` into `to` (same, non-zero length); returns the last value.
-fn scan<T: Pod, O: Op<T>>(op: &O, to: &mut [T], from: &[T]) -> T {
-    to.copy_from_slice(from);
-    for i in 1..to.len() {
-        let (done, rest) = to.split_at_mut(i);
-        op.combine(&done[i - 1..], &mut rest[..1]);
-    }
-    to[to.len() - 1]
+/// `src[0] ∘ … ∘ src[count-1]` of this rank's block, `None` for no elements.
+fn fold<T: Pod, O: Op<T>>(op: &O, src: &SharedArray<T>, count: usize) -> Result<Option<T>> {
+    let mut acc = None;
+    for_pieces(src, count, |_, piece| {
+        for &x in piece.iter() {
+            acc = join(op, acc, Some(x));
+        }
+        Ok(())
+    })?;
+    Ok(acc)
+}
+
+/// Writes the inclusive scan of this rank's `src[..count]`, preceded by `prefix` (the lower
+/// ranks' combination), into its `dst[..count]`.
+fn scan<T: Pod, O: Op<T>>(
+    op: &O,
+    dst: &SharedArray<T>,
+    src: &SharedArray<T>,
+    count: usize,
+    mut carry: Option<T>,
+) -> Result<()> {
+    let me = dst.team.rank();
+    for_pieces(src, count, |start, piece| {
+        for x in piece.iter_mut() {
+            *x = join(op, carry, Some(*x)).unwrap_or(*x);
+            carry = Some(*x);
+        }
+        dst.team.write(dst.block_at(me, start * size_of::<T>()), bytemuck::cast_slice(piece))
+    })
 }
 
 fn send_partial<T: Pod>(team: &Team, to: usize, value: Option<T>) -> Result<()> {
@@ -243,8 +278,7 @@ fn recv_value<T: Pod>(team: &Team, from: usize) -> Result<T> {
 
 fn write_result<T: Pod>(dst: &SharedArray<T>, value: Option<T>) -> Result<()> {
     let value = value.ok_or_else(|| Error::other("reduce: the root received no value (an internal error)"))?;
-    dst.local()?[0] = value;
-    Ok(())
+    dst.team.write(dst.block_at(dst.team.rank(), 0), bytemuck::bytes_of(&value))
 }
 
 /// For non-commutative operations: `shape`'s tree rooted at rank 0 if a depth-first walk that
