@@ -4,7 +4,8 @@
 //! alone for reduce); partial results travel as one-value messages (the thesis's semaphores with
 //! a payload), which also order the ranks. So the MYSYNC modes need no extra messages here: under
 //! IN_MYSYNC a rank touches only its own blocks, which it has entered, and under OUT_MYSYNC no
-//! other rank ever touches its blocks. The ALLSYNC halves are the team's barriers.
+//! other rank ever touches its blocks. IN_ALLSYNC is the team's barrier; OUT_ALLSYNC is a
+//! barrier for prefix_reduce and, for reduce, a `Done` passed down the tree from the root.
 //!
 //! Ranks that hold none of the first `nelems` elements contribute nothing rather than a neutral
 //! element (user operations have none): a partial is an empty or a one-element message.
@@ -16,7 +17,7 @@ use bytemuck::Pod;
 use super::select::{Collective, Shape};
 use super::team::{Signal, Team};
 use super::tree::Tree;
-use super::{SharedArray, Sync};
+use super::{OutSync, SharedArray, Sync};
 use crate::coll::op::Op;
 use crate::error::{Error, Result};
 
@@ -100,7 +101,23 @@ pub fn reduce<T: Pod, O: Op<T>>(
     if me == root && top != root {
         write_result(dst, recv_partial(team, top)?)?;
     }
-    team.leave(output)
+    if output == OutSync::All {
+        // The root's write is the call's last touch of data (every other read precedes a send
+        // that leads to it), so a `Done` passed down from the root replaces the barrier: the
+        // root returns at once, every other rank after one message per tree level.
+        if me == root && top != root {
+            team.post(top, Signal::Done)?;
+        }
+        match tree.parent(me) {
+            Some(parent) => team.wait(parent, Signal::Done)?,
+            None if top != root => team.wait(root, Signal::Done)?,
+            None => {}
+        }
+        for &child in children {
+            team.post(child, Signal::Done)?;
+        }
+    }
+    team.leave(if output == OutSync::All { OutSync::No } else { output })
 }
 
 /// Writes `dst[k] = src[0] ∘ … ∘ src[k]` for every global index `k < nelems` (UPC
