@@ -349,3 +349,34 @@ fn long_blocks_reduce_and_scan_in_order() {
         });
     }
 }
+
+/// A rank that fails instead of joining makes its peers' waits fail: the job ends in an error,
+/// never a hang (the watchdog would abort).
+#[test]
+fn a_rank_failing_mid_collective_fails_its_peers() {
+    for dev in DEVICES {
+        for coll in ["reduce", "prefix_reduce", "exchange"] {
+            let (tx, rx) = mpsc::channel::<()>();
+            std::thread::spawn(move || {
+                if let Err(mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(Duration::from_secs(120)) {
+                    eprintln!("{coll} on {dev:?}: peers of a failed rank hang; aborting");
+                    std::process::abort();
+                }
+            });
+            let result = Config::new().device(dev).np(4).run(|world| {
+                let src = world.shared_array::<u64>(4)?;
+                let dst = world.shared_array::<u64>(4)?;
+                if world.rank() == 2 {
+                    return Err(Error::other("rank 2 gives up"));
+                }
+                match coll {
+                    "reduce" => pgas::reduce(&dst, &src, 0, 16, Sum, Sync::MY),
+                    "prefix_reduce" => pgas::prefix_reduce(&dst, &src, 16, Sum, Sync::NO),
+                    _ => pgas::exchange(&dst, &src, 1, Sync::MY),
+                }
+            });
+            assert!(result.is_err(), "{coll} on {dev:?}: the job succeeded without rank 2");
+            drop(tx);
+        }
+    }
+}
