@@ -21,6 +21,7 @@ fn memput_memget_and_the_owners_slice(dev: DeviceKind) {
         assert_eq!((a.block_len(), a.len(), a.is_empty()), (B, NP * B, false));
         assert_eq!((a.comm().rank(), a.comm().size()), (me, NP));
         assert_eq!(*a.local()?, [0; B], "a new array is zeroed");
+        a.barrier()?;
         // Everyone writes one element of every block (element `me` of block t gets val(t, me)).
         for t in 0..NP {
             a.memput(&[val(t, me)], t, me)?;
