@@ -71,6 +71,16 @@ fn defaults(dev: DeviceKind) {
     run_cases::<u32, _>(dev, np, np * LARGE / 4, &cases, Sum);
 }
 
+/// 3-byte elements (block boundaries and chunk ends at odd byte offsets) for the six data
+/// movers at np 3: sizes of 3, 33 and 33 003 bytes (above the static chunk, odd halves).
+fn odd_element_size(dev: DeviceKind) {
+    let np = 3;
+    let never = fastmp::op::UserOp::commutative(|_: &[[u8; 3]], _: &mut [[u8; 3]]| unreachable!("no reduction"));
+    let movers = &Collective::ALL[..6];
+    let cases: Vec<Case> = movers.iter().flat_map(|&coll| sampled(coll, np, &[1, 11, 11_001])).collect();
+    run_cases::<[u8; 3], _>(dev, np, np * 11_001, &cases, never);
+}
+
 macro_rules! suite {
     ($($name:ident: $coll:ident),* $(,)?) => {
         mod shm {
@@ -92,6 +102,10 @@ macro_rules! suite {
             fn default_selection() {
                 crate::defaults(fastmp::DeviceKind::Shm)
             }
+            #[test]
+            fn odd_element_size() {
+                crate::odd_element_size(fastmp::DeviceKind::Shm)
+            }
         }
         mod tcp {
             $(mod $name {
@@ -107,6 +121,10 @@ macro_rules! suite {
             #[test]
             fn default_selection() {
                 crate::defaults(fastmp::DeviceKind::Tcp)
+            }
+            #[test]
+            fn odd_element_size() {
+                crate::odd_element_size(fastmp::DeviceKind::Tcp)
             }
         }
     };
