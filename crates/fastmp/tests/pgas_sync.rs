@@ -50,7 +50,7 @@ fn late_rank(call: &Call, k: usize) -> usize {
         Call::Reduce { root, .. } => root,
         _ => 0,
     };
-    if k % 2 == 0 { root } else { (root + 1 + k / 2 % (NP - 1)) % NP }
+    if k.is_multiple_of(2) { root } else { (root + 1 + k / 2 % (NP - 1)) % NP }
 }
 
 /// IN_MYSYNC / IN_ALLSYNC: every rank starts with stale data everywhere; the late rank sleeps,
