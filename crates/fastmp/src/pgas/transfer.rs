@@ -59,6 +59,13 @@ impl Team {
         }
         dst.check(len)?;
         src.check(len)?;
+        if std::ptr::eq(dst.core, src.core) && dst.rank == src.rank {
+            // Both ranges in one block (`SharedArray::memcpy` within an array): a segment cannot
+            // copy from itself, so go through the staging buffer.
+            let mut staging = self.staging(len);
+            self.read(src, &mut staging[..len])?;
+            return self.write(dst, &staging[..len]);
+        }
         let dst_direct = dst.core.dev.with_part(dst.rank, &mut |to| {
             let src_direct =
                 src.core.dev.with_part(src.rank, &mut |from| to.copy_from(dst.offset, from, src.offset, len))?;
