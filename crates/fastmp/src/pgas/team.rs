@@ -21,6 +21,9 @@ use super::{InSync, OutSync};
 use crate::comm::Comm;
 use crate::error::Result;
 
+/// Every rank's (node, NUMA region).
+pub(super) type Regions = Rc<[(usize, usize)]>;
+
 /// What a semaphore post means; each is its own message tag.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(super) enum Signal {
@@ -48,7 +51,7 @@ pub(super) struct Team {
     /// Trees built on first use, per shape and root.
     trees: RefCell<HashMap<(Shape, usize), Rc<Tree>>>,
     /// Per rank of the team: (node, NUMA region), gathered on first need.
-    regions: RefCell<Option<Rc<[(usize, usize)]>>>,
+    regions: RefCell<Option<Regions>>,
     pub(super) tuning: RefCell<Tuning>,
     /// The inner tree nodes' buffers of scatter and gather (one equal part per rank, kept in a
     /// lock_all epoch; grown collectively, released above [`KEEP_BUFFER_LIMIT`]).
@@ -140,7 +143,7 @@ impl Team {
     /// Every rank's (node, NUMA region): the node from the device's placement, the region from
     /// the CPUs the rank's thread may run on. Collective on first call (all ranks call it for the
     /// same tree shape at the same call).
-    pub(super) fn regions(&self) -> Result<Rc<[(usize, usize)]>> {
+    pub(super) fn regions(&self) -> Result<Regions> {
         if let Some(regions) = self.regions.borrow().as_ref() {
             return Ok(regions.clone());
         }
@@ -149,7 +152,7 @@ impl Team {
         self.comm.allgather(&[mine], &mut numa)?;
         let placement = self.comm.dev.placement();
         let members = self.comm.group.members();
-        let regions: Rc<[(usize, usize)]> =
+        let regions: Regions =
             members.iter().zip(&numa).map(|(&world, &n)| (placement.node_of(world), n as usize)).collect();
         *self.regions.borrow_mut() = Some(regions.clone());
         Ok(regions)

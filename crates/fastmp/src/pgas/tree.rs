@@ -49,6 +49,7 @@ impl Tree {
         &self.children[rank]
     }
 
+    #[cfg(test)]
     /// The ranks of `rank`'s subtree, `rank` first, in depth-first serving order.
     pub(super) fn subtree(&self, rank: usize) -> Vec<usize> {
         let mut out = Vec::new();
@@ -56,6 +57,7 @@ impl Tree {
         out
     }
 
+    #[cfg(test)]
     fn depth_first(&self, rank: usize, out: &mut Vec<usize>) {
         out.push(rank);
         for &child in &self.children[rank] {
@@ -63,6 +65,7 @@ impl Tree {
         }
     }
 
+    #[cfg(test)]
     /// Number of edges from the root to `rank`.
     pub(super) fn depth(&self, mut rank: usize) -> usize {
         let mut depth = 0;

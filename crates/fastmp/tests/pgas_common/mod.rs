@@ -136,8 +136,11 @@ pub fn matmul(a: [i64; 4], b: [i64; 4]) -> [i64; 4] {
     ]
 }
 
+/// A 2×2 matrix, row-major.
+pub type Mat = [i64; 4];
+
 /// The matrix product as a fastmp operation (`inout = input ∘ inout`, input from lower ranks).
-pub fn matmul_op() -> fastmp::op::UserOp<impl Fn(&[[i64; 4]], &mut [[i64; 4]])> {
+pub fn matmul_op() -> fastmp::op::UserOp<impl Fn(&[Mat], &mut [Mat])> {
     fastmp::op::UserOp::non_commutative(|input: &[[i64; 4]], inout: &mut [[i64; 4]]| {
         for (a, b) in input.iter().zip(inout.iter_mut()) {
             *b = matmul(*a, *b);
