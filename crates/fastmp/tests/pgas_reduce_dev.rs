@@ -9,30 +9,22 @@
 //! write would be overwritten and the check fails); under OUT_MYSYNC a rank checks its own
 //! destination as soon as it returns, with no barrier.
 
-use std::sync::mpsc;
-use std::time::Duration;
+#[path = "watchdog/mod.rs"]
+mod watchdog;
 
 use fastmp::op::{Band, Bor, Bxor, Land, Lor, Lxor, Max, Min, Op, Prod, Sum, UserOp};
 use fastmp::pgas::{self, Collective, InSync, OutSync, SharedArray, Sync};
 use fastmp::{Comm, Config, DeviceKind, Error, Result};
+use watchdog::watchdog;
 
 const NPS: [usize; 5] = [1, 2, 3, 5, 8];
 const DEVICES: [DeviceKind; 2] = [DeviceKind::Shm, DeviceKind::Tcp];
 
-/// Aborts the process (naming the job) if a job hangs: far beyond any job's need, so no timing
-/// assertion, only a clear failure instead of a stuck test binary.
+/// One job under the shared watchdog.
 fn job(dev: DeviceKind, np: usize, f: impl Fn(&Comm) -> Result<()> + std::marker::Sync) {
-    let (tx, rx) = mpsc::channel::<()>();
     let what = format!("{dev:?} np={np}");
-    let name = what.clone();
-    std::thread::spawn(move || {
-        if let Err(mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(Duration::from_secs(120)) {
-            eprintln!("{name}: still running after 120 s: a hang; aborting");
-            std::process::abort();
-        }
-    });
+    let _watchdog = watchdog(what.clone());
     Config::new().device(dev).np(np).run(|w| f(&w)).unwrap_or_else(|e| panic!("{what}: {e}"));
-    drop(tx);
 }
 
 fn every_job(f: impl Fn(&Comm) -> Result<()> + std::marker::Sync) {
@@ -356,13 +348,7 @@ fn long_blocks_reduce_and_scan_in_order() {
 fn a_rank_failing_mid_collective_fails_its_peers() {
     for dev in DEVICES {
         for coll in ["reduce", "prefix_reduce", "exchange"] {
-            let (tx, rx) = mpsc::channel::<()>();
-            std::thread::spawn(move || {
-                if let Err(mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(Duration::from_secs(120)) {
-                    eprintln!("{coll} on {dev:?}: peers of a failed rank hang; aborting");
-                    std::process::abort();
-                }
-            });
+            let _watchdog = watchdog(format!("{coll} on {dev:?}: peers of a failed rank"));
             let result = Config::new().device(dev).np(4).run(|world| {
                 let src = world.shared_array::<u64>(4)?;
                 let dst = world.shared_array::<u64>(4)?;
@@ -376,7 +362,6 @@ fn a_rank_failing_mid_collective_fails_its_peers() {
                 }
             });
             assert!(result.is_err(), "{coll} on {dev:?}: the job succeeded without rank 2");
-            drop(tx);
         }
     }
 }

@@ -11,7 +11,6 @@
 #![allow(dead_code)]
 
 use std::fmt::Debug;
-use std::sync::mpsc;
 use std::time::Duration;
 
 use fastmp::{Comm, Config, DeviceKind, Error, Result};
@@ -19,24 +18,10 @@ use fastmp::{Comm, Config, DeviceKind, Error, Result};
 /// Tag of the control messages that sequence the interesting traffic.
 pub const GO: i32 = 4242;
 
-/// How long a job may run before the watchdog calls it a hang: far beyond any test's need, so
-/// it is no timing assertion, only a clear failure instead of a stuck test binary.
-pub const HANG: Duration = Duration::from_secs(180);
-
-/// Aborts the test process, naming `what`, unless dropped within [`HANG`] (a hang would
-/// otherwise stall the whole suite silently).
-pub struct Watchdog(#[allow(dead_code)] mpsc::Sender<()>);
-
-pub fn watchdog(what: String) -> Watchdog {
-    let (tx, rx) = mpsc::channel::<()>();
-    std::thread::spawn(move || {
-        if let Err(mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(HANG) {
-            eprintln!("{what}: still running after {HANG:?}: a hang; aborting the test process");
-            std::process::abort();
-        }
-    });
-    Watchdog(tx)
-}
+#[path = "../watchdog/mod.rs"]
+mod watchdog;
+#[allow(unused_imports)] // not every suite uses both
+pub use watchdog::{HANG, watchdog};
 
 /// `np` thread ranks on `dev`, under a [`watchdog`].
 #[track_caller]

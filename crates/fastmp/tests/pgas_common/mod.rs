@@ -16,31 +16,15 @@
 
 use std::fmt::Debug;
 use std::sync::Mutex;
-use std::sync::mpsc;
-use std::time::Duration;
 
 use fastmp::bytemuck::Pod;
 use fastmp::op::Op;
 pub use fastmp::pgas::{self, Algorithm, Collective, InSync, OutSync, SharedArray, Sync};
 use fastmp::{Comm, Config, DeviceKind, Error, Result};
 
-/// How long a job may run before the watchdog calls it a hang: far beyond any test's need (no
-/// timing assertion), only a clear failure instead of a stuck test binary.
-pub const HANG: Duration = Duration::from_secs(240);
-
-/// Aborts the test process, naming the job, unless dropped within [`HANG`].
-pub struct Watchdog(#[allow(dead_code)] mpsc::Sender<()>);
-
-pub fn watchdog(what: String) -> Watchdog {
-    let (tx, rx) = mpsc::channel::<()>();
-    std::thread::spawn(move || {
-        if let Err(mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(HANG) {
-            eprintln!("{what}: still running after {HANG:?}: a hang; aborting the test process");
-            std::process::abort();
-        }
-    });
-    Watchdog(tx)
-}
+#[path = "../watchdog/mod.rs"]
+mod watchdog;
+pub use watchdog::watchdog;
 
 /// `np` thread ranks on `dev` under a [`watchdog`].
 #[track_caller]
