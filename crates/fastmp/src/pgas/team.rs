@@ -136,7 +136,7 @@ impl Team {
     /// Every rank's (node, NUMA region): the node from the device's placement, the region from
     /// the CPUs the rank's thread may run on. Collective on first call (all ranks call it for the
     /// same tree shape at the same call).
-    fn regions(&self) -> Result<Rc<[(usize, usize)]>> {
+    pub(super) fn regions(&self) -> Result<Rc<[(usize, usize)]>> {
         if let Some(regions) = self.regions.borrow().as_ref() {
             return Ok(regions.clone());
         }
