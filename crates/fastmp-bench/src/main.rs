@@ -317,9 +317,10 @@ impl Args {
 
     /// The UOMS benchmark named after `uoms`.
     fn uoms_bench(&self) -> Result<uoms::Uoms, String> {
-        let name = self.uoms.as_deref().ok_or_else(|| {
-            format!("uoms needs a benchmark: one of {}", uoms::ALL.map(uoms::Uoms::name).join(", "))
-        })?;
+        let name = self
+            .uoms
+            .as_deref()
+            .ok_or_else(|| format!("uoms needs a benchmark: one of {}", uoms::ALL.map(uoms::Uoms::name).join(", ")))?;
         uoms::Uoms::from_name(name)
     }
 }

@@ -60,7 +60,10 @@ pub fn run(config: Config, plan: &Plan, output: &Path) -> Result<(), String> {
     let collectives = if plan.collectives.is_empty() { Collective::ALL.to_vec() } else { plan.collectives.clone() };
     let sizes = ladder(&plan.sizes);
     if sizes.is_empty() {
-        return Err(format!("tune --pgas: no sizes from {} to {} bytes (the ladder starts at 8)", plan.sizes.min, plan.sizes.max));
+        return Err(format!(
+            "tune --pgas: no sizes from {} to {} bytes (the ladder starts at 8)",
+            plan.sizes.min, plan.sizes.max
+        ));
     }
     let started = Instant::now();
     let mut ranks = config
@@ -133,6 +136,7 @@ fn measure_collective<T: Pod>(
             }
         }
     }
+    work.free()?;
     Ok(points)
 }
 
@@ -179,11 +183,10 @@ fn compress(np: usize, winners: &[(usize, Algorithm)]) -> Vec<Rule> {
 }
 
 fn rule_text(rule: &Rule) -> String {
-    let limits: Vec<String> =
-        [rule.max_ranks.map(|n| format!("np<={n}")), rule.max_bytes.map(|b| format!("<={b}B"))]
-            .into_iter()
-            .flatten()
-            .collect();
+    let limits: Vec<String> = [rule.max_ranks.map(|n| format!("np<={n}")), rule.max_bytes.map(|b| format!("<={b}B"))]
+        .into_iter()
+        .flatten()
+        .collect();
     if limits.is_empty() { rule.algorithm.to_string() } else { format!("{} {}", limits.join(" "), rule.algorithm) }
 }
 
@@ -223,7 +226,10 @@ mod tests {
         let read = Tuning::defaults_for("shm").with_json(&tuning.to_json()).unwrap();
         assert_eq!(read.select(Collective::Broadcast, 2, 32), flat);
         assert_eq!(read.select(Collective::Broadcast, 2, 1 << 20), binomial);
-        assert_eq!(read.select(Collective::Broadcast, 64, 8), Tuning::defaults_for("shm").select(Collective::Broadcast, 64, 8));
+        assert_eq!(
+            read.select(Collective::Broadcast, 64, 8),
+            Tuning::defaults_for("shm").select(Collective::Broadcast, 64, 8)
+        );
     }
 
     #[test]

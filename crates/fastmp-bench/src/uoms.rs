@@ -84,10 +84,7 @@ impl Uoms {
     /// Parses [`Uoms::name`]; the error lists the names.
     pub fn from_name(name: &str) -> std::result::Result<Uoms, String> {
         ALL.into_iter().find(|b| b.name() == name).ok_or_else(|| {
-            format!(
-                "unknown uoms benchmark {name:?} (expected one of: {})",
-                ALL.map(Uoms::name).join(", ")
-            )
+            format!("unknown uoms benchmark {name:?} (expected one of: {})", ALL.map(Uoms::name).join(", "))
         })
     }
 
@@ -284,7 +281,8 @@ impl<T: Pod> Workload<T> {
             .ok_or_else(|| Error::other(format!("{np} ranks x --max-size {max_bytes} do not fit in memory")))?;
         let src = world.shared_array::<T>(src_len)?;
         let dst = world.shared_array::<T>(dst_len)?;
-        let private = if matches!(bench, Uoms::Memget | Uoms::Memput) { vec![T::zeroed(); max_bytes / elem] } else { vec![] };
+        let private =
+            if matches!(bench, Uoms::Memget | Uoms::Memput) { vec![T::zeroed(); max_bytes / elem] } else { vec![] };
         let perm = (0..np).map(|i| (i + 1) % np).collect();
         Ok(Workload { bench, src, dst, private, perm })
     }
@@ -311,6 +309,13 @@ impl<T: Pod> Workload<T> {
             Uoms::Memget | Uoms::Memput | Uoms::Memcpy => Ok(()),
             Uoms::Barrier => dst.barrier(),
         }
+    }
+
+    /// Frees both arrays collectively: an idle rank (memget's targets) must not close its blocks
+    /// while rank 0 may still be copying from them, as dropping them alone would.
+    pub fn free(self) -> Result<()> {
+        let src = self.src.free();
+        self.dst.free().and(src)
     }
 
     /// The algorithm the destination array uses at `size` (`-` for the non-collectives).
@@ -368,8 +373,7 @@ pub fn measure<T: Pod>(
     if world.rank() != 0 {
         return Ok(None);
     }
-    let mut per_iteration: Vec<f64> =
-        (0..timed).map(|i| all.iter().map(|rank| rank[i]).fold(0.0, f64::max)).collect();
+    let mut per_iteration: Vec<f64> = (0..timed).map(|i| all.iter().map(|rank| rank[i]).fold(0.0, f64::max)).collect();
     let t_avg_ns = per_iteration.iter().sum::<f64>() / timed as f64;
     per_iteration.sort_unstable_by(f64::total_cmp);
     Ok(Some(Timing {
@@ -436,7 +440,7 @@ fn run_typed<T: Pod>(world: &Comm, spec: &Spec, out: &Reporter, op: Option<&dyn 
             );
         }
     }
-    Ok(())
+    work.free()
 }
 
 /// The column titles of a UOMS table.
