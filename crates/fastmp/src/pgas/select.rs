@@ -87,8 +87,11 @@ impl Collective {
                     add(Flat, transfer, Whole);
                     add(Binomial, transfer, Whole);
                     add(Binomial, transfer, Static);
-                    add(Ring, transfer, Whole);
                 }
+                // The token's holders move their own piece: they get it from the root's source
+                // (scatter) or put it into the root's destination (gather); the other direction
+                // would leave every copy to the root, which is the flat algorithm.
+                add(Ring, if self == Collective::Scatter { Pull } else { Push }, Whole);
                 if self == Collective::Scatter {
                     add(Binomial, Pull, Dynamic);
                 }
@@ -200,13 +203,19 @@ pub const DYNAMIC_THRESHOLD: usize = 8 << 10;
 impl Pipeline {
     /// The byte ranges `bytes` is moved in.
     pub fn chunks(self, bytes: usize) -> Vec<std::ops::Range<usize>> {
-        let step = match self {
+        let step = self.step(bytes);
+        (0..bytes.max(1)).step_by(step).map(|lo| lo..(lo + step).min(bytes)).collect()
+    }
+
+    /// The length of every chunk of `bytes` but the last (never 0), so that the collectives can
+    /// walk [`Pipeline::chunks`] without building the list.
+    pub fn step(self, bytes: usize) -> usize {
+        match self {
             Pipeline::None => bytes.max(1),
             Pipeline::Static => STATIC_CHUNK,
             Pipeline::Dynamic if bytes > DYNAMIC_THRESHOLD => bytes.div_ceil(2),
             Pipeline::Dynamic => bytes.max(1),
-        };
-        (0..bytes.max(1)).step_by(step).map(|lo| lo..(lo + step).min(bytes)).collect()
+        }
     }
 }
 

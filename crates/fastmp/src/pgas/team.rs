@@ -50,6 +50,9 @@ pub(super) struct Team {
     /// Per rank of the team: (node, NUMA region), gathered on first need.
     regions: RefCell<Option<Rc<[(usize, usize)]>>>,
     pub(super) tuning: RefCell<Tuning>,
+    /// The inner tree nodes' buffers of scatter and gather (one equal part per rank, kept in a
+    /// lock_all epoch; grown collectively, released above [`KEEP_BUFFER_LIMIT`]).
+    pub(super) scratch: RefCell<Option<crate::window::Window<'static, u8>>>,
     /// Collective calls made on this team so far (diagnostics, tests).
     pub(super) calls: Cell<u64>,
 }
@@ -63,6 +66,7 @@ impl Team {
             trees: RefCell::new(HashMap::new()),
             regions: RefCell::new(None),
             tuning: RefCell::new(tuning),
+            scratch: RefCell::new(None),
             calls: Cell::new(0),
         })
     }
