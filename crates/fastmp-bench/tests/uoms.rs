@@ -184,7 +184,7 @@ fn tune_pgas_writes_a_tuning_file_the_library_accepts() {
         "--np",
         "3",
         "--collectives",
-        "exchange,permute,reduce",
+        "broadcast,permute,reduce",
         "--max-size",
         "32",
         "--iterations",
@@ -198,11 +198,11 @@ fn tune_pgas_writes_a_tuning_file_the_library_accepts() {
     assert!(text.contains("# fastmp tune --pgas (shm): np 3; sizes 8,32;"), "{text}");
     let json = std::fs::read_to_string(&path).unwrap();
     let tuning = Tuning::defaults_for("shm").with_json(&json).unwrap();
-    for coll in [Collective::Exchange, Collective::Permute, Collective::Reduce] {
+    for coll in [Collective::Broadcast, Collective::Permute, Collective::Reduce] {
         let rules = tuning.rules(coll);
         assert_eq!(rules[0].max_ranks, Some(3), "{coll:?}: measured rules are limited to np 3: {json}");
         let last = rules.last().unwrap();
         assert!(last.max_ranks.is_none() && last.max_bytes.is_none(), "{coll:?}: {json}");
     }
-    assert_eq!(tuning.rules(Collective::Scatter), Tuning::defaults_for("shm").rules(Collective::Scatter));
+    assert_eq!(tuning.rules(Collective::Exchange), Tuning::defaults_for("shm").rules(Collective::Exchange));
 }

@@ -144,9 +144,7 @@ fn check_permutation(perm: &[usize], np: usize) -> Result<()> {
     };
     for (i, &p) in perm.iter().enumerate() {
         if p >= np {
-            return Err(Error::InvalidArgument(format!(
-                "permute: perm[{i}] = {p} is not a rank (there are {np})"
-            )));
+            return Err(Error::InvalidArgument(format!("permute: perm[{i}] = {p} is not a rank (there are {np})")));
         }
         let (word, bit) = (p / 64, 1u64 << (p % 64));
         if seen[word] & bit != 0 {

@@ -347,9 +347,7 @@ fn hierarchical<T: Pod, O: Op<T>>(
         let idx = (1..=start).filter(|&r| starts_run(r)).count();
         let runs = 1 + (1..active).filter(|&r| starts_run(r)).count();
         // The last rank of run `g`: just before the start of run g + 1.
-        let last_of = |g: usize| {
-            (1..active).filter(|&r| starts_run(r)).nth(g).map_or(active - 1, |next| next - 1)
-        };
+        let last_of = |g: usize| (1..active).filter(|&r| starts_run(r)).nth(g).map_or(active - 1, |next| next - 1);
         let outside = dissemination(team, op, idx, runs, last_of, upto)?;
         if let Some(prefix) = outside {
             for member in start..last {
