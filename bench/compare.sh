@@ -310,6 +310,11 @@ for i, bench in enumerate(sys.argv[5:]):
     print("# times in ns, lower is better; f = fastmp PGAS (uoms), m = Open MPI (mpi_uoms), "
           "2s = fastmp two-sided (OSU avg); ratios f/m and f/2s")
     head = ["avg f", "avg m", "avg f/m", "min f", "min m", "min f/m", "avg 2s", "avg f/2s"]
+    if bench in ("reduce", "prefix_reduce"):
+        print("# 2s is OSU's reduce/scan: an elementwise f32 vector of size/4 (UPC's result is one value "
+              "/ a prefix over the global index), so f/2s compares different work")
+    if bench in ("memget", "memput"):
+        print("# 2s is fastmp's own one-sided get_latency/put_latency (flush per op, rank 0 alone timed)")
     print(f"{'size':<10}" + "".join(f"{h:>12}" for h in head) + "  fastmp algorithm")
     for size in sorted(set(pgas) | set(mpi)):
         fa, ma, fm, mm = (med(pgas, size, "t_avg_ns"), med(mpi, size, "t_avg_ns"),

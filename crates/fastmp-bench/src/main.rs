@@ -1,6 +1,8 @@
-//! `fastmp-bench`: OSU-format micro-benchmarks for fastmp.
+//! `fastmp-bench`: OSU-format micro-benchmarks for fastmp, and `fastmp-bench uoms <benchmark>`
+//! for the PGAS collectives in the format of UOMS (the UPC Operations Microbenchmarking Suite).
 //!
-//! With no launcher environment, `--np` starts that many thread ranks on the shm device.
+//! With no launcher environment, `--np` starts that many thread ranks on the shm device (uoms
+//! and `tune --pgas`: on `--device`).
 
 mod coll;
 mod halo;
@@ -397,7 +399,10 @@ fn run(args: &Args) -> Result<(), String> {
                 op: args.reduce_op.unwrap_or(uoms::ReduceOp::Add),
                 reduce_type: args.reduce_type.unwrap_or(uoms::ReduceType::I64),
                 sizes: &sizes,
-                iterations: args.iterations.map(|_| args.iterations(Iterations::OSU)).transpose()?.map(|i| i.small.0),
+                iterations: match args.iterations {
+                    Some(0) => return Err("--iterations must be at least 1".into()),
+                    n => n,
+                },
                 algorithm,
                 rotate_root: args.rotate_root,
             };
