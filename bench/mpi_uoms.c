@@ -186,31 +186,66 @@ static void repetitions(const struct options *o, long size, long *timed, long *w
     *warm = o->iterations > 0 ? (*timed / 10 > 0 ? *timed / 10 : 1) : *timed / 10;
 }
 
-/* a = a op b, elementwise (the local part of the reductions) */
-#define COMBINE(T, op, a, b)                                                                             \
-    do {                                                                                                 \
-        switch (op) {                                                                                    \
-        case OP_SUM: a = a + b; break;                                                                   \
-        case OP_PROD: a = a * b; break;                                                                  \
-        case OP_MIN: a = b < a ? b : a; break;                                                           \
-        case OP_MAX: a = b > a ? b : a; break;                                                           \
-        case OP_LAND: a = (a != 0) && (b != 0); break;                                                   \
-        case OP_LOR: a = (a != 0) || (b != 0); break;                                                    \
-        default: break;                                                                                  \
+/* The local parts of the reductions, one loop per (type, op) so that the compiler sees a plain
+ * fold (the operation's switch is outside the loop, as fastmp's generic Op is inlined). EXPR
+ * combines the running value a with the next value b. */
+#define KERNELS(T, NAME, EXPR)                                                                           \
+    static T fold_##NAME(const T *s, long n)                                                             \
+    {                                                                                                    \
+        T a = s[0];                                                                                      \
+        long i;                                                                                          \
+        for (i = 1; i < n; i++) {                                                                        \
+            T b = s[i];                                                                                  \
+            a = (EXPR);                                                                                  \
         }                                                                                                \
-    } while (0)
-
-static void combine_i64(enum op op, int64_t *a, int64_t b)
-{
-    switch (op) {
-    case OP_BAND: *a &= b; break;
-    case OP_BOR: *a |= b; break;
-    case OP_BXOR: *a ^= b; break;
-    default: COMBINE(int64_t, op, *a, b);
+        return a;                                                                                        \
+    }                                                                                                    \
+    static void scan_##NAME(const T *s, T *d, long n)                                                    \
+    {                                                                                                    \
+        long i;                                                                                          \
+        d[0] = s[0];                                                                                     \
+        for (i = 1; i < n; i++) {                                                                        \
+            T a = d[i - 1], b = s[i];                                                                    \
+            d[i] = (EXPR);                                                                               \
+        }                                                                                                \
+    }                                                                                                    \
+    static void offset_##NAME(T *d, long n, T b)                                                         \
+    {                                                                                                    \
+        long i;                                                                                          \
+        for (i = 0; i < n; i++) {                                                                        \
+            T a = d[i];                                                                                  \
+            d[i] = (EXPR);                                                                               \
+        }                                                                                                \
     }
-}
 
-static void combine_f64(enum op op, double *a, double b) { COMBINE(double, op, *a, b); }
+KERNELS(int64_t, i_sum, a + b)
+KERNELS(int64_t, i_prod, a * b)
+KERNELS(int64_t, i_min, b < a ? b : a)
+KERNELS(int64_t, i_max, b > a ? b : a)
+KERNELS(int64_t, i_band, a & b)
+KERNELS(int64_t, i_bor, a | b)
+KERNELS(int64_t, i_bxor, a ^ b)
+KERNELS(int64_t, i_land, (a != 0) && (b != 0))
+KERNELS(int64_t, i_lor, (a != 0) || (b != 0))
+KERNELS(double, f_sum, a + b)
+KERNELS(double, f_prod, a * b)
+KERNELS(double, f_min, b < a ? b : a)
+KERNELS(double, f_max, b > a ? b : a)
+
+struct kernels_i64 {
+    int64_t (*fold)(const int64_t *, long);
+    void (*scan)(const int64_t *, int64_t *, long);
+    void (*offset)(int64_t *, long, int64_t);
+};
+struct kernels_f64 {
+    double (*fold)(const double *, long);
+    void (*scan)(const double *, double *, long);
+    void (*offset)(double *, long, double);
+};
+#define K(NAME) { fold_##NAME, scan_##NAME, offset_##NAME }
+static const struct kernels_i64 ki64[OP_COUNT] = { K(i_sum), K(i_prod), K(i_min), K(i_max), K(i_band),
+                                                   K(i_bor), K(i_bxor), K(i_land), K(i_lor) };
+static const struct kernels_f64 kf64[OP_MAX + 1] = { K(f_sum), K(f_prod), K(f_min), K(f_max) };
 
 static MPI_Op mpi_op(enum op op)
 {
@@ -222,48 +257,34 @@ static MPI_Op mpi_op(enum op op)
 /* upc_all_reduce: fold the block, then one element across the ranks. */
 static void reduce_call(const struct options *o, void *src, long n, void *dst, int root)
 {
-    long i;
     if (o->f64) {
-        double acc = n > 0 ? ((double *)src)[0] : 0.0, out;
-        for (i = 1; i < n; i++)
-            combine_f64(o->op, &acc, ((double *)src)[i]);
-        MPI_Reduce(&acc, &out, 1, MPI_DOUBLE, mpi_op(o->op), root, MPI_COMM_WORLD);
-        ((double *)dst)[0] = out;
+        double acc = n > 0 ? kf64[o->op].fold(src, n) : 0.0;
+        MPI_Reduce(&acc, dst, 1, MPI_DOUBLE, mpi_op(o->op), root, MPI_COMM_WORLD);
     } else {
-        int64_t acc = n > 0 ? ((int64_t *)src)[0] : 0, out;
-        for (i = 1; i < n; i++)
-            combine_i64(o->op, &acc, ((int64_t *)src)[i]);
-        MPI_Reduce(&acc, &out, 1, MPI_INT64_T, mpi_op(o->op), root, MPI_COMM_WORLD);
-        ((int64_t *)dst)[0] = out;
+        int64_t acc = n > 0 ? ki64[o->op].fold(src, n) : 0;
+        MPI_Reduce(&acc, dst, 1, MPI_INT64_T, mpi_op(o->op), root, MPI_COMM_WORLD);
     }
 }
 
 /* upc_all_prefix_reduce: local scan, exclusive scan of the block totals, offset. */
 static void prefix_call(const struct options *o, void *src, long n, void *dst)
 {
-    long i;
+    if (n == 0)
+        return;
     if (o->f64) {
-        double *s = src, *d = dst, before = 0.0, total;
-        for (i = 0; i < n; i++) {
-            d[i] = s[i];
-            if (i > 0)
-                combine_f64(o->op, &d[i], d[i - 1]);
-        }
-        total = n > 0 ? d[n - 1] : 0.0;
+        double *d = dst, before = 0.0, total;
+        kf64[o->op].scan(src, d, n);
+        total = d[n - 1];
         MPI_Exscan(&total, &before, 1, MPI_DOUBLE, mpi_op(o->op), MPI_COMM_WORLD);
-        for (i = 0; i < n && g_rank > 0; i++)
-            combine_f64(o->op, &d[i], before);
+        if (g_rank > 0)
+            kf64[o->op].offset(d, n, before);
     } else {
-        int64_t *s = src, *d = dst, before = 0, total;
-        for (i = 0; i < n; i++) {
-            d[i] = s[i];
-            if (i > 0)
-                combine_i64(o->op, &d[i], d[i - 1]);
-        }
-        total = n > 0 ? d[n - 1] : 0;
+        int64_t *d = dst, before = 0, total;
+        ki64[o->op].scan(src, d, n);
+        total = d[n - 1];
         MPI_Exscan(&total, &before, 1, MPI_INT64_T, mpi_op(o->op), MPI_COMM_WORLD);
-        for (i = 0; i < n && g_rank > 0; i++)
-            combine_i64(o->op, &d[i], before);
+        if (g_rank > 0)
+            ki64[o->op].offset(d, n, before);
     }
 }
 

@@ -72,9 +72,9 @@ pub fn run(config: Config, plan: &Plan, output: &Path) -> Result<(), String> {
             for _ in 0..ROUNDS {
                 for &coll in &collectives {
                     let round = if Uoms::Coll(coll).is_reduction() {
-                        measure_collective::<i64>(&world, coll, &sizes, plan.iterations, Some(&Sum))?
+                        measure_collective::<i64>(&world, coll, &sizes, plan.iterations)?
                     } else {
-                        measure_collective::<u8>(&world, coll, &sizes, plan.iterations, None)?
+                        measure_collective::<u8>(&world, coll, &sizes, plan.iterations)?
                     };
                     keep_best(&mut points, round);
                 }
@@ -112,14 +112,16 @@ pub fn run(config: Config, plan: &Plan, output: &Path) -> Result<(), String> {
     Ok(())
 }
 
-/// Every algorithm of `coll` at every size, once; the points at rank 0.
+/// Every algorithm of `coll` at every size, once; the points at rank 0 (reductions use `Sum`).
 fn measure_collective<T: Pod>(
     world: &Comm,
     coll: Collective,
     sizes: &[usize],
     iterations: Option<usize>,
-    op: Option<&dyn Op<T>>,
-) -> fastmp::Result<Vec<Point>> {
+) -> fastmp::Result<Vec<Point>>
+where
+    Sum: Op<T>,
+{
     let max = sizes.last().copied().unwrap_or(0);
     let mut work = Workload::<T>::new(world, Uoms::Coll(coll), max)?;
     let mut times = Vec::new();
@@ -128,7 +130,7 @@ fn measure_collective<T: Pod>(
         work.dst.force_algorithm(coll, algorithm)?;
         for &size in sizes {
             let timed = iterations.unwrap_or_else(|| (repetitions(size).0 / 10).max(5));
-            let run = Run { sync: Sync::default(), op, rotate_root: false, repetitions: (timed, 1) };
+            let run = Run { sync: Sync::default(), op: &Sum, rotate_root: false, repetitions: (timed, 1) };
             let timing = measure(world, &mut work, size, &run, &mut times)
                 .map_err(|e| Error::other(format!("{} {algorithm}, {size} B: {e}", coll.name())))?;
             if let Some(t) = timing {

@@ -185,28 +185,14 @@ impl ReduceOp {
         }
     }
 
-    fn for_i64(self) -> Box<dyn Op<i64>> {
-        match self {
-            ReduceOp::Add => Box::new(Sum),
-            ReduceOp::Mult => Box::new(Prod),
-            ReduceOp::Min => Box::new(Min),
-            ReduceOp::Max => Box::new(Max),
-            ReduceOp::And => Box::new(Band),
-            ReduceOp::Or => Box::new(Bor),
-            ReduceOp::Xor => Box::new(Bxor),
-            ReduceOp::LogAnd => Box::new(Land),
-            ReduceOp::LogOr => Box::new(Lor),
+    /// `Err` unless the operation applies to `ty` (the bitwise and logical ones need integers).
+    fn check(self, ty: ReduceType) -> std::result::Result<(), String> {
+        match (self, ty) {
+            (ReduceOp::Add | ReduceOp::Mult | ReduceOp::Min | ReduceOp::Max, _) | (_, ReduceType::I64) => Ok(()),
+            (other, ReduceType::F64) => {
+                Err(format!("--reduce-op {} needs integers (--reduce-type i64)", other.upc_name()))
+            }
         }
-    }
-
-    fn for_f64(self) -> std::result::Result<Box<dyn Op<f64>>, String> {
-        Ok(match self {
-            ReduceOp::Add => Box::new(Sum),
-            ReduceOp::Mult => Box::new(Prod),
-            ReduceOp::Min => Box::new(Min),
-            ReduceOp::Max => Box::new(Max),
-            other => return Err(format!("--reduce-op {} needs integers (--reduce-type i64)", other.upc_name())),
-        })
     }
 }
 
@@ -234,8 +220,8 @@ pub struct Spec<'a> {
 impl Spec<'_> {
     /// Rejects combinations that cannot run (checked before any rank starts).
     pub fn check(&self) -> std::result::Result<(), String> {
-        if self.bench.is_reduction() && self.reduce_type == ReduceType::F64 {
-            self.op.for_f64()?;
+        if self.bench.is_reduction() {
+            self.op.check(self.reduce_type)?;
         }
         if let (Some(a), Some(c)) = (self.algorithm, self.bench.collective())
             && !c.supports(a)
@@ -287,13 +273,13 @@ impl<T: Pod> Workload<T> {
         Ok(Workload { bench, src, dst, private, perm })
     }
 
-    /// One call at `size` bytes per block.
-    pub fn call(&mut self, root: usize, size: usize, sync: Sync, op: Option<&dyn Op<T>>) -> Result<()> {
+    /// One call at `size` bytes per block (`op` is used by the reductions only; it is a type
+    /// parameter so that the library's per-element combines inline, as in an application).
+    pub fn call<O: Op<T>>(&mut self, root: usize, size: usize, sync: Sync, op: &O) -> Result<()> {
         let (src, dst) = (&self.src, &self.dst);
         let len = size / size_of::<T>();
         let np = src.comm().size();
         let me = src.comm().rank();
-        let reduction = || op.ok_or_else(|| Error::other("uoms: a reduction benchmark needs an operation"));
         match self.bench {
             Uoms::Coll(Collective::Broadcast) => pgas::broadcast(dst, src, root, len, sync),
             Uoms::Coll(Collective::Scatter) => pgas::scatter(dst, src, root, len, sync),
@@ -301,8 +287,8 @@ impl<T: Pod> Workload<T> {
             Uoms::Coll(Collective::GatherAll) => pgas::gather_all(dst, src, len, sync),
             Uoms::Coll(Collective::Exchange) => pgas::exchange(dst, src, len, sync),
             Uoms::Coll(Collective::Permute) => pgas::permute(dst, src, &self.perm, len, sync),
-            Uoms::Coll(Collective::Reduce) => pgas::reduce(dst, src, root, len * np, reduction()?, sync),
-            Uoms::Coll(Collective::PrefixReduce) => pgas::prefix_reduce(dst, src, len * np, reduction()?, sync),
+            Uoms::Coll(Collective::Reduce) => pgas::reduce(dst, src, root, len * np, op, sync),
+            Uoms::Coll(Collective::PrefixReduce) => pgas::prefix_reduce(dst, src, len * np, op, sync),
             Uoms::Memget if me == 0 => src.memget(&mut self.private[..len], np - 1, 0),
             Uoms::Memput if me == 0 => dst.memput(&self.private[..len], np - 1, 0),
             Uoms::Memcpy if me == 0 => dst.memcpy(0, 0, src, np - 1, 0, len),
@@ -339,9 +325,9 @@ pub struct Timing {
 }
 
 /// What one measurement does besides the size.
-pub struct Run<'o, T> {
+pub struct Run<'o, O> {
     pub sync: Sync,
-    pub op: Option<&'o dyn Op<T>>,
+    pub op: &'o O,
     pub rotate_root: bool,
     /// (timed, warm-up) iterations.
     pub repetitions: (usize, usize),
@@ -349,11 +335,11 @@ pub struct Run<'o, T> {
 
 /// Measures `work` at `size`: UOMS's loop of barrier + timed call; the times at rank 0 (`None`
 /// elsewhere). `times` is reused across sizes.
-pub fn measure<T: Pod>(
+pub fn measure<T: Pod, O: Op<T>>(
     world: &Comm,
     work: &mut Workload<T>,
     size: usize,
-    run: &Run<'_, T>,
+    run: &Run<'_, O>,
     times: &mut Vec<f64>,
 ) -> Result<Option<Timing>> {
     let np = world.size();
@@ -387,15 +373,31 @@ pub fn measure<T: Pod>(
 
 /// The `fastmp-bench uoms <benchmark>` run.
 pub fn bench(world: &Comm, spec: &Spec, out: &Reporter) -> Result<()> {
-    let op_error = |e: String| Error::InvalidArgument(e);
-    match (spec.bench.is_reduction(), spec.reduce_type) {
-        (true, ReduceType::I64) => run_typed::<i64>(world, spec, out, Some(&*spec.op.for_i64())),
-        (true, ReduceType::F64) => run_typed::<f64>(world, spec, out, Some(&*spec.op.for_f64().map_err(op_error)?)),
-        (false, _) => run_typed::<u8>(world, spec, out, None),
+    use ReduceOp as R;
+    use ReduceType::{F64, I64};
+    if !spec.bench.is_reduction() {
+        // The operation goes unused: any will do.
+        return run_typed::<u8, _>(world, spec, out, &Sum);
+    }
+    match (spec.reduce_type, spec.op) {
+        (I64, R::Add) => run_typed::<i64, _>(world, spec, out, &Sum),
+        (I64, R::Mult) => run_typed::<i64, _>(world, spec, out, &Prod),
+        (I64, R::Min) => run_typed::<i64, _>(world, spec, out, &Min),
+        (I64, R::Max) => run_typed::<i64, _>(world, spec, out, &Max),
+        (I64, R::And) => run_typed::<i64, _>(world, spec, out, &Band),
+        (I64, R::Or) => run_typed::<i64, _>(world, spec, out, &Bor),
+        (I64, R::Xor) => run_typed::<i64, _>(world, spec, out, &Bxor),
+        (I64, R::LogAnd) => run_typed::<i64, _>(world, spec, out, &Land),
+        (I64, R::LogOr) => run_typed::<i64, _>(world, spec, out, &Lor),
+        (F64, R::Add) => run_typed::<f64, _>(world, spec, out, &Sum),
+        (F64, R::Mult) => run_typed::<f64, _>(world, spec, out, &Prod),
+        (F64, R::Min) => run_typed::<f64, _>(world, spec, out, &Min),
+        (F64, R::Max) => run_typed::<f64, _>(world, spec, out, &Max),
+        (F64, op) => Err(Error::InvalidArgument(op.check(F64).unwrap_err())),
     }
 }
 
-fn run_typed<T: Pod>(world: &Comm, spec: &Spec, out: &Reporter, op: Option<&dyn Op<T>>) -> Result<()> {
+fn run_typed<T: Pod, O: Op<T>>(world: &Comm, spec: &Spec, out: &Reporter, op: &O) -> Result<()> {
     let np = world.size();
     let sizes = spec.bench.sizes(spec.sizes);
     let max = sizes.last().copied().unwrap_or(0);
