@@ -7,6 +7,9 @@ use std::time::Duration;
 use fastmp::pgas::{self, Algorithm, Collective, SharedArray, Sync};
 use fastmp::{Comm, Config, DeviceKind, Error, Result};
 
+mod alloc_counter;
+use alloc_counter::allocations;
+
 /// Elements per piece; 20 000 u16 is 40 000 bytes, above the 32 KiB static chunk.
 const SIZES: [usize; 4] = [0, 1, 37, 20_000];
 const MAX: usize = 20_000;
@@ -212,4 +215,91 @@ fn bad_arguments_fail_on_every_rank_and_leave_the_arrays_usable() {
         assert_eq!(*dst.local()?, [6, 6]);
         Ok(())
     });
+}
+
+/// A rank that fails instead of entering turns its peers' semaphore waits into `PeerFailed`
+/// naming it, on every algorithm shape that waits for it, instead of a hang.
+#[test]
+fn a_rank_failing_before_the_call_fails_its_peers() {
+    for device in [DeviceKind::Shm, DeviceKind::Tcp] {
+        for (coll, name) in [
+            (Collective::Broadcast, "binomial_push"),
+            (Collective::Scatter, "ring_pull"),
+            (Collective::Gather, "binomial_push_static"),
+            (Collective::GatherAll, "flat_push"),
+        ] {
+            let result = Config::new().device(device).np(3).run(|world| {
+                let src = world.shared_array::<u16>(3 * 4)?;
+                let dst = world.shared_array::<u16>(3 * 4)?;
+                dst.force_algorithm(coll, Algorithm::from_name(name)?)?;
+                if world.rank() == 2 {
+                    return Err(Error::other("rank 2 gives up"));
+                }
+                // Rank 0 waits for rank 2 in each of these; rank 1 may be done before it hears.
+                match call(coll, &dst, &src, 0, 4, Sync::IN_MYSYNC | Sync::OUT_MYSYNC) {
+                    Err(Error::PeerFailed { rank: 2, .. }) => Ok(()),
+                    Ok(()) if world.rank() == 1 => Ok(()),
+                    other => panic!("{device:?} {coll:?} {name}: rank {} got {other:?}", world.rank()),
+                }
+            });
+            match result {
+                Err(Error::RankFailed { rank: 2, .. }) => {}
+                other => panic!("{device:?} {coll:?} {name}: run gave {other:?}"),
+            }
+        }
+    }
+}
+
+/// Inner-node buffers above 16 MiB are given back after the call and made again by the next.
+#[test]
+fn scratch_above_the_keep_limit_is_released_and_remade() {
+    const PIECE: usize = 9 << 20; // an inner rank of 4 holds two pieces: 18 MiB
+    Config::new()
+        .device(DeviceKind::Shm)
+        .np(4)
+        .run(|world| {
+            let me = world.rank();
+            let src = world.shared_array::<u8>(4 * PIECE)?;
+            let dst = world.shared_array::<u8>(PIECE)?;
+            for (round, name) in ["binomial_pull", "binomial_push_static", "binomial_pull"].into_iter().enumerate() {
+                dst.force_algorithm(Collective::Scatter, Algorithm::from_name(name)?)?;
+                src.local()?.iter_mut().enumerate().for_each(|(i, v)| *v = (i / PIECE * 7 + round + i % 251) as u8);
+                pgas::scatter(&dst, &src, 1, PIECE, Sync::ALL)?;
+                let got = dst.local()?;
+                let bad =
+                    got.iter().enumerate().position(|(i, v)| *v != (me * 7 + round + (me * PIECE + i) % 251) as u8);
+                assert_eq!(bad, None, "{name}: rank {me}");
+            }
+            Ok(())
+        })
+        .unwrap();
+}
+
+/// Warm calls allocate nothing on shm (trees, scratch and semaphores are reused).
+#[test]
+fn warm_calls_allocate_nothing_on_shm() {
+    Config::new()
+        .device(DeviceKind::Shm)
+        .np(4)
+        .run(|world| {
+            let src = world.shared_array::<u16>(4 * MAX)?;
+            let dst = world.shared_array::<u16>(4 * MAX)?;
+            for coll in [Collective::Broadcast, Collective::Scatter, Collective::Gather, Collective::GatherAll] {
+                for algorithm in coll.algorithms() {
+                    dst.force_algorithm(coll, algorithm)?;
+                    for sync in [Sync::ALL, Sync::MY, Sync::NO] {
+                        let calls = |n| (0..n).try_for_each(|i| call(coll, &dst, &src, i % 4, MAX, sync));
+                        calls(4)?; // every root: its tree is built on first use
+                        dst.barrier()?;
+                        let before = allocations();
+                        calls(10)?;
+                        dst.barrier()?;
+                        let n = allocations() - before;
+                        assert_eq!(n, 0, "{coll:?} {algorithm} {sync}: rank {} allocated {n} times", world.rank());
+                    }
+                }
+            }
+            Ok(())
+        })
+        .unwrap();
 }

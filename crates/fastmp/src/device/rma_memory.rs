@@ -444,6 +444,32 @@ mod tests {
     }
 
     #[test]
+    fn copies_between_segments_at_every_phase() {
+        let mut a = [0u8; 48];
+        let mut b = [0u8; 48];
+        for (a_start, b_start) in [(0, 0), (8, 0), (3, 3), (1, 6), (0, 5)] {
+            for len in [0usize, 1, 7, 8, 17, 24] {
+                let src_bytes: Vec<u8> = (0..40).map(|i| i as u8 + 1).collect();
+                a[a_start..a_start + 40].copy_from_slice(&src_bytes);
+                b.fill(0);
+                let src = segment_over(&mut a[a_start..a_start + 40]);
+                let dst = segment_over(&mut b[b_start..b_start + 40]);
+                for (from, to) in [(0, 0), (3, 11), (8, 1), (16, 16)] {
+                    if from + len > 40 || to + len > 40 {
+                        continue;
+                    }
+                    dst.copy_from(to, &src, from, len).unwrap();
+                    let mut back = vec![0u8; len];
+                    dst.read(to, &mut back).unwrap();
+                    assert_eq!(back, src_bytes[from..from + len], "phases {a_start}/{b_start} len {len} {from}->{to}");
+                }
+                assert!(dst.copy_from(40 - len, &src, 0, len + 1).is_err());
+                assert!(dst.copy_from(0, &src, 40 - len, len + 1).is_err());
+            }
+        }
+    }
+
+    #[test]
     fn writes_stay_inside_the_segment() {
         let mut backing = [0xAAu8; 32];
         let seg = segment_over(&mut backing[3..21]);

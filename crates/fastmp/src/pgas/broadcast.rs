@@ -38,6 +38,7 @@ use crate::window::lifecycle::Core;
 ///     let src = world.shared_array::<u8>(4)?;
 ///     let dst = world.shared_array::<u8>(4)?;
 ///     src.local()?.copy_from_slice(b"upc!");
+///     src.barrier()?; // IN_NOSYNC: the caller makes the data ready everywhere first.
 ///     pgas::broadcast(&dst, &src, 2, 3, Sync::IN_NOSYNC | Sync::OUT_ALLSYNC)?;
 ///     assert_eq!(&dst.local()?[..3], b"upc");
 ///     Ok(())

@@ -4,7 +4,8 @@
 //! alone for reduce); partial results travel as one-value messages (the thesis's semaphores with
 //! a payload), which also order the ranks. So the MYSYNC modes need no extra messages here: under
 //! IN_MYSYNC a rank touches only its own blocks, which it has entered, and under OUT_MYSYNC no
-//! other rank ever touches its blocks. The ALLSYNC halves are the team's barriers.
+//! other rank ever touches its blocks. IN_ALLSYNC is the team's barrier; OUT_ALLSYNC is a
+//! barrier for prefix_reduce and, for reduce, a `Done` passed down the tree from the root.
 //!
 //! Ranks that hold none of the first `nelems` elements contribute nothing rather than a neutral
 //! element (user operations have none): a partial is an empty or a one-element message.
@@ -16,7 +17,7 @@ use bytemuck::Pod;
 use super::select::{Collective, Shape};
 use super::team::{Signal, Team};
 use super::tree::Tree;
-use super::{SharedArray, Sync};
+use super::{OutSync, SharedArray, Sync};
 use crate::coll::op::Op;
 use crate::error::{Error, Result};
 
@@ -78,7 +79,7 @@ pub fn reduce<T: Pod, O: Op<T>>(
     let commutative = op.is_commutative();
     let tree = if commutative { team.tree(shape, root)? } else { ordered_tree(team, shape)? };
     team.enter(input)?;
-    let mut acc = fold(&op, &src.local()?[..owned(me, src.block_len(), nelems)]);
+    let mut acc = fold(&op, src, owned(me, src.block_len(), nelems))?;
     let children = tree.children(me);
     if commutative {
         // Binomial children come largest subtree first: the smallest subtrees report first.
@@ -100,15 +101,32 @@ pub fn reduce<T: Pod, O: Op<T>>(
     if me == root && top != root {
         write_result(dst, recv_partial(team, top)?)?;
     }
-    team.leave(output)
+    if output == OutSync::All {
+        // The root's write is the call's last touch of data (every other read precedes a send
+        // that leads to it), so a `Done` passed down from the root replaces the barrier: the
+        // root returns at once, every other rank after one message per tree level.
+        if me == root && top != root {
+            team.post(top, Signal::Done)?;
+        }
+        match tree.parent(me) {
+            Some(parent) => team.wait(parent, Signal::Done)?,
+            None if top != root => team.wait(root, Signal::Done)?,
+            None => {}
+        }
+        for &child in children {
+            team.post(child, Signal::Done)?;
+        }
+    }
+    team.leave(if output == OutSync::All { OutSync::No } else { output })
 }
 
 /// Writes `dst[k] = src[0] ∘ … ∘ src[k]` for every global index `k < nelems` (UPC
 /// `upc_all_prefix_reduce`); `dst` and `src` must have the same block length. Elements of `dst`
 /// from `nelems` on are untouched.
 ///
-/// Every rank holding elements scans its own block into its own `dst` block, obtains the
-/// combination of all lower ranks' elements (its exclusive prefix), and applies it. Algorithms
+/// Every rank holding elements folds its own block, obtains the combination of all lower ranks'
+/// elements (its exclusive prefix) from the others, and scans its block from that prefix into
+/// its `dst` block. Algorithms
 /// for that prefix: `chain_push` (each rank waits for its left neighbour's prefix and passes
 /// its own on: n−1 steps, the least traffic), `dissemination_pull` (Mellor-Crummey and Scott:
 /// in round `j` a rank combines the partial of rank − 2^j, ⌈log2 n⌉ rounds) and
@@ -158,18 +176,14 @@ pub fn prefix_reduce<T: Pod, O: Op<T>>(
     if count > 0 {
         // Ranks holding elements are 0..active, all but the last with a full block.
         let active = nelems.div_ceil(block);
-        let total = scan(&op, &mut dst.local()?[..count], &src.local()?[..count]);
+        let total = fold(&op, src, count)?.unwrap_or_else(|| unreachable!("count > 0"));
         let prefix = match (shape, regions) {
             (Shape::Chain, _) => chain(team, &op, me, 0..active, total)?.0,
             (Shape::Dissemination, _) => dissemination(team, &op, me, active, |i| i, total)?,
             (Shape::Hierarchical, Some(regions)) => hierarchical(team, &op, &regions, me, active, total)?,
             _ => return Err(Error::other(format!("prefix_reduce: no algorithm of shape {shape:?}"))),
         };
-        if let Some(prefix) = prefix {
-            for x in &mut dst.local()?[..count] {
-                op.combine(&[prefix], std::slice::from_mut(x));
-            }
-        }
+        scan(&op, dst, src, count, prefix)?;
     }
     team.leave(output)
 }
@@ -204,20 +218,58 @@ fn join<T: Pod, O: Op<T>>(op: &O, lower: Option<T>, upper: Option<T>) -> Option<
     }
 }
 
-/// `values[0] ∘ … ∘ values[n-1]`, `None` for no values.
-fn fold<T: Pod, O: Op<T>>(op: &O, values: &[T]) -> Option<T> {
-    let (&first, rest) = values.split_first()?;
-    Some(rest.iter().fold(first, |acc, &x| join(op, Some(acc), Some(x)).unwrap_or(x)))
+/// Elements per piece when a rank walks its own block: blocks are read and written through the
+/// device's direct access (an origin-side entry), not through `SharedArray::local`, whose guard
+/// drains the part's origins with a process-wide memory barrier (tens of microseconds on shm):
+/// far too slow for an 8-byte reduce.
+const PIECE: usize = 64;
+
+/// Calls `f(start, piece)` on this rank's elements `0..count` of `array`, a piece at a time in
+/// a stack buffer (no allocation).
+fn for_pieces<T: Pod>(
+    array: &SharedArray<T>,
+    count: usize,
+    mut f: impl FnMut(usize, &mut [T]) -> Result<()>,
+) -> Result<()> {
+    let mut buf = [T::zeroed(); PIECE];
+    let me = array.team.rank();
+    for start in (0..count).step_by(PIECE) {
+        let piece = &mut buf[..(count - start).min(PIECE)];
+        array.team.read(array.block_at(me, start * size_of::<T>()), bytemuck::cast_slice_mut(piece))?;
+        f(start, piece)?;
+    }
+    Ok(())
 }
 
-/// Inclusive scan of `from` into `to` (same, non-zero length); returns the last value.
-fn scan<T: Pod, O: Op<T>>(op: &O, to: &mut [T], from: &[T]) -> T {
-    to.copy_from_slice(from);
-    for i in 1..to.len() {
-        let (done, rest) = to.split_at_mut(i);
-        op.combine(&done[i - 1..], &mut rest[..1]);
-    }
-    to[to.len() - 1]
+/// `src[0] ∘ … ∘ src[count-1]` of this rank's block, `None` for no elements.
+fn fold<T: Pod, O: Op<T>>(op: &O, src: &SharedArray<T>, count: usize) -> Result<Option<T>> {
+    let mut acc = None;
+    for_pieces(src, count, |_, piece| {
+        for &x in piece.iter() {
+            acc = join(op, acc, Some(x));
+        }
+        Ok(())
+    })?;
+    Ok(acc)
+}
+
+/// Writes the inclusive scan of this rank's `src[..count]`, preceded by `prefix` (the lower
+/// ranks' combination), into its `dst[..count]`.
+fn scan<T: Pod, O: Op<T>>(
+    op: &O,
+    dst: &SharedArray<T>,
+    src: &SharedArray<T>,
+    count: usize,
+    mut carry: Option<T>,
+) -> Result<()> {
+    let me = dst.team.rank();
+    for_pieces(src, count, |start, piece| {
+        for x in piece.iter_mut() {
+            *x = join(op, carry, Some(*x)).unwrap_or(*x);
+            carry = Some(*x);
+        }
+        dst.team.write(dst.block_at(me, start * size_of::<T>()), bytemuck::cast_slice(piece))
+    })
 }
 
 fn send_partial<T: Pod>(team: &Team, to: usize, value: Option<T>) -> Result<()> {
@@ -243,8 +295,7 @@ fn recv_value<T: Pod>(team: &Team, from: usize) -> Result<T> {
 
 fn write_result<T: Pod>(dst: &SharedArray<T>, value: Option<T>) -> Result<()> {
     let value = value.ok_or_else(|| Error::other("reduce: the root received no value (an internal error)"))?;
-    dst.local()?[0] = value;
-    Ok(())
+    dst.team.write(dst.block_at(dst.team.rank(), 0), bytemuck::bytes_of(&value))
 }
 
 /// For non-commutative operations: `shape`'s tree rooted at rank 0 if a depth-first walk that
@@ -255,16 +306,21 @@ fn write_result<T: Pod>(dst: &SharedArray<T>, value: Option<T>) -> Result<()> {
 /// regions hold consecutive ranks.
 fn ordered_tree(team: &Team, shape: Shape) -> Result<std::rc::Rc<Tree>> {
     let tree = team.tree(shape, 0)?;
-    // Rank r follows rank r − 1 in that walk iff r's parent is r − 1 or one of its ancestors.
-    let ordered = (1..team.size()).all(|r| {
-        let parent = tree.parent(r);
-        let mut up = Some(r - 1);
-        while up.is_some() && up != parent {
-            up = up.and_then(|a| tree.parent(a));
-        }
-        up.is_some()
-    });
-    if ordered { Ok(tree) } else { team.tree(Shape::Binomial, 0) }
+    if rank_ordered(&tree, team.size()) { Ok(tree) } else { team.tree(Shape::Binomial, 0) }
+}
+
+/// Whether `tree` (over `np` ranks, rooted at 0) is walked in rank order depth first: rank r
+/// follows rank r − 1 iff r's parent is r − 1 or one of its ancestors.
+fn rank_ordered(tree: &Tree, np: usize) -> bool {
+    tree.root() == 0
+        && (1..np).all(|r| {
+            let parent = tree.parent(r);
+            let mut up = Some(r - 1);
+            while up.is_some() && up != parent {
+                up = up.and_then(|a| tree.parent(a));
+            }
+            up.is_some()
+        })
 }
 
 /// Calls `f` on `children` in increasing rank order (the trees list them in serving order).
@@ -361,4 +417,60 @@ fn hierarchical<T: Pod, O: Op<T>>(
         None
     };
     Ok(join(op, outside, inside))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::coll::op::UserOp;
+
+    #[test]
+    fn rank_order_holds_for_runs_of_ranks_only() {
+        for np in 1..=17 {
+            for shape in [Shape::Flat, Shape::Binomial] {
+                assert!(rank_ordered(&Tree::build(shape, np, 0, None), np), "{shape:?} np {np}");
+            }
+            let runs: Vec<(usize, usize)> = (0..np).map(|r| (r / 8, r / 4)).collect();
+            for shape in [Shape::BinomialFlat, Shape::Hierarchical] {
+                assert!(rank_ordered(&Tree::build(shape, np, 0, Some(&runs)), np), "{shape:?} np {np}");
+            }
+        }
+        // Ranks placed round-robin over two regions: subtrees are not runs.
+        let cyclic: Vec<(usize, usize)> = (0..8).map(|r| (0, r % 2)).collect();
+        assert!(!rank_ordered(&Tree::build(Shape::Hierarchical, 8, 0, Some(&cyclic)), 8));
+        assert!(!rank_ordered(&Tree::build(Shape::Binomial, 8, 3, None), 8));
+    }
+
+    /// The hierarchical prefix over several runs (the machine has one region, so the public
+    /// path only ever sees one run): fake placements, several counts of active ranks.
+    #[test]
+    fn hierarchical_prefix_over_several_runs() {
+        // Strings of rank numbers as base-16 digits: concatenation is not commutative.
+        let concat = UserOp::non_commutative(|lower: &[[u64; 2]], upper: &mut [[u64; 2]]| {
+            for (l, u) in lower.iter().zip(upper.iter_mut()) {
+                *u = [l[0] << (4 * u[1]) | u[0], l[1] + u[1]];
+            }
+        });
+        let placements: [&[(usize, usize)]; 3] = [
+            &[(0, 0), (0, 0), (0, 1), (1, 0), (1, 0), (1, 0), (0, 0)],
+            &[(0, 0), (0, 1), (0, 0), (0, 1), (0, 0), (0, 1), (0, 0)],
+            &[(0, 0); 7],
+        ];
+        crate::run(7, |world| {
+            let array = world.shared_array::<u8>(1)?;
+            let me = world.rank();
+            for regions in placements {
+                for active in [1, 3, 4, 7] {
+                    if me < active {
+                        let mine = [me as u64 + 1, 1];
+                        let below = hierarchical(&array.team, &concat, regions, me, active, mine)?;
+                        let expect = (1..=me as u64).fold(0, |acc, d| acc << 4 | d);
+                        assert_eq!(below.map(|b| b[0]), (me > 0).then_some(expect), "{regions:?} active {active}");
+                    }
+                }
+            }
+            Ok(())
+        })
+        .unwrap();
+    }
 }

@@ -24,6 +24,10 @@ use crate::window::{Assert, Window};
 /// waits for them; a pushing root posts `Done` to each leaf it wrote (under `IN_MYSYNC` after
 /// the leaf's `Entered`).
 ///
+/// Inner ranks of a binomial tree always wait for their children's `Done` before returning,
+/// whatever the exit mode, since the next call refills their scratch buffer; the buffer is kept
+/// between calls and given back (a collective step) after a call that needed more than 16 MiB.
+///
 /// ```
 /// use fastmp::pgas::{self, Sync};
 /// fastmp::run(3, |world| {

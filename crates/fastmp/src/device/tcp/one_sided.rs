@@ -207,11 +207,16 @@ fn outside(what: &str, offset: u64, len: u64, part: usize, rank: usize) -> Strin
 impl Part {
     /// Runs `f` on the segment unless the part is closed; `close` waits for it to leave.
     fn touch<R>(&self, rank: usize, f: impl FnOnce(&Segment) -> Result<R>) -> Result<R> {
+        /// Leaves the gate also when `f` unwinds, or `close` would wait for it forever.
+        struct Leave<'a>(&'a AtomicUsize);
+        impl Drop for Leave<'_> {
+            fn drop(&mut self) {
+                self.0.fetch_sub(1, Ordering::Release);
+            }
+        }
         self.gate.fetch_add(1, Ordering::SeqCst);
-        let result =
-            if self.closed.load(Ordering::SeqCst) { Err(closed_error(self.window, rank)) } else { f(&self.seg) };
-        self.gate.fetch_sub(1, Ordering::Release);
-        result
+        let _leave = Leave(&self.gate);
+        if self.closed.load(Ordering::SeqCst) { Err(closed_error(self.window, rank)) } else { f(&self.seg) }
     }
 
     /// Payload bytes of a put applied as they arrive (`Sink::Part`); the range was checked when
