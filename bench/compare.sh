@@ -4,6 +4,8 @@
 # usage: bench/compare.sh [BENCH...] [--np N] [--tcp] [--min-size B] [--max-size B]
 #                         [--iterations N] [--win KIND] [--sync MODE]
 #
+#   uoms ...     the PGAS collectives (UOMS) against bench/mpi_uoms.c and fastmp's
+#                two-sided collectives: see `bench/compare.sh uoms --help`
 #   BENCH        benchmark names (default: latency bw bibw); they are passed
 #                unchanged to both fastmp-bench and target/mpi_bench:
 #                point-to-point: latency bw bibw mbw_mr strided (a matrix column
@@ -86,6 +88,259 @@ note() {
 is_uint() {
     [[ $1 =~ ^[0-9]+$ ]]
 }
+
+# ------------------------------------------------------------ the uoms mode
+# bench/compare.sh uoms [BENCH...] [--np N] [--tcp] [--min-size B] [--max-size B]
+#                       [--iterations N] [--sync-mode FLAGS] [--algorithm NAME]
+# runs `fastmp-bench uoms BENCH` (the PGAS collectives on shared arrays),
+# target/mpi_uoms BENCH (bench/mpi_uoms.c: MPI_Bcast, MPI_Scatter, ...) and
+# fastmp's own two-sided twin (bcast, scatter, gather, allgather, alltoall,
+# reduce, scan, barrier; get_latency / put_latency for memget / memput at np=2)
+# alternately, REPEAT rounds, and prints per size the medians of t_avg and
+# t_min (ns) of both UOMS sides with their ratio fastmp/mpi, and the two-sided
+# twin's OSU avg_us (in ns) with pgas/two-sided. The UOMS sides report the
+# maximum over ranks per iteration; the two-sided column is OSU's statistic
+# (the mean of the ranks' means), so it flatters the two-sided side slightly.
+# Default benchmarks: all twelve; default sizes UOMS's 4 B .. 16 MiB.
+uoms_main() {
+    local all=(broadcast scatter gather gather_all exchange permute reduce prefix_reduce memget memput memcpy barrier)
+    local list=() np=${NP:-2} tcp=0 sizes=() sync_mode="" algorithm="" iterations=()
+    while (($# > 0)); do
+        case $1 in
+            -h | --help)
+                sed -n '/^# bench\/compare.sh uoms/,/^uoms_main()/{/^uoms_main()/d;s/^# \{0,1\}//;p;}' "$0"
+                return 0
+                ;;
+            --np | -np | -n)
+                (($# >= 2)) || die "$1 needs a value"
+                np=$2
+                shift 2
+                ;;
+            --tcp)
+                tcp=1
+                shift
+                ;;
+            --min-size | --max-size)
+                (($# >= 2)) || die "$1 needs a value"
+                is_uint "$2" || die "$1 must be a byte count, got '$2'"
+                sizes+=("$1" "$2")
+                shift 2
+                ;;
+            --iterations)
+                (($# >= 2)) || die "$1 needs a value"
+                is_uint "$2" && (($2 >= 1)) || die "--iterations must be a positive integer, got '$2'"
+                iterations=(--iterations "$2")
+                shift 2
+                ;;
+            --sync-mode)
+                (($# >= 2)) || die "$1 needs a value"
+                sync_mode=$2
+                shift 2
+                ;;
+            --algorithm)
+                (($# >= 2)) || die "$1 needs a value"
+                algorithm=$2
+                shift 2
+                ;;
+            -*) die "uoms: unknown option '$1' (see bench/compare.sh uoms --help)" ;;
+            *)
+                [[ " ${all[*]} " == *" $1 "* ]] || die "uoms: unknown benchmark '$1' (one of: ${all[*]})"
+                list+=("$1")
+                shift
+                ;;
+        esac
+    done
+    ((${#list[@]} > 0)) || list=("${all[@]}")
+    is_uint "$np" && ((np >= 1)) || die "--np must be a positive integer, got '$np'"
+    local repeat=${REPEAT:-3}
+    is_uint "$repeat" && ((repeat >= 1)) || die "REPEAT must be a positive integer, got '$repeat'"
+    command -v python3 >/dev/null 2>&1 || die "python3 is needed to summarise the results"
+
+    local fastmp_bin=${FASTMP_BENCH_BIN:-}
+    if [[ -z $fastmp_bin ]]; then
+        note "cargo build --release -p fastmp-bench"
+        cargo build --release -p fastmp-bench >&2
+        fastmp_bin=target/release/fastmp-bench
+    fi
+    local launcher=()
+    if ((tcp)); then
+        local fastmprun_bin=${FASTMPRUN_BIN:-target/release/fastmprun}
+        if [[ -z ${FASTMPRUN_BIN:-} ]]; then
+            note "cargo build --release -p fastmprun"
+            cargo build --release -p fastmprun >&2
+        fi
+        launcher=("$fastmprun_bin" -np "$np" --device tcp)
+    fi
+    local cores pin=compact mpi_bind=(--bind-to core)
+    cores=$(nproc 2>/dev/null || echo 1)
+    if ((np > cores)); then
+        note "np=$np > $cores cores: both sides run unpinned"
+        pin=none
+        mpi_bind=(--oversubscribe --bind-to none)
+    fi
+    local have_mpi=0 mpirun_args=()
+    if command -v mpicc >/dev/null 2>&1 && command -v mpirun >/dev/null 2>&1; then
+        have_mpi=1
+        mkdir -p target
+        note "mpicc -O2 -o target/mpi_uoms bench/mpi_uoms.c"
+        mpicc -O2 -o target/mpi_uoms bench/mpi_uoms.c >&2
+        mpirun_args=(-np "$np")
+        if mpirun --version 2>&1 | grep -q 'Open MPI'; then
+            mpirun_args=(--allow-run-as-root -np "$np" "${mpi_bind[@]}")
+            ((tcp == 0)) || mpirun_args+=(--mca btl "tcp,self" --mca osc pt2pt)
+        fi
+        if [[ -n ${MPIRUN_ARGS:-} ]]; then
+            read -r -a extra <<<"$MPIRUN_ARGS"
+            mpirun_args+=("${extra[@]}")
+        fi
+    else
+        note "mpicc/mpirun not found: fastmp's numbers alone"
+    fi
+
+    results=$(mktemp -d "${TMPDIR:-/tmp}/fastmp-uoms.XXXXXX")
+    trap 'rm -rf -- "$results"' EXIT
+    mkdir -p "$results/pgas" "$results/mpi" "$results/twosided"
+    local failures=0
+    # uoms_run SIDE BENCH REP CMD...: keep the JSON lines; a failure is counted, not fatal.
+    uoms_run() {
+        local side=$1 bench=$2 rep=$3
+        shift 3
+        local out="$results/$side/$bench.$rep.jsonl"
+        note "$bench run $rep/$repeat: $side: $*"
+        settle
+        if "$@" >"$out.raw" 2>"$out.log"; then
+            grep '^{' "$out.raw" >"$out" || true
+        else
+            note "WARNING: $side $bench run $rep failed (exit $?):"
+            tail -n 5 "$out.log" >&2 || true
+            failures=$((failures + 1))
+        fi
+    }
+    local bench rep twin pgas_args
+    for bench in "${list[@]}"; do
+        case $bench in
+            broadcast) twin=bcast ;;
+            gather_all) twin=allgather ;;
+            exchange) twin=alltoall ;;
+            prefix_reduce) twin=scan ;;
+            scatter | gather | reduce | barrier) twin=$bench ;;
+            memget) twin=get_latency ;;
+            memput) twin=put_latency ;;
+            *) twin="" ;;
+        esac
+        [[ $twin != *_latency ]] || ((np == 2)) || twin=""
+        pgas_args=(uoms "$bench" --np "$np" --pin "$pin" --json "${iterations[@]}")
+        [[ $bench == barrier ]] || pgas_args+=("${sizes[@]}")
+        if [[ -n $sync_mode && $bench != mem* && $bench != barrier ]]; then
+            pgas_args+=(--sync-mode "$sync_mode")
+        fi
+        if [[ -n $algorithm && $bench != mem* && $bench != barrier ]]; then
+            pgas_args+=(--algorithm "$algorithm")
+        fi
+        for ((rep = 1; rep <= repeat; rep++)); do
+            uoms_run pgas "$bench" "$rep" "${launcher[@]}" "$fastmp_bin" "${pgas_args[@]}"
+            if ((have_mpi)); then
+                local mpi_args=("$bench" --json "${iterations[@]}")
+                [[ $bench == barrier ]] || mpi_args+=("${sizes[@]}")
+                uoms_run mpi "$bench" "$rep" mpirun "${mpirun_args[@]}" target/mpi_uoms "${mpi_args[@]}"
+            fi
+            if [[ -n $twin ]]; then
+                local twin_args=("$twin" --np "$np" --pin "$pin" --json)
+                [[ $twin == barrier ]] || twin_args+=("${sizes[@]}")
+                [[ $twin == *_latency ]] || twin_args+=("${iterations[@]}")
+                uoms_run twosided "$bench" "$rep" "${launcher[@]}" "$fastmp_bin" "${twin_args[@]}"
+            fi
+        done
+    done
+
+    local transport=shm
+    ((tcp == 0)) || transport=tcp
+    python3 - "$results" "$np" "$repeat" "$transport" "${list[@]}" <<'PY'
+import glob
+import json
+import os
+import statistics
+import sys
+
+results, np_, repeat, transport = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+
+
+def load(side, bench, keys):
+    """size -> key -> values over the runs; plus the algorithms fastmp reports per size."""
+    values, algorithms, devices = {}, {}, set()
+    for path in sorted(glob.glob(os.path.join(results, side, f"{bench}.*.jsonl"))):
+        for line in open(path):
+            try:
+                obj = json.loads(line)
+            except ValueError:
+                continue
+            if "size" not in obj:
+                continue
+            devices.add(str(obj.get("device", "?")))
+            per = values.setdefault(int(obj["size"]), {})
+            for key in keys:
+                if isinstance(obj.get(key), (int, float)):
+                    per.setdefault(key, []).append(float(obj[key]))
+            if side == "pgas" and "algorithm" in obj:
+                algorithms.setdefault(int(obj["size"]), set()).add(str(obj["algorithm"]))
+    return values, algorithms, devices
+
+
+def med(data, size, key, scale=1.0):
+    vals = data.get(size, {}).get(key)
+    return statistics.median(vals) * scale if vals else None
+
+
+def cell(v):
+    return "-" if v is None else f"{v:.0f}"
+
+
+def ratio(a, b):
+    return f"{a / b:.3f}" if a is not None and b else "-"
+
+
+for i, bench in enumerate(sys.argv[5:]):
+    pgas, algos, pdev = load("pgas", bench, ("t_avg_ns", "t_min_ns"))
+    mpi, _, mdev = load("mpi", bench, ("t_avg_ns", "t_min_ns"))
+    two, _, _ = load("twosided", bench, ("avg_us",))
+    if i:
+        print()
+    print(f"# uoms {bench}  np={np_}  transport={transport}  median of {repeat} run(s)  "
+          f"[fastmp={'/'.join(sorted(pdev)) or 'n/a'}, mpi={'/'.join(sorted(mdev)) or 'n/a'}]")
+    print("# times in ns, lower is better; f = fastmp PGAS (uoms), m = Open MPI (mpi_uoms), "
+          "2s = fastmp two-sided (OSU avg); ratios f/m and f/2s")
+    head = ["avg f", "avg m", "avg f/m", "min f", "min m", "min f/m", "avg 2s", "avg f/2s"]
+    if bench in ("reduce", "prefix_reduce"):
+        print("# 2s is OSU's reduce/scan: an elementwise f32 vector of size/4 (UPC's result is one value "
+              "/ a prefix over the global index), so f/2s compares different work")
+    if bench in ("memget", "memput"):
+        print("# 2s is fastmp's own one-sided get_latency/put_latency (flush per op, rank 0 alone timed)")
+    print(f"{'size':<10}" + "".join(f"{h:>12}" for h in head) + "  fastmp algorithm")
+    for size in sorted(set(pgas) | set(mpi)):
+        fa, ma, fm, mm = (med(pgas, size, "t_avg_ns"), med(mpi, size, "t_avg_ns"),
+                          med(pgas, size, "t_min_ns"), med(mpi, size, "t_min_ns"))
+        ts = med(two, size, "avg_us", 1000.0)
+        cells = [cell(fa), cell(ma), ratio(fa, ma), cell(fm), cell(mm), ratio(fm, mm), cell(ts), ratio(fa, ts)]
+        algo = "/".join(sorted(algos.get(size, ()))) or "-"
+        print(f"{size:<10}" + "".join(f"{c:>12}" for c in cells) + f"  {algo}")
+    if not pgas and not mpi:
+        print("# no results")
+PY
+    if ((failures > 0)); then
+        note "$failures run(s) failed; see the warnings above"
+        return 1
+    fi
+}
+
+# Pause between runs so one side's teardown (mpirun's daemons take a moment to exit) never
+# overlaps the other side's first measurements on a small machine.
+settle() { sleep "${SETTLE_SECONDS:-1}"; }
+
+if [[ ${1:-} == uoms ]]; then
+    shift
+    uoms_main "$@"
+    exit $?
+fi
 
 benches=()
 np=${NP:-2}
@@ -354,10 +609,6 @@ run_one() {
         failures=$((failures + 1))
     fi
 }
-
-# Pause between runs so one side's teardown (mpirun's daemons take a moment to exit) never
-# overlaps the other side's first measurements on a small machine.
-settle() { sleep "${SETTLE_SECONDS:-1}"; }
 
 for bench in "${benches[@]}"; do
     for ((rep = 1; rep <= repeat; rep++)); do

@@ -1,23 +1,27 @@
-//! `fastmp-bench`: OSU-format micro-benchmarks for fastmp.
+//! `fastmp-bench`: OSU-format micro-benchmarks for fastmp, and `fastmp-bench uoms <benchmark>`
+//! for the PGAS collectives in the format of UOMS (the UPC Operations Microbenchmarking Suite).
 //!
-//! With no launcher environment, `--np` starts that many thread ranks on the shm device.
+//! With no launcher environment, `--np` starts that many thread ranks on the shm device (uoms
+//! and `tune --pgas`: on `--device`).
 
 mod coll;
 mod halo;
 mod nbc;
+mod pgas_tune;
 mod pt2pt;
 mod report;
 mod ring_p2p;
 mod rma;
 mod support;
 mod tune;
+mod uoms;
 
 use std::path::PathBuf;
 
 use clap::builder::PossibleValue;
 use clap::{Parser, ValueEnum};
 use fastmp::coll::{Algorithm, Collective};
-use fastmp::{Comm, Config, Pin};
+use fastmp::{Comm, Config, DeviceKind, Pin};
 
 use coll::Iterations;
 use report::Reporter;
@@ -43,11 +47,12 @@ enum Bench {
     AllreduceRingP2p,
     HaloPersistent,
     Rma(rma::Rma),
+    Uoms,
     Tune,
 }
 
 const PT2PT: [Pt2pt; 5] = [Pt2pt::Latency, Pt2pt::Bw, Pt2pt::Bibw, Pt2pt::MbwMr, Pt2pt::Strided];
-const BENCH_COUNT: usize = PT2PT.len() + rma::ALL.len() + Collective::ALL.len() + nbc::NONBLOCKING.len() + 3;
+const BENCH_COUNT: usize = PT2PT.len() + rma::ALL.len() + Collective::ALL.len() + nbc::NONBLOCKING.len() + 4;
 
 /// Every benchmark name, in the order `--help` lists them.
 const BENCHES: [Bench; BENCH_COUNT] = {
@@ -74,6 +79,7 @@ const BENCHES: [Bench; BENCH_COUNT] = {
     }
     all[i] = Bench::AllreduceRingP2p;
     all[i + 1] = Bench::HaloPersistent;
+    all[i + 2] = Bench::Uoms;
     all
 };
 
@@ -97,11 +103,21 @@ enum PinArg {
 #[derive(Parser, Debug)]
 #[command(name = "fastmp-bench", about = "OSU-style micro-benchmarks for fastmp, and the collective tuner")]
 struct Args {
-    /// Benchmark to run (`tune` measures every collective algorithm and writes a tuning file).
+    /// Benchmark to run (`tune` measures every collective algorithm and writes a tuning file;
+    /// `uoms` runs one benchmark of the UPC Operations Microbenchmarking Suite on the PGAS
+    /// collectives).
     bench: Bench,
+    /// uoms: the benchmark (broadcast, scatter, gather, gather_all, exchange, permute, reduce,
+    /// prefix_reduce, memget, memput, memcpy or barrier).
+    #[arg(value_name = "UOMS_BENCHMARK")]
+    uoms: Option<String>,
     /// Ranks (thread ranks on the shm device unless a launcher set FASTMP_NP).
     #[arg(long, default_value_t = 2)]
     np: usize,
+    /// Device of the thread ranks (default: FASTMP_DEVICE, else shm; tcp ranks talk over
+    /// loopback sockets). Under a launcher the launcher's device applies.
+    #[arg(long, value_parser = parse_device, value_name = "shm|tcp")]
+    device: Option<DeviceKind>,
     /// Pin ranks to cores.
     #[arg(long, value_enum, default_value_t = PinArg::Compact)]
     pin: PinArg,
@@ -152,9 +168,30 @@ struct Args {
     /// Tune: only these collectives (default: all).
     #[arg(long, value_delimiter = ',', value_name = "NAMES")]
     collectives: Vec<String>,
-    /// Tune: where to write the JSON tuning file.
-    #[arg(long, default_value = "fastmp-tuning.json")]
-    output: PathBuf,
+    /// Tune: where to write the JSON tuning file (default fastmp-tuning.json;
+    /// with --pgas fastmp-pgas-tuning.json).
+    #[arg(long, visible_alias = "out")]
+    output: Option<PathBuf>,
+    /// Tune: time the PGAS collectives' algorithms (on --np thread ranks) and write a file for
+    /// FASTMP_PGAS_TUNING_FILE instead.
+    #[arg(long)]
+    pgas: bool,
+    /// uoms: UPC sync flags, e.g. in_allsync,out_allsync (default) or in_nosync,out_mysync.
+    #[arg(long, value_name = "FLAGS")]
+    sync_mode: Option<String>,
+    /// uoms reduce and prefix_reduce: the operation (UPC_ADD by default).
+    #[arg(long, value_enum, value_name = "OP")]
+    reduce_op: Option<uoms::ReduceOp>,
+    /// uoms reduce and prefix_reduce: the element type (default i64).
+    #[arg(long, value_enum, value_name = "TYPE")]
+    reduce_type: Option<uoms::ReduceType>,
+    /// uoms broadcast, scatter, gather, reduce: the root changes every iteration.
+    #[arg(long)]
+    rotate_root: bool,
+}
+
+fn parse_device(text: &str) -> Result<DeviceKind, String> {
+    text.parse().map_err(|e: fastmp::Error| e.to_string())
 }
 
 impl Pt2pt {
@@ -192,6 +229,7 @@ impl Bench {
             Bench::AllreduceRingP2p => "allreduce_ring_p2p",
             Bench::HaloPersistent => "halo_persistent",
             Bench::Rma(r) => r.name(),
+            Bench::Uoms => "uoms",
             Bench::Tune => "tune",
         }
     }
@@ -201,6 +239,8 @@ impl Args {
     /// The size range, with each benchmark's OSU defaults.
     fn sizes(&self) -> Result<Sizes, String> {
         let min = self.min_size.unwrap_or(match self.bench {
+            Bench::Uoms => uoms::DEFAULT_MIN_SIZE,
+            Bench::Tune if self.pgas => pgas_tune::DEFAULT_MIN_SIZE,
             Bench::Pt2pt(Pt2pt::Latency) => 0,
             Bench::Pt2pt(Pt2pt::Strided) => 8,
             Bench::Coll(c) | Bench::Nbc(c) if coll::is_reduction(c) => 4,
@@ -213,6 +253,7 @@ impl Args {
             Bench::Pt2pt(Pt2pt::Strided) => pt2pt::STRIDED_MAX_SIZE,
             Bench::Pt2pt(_) => 1 << 22,
             Bench::Rma(r) => r.default_sizes().1,
+            Bench::Uoms => uoms::DEFAULT_MAX_SIZE,
             _ => 1 << 20,
         });
         if min > max {
@@ -239,12 +280,26 @@ impl Args {
         let is_tune = self.bench == Bench::Tune;
         let is_ring = self.bench == Bench::AllreduceRingP2p;
         let is_halo = self.bench == Bench::HaloPersistent;
-        given("--algorithm", self.algorithm.is_some(), is_coll)?;
+        let uoms = match self.bench {
+            Bench::Uoms => Some(self.uoms_bench()?),
+            _ => None,
+        };
+        given("UOMS_BENCHMARK", self.uoms.is_some(), uoms.is_some())?;
+        let uoms_coll = uoms.is_some_and(|b| b.collective().is_some());
+        given("--algorithm", self.algorithm.is_some(), is_coll || uoms_coll)?;
+        given("--sync-mode", self.sync_mode.is_some(), uoms_coll)?;
+        let uoms_reduction = uoms.is_some_and(uoms::Uoms::is_reduction);
+        given("--reduce-op", self.reduce_op.is_some(), uoms_reduction)?;
+        given("--reduce-type", self.reduce_type.is_some(), uoms_reduction)?;
+        given("--rotate-root", self.rotate_root, uoms.is_some_and(uoms::Uoms::is_rooted))?;
+        given("--pgas", self.pgas, is_tune)?;
+        given("--device", self.device.is_some(), uoms.is_some() || (is_tune && self.pgas))?;
         let rma = match self.bench {
             Bench::Rma(r) => Some(r),
             _ => None,
         };
-        given("--iterations", self.iterations.is_some(), is_coll || is_tune || is_ring || is_halo || rma.is_some())?;
+        let timed = is_coll || is_tune || is_ring || is_halo || rma.is_some() || uoms.is_some();
+        given("--iterations", self.iterations.is_some(), timed)?;
         given("--win", self.win.is_some(), rma.is_some())?;
         given("--sync", self.sync.is_some(), rma.is_some())?;
         let one_size = rma.is_some_and(rma::Rma::is_single_element);
@@ -257,9 +312,18 @@ impl Args {
             return Err("--segments must be at least 1".into());
         }
         given("--collectives", !self.collectives.is_empty(), is_tune)?;
-        given("--np-list", self.np_list.is_some(), is_tune)?;
-        given("--points", self.points.is_some(), is_tune)?;
+        given("--np-list", self.np_list.is_some(), is_tune && !self.pgas)?;
+        given("--points", self.points.is_some(), is_tune && !self.pgas)?;
         given("--json", self.json, !is_tune)
+    }
+
+    /// The UOMS benchmark named after `uoms`.
+    fn uoms_bench(&self) -> Result<uoms::Uoms, String> {
+        let name = self
+            .uoms
+            .as_deref()
+            .ok_or_else(|| format!("uoms needs a benchmark: one of {}", uoms::ALL.map(uoms::Uoms::name).join(", ")))?;
+        uoms::Uoms::from_name(name)
     }
 }
 
@@ -297,6 +361,9 @@ fn base_config(args: &Args) -> Result<Config, String> {
     if let Some(limit) = args.eager_limit {
         config = config.eager_limit(limit);
     }
+    if let Some(device) = args.device {
+        config = config.device(device);
+    }
     Ok(config)
 }
 
@@ -305,6 +372,43 @@ fn run(args: &Args) -> Result<(), String> {
     let sizes = args.sizes()?;
     let config = base_config(args)?;
     let bench = match args.bench {
+        Bench::Tune if args.pgas => {
+            let collectives = args
+                .collectives
+                .iter()
+                .map(|c| fastmp::pgas::Collective::from_name(c).map_err(|e| e.to_string()))
+                .collect::<Result<_, _>>()?;
+            let plan = pgas_tune::Plan { collectives, sizes, iterations: args.iterations };
+            let output = args.output.clone().unwrap_or_else(|| "fastmp-pgas-tuning.json".into());
+            return pgas_tune::run(config, &plan, &output);
+        }
+        Bench::Uoms => {
+            let bench = args.uoms_bench()?;
+            let sync = match &args.sync_mode {
+                Some(flags) => fastmp::pgas::Sync::from_names(flags).map_err(|e| format!("--sync-mode: {e}"))?,
+                None => fastmp::pgas::Sync::default(),
+            };
+            let algorithm = args
+                .algorithm
+                .as_deref()
+                .map(|name| fastmp::pgas::Algorithm::from_name(name).map_err(|e| format!("--algorithm: {e}")))
+                .transpose()?;
+            let spec = uoms::Spec {
+                bench,
+                sync,
+                op: args.reduce_op.unwrap_or(uoms::ReduceOp::Add),
+                reduce_type: args.reduce_type.unwrap_or(uoms::ReduceType::I64),
+                sizes: &sizes,
+                iterations: match args.iterations {
+                    Some(0) => return Err("--iterations must be at least 1".into()),
+                    n => n,
+                },
+                algorithm,
+                rotate_root: args.rotate_root,
+            };
+            spec.check()?;
+            return launch(config, args, |world, out| uoms::bench(world, &spec, out));
+        }
         Bench::Tune => {
             let collectives = args
                 .collectives
@@ -318,7 +422,8 @@ fn run(args: &Args) -> Result<(), String> {
                 sizes,
                 iterations: args.iterations(Iterations::TUNE)?,
             };
-            return tune::run(&config, &plan, &args.output);
+            let output = args.output.clone().unwrap_or_else(|| "fastmp-tuning.json".into());
+            return tune::run(&config, &plan, &output);
         }
         Bench::Pt2pt(p) => p,
         Bench::AllreduceRingP2p => {

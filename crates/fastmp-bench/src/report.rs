@@ -64,6 +64,7 @@ impl Reporter {
                         let scale = 10f64.powi(digits);
                         json!((v * scale).round() / scale)
                     }
+                    Cell::Int(n) => json!(n),
                     Cell::Text(t) | Cell::JsonText(t) => json!(t),
                 };
                 obj.insert((*key).into(), value);
@@ -75,6 +76,7 @@ impl Reporter {
                 match cell {
                     Cell::Num(v) => line.push_str(&format!("{v:>20.2}")),
                     Cell::Text(t) => line.push_str(&format!("{t:>20}")),
+                    Cell::Int(n) => line.push_str(&format!("{n:>20}")),
                     Cell::JsonNum(_) | Cell::JsonText(_) => {}
                 }
             }
@@ -86,6 +88,8 @@ impl Reporter {
 /// One table cell / JSON value of a row.
 pub enum Cell<'a> {
     Num(f64),
+    /// A count (an integer in JSON).
+    Int(u64),
     Text(&'a str),
     /// A number in the JSON object only, not in the table.
     JsonNum(f64),
