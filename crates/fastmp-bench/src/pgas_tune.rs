@@ -127,7 +127,7 @@ where
     let mut times = Vec::new();
     let mut points = Vec::new();
     for algorithm in coll.algorithms() {
-        work.dst.force_algorithm(coll, algorithm)?;
+        work.force_algorithm(coll, algorithm)?;
         for &size in sizes {
             let timed = iterations.unwrap_or_else(|| (repetitions(size).0 / 10).max(5));
             let run = Run { sync: Sync::default(), op: &Sum, rotate_root: false, repetitions: (timed, 1) };

@@ -255,6 +255,8 @@ pub struct Workload<T: 'static> {
     /// memget's destination and memput's source.
     private: Vec<T>,
     perm: Vec<usize>,
+    /// The algorithm forced on the destination, kept for arrays remade by [`Workload::fit`].
+    forced: Option<(Collective, Algorithm)>,
 }
 
 impl<T: Pod> Workload<T> {
@@ -270,7 +272,33 @@ impl<T: Pod> Workload<T> {
         let private =
             if matches!(bench, Uoms::Memget | Uoms::Memput) { vec![T::zeroed(); max_bytes / elem] } else { vec![] };
         let perm = (0..np).map(|i| (i + 1) % np).collect();
-        Ok(Workload { bench, src, dst, private, perm })
+        Ok(Workload { bench, src, dst, private, perm, forced: None })
+    }
+
+    /// Uses `algorithm` for `coll` on the destination, now and after [`Workload::fit`].
+    pub fn force_algorithm(&mut self, coll: Collective, algorithm: Algorithm) -> Result<()> {
+        self.forced = Some((coll, algorithm));
+        self.dst.force_algorithm(coll, algorithm)
+    }
+
+    /// Makes the arrays right for `size` (collective). A reduction covers the first `np × len`
+    /// elements of the whole array, which spread over every rank only if the block is exactly
+    /// `len` long: reductions get arrays of that block length for each size; the others keep the
+    /// arrays made for the largest size.
+    pub fn fit(&mut self, world: &Comm, size: usize) -> Result<()> {
+        let len = size / size_of::<T>();
+        if !self.bench.is_reduction() || self.src.block_len() == len {
+            return Ok(());
+        }
+        let src = world.shared_array::<T>(len)?;
+        let dst = world.shared_array::<T>(len)?;
+        if let Some((coll, algorithm)) = self.forced {
+            dst.force_algorithm(coll, algorithm)?;
+        }
+        let old_src = std::mem::replace(&mut self.src, src);
+        let old_dst = std::mem::replace(&mut self.dst, dst);
+        let freed = old_src.free();
+        old_dst.free().and(freed)
     }
 
     /// One call at `size` bytes per block (`op` is used by the reductions only; it is a type
@@ -345,6 +373,7 @@ pub fn measure<T: Pod, O: Op<T>>(
     let np = world.size();
     let (timed, warm) = run.repetitions;
     times.clear();
+    work.fit(world, size)?;
     for i in 0..warm + timed {
         let root = if run.rotate_root { i % np } else { 0 };
         work.dst.barrier()?;
@@ -403,7 +432,7 @@ fn run_typed<T: Pod, O: Op<T>>(world: &Comm, spec: &Spec, out: &Reporter, op: &O
     let max = sizes.last().copied().unwrap_or(0);
     let mut work = Workload::<T>::new(world, spec.bench, max)?;
     if let (Some(algorithm), Some(coll)) = (spec.algorithm, spec.bench.collective()) {
-        work.dst.force_algorithm(coll, algorithm)?;
+        work.force_algorithm(coll, algorithm)?;
     }
     let out = Reporter { bench: spec.bench.name(), ..*out };
     let factor = spec.bench.bandwidth_factor(np);

@@ -222,7 +222,7 @@ fn join<T: Pod, O: Op<T>>(op: &O, lower: Option<T>, upper: Option<T>) -> Option<
 /// device's direct access (an origin-side entry), not through `SharedArray::local`, whose guard
 /// drains the part's origins with a process-wide memory barrier (tens of microseconds on shm):
 /// far too slow for an 8-byte reduce.
-const PIECE: usize = 64;
+const PIECE: usize = 256;
 
 /// Calls `f(start, piece)` on this rank's elements `0..count` of `array`, a piece at a time in
 /// a stack buffer (no allocation).
@@ -241,15 +241,32 @@ fn for_pieces<T: Pod>(
     Ok(())
 }
 
-/// `src[0] ∘ … ∘ src[count-1]` of this rank's block, `None` for no elements.
+/// `src[0] ∘ … ∘ src[count-1]` of this rank's block, `None` for no elements. A commutative
+/// operation folds whole pieces lane-wise (one `combine` over [`PIECE`] elements, which the
+/// predefined operations vectorise) and the lanes at the end; a non-commutative one goes
+/// element by element, in order.
 fn fold<T: Pod, O: Op<T>>(op: &O, src: &SharedArray<T>, count: usize) -> Result<Option<T>> {
     let mut acc = None;
+    let mut lanes: Option<[T; PIECE]> = None;
+    let lane_wise = op.is_commutative();
     for_pieces(src, count, |_, piece| {
-        for &x in piece.iter() {
-            acc = join(op, acc, Some(x));
+        match (&mut lanes, <&mut [T; PIECE]>::try_from(&mut *piece)) {
+            (Some(lanes), Ok(whole)) if lane_wise => {
+                op.combine(lanes, whole);
+                *lanes = *whole;
+            }
+            (None, Ok(whole)) if lane_wise => lanes = Some(*whole),
+            _ => {
+                for &x in piece.iter() {
+                    acc = join(op, acc, Some(x));
+                }
+            }
         }
         Ok(())
     })?;
+    for x in lanes.into_iter().flatten() {
+        acc = join(op, acc, Some(x));
+    }
     Ok(acc)
 }
 
