@@ -32,7 +32,7 @@ fn main() -> fastmp::Result<()> {
         pgas::broadcast(&copy, &src, np - 1, B, Sync::IN_ALLSYNC | Sync::OUT_MYSYNC)?;
 
         // upc_all_gather_all with point-to-point synchronisation on both sides.
-        println!("rank {me}: gather_all uses {}", all.algorithm(Collective::GatherAll, B * 8));
+        let algorithm = all.algorithm(Collective::GatherAll, B * 8);
         pgas::gather_all(&all, &src, B, Sync::MY)?;
 
         // upc_all_reduceUL(total, src, UPC_ADD, np*B, B, NULL, UPC_IN_MYSYNC | UPC_OUT_NOSYNC): with
@@ -40,11 +40,24 @@ fn main() -> fastmp::Result<()> {
         pgas::reduce(&total, &src, 0, np * B, Sum, Sync::IN_MYSYNC | Sync::OUT_NOSYNC)?;
         total.barrier()?;
 
-        println!("rank {me}: broadcast {:?}, gather_all {:?}", &*copy.local()?, &*all.local()?);
-        if me == 0 {
-            let want: u64 = (0..np * B).map(|g| (10 * (g / B) + g % B) as u64).sum();
-            println!("rank 0: reduce (sum of the whole array) = {} (expected {want})", total.local()?[0]);
+        // Every rank checks what it got; a wrong result ends the job with an error.
+        let got_copy = copy.local()?.to_vec();
+        let want_copy: Vec<u64> = (0..B).map(|i| (10 * (np - 1) + i) as u64).collect();
+        let got_all = all.local()?.to_vec();
+        let want_all: Vec<u64> = (0..np * B).map(|g| (10 * (g / B) + g % B) as u64).collect();
+        if got_copy != want_copy || got_all != want_all {
+            return Err(fastmp::Error::other(format!("rank {me}: broadcast {got_copy:?}, gather_all {got_all:?}")));
         }
+        let mut reduced = String::new();
+        if me == 0 {
+            let want: u64 = want_all.iter().sum();
+            let got = total.local()?[0];
+            if got != want {
+                return Err(fastmp::Error::other(format!("reduce gave {got}, expected {want}")));
+            }
+            reduced = format!(", reduce of the whole array = {got}");
+        }
+        println!("pgas: rank {me}/{np} ok (broadcast {got_copy:?}, gather_all by {algorithm}{reduced})");
         total.free()?;
         all.free()?;
         copy.free()?;

@@ -16,7 +16,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 /// The examples run here; `every_example_is_listed` keeps the list complete.
-const EXAMPLES: [&str; 10] = [
+const EXAMPLES: [&str; 11] = [
     "p2p",
     "immediate",
     "datatypes",
@@ -27,6 +27,7 @@ const EXAMPLES: [&str; 10] = [
     "threads",
     "environment",
     "one_sided",
+    "pgas",
 ];
 
 /// Examples that are not demonstrations of features (a benchmark, the README's demo, run by
