@@ -224,3 +224,23 @@ impl<T: Pod> SharedArray<T> {
         sync.modes().map_err(|e| Error::InvalidArgument(format!("{call}: {e}")))
     }
 }
+
+/// `Err` unless `root` is one of the `np` ranks.
+pub(super) fn check_root(call: &str, root: usize, np: usize) -> Result<()> {
+    if root < np {
+        Ok(())
+    } else {
+        Err(Error::InvalidArgument(format!("{call}: root {root} is not a rank of the arrays' {np} ranks")))
+    }
+}
+
+/// `Err` unless `need` elements (`None`: the product overflowed) fit a block of `block_len`.
+pub(super) fn check_fits(call: &str, what: &str, need: impl Into<Option<usize>>, block_len: usize) -> Result<()> {
+    match need.into() {
+        Some(need) if need <= block_len => Ok(()),
+        need => Err(Error::InvalidArgument(format!(
+            "{call}: {} elements do not fit the {what} array's blocks of {block_len} elements",
+            need.map_or_else(|| "more than usize::MAX".to_string(), |n| n.to_string())
+        ))),
+    }
+}

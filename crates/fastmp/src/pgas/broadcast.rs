@@ -12,12 +12,13 @@
 
 use bytemuck::Pod;
 
+use super::array::{check_fits, check_root};
 use super::select::{Collective, Pipeline, Transfer};
 use super::team::{Signal, Team};
 use super::transfer::Block;
 use super::tree::Tree;
 use super::{InSync, OutSync, SharedArray, Sync};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::window::lifecycle::Core;
 
 /// Copies elements `0..len` of `root`'s block of `src` into elements `0..len` of every rank's
@@ -79,26 +80,6 @@ pub fn broadcast<T: Pod>(
     };
     flow.down(algorithm.transfer)?;
     team.leave(output)
-}
-
-/// `Err` unless `root` is one of the `np` ranks.
-pub(super) fn check_root(call: &str, root: usize, np: usize) -> Result<()> {
-    if root < np {
-        Ok(())
-    } else {
-        Err(Error::InvalidArgument(format!("{call}: root {root} is not a rank of the arrays' {np} ranks")))
-    }
-}
-
-/// `Err` unless `need` elements (`None`: the product overflowed) fit a block of `block_len`.
-pub(super) fn check_fits(call: &str, what: &str, need: impl Into<Option<usize>>, block_len: usize) -> Result<()> {
-    match need.into() {
-        Some(need) if need <= block_len => Ok(()),
-        need => Err(Error::InvalidArgument(format!(
-            "{call}: {} elements do not fit the {what} array's blocks of {block_len} elements",
-            need.map_or_else(|| "more than usize::MAX".to_string(), |n| n.to_string())
-        ))),
-    }
 }
 
 /// One call's data flow over a tree (see the module docs).

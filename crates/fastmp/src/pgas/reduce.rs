@@ -14,6 +14,7 @@
 
 use bytemuck::Pod;
 
+use super::array::check_root;
 use super::select::{Collective, Shape};
 use super::team::{Signal, Team};
 use super::tree::Tree;
@@ -62,9 +63,7 @@ pub fn reduce<T: Pod, O: Op<T>>(
     let (input, output) = dst.check_pair("reduce", src, sync)?;
     let team = &dst.team;
     let (me, np) = (team.rank(), team.size());
-    if root >= np {
-        return Err(Error::InvalidArgument(format!("reduce: root {root} is not one of the arrays' {np} ranks")));
-    }
+    check_root("reduce", root, np)?;
     check_nelems("reduce", src, nelems)?;
     if nelems > 0 && dst.block_len() == 0 {
         return Err(Error::InvalidArgument(
@@ -290,7 +289,7 @@ fn scan<T: Pod, O: Op<T>>(
 }
 
 fn send_partial<T: Pod>(team: &Team, to: usize, value: Option<T>) -> Result<()> {
-    team.comm.send(value.as_slice(), to, Signal::Value as i32)
+    team.post_values(to, value.as_slice())
 }
 
 /// A partial from `from`: one value, or none when its ranks held no elements.

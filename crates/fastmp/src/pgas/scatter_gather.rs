@@ -6,7 +6,8 @@ use std::cell::Ref;
 
 use bytemuck::Pod;
 
-use super::broadcast::{Flow, check_fits, check_root};
+use super::array::{check_fits, check_root};
+use super::broadcast::Flow;
 use super::select::{Algorithm, Collective, Pipeline, Shape, Transfer};
 use super::team::{KEEP_BUFFER_LIMIT, Signal, Team};
 use super::{InSync, OutSync, SharedArray, Sync};

@@ -9,7 +9,7 @@
 //! the receiver waits** (both derive the counts from the same arguments). A rank writes into
 //! another rank's *internal* buffer only after that rank posted `Ready` for it in the same call.
 
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
 
@@ -56,8 +56,6 @@ pub(super) struct Team {
     /// The inner tree nodes' buffers of scatter and gather (one equal part per rank, kept in a
     /// lock_all epoch; grown collectively, released above [`KEEP_BUFFER_LIMIT`]).
     pub(super) scratch: RefCell<Option<crate::window::Window<'static, u8>>>,
-    /// Collective calls made on this team so far (diagnostics, tests).
-    pub(super) calls: Cell<u64>,
 }
 
 impl Team {
@@ -70,7 +68,6 @@ impl Team {
             regions: RefCell::new(None),
             tuning: RefCell::new(tuning),
             scratch: RefCell::new(None),
-            calls: Cell::new(0),
         })
     }
 
@@ -84,7 +81,6 @@ impl Team {
 
     /// The algorithm for `coll` moving `bytes` per block (every rank computes the same).
     pub(super) fn algorithm(&self, coll: Collective, bytes: usize) -> Algorithm {
-        self.calls.set(self.calls.get() + 1);
         self.tuning.borrow().select(coll, self.size(), bytes)
     }
 
