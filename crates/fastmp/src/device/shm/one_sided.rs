@@ -312,6 +312,8 @@ impl ShmWindow {
 
     /// Waits with the device's spin → yield → park policy until `ready`, failing if the job
     /// aborts. Whoever makes `ready` true and sees `part.sleepers` non-zero wakes every rank.
+    /// `ready` may act when it succeeds (`lock` takes the lock in it), so the first `true` ends
+    /// the wait, also when it comes from the parker's last check before sleeping.
     fn wait_on(&self, part: &Part, mut ready: impl FnMut() -> bool) -> Result<()> {
         let mut backoff = Backoff::new(self.world.policy);
         loop {
@@ -327,8 +329,15 @@ impl ShmWindow {
                 Pause::Park => {
                     part.sleepers.fetch_add(1, Ordering::SeqCst);
                     let world = &self.world;
-                    world.ranks[self.rank].parker.park(&mut || ready() || world.is_aborted());
+                    let mut done = false;
+                    world.ranks[self.rank].parker.park(&mut || {
+                        done = ready();
+                        done || world.is_aborted()
+                    });
                     part.sleepers.fetch_sub(1, Ordering::SeqCst);
+                    if done {
+                        return Ok(());
+                    }
                 }
             }
         }
