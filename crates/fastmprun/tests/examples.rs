@@ -7,13 +7,14 @@
 //! takes their paths from cargo's JSON messages (right under any target directory). Every run
 //! has a hang guard; nothing asserts on timing.
 
+mod support;
+
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitStatus, Stdio};
+use std::process::Command;
 use std::sync::OnceLock;
-use std::thread;
-use std::time::{Duration, Instant};
+
+use support::{cargo_build, clean, run, workspace_root};
 
 /// The examples run here; `every_example_is_listed` keeps the list complete.
 const EXAMPLES: [&str; 11] = [
@@ -35,42 +36,16 @@ const EXAMPLES: [&str; 11] = [
 const NOT_RUN: [&str; 2] = ["neighbor_bench", "quickstart"];
 
 const RANKS: &str = "3";
-/// Generous bound on one run; exceeding it means the example hung.
-const HANG_GUARD: Duration = Duration::from_secs(120);
-
-fn workspace_root() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().and_then(Path::parent).expect("crates/fastmprun is two levels down")
-}
 
 /// Builds the examples once (concurrent tests wait for the first) and returns name → executable.
 fn examples() -> &'static BTreeMap<String, PathBuf> {
     static BUILT: OnceLock<BTreeMap<String, PathBuf>> = OnceLock::new();
     BUILT.get_or_init(|| {
-        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| env!("CARGO").into());
-        let mut command = Command::new(cargo);
-        command.current_dir(workspace_root()).args(["build", "--profile", "test", "-p", "fastmp"]);
+        let mut args = vec!["-p", "fastmp"];
         for name in EXAMPLES {
-            command.args(["--example", name]);
+            args.extend(["--example", name]);
         }
-        // Diagnostics go to stderr as text; stdout carries one JSON message per line.
-        let output = command
-            .arg("--message-format=json-render-diagnostics")
-            .stderr(Stdio::inherit())
-            .output()
-            .expect("run cargo to build the examples");
-        assert!(output.status.success(), "cargo build of the examples failed: {}", output.status);
-        let mut built = BTreeMap::new();
-        for line in BufReader::new(&output.stdout[..]).lines() {
-            let message: serde_json::Value =
-                serde_json::from_str(&line.expect("cargo prints UTF-8")).unwrap_or_default();
-            let target = &message["target"];
-            if message["reason"] == "compiler-artifact"
-                && target["kind"][0] == "example"
-                && let (Some(name), Some(path)) = (target["name"].as_str(), message["executable"].as_str())
-            {
-                built.insert(name.to_string(), PathBuf::from(path));
-            }
-        }
+        let built = cargo_build(&args, "example");
         assert_eq!(
             built.keys().map(String::as_str).collect::<Vec<_>>(),
             sorted(&EXAMPLES),
@@ -84,47 +59,6 @@ fn sorted(names: &[&'static str]) -> Vec<&'static str> {
     let mut names = names.to_vec();
     names.sort_unstable();
     names
-}
-
-/// A command that inherits none of the job variables of this environment (a launcher's, or a
-/// `FASTMP_*` setting of whoever runs the tests).
-fn clean(program: &Path) -> Command {
-    let mut command = Command::new(program);
-    command.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
-    for (name, _) in std::env::vars_os() {
-        let name_text = name.to_string_lossy();
-        if ["FASTMP_", "SLURM_", "OMPI_", "PMI_", "PMIX_"].iter().any(|prefix| name_text.starts_with(prefix)) {
-            command.env_remove(&name);
-        }
-    }
-    command
-}
-
-/// Runs `command` under the hang guard; returns its status and its output (stdout, stderr).
-fn run(mut command: Command) -> (ExitStatus, String, String) {
-    let mut child = command.spawn().unwrap_or_else(|e| panic!("cannot start {command:?}: {e}"));
-    let collect = |mut source: Box<dyn Read + Send>| {
-        thread::spawn(move || {
-            let mut text = String::new();
-            let _ = source.read_to_string(&mut text);
-            text
-        })
-    };
-    let stdout = collect(Box::new(child.stdout.take().expect("piped")));
-    let stderr = collect(Box::new(child.stderr.take().expect("piped")));
-    let deadline = Instant::now() + HANG_GUARD;
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("wait for the example") {
-            break status;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("{command:?} hung: stopped after {HANG_GUARD:?}");
-        }
-        thread::sleep(Duration::from_millis(20));
-    };
-    (status, stdout.join().unwrap_or_default(), stderr.join().unwrap_or_default())
 }
 
 /// Thread ranks, as `FASTMP_NP=3 cargo run --example NAME` runs them.
