@@ -230,6 +230,15 @@ mod tests {
     }
 
     #[test]
+    fn any_rank_count_verifies_with_the_same_outcome_on_every_rank() {
+        for np in [3, 6] {
+            let outcomes = fastmp::run(np, |world| run(&world, Class::S)).unwrap();
+            assert!(outcomes[0].verified(), "{}", outcomes[0].report());
+            assert!(outcomes.iter().all(|o| *o == outcomes[0]), "ranks disagree on {np} ranks");
+        }
+    }
+
+    #[test]
     fn split_tallies_count_the_same_pairs_as_one() {
         let whole = Tally::of_pairs(0, 10_000);
         let (left, right) = (Tally::of_pairs(0, 3_333), Tally::of_pairs(3_333, 6_667));
