@@ -3,7 +3,7 @@
 //!
 //! The keys come from NPB's generator, each the scaled mean of four uniform numbers, so they
 //! cluster around the middle of the range. Before each ranking two keys are changed (see
-//! [`keys::plant`]); after it the ranks of five test keys are compared with NPB's values
+//! `keys::plant`); after it the ranks of five test keys are compared with NPB's values
 //! (partial verification). After the timed loop the last ranking places every key at its rank
 //! and the keys must come out sorted, within and across ranks (full verification).
 //!
@@ -11,7 +11,7 @@
 //! generates them itself after jumping ahead in the generator, so the keys are the same for any
 //! rank count. The number of ranks is a power of two, as it must divide the number of keys.
 //!
-//! Communication per iteration (see [`ranking`]): an allreduce of the bucket counts, an
+//! Communication per iteration (see the `ranking` module): an allreduce of the bucket counts, an
 //! alltoall of the key counts and an alltoallv of the keys themselves, to the rank owning
 //! their bucket range.
 
@@ -34,7 +34,7 @@ const ITERATIONS: usize = 10;
 const MAX_RANKS: usize = 1024;
 
 /// Whether this kernel runs `class` on `np` ranks: every class, on a power of two ranks up to
-/// [`MAX_RANKS`].
+/// `MAX_RANKS`.
 pub fn check(_class: Class, np: usize) -> Result<(), String> {
     crate::power_of_two(np)?;
     if np > MAX_RANKS {

@@ -18,9 +18,9 @@ pub struct Problem {
 
 /// A key whose rank is checked: where it sits in the global sequence and the rank NPB expects.
 ///
-/// The rank moves with the iteration because each iteration plants two keys (see
-/// [`super::keys::plant`]): one small key, which ranks below some test keys, and one large key.
-/// NPB tabulates the result as `rank + drift · (iteration − lag)`.
+/// The rank moves with the iteration because each iteration overwrites two keys with a very
+/// small and a very large one (see [`super::keys::plant`]). NPB tabulates the result as
+/// `rank + drift · (iteration − lag)`.
 #[derive(Debug, Clone, Copy)]
 pub struct TestKey {
     pub index: u64,
