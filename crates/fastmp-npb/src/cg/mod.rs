@@ -85,7 +85,7 @@ pub fn run(world: &Comm, class: Class) -> fastmp::Result<Outcome> {
     let start = fastmp::wtime();
     let mut zeta = f64::NAN;
     for _ in 0..params.niter {
-        zeta = solver.power_step(params.shift)?;
+        zeta = solver.power_step(params.shift)?.zeta;
     }
     let seconds = job_seconds(world, fastmp::wtime() - start)?;
 
@@ -101,4 +101,22 @@ pub fn run(world: &Comm, class: Class) -> fastmp::Result<Outcome> {
         operation: "floating point",
         checks: vec![Check::relative("zeta", zeta, params.zeta, TOLERANCE)],
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranks_must_be_a_power_of_two_and_no_more_than_the_rows() {
+        assert!(check(Class::A, 4).is_ok() && check(Class::C, 1).is_ok());
+        assert!(check(Class::S, 3).unwrap_err().contains("power-of-two"));
+        assert!(check(Class::S, 2048).unwrap_err().contains("1400 rows for 2048 ranks"));
+    }
+
+    #[test]
+    fn operation_count_is_npbs() {
+        // Class A: 2·15·14000·(3 + 132 + 25·137 + 3), NPB's count for 15 steps.
+        assert_eq!(Params::of(Class::A).flops(), 2.0 * 15.0 * 14000.0 * 3563.0);
+    }
 }

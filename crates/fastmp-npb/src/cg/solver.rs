@@ -1,12 +1,13 @@
-//! The inverse power method with conjugate-gradient inner solves, over row blocks of the
-//! matrix: each rank owns a contiguous block of rows and the same rows of every vector.
+//! The inverse power method with conjugate-gradient inner solves, the matrix split in row
+//! blocks: each rank multiplies its block of rows, and keeps every vector whole.
 //!
-//! The only product, `q = A·p`, needs all of `p` on every rank. Rather than gathering `p`
-//! after each update, the ranks publish their rows of the residual `r` together with their
-//! part of `r·r` (one allgatherv); every rank then sums `r·r`, and rebuilds the whole of
-//! `p = r + β·p` itself (a pass over `n` values, small next to the product). So a CG iteration
-//! costs one allgatherv of `n + np` values and one allreduce of one value (`p·q`): two points
-//! where the ranks wait for each other, where gathering `p` would need three.
+//! The product `q = A·p` is the only work split over the ranks. Each rank publishes its rows of
+//! `q` together with its part of `p·q` (one allgatherv of `n + np` values), and then every rank
+//! updates the whole residual `r` and direction `p` itself, in the same order, so they stay the
+//! same everywhere. A CG iteration thus waits on the other ranks once, at the price of `O(n)`
+//! vector work repeated on every rank (small next to the product's `O(nonzeros / np)`);
+//! splitting the vectors too would need a second wait for `r·r`, and a third to gather `p`.
+//! Only the solution `z` is kept by rows (each rank adds to its own), and gathered at the end.
 
 use std::ops::Range;
 
@@ -67,8 +68,8 @@ impl Published {
 
     /// This rank's block and its number.
     fn own(&mut self) -> (&mut [f64], &mut f64) {
-        let (block, number) =
-            self.values[self.displs[self.rank]..][..self.counts[self.rank]].split_at_mut(self.counts[self.rank] - 1);
+        let own = &mut self.values[self.displs[self.rank]..][..self.counts[self.rank]];
+        let (block, number) = own.split_at_mut(own.len() - 1);
         (block, &mut number[0])
     }
 
@@ -85,21 +86,30 @@ impl Published {
     }
 }
 
-/// One rank's share of the method: its rows of the matrix and of the vectors.
+/// What a step of the power method found, the same on every rank.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct PowerStep {
+    /// The eigenvalue estimate `shift + 1 / (x·z)`.
+    pub zeta: f64,
+    /// `‖x − A·z‖`, how well CG solved: NPB computes (and times) it, though nothing checks it.
+    pub residual: f64,
+}
+
+/// One rank's share of the method: its rows of the matrix, and the vectors.
 pub struct Solver<'w> {
     world: &'w Comm,
     matrix: Csr,
     blocks: RowBlocks,
     rows: Range<usize>,
-    /// The whole search direction `p`, the same on every rank.
-    direction: Vec<f64>,
-    /// The residual `r`, whole once published; this rank updates its own block.
-    residual: Published,
-    /// This rank's rows of the power method's iterate `x`, of the solution `z` of `A·z = x`
-    /// and of the product `q = A·p`.
+    /// The power method's iterate `x`, the residual `r` and the search direction `p`: whole,
+    /// and the same on every rank.
     x: Vec<f64>,
+    r: Vec<f64>,
+    p: Vec<f64>,
+    /// The solution `z` of `A·z = x`: this rank's rows during the solve, whole after it.
     z: Vec<f64>,
-    q: Vec<f64>,
+    /// `q = A·p` (then `A·z`) as published.
+    q: Published,
 }
 
 impl<'w> Solver<'w> {
@@ -107,19 +117,9 @@ impl<'w> Solver<'w> {
     pub fn new(world: &'w Comm, matrix: Csr, blocks: RowBlocks) -> Self {
         let rows = blocks.rows(world.rank());
         assert_eq!(matrix.nrows(), rows.len(), "the matrix holds this rank's rows");
-        let (n, m) = (matrix.ncols(), rows.len());
-        let residual = Published::new(&blocks, world.rank());
-        Solver {
-            world,
-            matrix,
-            blocks,
-            rows,
-            direction: vec![0.0; n],
-            residual,
-            x: vec![1.0; m],
-            z: vec![0.0; m],
-            q: vec![0.0; m],
-        }
+        let n = matrix.ncols();
+        let q = Published::new(&blocks, world.rank());
+        Solver { world, matrix, blocks, rows, x: vec![1.0; n], r: vec![0.0; n], p: vec![0.0; n], z: vec![0.0; n], q }
     }
 
     /// Starts the power method again from `x = (1, …, 1)`.
@@ -128,57 +128,61 @@ impl<'w> Solver<'w> {
     }
 
     /// One step of the inverse power method: `z ≈ A⁻¹·x` by conjugate gradients, then
-    /// `x = z / ‖z‖`. Returns the eigenvalue estimate `shift + 1 / (x·z)` (collective).
-    pub fn power_step(&mut self, shift: f64) -> fastmp::Result<f64> {
+    /// `x = z / ‖z‖` (collective).
+    pub fn power_step(&mut self, shift: f64) -> fastmp::Result<PowerStep> {
         self.conjugate_gradient()?;
-        let [xz, zz] = global_sum(self.world, [dot(&self.x, &self.z), dot(&self.z, &self.z)])?;
+        self.blocks.gather(self.world, &mut self.z)?;
+        let (az, _) = self.q.own();
+        self.matrix.mul_vec(&self.z, az);
+        let (x, z) = (&self.x[self.rows.clone()], &self.z[self.rows.clone()]);
+        let misfit: f64 = x.iter().zip(az.iter()).map(|(x, az)| (x - az) * (x - az)).sum();
+        let [misfit, xz, zz] = global_sum(self.world, [misfit, dot(x, z), dot(z, z)])?;
         let norm = 1.0 / zz.sqrt();
         for (x, z) in self.x.iter_mut().zip(&self.z) {
             *x = norm * z;
         }
-        Ok(shift + 1.0 / xz)
+        Ok(PowerStep { zeta: shift + 1.0 / xz, residual: misfit.sqrt() })
     }
 
-    /// Solves `A·z = x` approximately by [`CG_ITERATIONS`] iterations from `z = 0`; returns the
-    /// residual norm `‖x − A·z‖`, which NPB computes (and times) though nothing checks it.
-    fn conjugate_gradient(&mut self) -> fastmp::Result<f64> {
+    /// Solves `A·z = x` approximately by [`CG_ITERATIONS`] iterations from `z = 0`, leaving this
+    /// rank's rows of `z`.
+    fn conjugate_gradient(&mut self) -> fastmp::Result<()> {
         self.z.fill(0.0);
-        let (r, rr) = self.residual.own();
-        r.copy_from_slice(&self.x);
-        *rr = dot(r, r);
-        let mut rho = self.residual.share(self.world)?;
-        self.update_direction(None);
+        self.r.copy_from_slice(&self.x);
+        self.p.copy_from_slice(&self.x);
+        let mut rho = dot(&self.r, &self.r);
         for _ in 0..CG_ITERATIONS {
-            self.matrix.mul_vec(&self.direction, &mut self.q);
-            let own_direction = &self.direction[self.rows.clone()];
-            let [pq] = global_sum(self.world, [dot(own_direction, &self.q)])?;
-            let alpha = rho / pq;
-            let (r, rr) = self.residual.own();
-            *rr = step_solution(alpha, own_direction, &self.q, &mut self.z, r);
+            let (q, pq) = self.q.own();
+            self.matrix.mul_vec(&self.p, q);
+            let p = &self.p[self.rows.clone()];
+            *pq = dot(p, q);
+            let alpha = rho / self.q.share(self.world)?;
+            for (z, p) in self.z[self.rows.clone()].iter_mut().zip(p) {
+                *z += alpha * p;
+            }
             let rho_before = rho;
-            rho = self.residual.share(self.world)?;
-            self.update_direction(Some(rho / rho_before));
-        }
-        // ‖x − A·z‖, with the direction's storage holding the whole z.
-        self.direction[self.rows.clone()].copy_from_slice(&self.z);
-        self.blocks.gather(self.world, &mut self.direction)?;
-        self.matrix.mul_vec(&self.direction, &mut self.q);
-        let local: f64 = self.x.iter().zip(&self.q).map(|(x, az)| (x - az) * (x - az)).sum();
-        let [squared] = global_sum(self.world, [local])?;
-        Ok(squared.sqrt())
-    }
-
-    /// `p = r + β·p` over the whole published residual (`p = r` to start, without `β`).
-    fn update_direction(&mut self, beta: Option<f64>) {
-        let mut rest = self.direction.as_mut_slice();
-        for r in self.residual.blocks() {
-            let (p, tail) = rest.split_at_mut(r.len());
-            rest = tail;
-            match beta {
-                None => p.copy_from_slice(r),
-                Some(beta) => p.iter_mut().zip(r).for_each(|(p, r)| *p = r + beta * *p),
+            rho = self.step_residual(alpha);
+            let beta = rho / rho_before;
+            for (p, r) in self.p.iter_mut().zip(&self.r) {
+                *p = r + beta * *p;
             }
         }
+        Ok(())
+    }
+
+    /// `r −= α·q` over the whole published `q`; returns the new `r·r`.
+    fn step_residual(&mut self, alpha: f64) -> f64 {
+        let mut rr = 0.0;
+        let mut rest = self.r.as_mut_slice();
+        for q in self.q.blocks() {
+            let (r, tail) = rest.split_at_mut(q.len());
+            rest = tail;
+            for (r, q) in r.iter_mut().zip(q) {
+                *r -= alpha * q;
+                rr += *r * *r;
+            }
+        }
+        rr
     }
 }
 
@@ -187,17 +191,6 @@ fn global_sum<const N: usize>(world: &Comm, local: [f64; N]) -> fastmp::Result<[
     let mut total = [0.0; N];
     world.allreduce(&local, &mut total, Sum)?;
     Ok(total)
-}
-
-/// `z += α·p`, `r −= α·q`, returning this block's part of `r·r`: one pass over the four vectors.
-fn step_solution(alpha: f64, p: &[f64], q: &[f64], z: &mut [f64], r: &mut [f64]) -> f64 {
-    let mut rr = 0.0;
-    for (((z, r), p), q) in z.iter_mut().zip(r.iter_mut()).zip(p).zip(q) {
-        *z += alpha * p;
-        *r -= alpha * q;
-        rr += *r * *r;
-    }
-    rr
 }
 
 fn dot(a: &[f64], b: &[f64]) -> f64 {
@@ -246,9 +239,9 @@ mod tests {
     }
 
     #[test]
-    fn conjugate_gradient_solves_a_small_system() {
-        // The 1-D Laplacian tridiag(-1, 2.5, -1) on 12 rows, split over 1, 2 and 4 ranks:
-        // 25 iterations of CG solve it exactly (it has 12 distinct eigenvalues at most).
+    fn a_power_step_solves_a_small_system() {
+        // tridiag(-1, 2.5, -1) on 12 rows, split over 1, 2 and 4 ranks: 25 CG iterations solve
+        // it exactly (it has 12 eigenvalues), so zeta is shift + 1 / (1·A⁻¹1) from x = 1.
         let n = 12;
         let laplacian = |rows: Range<usize>| {
             let mut a = Csr::with_capacity(n, rows.len(), 3 * rows.len());
@@ -258,14 +251,32 @@ mod tests {
             }
             a
         };
+        let expected = 7.0 + 1.0 / solve_tridiagonal(n, -1.0, 2.5).iter().sum::<f64>();
         for ranks in [1, 2, 4] {
-            let residuals = fastmp::run(ranks, |world| {
+            let steps = fastmp::run(ranks, |world| {
                 let blocks = RowBlocks::new(n, ranks);
                 let mut solver = Solver::new(&world, laplacian(blocks.rows(world.rank())), blocks);
-                solver.conjugate_gradient()
+                solver.power_step(7.0)
             })
             .expect("job");
-            assert!(residuals.iter().all(|&r| r < 1e-12 && r == residuals[0]), "{residuals:?} on {ranks} ranks");
+            assert!(steps.iter().all(|s| s == &steps[0]), "ranks disagree: {steps:?}");
+            assert!(steps[0].residual < 1e-12, "{steps:?} on {ranks} ranks");
+            assert!((steps[0].zeta - expected).abs() < 1e-12, "{steps:?} on {ranks} ranks, expected {expected}");
         }
+    }
+
+    /// `A·z = 1` for the symmetric tridiagonal `A = tridiag(off, diagonal, off)`, by elimination.
+    fn solve_tridiagonal(n: usize, off: f64, diagonal: f64) -> Vec<f64> {
+        let (mut upper, mut rhs) = (vec![0.0; n], vec![0.0; n]);
+        for i in 0..n {
+            let (previous_upper, previous_rhs) = if i == 0 { (0.0, 0.0) } else { (upper[i - 1], rhs[i - 1]) };
+            let pivot = diagonal - off * previous_upper;
+            upper[i] = off / pivot;
+            rhs[i] = (1.0 - off * previous_rhs) / pivot;
+        }
+        for i in (0..n - 1).rev() {
+            rhs[i] -= upper[i] * rhs[i + 1];
+        }
+        rhs
     }
 }
