@@ -64,7 +64,7 @@ impl Csr {
     }
 }
 
-/// Σ values[k]·x[cols[k]]. Four running sums, so the additions do not wait on each other: a
+/// `Σ values[k]·x[cols[k]]`. Four running sums, so the additions do not wait on each other: a
 /// single one would make a row of ~130 entries a chain of dependent additions, slower than
 /// fetching its entries.
 #[inline]

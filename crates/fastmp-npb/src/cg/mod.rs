@@ -2,11 +2,12 @@
 //! power method, each step solving `A·z = x` approximately with 25 conjugate-gradient
 //! iterations (`zeta = shift + 1 / (x·z)`, verified against NPB's value to 1e-10).
 //!
-//! Decomposition: the `n` rows are cut into one contiguous block per rank (np a power of two,
-//! as NPB requires); a rank builds only its rows of the matrix ([`makea`]) and holds the same
-//! rows of every vector. Communication ([`solver`]): every CG iteration gathers the whole search
-//! direction on every rank (allgatherv, since the product needs all of it) and sums two dot
-//! products (allreduce of one value each).
+//! Decomposition: the `n` rows of the matrix are cut into one contiguous block per rank (np a
+//! power of two, as NPB requires); a rank builds only its rows (`makea`) and multiplies only
+//! them, while the vectors (`n` values, small next to the matrix) are kept whole on every rank.
+//! Communication (`solver`): once per CG iteration an allgatherv publishes every rank's rows
+//! of `q = A·p` with its part of `p·q`; once per power step an allgatherv of the solution and an
+//! allreduce of three sums (`x·z`, `z·z`, the residual).
 
 mod csr;
 mod makea;
