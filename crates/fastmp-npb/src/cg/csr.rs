@@ -1,6 +1,8 @@
 //! A block of rows of a sparse matrix in compressed sparse row form, and its product with a
 //! dense vector: the kernel CG spends nearly all its time in.
 
+use super::sums::Lanes;
+
 /// Rows of a sparse matrix: row `i` holds the column indices `cols[row_starts[i]..row_starts[i + 1]]`
 /// (ascending) and their values at the same places of `values`.
 #[derive(Clone, Debug, PartialEq)]
@@ -64,22 +66,20 @@ impl Csr {
     }
 }
 
-/// `Σ values[k]·x[cols[k]]`. Four running sums, so the additions do not wait on each other: a
-/// single one would make a row of ~130 entries a chain of dependent additions, slower than
-/// fetching its entries.
+/// `Σ values[k]·x[cols[k]]`, in four lanes: a single sum would make a row of ~130 entries a
+/// chain of dependent additions, slower than fetching its entries.
 #[inline]
 fn sparse_dot(values: &[f64], cols: &[u32], x: &[f64]) -> f64 {
-    let values = values.chunks_exact(4);
-    let cols = cols.chunks_exact(4);
-    let tail: f64 = values.remainder().iter().zip(cols.remainder()).map(|(v, &c)| v * x[c as usize]).sum();
-    let mut sums = [0.0; 4];
+    let mut sum = Lanes::default();
+    let (values, cols) = (values.chunks_exact(4), cols.chunks_exact(4));
+    let (values_tail, cols_tail) = (values.remainder(), cols.remainder());
     for (v, c) in values.zip(cols) {
-        sums[0] += v[0] * x[c[0] as usize];
-        sums[1] += v[1] * x[c[1] as usize];
-        sums[2] += v[2] * x[c[2] as usize];
-        sums[3] += v[3] * x[c[3] as usize];
+        sum.add([v[0] * x[c[0] as usize], v[1] * x[c[1] as usize], v[2] * x[c[2] as usize], v[3] * x[c[3] as usize]]);
     }
-    (sums[0] + sums[1]) + (sums[2] + sums[3]) + tail
+    for (v, &c) in values_tail.iter().zip(cols_tail) {
+        sum.add_one(v * x[c as usize]);
+    }
+    sum.total()
 }
 
 #[cfg(test)]

@@ -12,6 +12,7 @@
 mod csr;
 mod makea;
 mod solver;
+mod sums;
 
 use fastmp::Comm;
 

@@ -15,6 +15,7 @@ use fastmp::Comm;
 use fastmp::op::Sum;
 
 use super::csr::Csr;
+use super::sums::{Lanes, dot};
 
 /// Conjugate-gradient iterations per inner solve (NPB's `cgitmax`).
 pub const CG_ITERATIONS: usize = 25;
@@ -172,17 +173,25 @@ impl<'w> Solver<'w> {
 
     /// `r −= α·q` over the whole published `q`; returns the new `r·r`.
     fn step_residual(&mut self, alpha: f64) -> f64 {
-        let mut rr = 0.0;
+        let mut rr = Lanes::default();
         let mut rest = self.r.as_mut_slice();
         for q in self.q.blocks() {
             let (r, tail) = rest.split_at_mut(q.len());
             rest = tail;
-            for (r, q) in r.iter_mut().zip(q) {
+            let body = q.len() / 4 * 4;
+            let ((r, r_tail), (q, q_tail)) = (r.split_at_mut(body), q.split_at(body));
+            for (r, q) in r.chunks_exact_mut(4).zip(q.chunks_exact(4)) {
+                for lane in 0..4 {
+                    r[lane] -= alpha * q[lane];
+                }
+                rr.add([r[0] * r[0], r[1] * r[1], r[2] * r[2], r[3] * r[3]]);
+            }
+            for (r, q) in r_tail.iter_mut().zip(q_tail) {
                 *r -= alpha * q;
-                rr += *r * *r;
+                rr.add_one(*r * *r);
             }
         }
-        rr
+        rr.total()
     }
 }
 
@@ -191,10 +200,6 @@ fn global_sum<const N: usize>(world: &Comm, local: [f64; N]) -> fastmp::Result<[
     let mut total = [0.0; N];
     world.allreduce(&local, &mut total, Sum)?;
     Ok(total)
-}
-
-fn dot(a: &[f64], b: &[f64]) -> f64 {
-    a.iter().zip(b).map(|(a, b)| a * b).sum()
 }
 
 #[cfg(test)]
