@@ -21,7 +21,8 @@ use crate::{Check, Class, Kernel, Outcome};
 use makea::Shape;
 use solver::{CG_ITERATIONS, RowBlocks, Solver};
 
-/// The condition number NPB builds every class's matrix with.
+/// NPB's `rcond`, the same for every class: the smallest outer product's weight, also added to
+/// the diagonal (bounding the spectrum from below).
 const RCOND: f64 = 0.1;
 
 /// NPB's verification tolerance on zeta (relative).
