@@ -1,26 +1,31 @@
-//! The distributed 3-D FFT of FT, on z-slabs: 1-D transforms along x and y on a rank's own
-//! planes, a global transpose (`alltoall`), then 1-D transforms along z; the inverse runs the
-//! same steps backwards.
+//! The distributed 3-D FFT of FT, on slabs: 1-D transforms along x and y on a rank's own
+//! z-planes, a global transpose (`alltoall`), then 1-D transforms along z on its own y-rows;
+//! the inverse runs the same steps backwards. The layouts are described in [`super::slabs`].
 //!
-//! The 1-D transforms are rustfft's. Lines along x are contiguous and transformed where they
-//! lie; lines along y and z are strided, so they are copied a block of [`BLOCK`] neighbouring
-//! lines at a time into a small buffer that stays in cache, transformed there, and written to
-//! their next layout (see [`super::slabs`]), which doubles as packing for the transpose.
+//! The 1-D transforms are rustfft's, many lines per call where lines are contiguous. Every
+//! pass reads its input from memory once, in long runs, into a buffer that stays in cache (a
+//! whole plane, or a tile of z-lines); the transposes that make strided lines contiguous
+//! happen there, and the result goes back to memory once, in long runs, already laid out for
+//! the next pass (or packed for the global transpose).
 
+use std::ops::Range;
 use std::sync::Arc;
 
 use fastmp::Comm;
 use num_complex::Complex64;
 use rustfft::{Fft, FftDirection, FftPlanner};
 
-use super::slabs::{RowMap, Slabs};
+use super::slabs::{PlaneRuns, Slabs};
 
-/// Neighbouring strided lines moved and transformed together: wide enough that every copy
-/// moves whole cache lines, small enough that the lines stay in L1/L2.
+/// Y-lines of a plane transformed together: enough neighbouring columns that copying them
+/// moves whole cache lines.
 const BLOCK: usize = 16;
 
-/// Padding between the lines of the block buffer, so lines a power of two long do not all map
-/// to the same cache sets.
+/// Elements of the tile of z-lines (1 MiB, half of L2).
+const TILE_ELEMENTS: usize = 64 * 1024;
+
+/// Padding after each line of a cache buffer, so that lines a power of two long do not all
+/// map to the same cache sets when a transpose walks across them.
 const PAD: usize = 8;
 
 /// NPB's two transforms, neither normalised. NPB's forward transform multiplies by
@@ -57,8 +62,15 @@ impl AxisPlans {
         }
     }
 
-    fn all(&self) -> [&Arc<dyn Fft<f64>>; 3] {
+    /// The scratch space any of the plans needs, called any way.
+    fn scratch_len(&self) -> usize {
         [&self.x, &self.y, &self.z]
+            .iter()
+            .map(|fft| {
+                fft.get_inplace_scratch_len().max(fft.get_outofplace_scratch_len()).max(fft.get_immutable_scratch_len())
+            })
+            .max()
+            .unwrap_or(0)
     }
 }
 
@@ -91,18 +103,15 @@ impl Transit {
     }
 }
 
-/// Plans and working buffers of one rank's share of the 3-D transforms; they allocate nothing
-/// once built.
+/// One rank's share of the 3-D transforms: plans, layouts and cache buffers, so that a
+/// transform allocates nothing.
 pub(crate) struct Fft3d {
     slabs: Slabs,
     forward: AxisPlans,
     inverse: AxisPlans,
-    space_rows: RowMap,
-    transit_rows: RowMap,
-    /// [`BLOCK`] lines of the longest axis, `pitch` apart.
-    lines: Vec<Complex64>,
-    pitch: usize,
-    scratch: Vec<Complex64>,
+    space_runs: PlaneRuns,
+    transit_runs: PlaneRuns,
+    work: Workspace,
 }
 
 impl Fft3d {
@@ -110,148 +119,194 @@ impl Fft3d {
         let mut planner = FftPlanner::new();
         let forward = AxisPlans::new(&mut planner, &slabs, Direction::Forward);
         let inverse = AxisPlans::new(&mut planner, &slabs, Direction::Inverse);
-        let scratch_len = [&forward, &inverse]
-            .iter()
-            .flat_map(|plans| plans.all())
-            .map(|fft| {
-                fft.get_inplace_scratch_len().max(fft.get_outofplace_scratch_len()).max(fft.get_immutable_scratch_len())
-            })
-            .max()
-            .unwrap_or(0);
-        let pitch = slabs.nx.max(slabs.ny).max(slabs.nz) + PAD;
+        let scratch_len = forward.scratch_len().max(inverse.scratch_len());
         Fft3d {
             slabs,
             forward,
             inverse,
-            space_rows: slabs.space_rows(),
-            transit_rows: slabs.transit_rows(),
-            lines: vec![Complex64::default(); BLOCK * pitch],
-            pitch,
-            scratch: vec![Complex64::default(); scratch_len],
+            space_runs: slabs.space_runs(),
+            transit_runs: slabs.transit_runs(),
+            work: Workspace::new(&slabs, scratch_len),
         }
     }
 
     /// NPB's forward transform of `space` into `frequency` (collective). `space` is left
-    /// partly transformed.
+    /// unchanged.
     pub fn forward(
         &mut self,
         world: &Comm,
-        space: &mut [Complex64],
+        space: &[Complex64],
         transit: &mut Transit,
         frequency: &mut [Complex64],
     ) -> fastmp::Result<()> {
-        self.planes(Direction::Forward, space, &mut transit.outgoing, true);
+        self.work.planes(&self.forward, space, self.space_runs, &mut transit.outgoing, self.transit_runs);
         transit.exchange(world)?;
-        self.z_lines_forward(transit.incoming(), frequency);
+        self.work.z_lines_forward(&self.forward, &self.slabs, transit.incoming(), frequency);
         Ok(())
     }
 
-    /// NPB's inverse transform of `frequency` into `space` (collective). Before its z-line at
-    /// (global y, x) is transformed, `prepare(y, x, line)` may update it in place: the caller's
-    /// pass over the spectrum rides on the transform's.
+    /// NPB's inverse transform of a spectrum into `space` (collective). The spectrum is given
+    /// line by line: `fill(y, x, line, out)` writes into `out` the z-line at (global y, x) to
+    /// transform, `line` being that z-line of `frequency`; so the caller's pass over the
+    /// spectrum rides on the transform's.
     pub fn inverse(
         &mut self,
         world: &Comm,
-        frequency: &mut [Complex64],
+        frequency: &[Complex64],
         transit: &mut Transit,
         space: &mut [Complex64],
-        prepare: impl FnMut(usize, usize, &mut [Complex64]),
+        fill: impl FnMut(usize, usize, &[Complex64], &mut [Complex64]),
     ) -> fastmp::Result<()> {
-        self.z_lines_inverse(frequency, &mut transit.outgoing, prepare);
+        self.work.z_lines_inverse(&self.inverse, &self.slabs, frequency, &mut transit.outgoing, fill);
         transit.exchange(world)?;
-        self.planes(Direction::Inverse, transit.incoming(), space, false);
+        self.work.planes(&self.inverse, transit.incoming(), self.transit_runs, space, self.space_runs);
         Ok(())
     }
+}
 
-    /// The x and y transforms of every plane, from `src` (whose x-rows are transformed in
-    /// place) into `dst`. Forward goes from the space layout to the outgoing one, inverse from
-    /// the incoming one (which is laid out as outgoing) to space.
-    fn planes(&mut self, direction: Direction, src: &mut [Complex64], dst: &mut [Complex64], from_space: bool) {
-        let Slabs { nx, ny, .. } = self.slabs;
-        let plans = match direction {
-            Direction::Forward => &self.forward,
-            Direction::Inverse => &self.inverse,
-        };
-        let (src_rows, dst_rows) =
-            if from_space { (&self.space_rows, &self.transit_rows) } else { (&self.transit_rows, &self.space_rows) };
-        let scratch = &mut self.scratch;
-        let pitch = self.pitch;
-        for plane in 0..self.slabs.planes() {
-            for run in src_rows.runs(plane) {
-                plans.x.process_with_scratch(&mut src[run], scratch);
+/// The buffers where strided lines are made contiguous and transformed, sized to stay in
+/// cache.
+struct Workspace {
+    /// One z-plane, `[y][x]`.
+    plane: Vec<Complex64>,
+    /// [`BLOCK`] y-lines, `y_pitch` apart.
+    lines: Vec<Complex64>,
+    y_pitch: usize,
+    /// The z-lines of `columns` neighbouring x of one y-row, `z_pitch` apart.
+    tile: Vec<Complex64>,
+    z_pitch: usize,
+    columns: usize,
+    scratch: Vec<Complex64>,
+}
+
+impl Workspace {
+    fn new(slabs: &Slabs, scratch_len: usize) -> Self {
+        let Slabs { nx, ny, nz, .. } = *slabs;
+        let (y_pitch, z_pitch) = (ny + PAD, nz + PAD);
+        let columns = prev_power_of_two((TILE_ELEMENTS / z_pitch).clamp(1, nx));
+        Workspace {
+            plane: vec![Complex64::default(); nx * ny],
+            lines: vec![Complex64::default(); BLOCK.min(nx) * y_pitch],
+            y_pitch,
+            tile: vec![Complex64::default(); columns * z_pitch],
+            z_pitch,
+            columns,
+            scratch: vec![Complex64::default(); scratch_len],
+        }
+    }
+
+    /// The x and y transforms of every plane: each plane's rows (where `src_runs` says)
+    /// copied into the plane buffer, transformed along x there, then along y a block of
+    /// columns at a time, and copied out to `dst` (where `dst_runs` says).
+    fn planes(
+        &mut self,
+        plans: &AxisPlans,
+        src: &[Complex64],
+        src_runs: PlaneRuns,
+        dst: &mut [Complex64],
+        dst_runs: PlaneRuns,
+    ) {
+        let (nx, ny) = (src_runs.nx(), src_runs.ny());
+        let plane = &mut self.plane[..];
+        for p in 0..src.len() / plane.len() {
+            for (run, part) in src_runs.runs(p).zip(plane.chunks_exact_mut(src_runs.run_len())) {
+                part.copy_from_slice(&src[run]);
             }
+            plans.x.process_with_scratch(plane, &mut self.scratch);
             for x0 in (0..nx).step_by(BLOCK) {
                 let width = BLOCK.min(nx - x0);
-                let lines = &mut self.lines[..width * pitch];
-                for (y, start) in src_rows.rows(plane).enumerate() {
-                    for (b, &value) in src[start + x0..start + x0 + width].iter().enumerate() {
-                        lines[b * pitch + y] = value;
-                    }
+                let lines = &mut self.lines[..width * self.y_pitch];
+                strip_to_lines(&plane[x0..], nx, ny, lines, self.y_pitch);
+                for line in lines.chunks_exact_mut(self.y_pitch) {
+                    plans.y.process_with_scratch(&mut line[..ny], &mut self.scratch);
                 }
-                for line in lines.chunks_exact_mut(pitch) {
-                    plans.y.process_with_scratch(&mut line[..ny], scratch);
-                }
-                for (y, start) in dst_rows.rows(plane).enumerate() {
-                    for (b, slot) in dst[start + x0..start + x0 + width].iter_mut().enumerate() {
-                        *slot = lines[b * pitch + y];
-                    }
-                }
+                lines_to_strip(lines, self.y_pitch, &mut plane[x0..], nx, ny);
+            }
+            for (run, part) in dst_runs.runs(p).zip(plane.chunks_exact(dst_runs.run_len())) {
+                dst[run].copy_from_slice(part);
             }
         }
     }
 
-    /// The forward z transforms: z-lines gathered from the incoming layout, transformed into
-    /// the frequency layout.
-    fn z_lines_forward(&mut self, incoming: &[Complex64], frequency: &mut [Complex64]) {
-        let Slabs { nx, nz, .. } = self.slabs;
-        let z_stride = self.slabs.rows() * nx;
-        let pitch = self.pitch;
+    /// The forward z transforms: the z-lines of a tile of columns gathered from the
+    /// incoming layout `[z][row][x]`, transformed into the frequency layout `[row][x][z]`.
+    fn z_lines_forward(
+        &mut self,
+        plans: &AxisPlans,
+        slabs: &Slabs,
+        incoming: &[Complex64],
+        frequency: &mut [Complex64],
+    ) {
+        let Slabs { nx, nz, .. } = *slabs;
+        let z_stride = slabs.rows() * nx;
         for (row, row_out) in frequency.chunks_exact_mut(nx * nz).enumerate() {
-            for x0 in (0..nx).step_by(BLOCK) {
-                let width = BLOCK.min(nx - x0);
-                let lines = &mut self.lines[..width * pitch];
-                let first = row * nx + x0;
-                for (z, plane) in incoming[first..].chunks(z_stride).take(nz).enumerate() {
-                    for (b, &value) in plane[..width].iter().enumerate() {
-                        lines[b * pitch + z] = value;
-                    }
-                }
-                let out = &mut row_out[x0 * nz..(x0 + width) * nz];
-                for (line, line_out) in lines.chunks_exact_mut(pitch).zip(out.chunks_exact_mut(nz)) {
-                    self.forward.z.process_outofplace_with_scratch(&mut line[..nz], line_out, &mut self.scratch);
+            for columns in tiles(nx, self.columns) {
+                let tile = &mut self.tile[..columns.len() * self.z_pitch];
+                strip_to_lines(&incoming[row * nx + columns.start..], z_stride, nz, tile, self.z_pitch);
+                let out = &mut row_out[columns.start * nz..columns.end * nz];
+                for (line, line_out) in tile.chunks_exact_mut(self.z_pitch).zip(out.chunks_exact_mut(nz)) {
+                    plans.z.process_outofplace_with_scratch(&mut line[..nz], line_out, &mut self.scratch);
                 }
             }
         }
     }
 
-    /// The inverse z transforms: each z-line of `frequency` prepared in place, transformed
-    /// into the block buffer and scattered into the outgoing layout.
+    /// The inverse z transforms: the z-lines of a tile of columns filled from `frequency`,
+    /// transformed in the tile, and scattered into the outgoing layout `[z][row][x]`.
     fn z_lines_inverse(
         &mut self,
-        frequency: &mut [Complex64],
+        plans: &AxisPlans,
+        slabs: &Slabs,
+        frequency: &[Complex64],
         outgoing: &mut [Complex64],
-        mut prepare: impl FnMut(usize, usize, &mut [Complex64]),
+        mut fill: impl FnMut(usize, usize, &[Complex64], &mut [Complex64]),
     ) {
-        let Slabs { nx, nz, .. } = self.slabs;
-        let z_stride = self.slabs.rows() * nx;
-        let first_row = self.slabs.first_row();
-        let pitch = self.pitch;
-        for (row, row_in) in frequency.chunks_exact_mut(nx * nz).enumerate() {
-            for x0 in (0..nx).step_by(BLOCK) {
-                let width = BLOCK.min(nx - x0);
-                let lines = &mut self.lines[..width * pitch];
-                let input = &mut row_in[x0 * nz..(x0 + width) * nz];
-                for (b, (line_in, line)) in input.chunks_exact_mut(nz).zip(lines.chunks_exact_mut(pitch)).enumerate() {
-                    prepare(first_row + row, x0 + b, line_in);
-                    self.inverse.z.process_immutable_with_scratch(line_in, &mut line[..nz], &mut self.scratch);
+        let Slabs { nx, nz, .. } = *slabs;
+        let z_stride = slabs.rows() * nx;
+        for (row, row_in) in frequency.chunks_exact(nx * nz).enumerate() {
+            let y = slabs.first_row() + row;
+            for columns in tiles(nx, self.columns) {
+                let tile = &mut self.tile[..columns.len() * self.z_pitch];
+                let input = &row_in[columns.start * nz..columns.end * nz];
+                for ((x, line_in), line) in
+                    columns.clone().zip(input.chunks_exact(nz)).zip(tile.chunks_exact_mut(self.z_pitch))
+                {
+                    let line = &mut line[..nz];
+                    fill(y, x, line_in, line);
+                    plans.z.process_with_scratch(line, &mut self.scratch);
                 }
-                let first = row * nx + x0;
-                for (z, plane) in outgoing[first..].chunks_mut(z_stride).take(nz).enumerate() {
-                    for (b, slot) in plane[..width].iter_mut().enumerate() {
-                        *slot = lines[b * pitch + z];
-                    }
-                }
+                lines_to_strip(tile, self.z_pitch, &mut outgoing[row * nx + columns.start..], z_stride, nz);
             }
+        }
+    }
+}
+
+/// `0..n` cut into ranges of `width`.
+fn tiles(n: usize, width: usize) -> impl Iterator<Item = Range<usize>> {
+    (0..n).step_by(width).map(move |start| start..(start + width).min(n))
+}
+
+fn prev_power_of_two(n: usize) -> usize {
+    1 << n.ilog2()
+}
+
+/// Transposes a strip of `count` rows, row r starting at `src[r * stride]`, into lines `pitch`
+/// apart: line b receives column b (as many lines as `lines` holds).
+fn strip_to_lines(src: &[Complex64], stride: usize, count: usize, lines: &mut [Complex64], pitch: usize) {
+    let width = lines.len() / pitch;
+    for (r, row) in src.chunks(stride).take(count).enumerate() {
+        for (b, &value) in row[..width].iter().enumerate() {
+            lines[b * pitch + r] = value;
+        }
+    }
+}
+
+/// The reverse of [`strip_to_lines`]: line b goes back to column b of the strip.
+fn lines_to_strip(lines: &[Complex64], pitch: usize, dst: &mut [Complex64], stride: usize, count: usize) {
+    let width = lines.len() / pitch;
+    for (r, row) in dst.chunks_mut(stride).take(count).enumerate() {
+        for (b, slot) in row[..width].iter_mut().enumerate() {
+            *slot = lines[b * pitch + r];
         }
     }
 }
@@ -300,9 +355,9 @@ mod tests {
                 let slabs = Slabs::new(DIMS, world.size(), world.rank());
                 let mut fft = Fft3d::new(slabs);
                 let mut transit = Transit::new(&slabs);
-                let mut space = space_of(&slabs);
+                let space = space_of(&slabs);
                 let mut frequency = vec![Complex64::default(); slabs.local_len()];
-                fft.forward(&world, &mut space, &mut transit, &mut frequency)?;
+                fft.forward(&world, &space, &mut transit, &mut frequency)?;
                 let [nx, _, nz] = DIMS;
                 for (i, &value) in frequency.iter().enumerate() {
                     let k = ((i / nz) % nx, slabs.first_row() + i / (nx * nz), i % nz);
@@ -323,12 +378,15 @@ mod tests {
                 let mut fft = Fft3d::new(slabs);
                 let mut transit = Transit::new(&slabs);
                 let original = space_of(&slabs);
-                let mut space = original.clone();
                 let mut frequency = vec![Complex64::default(); slabs.local_len()];
-                fft.forward(&world, &mut space, &mut transit, &mut frequency)?;
-                let mut prepared = 0;
-                fft.inverse(&world, &mut frequency, &mut transit, &mut space, |_, _, _| prepared += 1)?;
-                assert_eq!(prepared, slabs.local_len() / DIMS[2], "every z-line is prepared once");
+                fft.forward(&world, &original, &mut transit, &mut frequency)?;
+                let mut space = vec![Complex64::default(); slabs.local_len()];
+                let mut filled = 0;
+                fft.inverse(&world, &frequency, &mut transit, &mut space, |_, _, line, out| {
+                    out.copy_from_slice(line);
+                    filled += 1;
+                })?;
+                assert_eq!(filled, slabs.local_len() / DIMS[2], "every z-line is filled once");
                 let n = slabs.total() as f64;
                 for (&got, &want) in space.iter().zip(&original) {
                     assert!((got - want * n).norm() < 1e-9 * n, "np {np}: {got} vs {}", want * n);

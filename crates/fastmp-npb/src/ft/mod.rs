@@ -78,9 +78,10 @@ pub fn run(world: &Comm, class: Class) -> fastmp::Result<Outcome> {
     solver.start(world)?;
     world.barrier()?;
     let start = fastmp::wtime();
-    let evolution = solver.start(world)?;
+    let mut evolution = solver.start(world)?;
     let mut sums = Vec::with_capacity(problem.iterations());
-    for _ in 0..problem.iterations() {
+    for t in 1..=problem.iterations() {
+        evolution.set_time(t);
         sums.push(solver.step(world, &evolution)?);
     }
     let seconds = job_seconds(world, fastmp::wtime() - start)?;
@@ -117,7 +118,7 @@ struct Solver {
     transit: Transit,
     /// The initial field, then each iteration's result.
     space: Vec<Complex64>,
-    /// The spectrum, advanced in time in place.
+    /// The initial field's spectrum.
     frequency: Vec<Complex64>,
 }
 
@@ -137,15 +138,15 @@ impl Solver {
     fn start(&mut self, world: &Comm) -> fastmp::Result<Evolution> {
         let evolution = Evolution::new(&self.slabs);
         field::initial(&self.slabs, &mut self.space);
-        self.fft.forward(world, &mut self.space, &mut self.transit, &mut self.frequency)?;
+        self.fft.forward(world, &self.space, &mut self.transit, &mut self.frequency)?;
         Ok(evolution)
     }
 
-    /// One iteration: the spectrum advanced one time step, transformed back, and the result's
+    /// One iteration: the spectrum at the evolution's time, transformed back, and the result's
     /// checksum (the same on every rank).
     fn step(&mut self, world: &Comm, evolution: &Evolution) -> fastmp::Result<Complex64> {
-        self.fft.inverse(world, &mut self.frequency, &mut self.transit, &mut self.space, |y, x, line| {
-            evolution.step(y, x, line)
+        self.fft.inverse(world, &self.frequency, &mut self.transit, &mut self.space, |y, x, line, out| {
+            evolution.apply(y, x, line, out)
         })?;
         let local = field::checksum(&self.slabs, &self.space);
         let mut sum = [0.0; 2];

@@ -14,6 +14,8 @@
 //! - **frequency**: `[row][x][z]`, so z-lines are contiguous for the last 1-D transform and
 //!   the time evolution.
 
+use std::ops::Range;
+
 /// One rank's share of the grid.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Slabs {
@@ -66,47 +68,59 @@ impl Slabs {
         self.nx * self.ny * self.nz
     }
 
-    /// Where the x-rows of the space layout start.
-    pub fn space_rows(&self) -> RowMap {
-        RowMap::new(self.nx, self.ny, self.ny, 0, self.ny * self.nx)
+    /// Where the rows of each plane lie in the space layout: one run per plane.
+    pub fn space_runs(&self) -> PlaneRuns {
+        PlaneRuns { nx: self.nx, ny: self.ny, run_rows: self.ny, run_stride: 0, plane_stride: self.ny * self.nx }
     }
 
-    /// Where the x-rows of the outgoing (space-side transit) layout start.
-    pub fn transit_rows(&self) -> RowMap {
-        RowMap::new(self.nx, self.ny, self.rows(), self.block_len(), self.rows() * self.nx)
+    /// Where the rows of each plane lie in the transit layouts: one run per block.
+    pub fn transit_runs(&self) -> PlaneRuns {
+        let rows = self.rows();
+        PlaneRuns {
+            nx: self.nx,
+            ny: self.ny,
+            run_rows: rows,
+            run_stride: self.block_len(),
+            plane_stride: rows * self.nx,
+        }
     }
 }
 
-/// Where each x-row of a buffer of z-planes starts: the rows of a plane come in runs of
-/// `run_rows` contiguous rows, so a plane is one run (space) or one run per block (transit).
-#[derive(Clone, Debug)]
-pub(crate) struct RowMap {
-    /// Start of row y of plane 0.
-    starts: Vec<usize>,
-    /// How far plane p + 1 starts after plane p.
-    plane_stride: usize,
-    /// Elements in one run of contiguous rows.
-    run_len: usize,
+/// Where the x-rows of each z-plane lie in a buffer: in runs of `run_rows` contiguous rows,
+/// `run_stride` apart, the runs of plane p + 1 `plane_stride` after those of plane p.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct PlaneRuns {
+    nx: usize,
+    ny: usize,
     run_rows: usize,
+    run_stride: usize,
+    plane_stride: usize,
 }
 
-impl RowMap {
-    fn new(nx: usize, ny: usize, run_rows: usize, run_stride: usize, plane_stride: usize) -> Self {
-        let starts = (0..ny).map(|y| (y / run_rows) * run_stride + (y % run_rows) * nx).collect();
-        RowMap { starts, plane_stride, run_len: run_rows * nx, run_rows }
+impl PlaneRuns {
+    /// Elements per row.
+    pub fn nx(&self) -> usize {
+        self.nx
     }
 
-    /// Start of every row of `plane`, in y order.
-    pub fn rows(&self, plane: usize) -> impl Iterator<Item = usize> + '_ {
-        let offset = plane * self.plane_stride;
-        self.starts.iter().map(move |&start| start + offset)
+    /// Rows per plane.
+    pub fn ny(&self) -> usize {
+        self.ny
     }
 
-    /// The index ranges of `plane`'s runs of contiguous rows.
-    pub fn runs(&self, plane: usize) -> impl Iterator<Item = std::ops::Range<usize>> + '_ {
-        let offset = plane * self.plane_stride;
-        let run_len = self.run_len;
-        self.starts.iter().step_by(self.run_rows).map(move |&start| start + offset..start + offset + run_len)
+    /// Elements in one run.
+    pub fn run_len(&self) -> usize {
+        self.run_rows * self.nx
+    }
+
+    /// The index ranges of `plane`'s runs, in y order.
+    pub fn runs(&self, plane: usize) -> impl Iterator<Item = Range<usize>> + use<> {
+        let Self { run_stride, plane_stride, .. } = *self;
+        let run_len = self.run_len();
+        (0..self.ny / self.run_rows).map(move |k| {
+            let start = k * run_stride + plane * plane_stride;
+            start..start + run_len
+        })
     }
 }
 
@@ -119,13 +133,10 @@ mod tests {
         let slabs = Slabs::new([4, 8, 6], 2, 1);
         assert_eq!((slabs.planes(), slabs.rows(), slabs.first_plane(), slabs.first_row()), (3, 4, 3, 4));
         assert_eq!(slabs.block_len(), 4 * 3 * 4);
-        let transit = slabs.transit_rows();
-        // Row 5 of plane 2 lies in block 1 (rows 4..8), plane 2, row 1 of the block.
-        assert_eq!(transit.rows(2).nth(5), Some(slabs.block_len() + 2 * 4 * 4 + 4));
-        let runs: Vec<_> = transit.runs(2).collect();
-        assert_eq!(runs, vec![32..48, 80..96]);
-        let space = slabs.space_rows();
-        assert_eq!(space.rows(2).nth(5), Some(2 * 32 + 5 * 4));
-        assert_eq!(space.runs(2).collect::<Vec<_>>(), vec![64..96]);
+        // Plane 2's rows 0..4 lie in block 0 after planes 0 and 1 (16 elements each), its
+        // rows 4..8 likewise in block 1.
+        let transit = slabs.transit_runs();
+        assert_eq!(transit.runs(2).collect::<Vec<_>>(), vec![32..48, 80..96]);
+        assert_eq!(slabs.space_runs().runs(2).collect::<Vec<_>>(), vec![64..96]);
     }
 }
