@@ -75,31 +75,67 @@ impl AxisPlans {
 }
 
 /// The two buffers of the global transpose: the space side writes `outgoing`, [`exchange`]
-/// moves it, the frequency side reads `incoming` (and the other way round). On one rank the
-/// transpose is the identity, so both sides share one buffer.
+/// moves it, the frequency side reads the blocks through [`received`] (and the other way
+/// round). A rank's own block never moves: it is read where it was written. On one rank that
+/// is the whole transpose, so there is no second buffer.
 ///
 /// [`exchange`]: Transit::exchange
+/// [`received`]: Transit::received
 pub(crate) struct Transit {
     outgoing: Vec<Complex64>,
     incoming: Option<Vec<Complex64>>,
+    rank: usize,
+    /// Elements to and from each rank: one block, none to itself.
+    counts: Vec<usize>,
+    /// Where each rank's block starts, in both buffers.
+    displs: Vec<usize>,
 }
 
 impl Transit {
     pub fn new(slabs: &Slabs) -> Self {
         let buffer = || vec![Complex64::default(); slabs.local_len()];
-        Transit { outgoing: buffer(), incoming: (slabs.np > 1).then(buffer) }
+        let block = slabs.block_len();
+        Transit {
+            outgoing: buffer(),
+            incoming: (slabs.np > 1).then(buffer),
+            rank: slabs.rank,
+            counts: (0..slabs.np).map(|k| if k == slabs.rank { 0 } else { block }).collect(),
+            displs: (0..slabs.np).map(|k| k * block).collect(),
+        }
     }
 
     /// Block `c` of every rank's outgoing buffer becomes block `rank` of rank `c`'s incoming one.
     fn exchange(&mut self, world: &Comm) -> fastmp::Result<()> {
         match &mut self.incoming {
-            Some(incoming) => world.alltoall(&self.outgoing, incoming),
+            Some(incoming) => {
+                world.alltoallv(&self.outgoing, &self.counts, &self.displs, incoming, &self.counts, &self.displs)
+            }
             None => Ok(()),
         }
     }
 
-    fn incoming(&mut self) -> &mut [Complex64] {
-        self.incoming.as_mut().unwrap_or(&mut self.outgoing)
+    /// The blocks after an exchange.
+    fn received(&self) -> Blocks<'_> {
+        Blocks { others: self.incoming.as_deref().unwrap_or(&self.outgoing), own: &self.outgoing, rank: self.rank }
+    }
+}
+
+/// Where a pass reads block `k` of its input: `own` for block `rank`, `others` for the rest
+/// (both laid out alike). A buffer that is not split in blocks is its own single block.
+#[derive(Clone, Copy)]
+struct Blocks<'a> {
+    others: &'a [Complex64],
+    own: &'a [Complex64],
+    rank: usize,
+}
+
+impl<'a> Blocks<'a> {
+    fn whole(buffer: &'a [Complex64]) -> Self {
+        Blocks { others: buffer, own: buffer, rank: 0 }
+    }
+
+    fn of(&self, block: usize) -> &'a [Complex64] {
+        if block == self.rank { self.own } else { self.others }
     }
 }
 
@@ -139,9 +175,15 @@ impl Fft3d {
         transit: &mut Transit,
         frequency: &mut [Complex64],
     ) -> fastmp::Result<()> {
-        self.work.planes(&self.forward, space, self.space_runs, &mut transit.outgoing, self.transit_runs);
+        self.work.planes(
+            &self.forward,
+            Blocks::whole(space),
+            self.space_runs,
+            &mut transit.outgoing,
+            self.transit_runs,
+        );
         transit.exchange(world)?;
-        self.work.z_lines_forward(&self.forward, &self.slabs, transit.incoming(), frequency);
+        self.work.z_lines_forward(&self.forward, &self.slabs, transit.received(), frequency);
         Ok(())
     }
 
@@ -159,7 +201,7 @@ impl Fft3d {
     ) -> fastmp::Result<()> {
         self.work.z_lines_inverse(&self.inverse, &self.slabs, frequency, &mut transit.outgoing, fill);
         transit.exchange(world)?;
-        self.work.planes(&self.inverse, transit.incoming(), self.transit_runs, space, self.space_runs);
+        self.work.planes(&self.inverse, transit.received(), self.transit_runs, space, self.space_runs);
         Ok(())
     }
 }
@@ -195,32 +237,32 @@ impl Workspace {
         }
     }
 
-    /// The x and y transforms of every plane: each plane's rows (where `src_runs` says)
-    /// copied into the plane buffer, transformed along x there, then along y a block of
-    /// columns at a time, and copied out to `dst` (where `dst_runs` says).
+    /// The x and y transforms of every plane: each plane's rows (where `src_runs` says, run
+    /// `k` in block `k` of `src`) copied into the plane buffer, transformed along x there,
+    /// then along y a block of columns at a time, and copied out to `dst` (where `dst_runs`
+    /// says).
     fn planes(
         &mut self,
         plans: &AxisPlans,
-        src: &[Complex64],
+        src: Blocks<'_>,
         src_runs: PlaneRuns,
         dst: &mut [Complex64],
         dst_runs: PlaneRuns,
     ) {
         let (nx, ny) = (src_runs.nx(), src_runs.ny());
         let plane = &mut self.plane[..];
-        for p in 0..src.len() / plane.len() {
-            for (run, part) in src_runs.runs(p).zip(plane.chunks_exact_mut(src_runs.run_len())) {
-                part.copy_from_slice(&src[run]);
+        for p in 0..dst.len() / plane.len() {
+            for (k, (run, part)) in src_runs.runs(p).zip(plane.chunks_exact_mut(src_runs.run_len())).enumerate() {
+                part.copy_from_slice(&src.of(k)[run]);
             }
             plans.x.process_with_scratch(plane, &mut self.scratch);
-            for x0 in (0..nx).step_by(BLOCK) {
-                let width = BLOCK.min(nx - x0);
-                let lines = &mut self.lines[..width * self.y_pitch];
-                strip_to_lines(&plane[x0..], nx, ny, lines, self.y_pitch);
+            for columns in tiles(nx, BLOCK) {
+                let lines = &mut self.lines[..columns.len() * self.y_pitch];
+                strip_to_lines(&plane[columns.start..], nx, 0..ny, lines, self.y_pitch);
                 for line in lines.chunks_exact_mut(self.y_pitch) {
                     plans.y.process_with_scratch(&mut line[..ny], &mut self.scratch);
                 }
-                lines_to_strip(lines, self.y_pitch, &mut plane[x0..], nx, ny);
+                lines_to_strip(lines, self.y_pitch, 0..ny, &mut plane[columns.start..], nx);
             }
             for (run, part) in dst_runs.runs(p).zip(plane.chunks_exact(dst_runs.run_len())) {
                 dst[run].copy_from_slice(part);
@@ -230,19 +272,16 @@ impl Workspace {
 
     /// The forward z transforms: the z-lines of a tile of columns gathered from the
     /// incoming layout `[z][row][x]`, transformed into the frequency layout `[row][x][z]`.
-    fn z_lines_forward(
-        &mut self,
-        plans: &AxisPlans,
-        slabs: &Slabs,
-        incoming: &[Complex64],
-        frequency: &mut [Complex64],
-    ) {
+    fn z_lines_forward(&mut self, plans: &AxisPlans, slabs: &Slabs, incoming: Blocks<'_>, frequency: &mut [Complex64]) {
         let Slabs { nx, nz, .. } = *slabs;
         let z_stride = slabs.rows() * nx;
         for (row, row_out) in frequency.chunks_exact_mut(nx * nz).enumerate() {
             for columns in tiles(nx, self.columns) {
                 let tile = &mut self.tile[..columns.len() * self.z_pitch];
-                strip_to_lines(&incoming[row * nx + columns.start..], z_stride, nz, tile, self.z_pitch);
+                for (k, planes) in tiles(nz, slabs.planes()).enumerate() {
+                    let first = planes.start * z_stride + row * nx + columns.start;
+                    strip_to_lines(&incoming.of(k)[first..], z_stride, planes, tile, self.z_pitch);
+                }
                 let out = &mut row_out[columns.start * nz..columns.end * nz];
                 for (line, line_out) in tile.chunks_exact_mut(self.z_pitch).zip(out.chunks_exact_mut(nz)) {
                     plans.z.process_outofplace_with_scratch(&mut line[..nz], line_out, &mut self.scratch);
@@ -275,7 +314,7 @@ impl Workspace {
                     fill(y, x, line_in, line);
                     plans.z.process_with_scratch(line, &mut self.scratch);
                 }
-                lines_to_strip(tile, self.z_pitch, &mut outgoing[row * nx + columns.start..], z_stride, nz);
+                lines_to_strip(tile, self.z_pitch, 0..nz, &mut outgoing[row * nx + columns.start..], z_stride);
             }
         }
     }
@@ -290,21 +329,21 @@ fn prev_power_of_two(n: usize) -> usize {
     1 << n.ilog2()
 }
 
-/// Transposes a strip of `count` rows, row r starting at `src[r * stride]`, into lines `pitch`
-/// apart: line b receives column b (as many lines as `lines` holds).
-fn strip_to_lines(src: &[Complex64], stride: usize, count: usize, lines: &mut [Complex64], pitch: usize) {
+/// Transposes a strip of rows, row i starting at `src[i * stride]`, into positions `rows` of
+/// lines `pitch` apart: line b receives column b (as many lines as `lines` holds).
+fn strip_to_lines(src: &[Complex64], stride: usize, rows: Range<usize>, lines: &mut [Complex64], pitch: usize) {
     let width = lines.len() / pitch;
-    for (r, row) in src.chunks(stride).take(count).enumerate() {
+    for (r, row) in rows.zip(src.chunks(stride)) {
         for (b, &value) in row[..width].iter().enumerate() {
             lines[b * pitch + r] = value;
         }
     }
 }
 
-/// The reverse of [`strip_to_lines`]: line b goes back to column b of the strip.
-fn lines_to_strip(lines: &[Complex64], pitch: usize, dst: &mut [Complex64], stride: usize, count: usize) {
+/// The reverse of [`strip_to_lines`]: positions `rows` of line b go back to column b.
+fn lines_to_strip(lines: &[Complex64], pitch: usize, rows: Range<usize>, dst: &mut [Complex64], stride: usize) {
     let width = lines.len() / pitch;
-    for (r, row) in dst.chunks_mut(stride).take(count).enumerate() {
+    for (r, row) in rows.zip(dst.chunks_mut(stride)) {
         for (b, slot) in row[..width].iter_mut().enumerate() {
             *slot = lines[b * pitch + r];
         }
