@@ -1,5 +1,5 @@
 //! The distributed 3-D FFT of FT, on slabs: 1-D transforms along x and y on a rank's own
-//! z-planes, a global transpose (`alltoall`), then 1-D transforms along z on its own y-rows;
+//! z-planes, a global transpose (`alltoallv`), then 1-D transforms along z on its own y-rows;
 //! the inverse runs the same steps backwards. The layouts are described in [`super::slabs`].
 //!
 //! The 1-D transforms are rustfft's, many lines per call where lines are contiguous. Every
@@ -21,7 +21,8 @@ use super::slabs::{PlaneRuns, Slabs};
 /// moves whole cache lines.
 const BLOCK: usize = 16;
 
-/// Elements of the tile of z-lines (1 MiB, half of L2).
+/// Elements of the tile of z-lines: 1 MiB, to stay in a core's L2 cache. (The plane buffer
+/// holds a whole plane: 1 MiB in class A, 2 MiB in B, 4 MiB in C, where it spills to L3.)
 const TILE_ELEMENTS: usize = 64 * 1024;
 
 /// Padding after each line of a cache buffer, so that lines a power of two long do not all
@@ -251,6 +252,7 @@ impl Workspace {
     ) {
         let (nx, ny) = (src_runs.nx(), src_runs.ny());
         let plane = &mut self.plane[..];
+        // Every layout holds the rank's planes.
         for p in 0..dst.len() / plane.len() {
             for (k, (run, part)) in src_runs.runs(p).zip(plane.chunks_exact_mut(src_runs.run_len())).enumerate() {
                 part.copy_from_slice(&src.of(k)[run]);
@@ -270,8 +272,9 @@ impl Workspace {
         }
     }
 
-    /// The forward z transforms: the z-lines of a tile of columns gathered from the
-    /// incoming layout `[z][row][x]`, transformed into the frequency layout `[row][x][z]`.
+    /// The forward z transforms: the z-lines of a tile of columns gathered from the received
+    /// transit layout `[z][row][x]` (planes of rank k in block k), transformed into the
+    /// frequency layout `[row][x][z]`.
     fn z_lines_forward(&mut self, plans: &AxisPlans, slabs: &Slabs, incoming: Blocks<'_>, frequency: &mut [Complex64]) {
         let Slabs { nx, nz, .. } = *slabs;
         let z_stride = slabs.rows() * nx;
@@ -291,7 +294,7 @@ impl Workspace {
     }
 
     /// The inverse z transforms: the z-lines of a tile of columns filled from `frequency`,
-    /// transformed in the tile, and scattered into the outgoing layout `[z][row][x]`.
+    /// transformed in the tile, and scattered into the transit layout `[z][row][x]`.
     fn z_lines_inverse(
         &mut self,
         plans: &AxisPlans,

@@ -1,22 +1,26 @@
 //! NPB FT: a 3-D diffusion equation solved spectrally with complex FFTs.
 //!
-//! A random complex field on an nx × ny × nz grid is transformed forward once; then each
-//! iteration advances the spectrum by one unit of time (multiplying every coefficient by
-//! e^{-4απ²|k̄|²}), transforms it back and takes NPB's checksum of 1024 points of the result.
-//! The checksum of every iteration is verified.
+//! A field of random complex numbers on an nx × ny × nz grid (module `field`) is transformed
+//! forward once. Iteration t then takes the spectrum at time t (every coefficient times
+//! e^{-4απ²|k̄|²t}, module `evolution`), transforms it back, and sums 1024 given points of the
+//! result: NPB's checksum, verified against the official value of every iteration.
 //!
-//! **Decomposition.** Slabs: in space each rank holds nz/np whole z-planes, in frequency ny/np
-//! whole y-rows of every plane ([`slabs`]), so np must be a power of two no larger than ny or
-//! nz. **Communication.** One `alltoall` per 3-D transform (the global transpose between the
-//! x-y transforms and the z transform, [`fft3d`]), one two-element `allreduce` per checksum,
-//! and one `allreduce` of the time at the end.
+//! **Decomposition.** Slabs (module `slabs`): in space each rank holds nz/np whole z-planes, in
+//! frequency ny/np whole y-rows of every plane, so np must be a power of two no larger than
+//! ny or nz. A rank holds three or four arrays of its share of the grid (16 bytes a point):
+//! class B takes 1.5 GiB on one rank, class C 6 GiB on one rank and 8 GiB in all on more.
+//!
+//! **Communication.** Each 3-D transform (module `fft3d`) is one global transpose, an
+//! `alltoallv` of equal blocks between the x-y transforms and the z transform (a rank's own
+//! block stays where it is); each checksum is a two-element `allreduce`; the time is one
+//! `allreduce` at the end.
 
 mod evolution;
 mod fft3d;
 mod field;
 mod slabs;
 
-use fastmp::Comm;
+use fastmp::{Comm, Error};
 use num_complex::Complex64;
 
 use self::evolution::Evolution;
@@ -58,8 +62,8 @@ impl Problem {
     }
 }
 
-/// Whether FT runs `class` on `np` ranks: a power of two that leaves every rank a z-plane
-/// and a y-row.
+/// Whether FT runs `class` on `np` ranks: a power of two that leaves every rank at least
+/// one z-plane and one y-row.
 pub fn check(class: Class, np: usize) -> Result<(), String> {
     crate::power_of_two(np)?;
     let [_, ny, nz] = Problem::of(class).dims;
@@ -71,8 +75,10 @@ pub fn check(class: Class, np: usize) -> Result<(), String> {
 }
 
 /// Runs FT (collective over `world`). As in NPB, the setup and first transform run once
-/// untimed to touch every page, then the whole computation is timed.
+/// untimed, so that every page is touched, then everything is timed: the setup again, the
+/// forward transform and the iterations.
 pub fn run(world: &Comm, class: Class) -> fastmp::Result<Outcome> {
+    check(class, world.size()).map_err(|why| Error::InvalidArgument(format!("FT class {class}: {why}")))?;
     let problem = Problem::of(class);
     let mut solver = Solver::new(world, problem.dims);
     solver.start(world)?;
@@ -134,7 +140,8 @@ impl Solver {
         }
     }
 
-    /// NPB's setup: the time step's factors, the initial field and its forward transform.
+    /// NPB's setup: the evolution's factors at time 0, the initial field and its forward
+    /// transform.
     fn start(&mut self, world: &Comm) -> fastmp::Result<Evolution> {
         let evolution = Evolution::new(&self.slabs);
         field::initial(&self.slabs, &mut self.space);

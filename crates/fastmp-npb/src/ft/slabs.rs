@@ -3,14 +3,13 @@
 //!
 //! In space a rank holds `planes` consecutive z-planes; in frequency it holds `rows`
 //! consecutive y-rows of every plane. The global transpose between the two moves one *block*
-//! (`planes` × `rows` × nx elements) from every rank to every rank. Four local layouts, x
+//! (`planes` × `rows` × nx elements) from every rank to every rank. Three local layouts, x
 //! fastest unless said otherwise:
 //!
 //! - **space**: `[plane][y][x]`, NPB's own order (the initial field, the inverse's result);
-//! - **outgoing** (space side of the transpose): `[block c][plane][row][x]`, block `c` holding
-//!   the y-rows rank `c` owns in frequency;
-//! - **incoming** (frequency side): `[block r][plane][row][x]`, block `r` from rank `r`, which
-//!   is simply `[z][row][x]`;
+//! - **transit** (both buffers of the transpose): `[block k][plane][row][x]`. On the space
+//!   side block k holds this rank's planes and rank k's rows; on the frequency side it holds
+//!   rank k's planes and this rank's rows, so the buffer is simply `[z][row][x]`;
 //! - **frequency**: `[row][x][z]`, so z-lines are contiguous for the last 1-D transform and
 //!   the time evolution.
 
@@ -73,7 +72,7 @@ impl Slabs {
         PlaneRuns { nx: self.nx, ny: self.ny, run_rows: self.ny, run_stride: 0, plane_stride: self.ny * self.nx }
     }
 
-    /// Where the rows of each plane lie in the transit layouts: one run per block.
+    /// Where the rows of each plane lie in the transit layout: one run per block.
     pub fn transit_runs(&self) -> PlaneRuns {
         let rows = self.rows();
         PlaneRuns {
