@@ -105,7 +105,8 @@ impl Transit {
         }
     }
 
-    /// Block `c` of every rank's outgoing buffer becomes block `rank` of rank `c`'s incoming one.
+    /// Block `c` of every rank's outgoing buffer becomes block `rank` of rank `c`'s incoming
+    /// one, except a rank's own block, which stays in `outgoing`.
     fn exchange(&mut self, world: &Comm) -> fastmp::Result<()> {
         match &mut self.incoming {
             Some(incoming) => {
