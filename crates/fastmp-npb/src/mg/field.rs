@@ -63,6 +63,28 @@ impl Field {
         self.row_mut(y, z)[x] = value;
     }
 
+    /// The periodic x-ghosts of row `(y, z)`, for a block that spans the whole x-axis.
+    pub fn wrap_row(&mut self, y: usize, z: usize) {
+        let nx = self.n[0];
+        let row = self.row_mut(y, z);
+        row[0] = row[nx];
+        row[nx + 1] = row[1];
+    }
+
+    /// The periodic y-ghost rows of plane `z`, for a block that spans the whole y-axis.
+    pub fn wrap_plane(&mut self, z: usize) {
+        let (len, ny) = (self.row_len(), self.n[1]);
+        let (first, last) = (self.row_start(1, z), self.row_start(ny, z));
+        self.data.copy_within(last..last + len, first - len);
+        self.data.copy_within(first..first + len, last + len);
+    }
+
+    /// Copies z-plane `from` onto z-plane `to`, ghosts included.
+    pub fn copy_plane(&mut self, from: usize, to: usize) {
+        let len = self.plane_len();
+        self.data.copy_within(from * len..(from + 1) * len, to * len);
+    }
+
     pub fn fill(&mut self, value: f64) {
         self.data.fill(value);
     }

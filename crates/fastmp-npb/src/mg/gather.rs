@@ -4,11 +4,13 @@
 use super::field::Field;
 use super::layout::{AXES, ProcGrid};
 
-/// The allgather's reusable buffers.
+/// This rank's block of the first replicated level, and the allgather's reusable buffers.
 pub struct Gather {
-    /// Each rank's block at the first replicated level.
+    /// Points per axis of each rank's block.
     block: [usize; AXES],
-    mine: Vec<f64>,
+    /// Where this rank restricts to (its ghosts are unused).
+    mine: Field,
+    packed: Vec<f64>,
     all: Vec<f64>,
 }
 
@@ -16,16 +18,20 @@ impl Gather {
     /// Buffers for blocks of `block` points per axis on `np` ranks.
     pub fn new(block: [usize; AXES], np: usize) -> Self {
         let len = block.iter().product();
-        Gather { block, mine: vec![0.0; len], all: vec![0.0; len * np] }
+        Gather { block, mine: Field::new(block), packed: vec![0.0; len], all: vec![0.0; len * np] }
     }
 
-    /// Completes `whole`, in which this rank has written the interior of its own block, with
-    /// every other rank's block. Ghosts are left for the caller to refresh. Collective.
+    /// The field this rank writes its block into before [`Gather::share_blocks`].
+    pub fn block_mut(&mut self) -> &mut Field {
+        &mut self.mine
+    }
+
+    /// Fills the interior of `whole` with every rank's block. Ghosts are left for the caller
+    /// to refresh. Collective.
     pub fn share_blocks(&mut self, grid: &ProcGrid, whole: &mut Field) -> fastmp::Result<()> {
-        let block = self.block;
-        copy_block(whole, origin(block, grid.coords()), block, &mut self.mine, Direction::Out);
-        grid.comm().allgather(&self.mine, &mut self.all)?;
-        for (rank, data) in self.all.chunks_exact_mut(self.mine.len()).enumerate() {
+        copy_block(&mut self.mine, [1; AXES], self.block, &mut self.packed, Direction::Out);
+        grid.comm().allgather(&self.packed, &mut self.all)?;
+        for (rank, data) in self.all.chunks_exact_mut(self.packed.len()).enumerate() {
             copy_block(whole, origin(self.block, grid.coords_of(rank)), self.block, data, Direction::In);
         }
         Ok(())
@@ -66,17 +72,10 @@ mod tests {
     fn every_rank_ends_with_every_block() {
         let wholes = fastmp::run(4, |world| {
             let grid = ProcGrid::new(&world)?;
-            let block = [4, 2, 2];
+            let mut gather = Gather::new([4, 2, 2], world.size());
+            gather.block_mut().fill((world.rank() + 1) as f64);
             let mut whole = Field::new([4, 4, 4]);
-            let origin = [0, 1, 2].map(|a| 1 + grid.coords()[a] * block[a]);
-            for z in 0..2 {
-                for y in 0..2 {
-                    for x in 0..4 {
-                        whole.set(origin[0] + x, origin[1] + y, origin[2] + z, (world.rank() + 1) as f64);
-                    }
-                }
-            }
-            Gather::new(block, world.size()).share_blocks(&grid, &mut whole)?;
+            gather.share_blocks(&grid, &mut whole)?;
             Ok(whole)
         })
         .unwrap();

@@ -29,7 +29,24 @@ impl Halo {
     /// Fills the ghost layer of `field`, laid out as `layout`. Collective over the ranks
     /// that share the level (all of them, or none for a replicated level).
     pub fn refresh(&mut self, grid: &ProcGrid, layout: &Layout, field: &mut Field) -> fastmp::Result<()> {
-        for axis in 0..AXES {
+        self.refresh_from(0, grid, layout, field)
+    }
+
+    /// Completes the ghost layer of `field` after an operator that wrapped the layout's
+    /// leading local axes itself ([`Layout::wrapped_axes`]).
+    pub fn complete(&mut self, grid: &ProcGrid, layout: &Layout, field: &mut Field) -> fastmp::Result<()> {
+        self.refresh_from(layout.wrapped_axes(), grid, layout, field)
+    }
+
+    /// The ghosts across `first` and the axes after it.
+    fn refresh_from(
+        &mut self,
+        first: usize,
+        grid: &ProcGrid,
+        layout: &Layout,
+        field: &mut Field,
+    ) -> fastmp::Result<()> {
+        for axis in first..AXES {
             if layout.procs[axis] == 1 {
                 wrap(field, axis);
             } else if axis == AXES - 1 {
@@ -136,31 +153,13 @@ fn unpack(field: &mut Field, axis: usize, at: usize, buf: &[f64]) {
 
 /// The periodic ghosts of an axis this rank holds whole: each ghost is the opposite face.
 fn wrap(field: &mut Field, axis: usize) {
-    let [nx, ny, nz] = field.extent();
+    let [_, ny, nz] = field.extent();
     match axis {
-        0 => {
-            for z in 1..=nz {
-                for y in 1..=ny {
-                    let row = field.row_mut(y, z);
-                    row[0] = row[nx];
-                    row[nx + 1] = row[1];
-                }
-            }
-        }
-        1 => {
-            let len = field.row_len();
-            for z in 1..=nz {
-                let (first, last) = (field.row_start(1, z), field.row_start(ny, z));
-                let data = field.data_mut();
-                data.copy_within(last..last + len, first - len);
-                data.copy_within(first..first + len, last + len);
-            }
-        }
+        0 => (1..=nz).for_each(|z| (1..=ny).for_each(|y| field.wrap_row(y, z))),
+        1 => (1..=nz).for_each(|z| field.wrap_plane(z)),
         _ => {
-            let len = field.plane_len();
-            let data = field.data_mut();
-            data.copy_within(nz * len..(nz + 1) * len, 0);
-            data.copy_within(len..2 * len, (nz + 1) * len);
+            field.copy_plane(nz, 0);
+            field.copy_plane(1, nz + 1);
         }
     }
 }

@@ -99,6 +99,12 @@ impl Layout {
         self.procs != [1; AXES]
     }
 
+    /// How many of the leading axes (x, then y, then z) this rank holds whole, so that an
+    /// operator can wrap their ghosts itself as it writes each row and plane.
+    pub fn wrapped_axes(&self) -> usize {
+        self.procs.iter().take_while(|&&p| p == 1).count()
+    }
+
     /// The layout of each level, coarsest (2³) first, up to `edge_top³`: distributed while
     /// the level is larger than `replicate_up_to` per axis and every block keeps at least two
     /// points per axis (so restriction leaves each rank at least one); the levels below are

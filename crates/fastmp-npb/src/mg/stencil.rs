@@ -66,77 +66,97 @@ pub enum Rhs<'a> {
     InPlace,
 }
 
-/// `r = rhs − A u` on the interior of `r`.
-pub fn residual(a: &Operator, u: &Field, rhs: Rhs, r: &mut Field, scratch: &mut Scratch) {
-    let [nx, ny, nz] = u.extent();
+/// Computes every interior row of `out` with `row(y, z, row)`, z-plane by z-plane, and wraps
+/// the ghosts of its first `wrapped` axes as soon as their data is written: the x-ghosts of
+/// each row, the y-ghost rows of each plane, the z-ghost planes after the first and the last
+/// plane.
+fn write_interior(out: &mut Field, wrapped: usize, mut row: impl FnMut(usize, usize, &mut [f64])) {
+    let [_, ny, nz] = out.extent();
     for z in 1..=nz {
         for y in 1..=ny {
-            let (faces, corners) = scratch.sum_neighbours(u, y, z);
-            let centre = &u.row(y, z)[..nx + 2];
-            let (faces, corners) = (&faces[..nx + 2], &corners[..nx + 2]);
-            let apply = |i: usize| {
-                a.center * centre[i + 1]
-                    + a.edge * (corners[i + 1] + faces[i] + faces[i + 2])
-                    + a.corner * (corners[i] + corners[i + 2])
-            };
-            let out = &mut r.row_mut(y, z)[1..=nx];
-            match rhs {
-                Rhs::Given(v) => {
-                    let v = &v.row(y, z)[1..=nx];
-                    for i in 0..nx {
-                        out[i] = v[i] - apply(i);
-                    }
-                }
-                Rhs::InPlace => {
-                    for (i, out) in out.iter_mut().enumerate() {
-                        *out -= apply(i);
-                    }
-                }
+            row(y, z, out.row_mut(y, z));
+            if wrapped >= 1 {
+                out.wrap_row(y, z);
+            }
+        }
+        if wrapped >= 2 {
+            out.wrap_plane(z);
+        }
+        if wrapped >= 3 {
+            if z == 1 {
+                out.copy_plane(1, nz + 1);
+            }
+            if z == nz {
+                out.copy_plane(nz, 0);
             }
         }
     }
 }
 
-/// `u = u + S r` on the interior of `u`.
-pub fn smooth(s: &Smoother, r: &Field, u: &mut Field, scratch: &mut Scratch) {
-    let [nx, ny, nz] = r.extent();
-    for z in 1..=nz {
-        for y in 1..=ny {
-            let (faces, corners) = scratch.sum_neighbours(r, y, z);
-            let centre = &r.row(y, z)[..nx + 2];
-            let (faces, corners) = (&faces[..nx + 2], &corners[..nx + 2]);
-            let out = &mut u.row_mut(y, z)[1..=nx];
-            for (i, out) in out.iter_mut().enumerate() {
-                *out += s.center * centre[i + 1]
-                    + s.face * (centre[i] + centre[i + 2] + faces[i + 1])
-                    + s.edge * (corners[i + 1] + faces[i] + faces[i + 2]);
+/// `r = rhs − A u` on the interior of `r`, wrapping the first `wrapped` axes' ghosts.
+pub fn residual(a: &Operator, u: &Field, rhs: Rhs, r: &mut Field, wrapped: usize, scratch: &mut Scratch) {
+    let nx = u.extent()[0];
+    write_interior(r, wrapped, |y, z, out| {
+        let (faces, corners) = scratch.sum_neighbours(u, y, z);
+        let centre = &u.row(y, z)[..nx + 2];
+        let (faces, corners) = (&faces[..nx + 2], &corners[..nx + 2]);
+        let apply = |i: usize| {
+            a.center * centre[i + 1]
+                + a.edge * (corners[i + 1] + faces[i] + faces[i + 2])
+                + a.corner * (corners[i] + corners[i + 2])
+        };
+        let out = &mut out[1..=nx];
+        match rhs {
+            Rhs::Given(v) => {
+                let v = &v.row(y, z)[1..=nx];
+                for i in 0..nx {
+                    out[i] = v[i] - apply(i);
+                }
+            }
+            Rhs::InPlace => {
+                for (i, out) in out.iter_mut().enumerate() {
+                    *out -= apply(i);
+                }
             }
         }
-    }
+    });
 }
 
-/// The restriction `P`: each coarse point is the trilinear-weighted average of the 27 fine
-/// points around its fine twin (weights 1/2, 1/4, 1/8, 1/16 by distance class). Coarse
-/// array index `j` sits on fine array index `2j`. The rank's fine block restricts to the
-/// coarse points at array indices `window + 1 ..= window + fine extent / 2`.
-pub fn restrict(fine: &Field, coarse: &mut Field, window: [usize; AXES], scratch: &mut Scratch) {
-    let [nx, ny, nz] = fine.extent();
-    let len = nx + 2;
-    for jz in 1..=nz / 2 {
-        for jy in 1..=ny / 2 {
-            let (faces, corners) = scratch.sum_neighbours(fine, 2 * jy, 2 * jz);
-            let centre = &fine.row(2 * jy, 2 * jz)[..len];
-            let (faces, corners) = (&faces[..len], &corners[..len]);
-            let out = &mut coarse.row_mut(window[1] + jy, window[2] + jz)[window[0] + 1..=window[0] + nx / 2];
-            for (j, out) in out.iter_mut().enumerate() {
-                let f = 2 * j + 2;
-                *out = 0.5 * centre[f]
-                    + 0.25 * (centre[f - 1] + centre[f + 1] + faces[f])
-                    + 0.125 * (faces[f - 1] + faces[f + 1] + corners[f])
-                    + 0.0625 * (corners[f - 1] + corners[f + 1]);
-            }
+/// `u = u + S r` on the interior of `u`, wrapping the first `wrapped` axes' ghosts.
+pub fn smooth(s: &Smoother, r: &Field, u: &mut Field, wrapped: usize, scratch: &mut Scratch) {
+    let nx = r.extent()[0];
+    write_interior(u, wrapped, |y, z, out| {
+        let (faces, corners) = scratch.sum_neighbours(r, y, z);
+        let centre = &r.row(y, z)[..nx + 2];
+        let (faces, corners) = (&faces[..nx + 2], &corners[..nx + 2]);
+        for (i, out) in out[1..=nx].iter_mut().enumerate() {
+            *out += s.center * centre[i + 1]
+                + s.face * (centre[i] + centre[i + 2] + faces[i + 1])
+                + s.edge * (corners[i + 1] + faces[i] + faces[i + 2]);
         }
-    }
+    });
+}
+
+/// The restriction `P` into the interior of `coarse` (half `fine`'s extent), wrapping the
+/// first `wrapped` axes' ghosts: each coarse point is the trilinear-weighted average of the
+/// 27 fine points around its fine twin (weights 1/2, 1/4, 1/8, 1/16 by distance class).
+/// Coarse array index `j` sits on fine array index `2j`.
+pub fn restrict(fine: &Field, coarse: &mut Field, wrapped: usize, scratch: &mut Scratch) {
+    let len = fine.row_len();
+    debug_assert_eq!(coarse.extent(), fine.extent().map(|n| n / 2));
+    write_interior(coarse, wrapped, |jy, jz, out| {
+        let (faces, corners) = scratch.sum_neighbours(fine, 2 * jy, 2 * jz);
+        let centre = &fine.row(2 * jy, 2 * jz)[..len];
+        let (faces, corners) = (&faces[..len], &corners[..len]);
+        let out = &mut out[1..=(len - 2) / 2];
+        for (j, out) in out.iter_mut().enumerate() {
+            let f = 2 * j + 2;
+            *out = 0.5 * centre[f]
+                + 0.25 * (centre[f - 1] + centre[f + 1] + faces[f])
+                + 0.125 * (faces[f - 1] + faces[f + 1] + corners[f])
+                + 0.0625 * (corners[f - 1] + corners[f + 1]);
+        }
+    });
 }
 
 /// Whether the prolongation replaces the fine values or adds to them.
@@ -146,45 +166,44 @@ pub enum Prolong {
     Add,
 }
 
-/// The prolongation `Q`: trilinear interpolation of the coarse field onto the fine block's
-/// interior. A fine point at an even array index along an axis lies on a coarse point
-/// (`2j` on `j`); at an odd one it lies midway between two. `window` is the array-index
-/// shift of the rank's coarse points within `coarse`, as for [`restrict`].
+/// The prolongation `Q`: trilinear interpolation of the coarse field onto the whole fine
+/// block, ghosts included, so it needs no exchange after it (the coarse ghosts and, to add,
+/// the fine ghosts must be current). A fine point at an even array index along an axis lies
+/// on a coarse point (`2j` on `j`); at an odd one it lies midway between two. `window` is
+/// the array-index shift of this rank's part of `coarse` (non-zero where `coarse` is the
+/// whole level and `fine` a block of it).
 pub fn prolong(coarse: &Field, window: [usize; AXES], fine: &mut Field, mode: Prolong, scratch: &mut Scratch) {
     let [nx, ny, nz] = fine.extent();
     let mx = nx / 2;
-    let line = &mut scratch.faces[..mx + 1];
-    for fz in 1..=nz {
+    let line = &mut scratch.faces[..mx + 2];
+    for fz in 0..=nz + 1 {
         let (zs, wz) = coarse_twins(fz, window[2]);
-        for fy in 1..=ny {
+        for fy in 0..=ny + 1 {
             let (ys, wy) = coarse_twins(fy, window[1]);
             // The coarse row interpolated to (fy, fz) in y and z, still coarse in x.
             line.fill(0.0);
             for cz in zs.clone() {
                 for cy in ys.clone() {
-                    let row = &coarse.row(cy, cz)[window[0]..=window[0] + mx];
+                    let row = &coarse.row(cy, cz)[window[0]..window[0] + mx + 2];
                     for (l, &c) in line.iter_mut().zip(row) {
                         *l += c;
                     }
                 }
             }
             let weight = wy * wz;
-            let (half, whole) = (0.5 * weight, weight);
-            let out = &mut fine.row_mut(fy, fz)[1..=nx];
-            // Fine 2j+1 lies between coarse j and j+1, fine 2j+2 on coarse j+1.
-            for (pair, c) in out.chunks_exact_mut(2).zip(line.windows(2)) {
-                let (between, on) = (half * (c[0] + c[1]), whole * c[1]);
-                match mode {
-                    Prolong::Assign => {
-                        pair[0] = between;
-                        pair[1] = on;
-                    }
-                    Prolong::Add => {
-                        pair[0] += between;
-                        pair[1] += on;
-                    }
-                }
+            let half = 0.5 * weight;
+            let out = fine.row_mut(fy, fz);
+            let put = |slot: &mut f64, value: f64| match mode {
+                Prolong::Assign => *slot = value,
+                Prolong::Add => *slot += value,
+            };
+            // Fine 0 lies on coarse 0, fine 2j+1 between coarse j and j+1, fine 2j+2 on j+1.
+            put(&mut out[0], weight * line[0]);
+            for (pair, c) in out[1..=nx].chunks_exact_mut(2).zip(line.windows(2)) {
+                put(&mut pair[0], half * (c[0] + c[1]));
+                put(&mut pair[1], weight * c[1]);
             }
+            put(&mut out[nx + 1], half * (line[mx] + line[mx + 1]));
         }
     }
 }
@@ -256,12 +275,14 @@ mod tests {
         }
     }
 
-    /// Every interior point of `f` (a block at global `offset`) against `expected(global)`.
-    fn assert_interior(f: &Field, offset: [usize; 3], expected: impl Fn([isize; 3]) -> f64) {
+    /// Every point of `f` (a block at global `offset`) against `expected(global)`: the
+    /// interior, and with `ghosts` the ghost layer too (periodic images).
+    fn assert_points(f: &Field, offset: [usize; 3], ghosts: bool, expected: impl Fn([isize; 3]) -> f64) {
         let [nx, ny, nz] = f.extent();
-        for z in 1..=nz {
-            for y in 1..=ny {
-                for x in 1..=nx {
+        let range = |n: usize| if ghosts { 0..=n + 1 } else { 1..=n };
+        for z in range(nz) {
+            for y in range(ny) {
+                for x in range(nx) {
                     let g = [0, 1, 2].map(|a| [x, y, z][a] as isize - 1 + offset[a] as isize);
                     let (got, want) = (f.at(x, y, z), expected(g));
                     assert!((got - want).abs() < 1e-13, "at {g:?}: {got} != {want}");
@@ -281,12 +302,12 @@ mod tests {
         let mut scratch = Scratch::new(N + 2);
 
         let mut r = Field::new([N; 3]);
-        residual(&a, &u.whole(), Rhs::Given(&v.whole()), &mut r, &mut scratch);
-        assert_interior(&r, [0; 3], expected);
+        residual(&a, &u.whole(), Rhs::Given(&v.whole()), &mut r, 0, &mut scratch);
+        assert_points(&r, [0; 3], false, expected);
 
         let mut in_place = v.whole();
-        residual(&a, &u.whole(), Rhs::InPlace, &mut in_place, &mut scratch);
-        assert_interior(&in_place, [0; 3], expected);
+        residual(&a, &u.whole(), Rhs::InPlace, &mut in_place, 3, &mut scratch);
+        assert_points(&in_place, [0; 3], true, expected);
     }
 
     #[test]
@@ -294,8 +315,8 @@ mod tests {
         let (u, r) = (Global::random(N, 17.0), Global::random(N, 19.0));
         let s = Smoother { center: -3.0 / 8.0, face: 1.0 / 32.0, edge: -1.0 / 64.0 };
         let mut out = u.whole();
-        smooth(&s, &r.whole(), &mut out, &mut Scratch::new(N + 2));
-        assert_interior(&out, [0; 3], |g| u.get(g) + r.stencil(g, [s.center, s.face, s.edge, 0.0]));
+        smooth(&s, &r.whole(), &mut out, 3, &mut Scratch::new(N + 2));
+        assert_points(&out, [0; 3], true, |g| u.get(g) + r.stencil(g, [s.center, s.face, s.edge, 0.0]));
     }
 
     /// Coarse point `J` sits on fine point `2J + 1` (global, 0-based).
@@ -307,25 +328,17 @@ mod tests {
     fn restriction_averages_around_the_fine_twin() {
         let fine = Global::random(N, 23.0);
         let mut coarse = Field::new([N / 2; 3]);
-        restrict(&fine.whole(), &mut coarse, [0; 3], &mut Scratch::new(N + 2));
-        assert_interior(&coarse, [0; 3], |g| restricted(&fine, g));
+        restrict(&fine.whole(), &mut coarse, 3, &mut Scratch::new(N + 2));
+        assert_points(&coarse, [0; 3], true, |g| restricted(&fine, g));
     }
 
     #[test]
-    fn a_block_restricts_into_its_window_of_the_whole_coarse_level() {
+    fn a_block_restricts_to_its_coarse_block() {
         let fine = Global::random(N, 29.0);
         let (offset, extent) = ([0, N / 2, N / 2], [N, N / 2, N / 2]);
-        let mut coarse = Field::new([N / 2; 3]);
-        let window = offset.map(|o| o / 2);
-        restrict(&fine.block(offset, extent), &mut coarse, window, &mut Scratch::new(N + 2));
-        let mine = Field::new(extent.map(|e| e / 2));
-        let mut written = mine.clone();
-        for (y, z, _) in mine.interior_rows() {
-            for x in 1..=extent[0] / 2 {
-                written.set(x, y, z, coarse.at(x + window[0], y + window[1], z + window[2]));
-            }
-        }
-        assert_interior(&written, window, |g| restricted(&fine, g));
+        let mut coarse = Field::new(extent.map(|e| e / 2));
+        restrict(&fine.block(offset, extent), &mut coarse, 0, &mut Scratch::new(N + 2));
+        assert_points(&coarse, offset.map(|o| o / 2), false, |g| restricted(&fine, g));
     }
 
     /// Trilinear interpolation: a fine point `2J + 1` takes coarse `J`; `2J` the mean of
@@ -349,10 +362,10 @@ mod tests {
         let mut scratch = Scratch::new(N + 2);
         let mut assigned = Field::new([N; 3]);
         prolong(&coarse.whole(), [0; 3], &mut assigned, Prolong::Assign, &mut scratch);
-        assert_interior(&assigned, [0; 3], |g| interpolated(&coarse, g));
+        assert_points(&assigned, [0; 3], true, |g| interpolated(&coarse, g));
         let mut added = u.whole();
         prolong(&coarse.whole(), [0; 3], &mut added, Prolong::Add, &mut scratch);
-        assert_interior(&added, [0; 3], |g| u.get(g) + interpolated(&coarse, g));
+        assert_points(&added, [0; 3], true, |g| u.get(g) + interpolated(&coarse, g));
     }
 
     #[test]
@@ -361,6 +374,6 @@ mod tests {
         let (offset, extent) = ([0, N / 2, N / 2], [N, N / 2, N / 2]);
         let mut fine = Field::new(extent);
         prolong(&coarse.whole(), offset.map(|o| o / 2), &mut fine, Prolong::Assign, &mut Scratch::new(N + 2));
-        assert_interior(&fine, offset, |g| interpolated(&coarse, g));
+        assert_points(&fine, offset, true, |g| interpolated(&coarse, g));
     }
 }

@@ -86,8 +86,9 @@ impl Multigrid {
     pub fn residual(&mut self) -> fastmp::Result<()> {
         let top = self.top();
         let level = &mut self.levels[top];
-        stencil::residual(&LAPLACIAN, &level.u, Rhs::Given(&self.v), &mut level.r, &mut self.scratch);
-        self.halo.refresh(&self.grid, &level.layout, &mut level.r)
+        let wrapped = level.layout.wrapped_axes();
+        stencil::residual(&LAPLACIAN, &level.u, Rhs::Given(&self.v), &mut level.r, wrapped, &mut self.scratch);
+        self.halo.complete(&self.grid, &level.layout, &mut level.r)
     }
 
     /// The L2 norm of the finest residual, `sqrt(Σ r² / edge³)`, on every rank. Collective.
@@ -108,16 +109,17 @@ impl Multigrid {
         }
         let bottom = &mut self.levels[0];
         bottom.u.fill(0.0);
-        stencil::smooth(&self.smoother, &bottom.r, &mut bottom.u, &mut self.scratch);
-        self.halo.refresh(&self.grid, &bottom.layout, &mut bottom.u)?;
+        stencil::smooth(&self.smoother, &bottom.r, &mut bottom.u, bottom.layout.wrapped_axes(), &mut self.scratch);
+        self.halo.complete(&self.grid, &bottom.layout, &mut bottom.u)?;
         for k in 1..top {
-            self.prolong(k, Prolong::Assign)?;
+            self.prolong(k, Prolong::Assign);
             let level = &mut self.levels[k];
-            stencil::residual(&LAPLACIAN, &level.u, Rhs::InPlace, &mut level.r, &mut self.scratch);
-            self.halo.refresh(&self.grid, &level.layout, &mut level.r)?;
+            let wrapped = level.layout.wrapped_axes();
+            stencil::residual(&LAPLACIAN, &level.u, Rhs::InPlace, &mut level.r, wrapped, &mut self.scratch);
+            self.halo.complete(&self.grid, &level.layout, &mut level.r)?;
             self.smooth(k)?;
         }
-        self.prolong(top, Prolong::Add)?;
+        self.prolong(top, Prolong::Add);
         self.residual()?;
         self.smooth(top)
     }
@@ -125,28 +127,30 @@ impl Multigrid {
     /// `u = u + S r` on level `k`.
     fn smooth(&mut self, k: usize) -> fastmp::Result<()> {
         let level = &mut self.levels[k];
-        stencil::smooth(&self.smoother, &level.r, &mut level.u, &mut self.scratch);
-        self.halo.refresh(&self.grid, &level.layout, &mut level.u)
+        stencil::smooth(&self.smoother, &level.r, &mut level.u, level.layout.wrapped_axes(), &mut self.scratch);
+        self.halo.complete(&self.grid, &level.layout, &mut level.u)
     }
 
     /// The residual of level `k` restricted to level `k − 1`.
     fn restrict(&mut self, k: usize) -> fastmp::Result<()> {
         let (coarser, finer) = self.levels.split_at_mut(k);
         let (coarse, fine) = (&mut coarser[k - 1], &finer[0]);
-        stencil::restrict(&fine.r, &mut coarse.r, window(&coarse.layout, &fine.layout), &mut self.scratch);
         if fine.layout.is_distributed() && !coarse.layout.is_distributed() {
             let gather = self.gather.as_mut().expect("a gather where the levels turn replicated");
+            stencil::restrict(&fine.r, gather.block_mut(), 0, &mut self.scratch);
             gather.share_blocks(&self.grid, &mut coarse.r)?;
+            self.halo.refresh(&self.grid, &coarse.layout, &mut coarse.r)
+        } else {
+            stencil::restrict(&fine.r, &mut coarse.r, coarse.layout.wrapped_axes(), &mut self.scratch);
+            self.halo.complete(&self.grid, &coarse.layout, &mut coarse.r)
         }
-        self.halo.refresh(&self.grid, &coarse.layout, &mut coarse.r)
     }
 
-    /// The correction of level `k − 1` interpolated onto level `k`.
-    fn prolong(&mut self, k: usize, mode: Prolong) -> fastmp::Result<()> {
+    /// The correction of level `k − 1` interpolated onto level `k`, ghosts included.
+    fn prolong(&mut self, k: usize, mode: Prolong) {
         let (coarser, finer) = self.levels.split_at_mut(k);
         let (coarse, fine) = (&coarser[k - 1], &mut finer[0]);
         stencil::prolong(&coarse.u, window(&coarse.layout, &fine.layout), &mut fine.u, mode, &mut self.scratch);
-        self.halo.refresh(&self.grid, &fine.layout, &mut fine.u)
     }
 }
 
