@@ -66,37 +66,50 @@ pub enum Rhs<'a> {
     InPlace,
 }
 
-/// Computes every interior row of `out` with `row(y, z, row)`, z-plane by z-plane, and wraps
-/// the ghosts of its first `wrapped` axes as soon as their data is written: the x-ghosts of
-/// each row, the y-ghost rows of each plane, the z-ghost planes after the first and the last
-/// plane.
-fn write_interior(out: &mut Field, wrapped: usize, mut row: impl FnMut(usize, usize, &mut [f64])) {
+/// Computes the interior rows of z-plane `z` of `out` with `row(y, row)`, and wraps the
+/// ghosts of its first `wrapped` axes as soon as their data is written: the x-ghosts of each
+/// row, then the y-ghost rows of the plane, and the z-ghost plane a first or last plane
+/// stands for.
+fn write_plane(out: &mut Field, z: usize, wrapped: usize, mut row: impl FnMut(usize, &mut [f64])) {
     let [_, ny, nz] = out.extent();
-    for z in 1..=nz {
-        for y in 1..=ny {
-            row(y, z, out.row_mut(y, z));
-            if wrapped >= 1 {
-                out.wrap_row(y, z);
-            }
+    for y in 1..=ny {
+        row(y, out.row_mut(y, z));
+        if wrapped >= 1 {
+            out.wrap_row(y, z);
         }
-        if wrapped >= 2 {
-            out.wrap_plane(z);
+    }
+    if wrapped >= 2 {
+        out.wrap_plane(z);
+    }
+    if wrapped >= 3 {
+        if z == 1 {
+            out.copy_plane(1, nz + 1);
         }
-        if wrapped >= 3 {
-            if z == 1 {
-                out.copy_plane(1, nz + 1);
-            }
-            if z == nz {
-                out.copy_plane(nz, 0);
-            }
+        if z == nz {
+            out.copy_plane(nz, 0);
         }
     }
 }
 
 /// `r = rhs − A u` on the interior of `r`, wrapping the first `wrapped` axes' ghosts.
 pub fn residual(a: &Operator, u: &Field, rhs: Rhs, r: &mut Field, wrapped: usize, scratch: &mut Scratch) {
+    for z in 1..=u.extent()[2] {
+        residual_plane(a, u, rhs, r, z, wrapped, scratch);
+    }
+}
+
+/// [`residual`] on z-plane `z` alone: it reads planes `z − 1 ..= z + 1` of `u`.
+pub fn residual_plane(
+    a: &Operator,
+    u: &Field,
+    rhs: Rhs,
+    r: &mut Field,
+    z: usize,
+    wrapped: usize,
+    scratch: &mut Scratch,
+) {
     let nx = u.extent()[0];
-    write_interior(r, wrapped, |y, z, out| {
+    write_plane(r, z, wrapped, |y, out| {
         let (faces, corners) = scratch.sum_neighbours(u, y, z);
         let centre = &u.row(y, z)[..nx + 2];
         let (faces, corners) = (&faces[..nx + 2], &corners[..nx + 2]);
@@ -124,8 +137,15 @@ pub fn residual(a: &Operator, u: &Field, rhs: Rhs, r: &mut Field, wrapped: usize
 
 /// `u = u + S r` on the interior of `u`, wrapping the first `wrapped` axes' ghosts.
 pub fn smooth(s: &Smoother, r: &Field, u: &mut Field, wrapped: usize, scratch: &mut Scratch) {
+    for z in 1..=r.extent()[2] {
+        smooth_plane(s, r, u, z, wrapped, scratch);
+    }
+}
+
+/// [`smooth`] on z-plane `z` alone: it reads planes `z − 1 ..= z + 1` of `r`.
+pub fn smooth_plane(s: &Smoother, r: &Field, u: &mut Field, z: usize, wrapped: usize, scratch: &mut Scratch) {
     let nx = r.extent()[0];
-    write_interior(u, wrapped, |y, z, out| {
+    write_plane(u, z, wrapped, |y, out| {
         let (faces, corners) = scratch.sum_neighbours(r, y, z);
         let centre = &r.row(y, z)[..nx + 2];
         let (faces, corners) = (&faces[..nx + 2], &corners[..nx + 2]);
@@ -142,9 +162,16 @@ pub fn smooth(s: &Smoother, r: &Field, u: &mut Field, wrapped: usize, scratch: &
 /// 27 fine points around its fine twin (weights 1/2, 1/4, 1/8, 1/16 by distance class).
 /// Coarse array index `j` sits on fine array index `2j`.
 pub fn restrict(fine: &Field, coarse: &mut Field, wrapped: usize, scratch: &mut Scratch) {
+    for jz in 1..=coarse.extent()[2] {
+        restrict_plane(fine, coarse, jz, wrapped, scratch);
+    }
+}
+
+/// [`restrict`] onto coarse z-plane `jz` alone: it reads fine planes `2jz − 1 ..= 2jz + 1`.
+pub fn restrict_plane(fine: &Field, coarse: &mut Field, jz: usize, wrapped: usize, scratch: &mut Scratch) {
     let len = fine.row_len();
     debug_assert_eq!(coarse.extent(), fine.extent().map(|n| n / 2));
-    write_interior(coarse, wrapped, |jy, jz, out| {
+    write_plane(coarse, jz, wrapped, |jy, out| {
         let (faces, corners) = scratch.sum_neighbours(fine, 2 * jy, 2 * jz);
         let centre = &fine.row(2 * jy, 2 * jz)[..len];
         let (faces, corners) = (&faces[..len], &corners[..len]);
@@ -173,38 +200,50 @@ pub enum Prolong {
 /// the array-index shift of this rank's part of `coarse` (non-zero where `coarse` is the
 /// whole level and `fine` a block of it).
 pub fn prolong(coarse: &Field, window: [usize; AXES], fine: &mut Field, mode: Prolong, scratch: &mut Scratch) {
-    let [nx, ny, nz] = fine.extent();
+    for fz in 0..=fine.extent()[2] + 1 {
+        prolong_plane(coarse, window, fine, fz, mode, scratch);
+    }
+}
+
+/// [`prolong`] onto fine z-plane `fz` alone (a ghost plane too).
+pub fn prolong_plane(
+    coarse: &Field,
+    window: [usize; AXES],
+    fine: &mut Field,
+    fz: usize,
+    mode: Prolong,
+    scratch: &mut Scratch,
+) {
+    let [nx, ny, _] = fine.extent();
     let mx = nx / 2;
     let line = &mut scratch.faces[..mx + 2];
-    for fz in 0..=nz + 1 {
-        let (zs, wz) = coarse_twins(fz, window[2]);
-        for fy in 0..=ny + 1 {
-            let (ys, wy) = coarse_twins(fy, window[1]);
-            // The coarse row interpolated to (fy, fz) in y and z, still coarse in x.
-            line.fill(0.0);
-            for cz in zs.clone() {
-                for cy in ys.clone() {
-                    let row = &coarse.row(cy, cz)[window[0]..window[0] + mx + 2];
-                    for (l, &c) in line.iter_mut().zip(row) {
-                        *l += c;
-                    }
+    let (zs, wz) = coarse_twins(fz, window[2]);
+    for fy in 0..=ny + 1 {
+        let (ys, wy) = coarse_twins(fy, window[1]);
+        // The coarse row interpolated to (fy, fz) in y and z, still coarse in x.
+        line.fill(0.0);
+        for cz in zs.clone() {
+            for cy in ys.clone() {
+                let row = &coarse.row(cy, cz)[window[0]..window[0] + mx + 2];
+                for (l, &c) in line.iter_mut().zip(row) {
+                    *l += c;
                 }
             }
-            let weight = wy * wz;
-            let half = 0.5 * weight;
-            let out = fine.row_mut(fy, fz);
-            let put = |slot: &mut f64, value: f64| match mode {
-                Prolong::Assign => *slot = value,
-                Prolong::Add => *slot += value,
-            };
-            // Fine 0 lies on coarse 0, fine 2j+1 between coarse j and j+1, fine 2j+2 on j+1.
-            put(&mut out[0], weight * line[0]);
-            for (pair, c) in out[1..=nx].chunks_exact_mut(2).zip(line.windows(2)) {
-                put(&mut pair[0], half * (c[0] + c[1]));
-                put(&mut pair[1], weight * c[1]);
-            }
-            put(&mut out[nx + 1], half * (line[mx] + line[mx + 1]));
         }
+        let weight = wy * wz;
+        let half = 0.5 * weight;
+        let out = fine.row_mut(fy, fz);
+        let put = |slot: &mut f64, value: f64| match mode {
+            Prolong::Assign => *slot = value,
+            Prolong::Add => *slot += value,
+        };
+        // Fine 0 lies on coarse 0, fine 2j+1 between coarse j and j+1, fine 2j+2 on j+1.
+        put(&mut out[0], weight * line[0]);
+        for (pair, c) in out[1..=nx].chunks_exact_mut(2).zip(line.windows(2)) {
+            put(&mut pair[0], half * (c[0] + c[1]));
+            put(&mut pair[1], weight * c[1]);
+        }
+        put(&mut out[nx + 1], half * (line[mx] + line[mx + 1]));
     }
 }
 

@@ -112,22 +112,49 @@ impl Multigrid {
         stencil::smooth(&self.smoother, &bottom.r, &mut bottom.u, bottom.layout.wrapped_axes(), &mut self.scratch);
         self.halo.complete(&self.grid, &bottom.layout, &mut bottom.u)?;
         for k in 1..top {
-            self.prolong(k, Prolong::Assign);
-            let level = &mut self.levels[k];
-            let wrapped = level.layout.wrapped_axes();
-            stencil::residual(&LAPLACIAN, &level.u, Rhs::InPlace, &mut level.r, wrapped, &mut self.scratch);
-            self.halo.complete(&self.grid, &level.layout, &mut level.r)?;
-            self.smooth(k)?;
+            self.correct(k, Prolong::Assign)?;
         }
-        self.prolong(top, Prolong::Add);
-        self.residual()?;
-        self.smooth(top)
+        self.correct(top, Prolong::Add)
     }
 
-    /// `u = u + S r` on level `k`.
-    fn smooth(&mut self, k: usize) -> fastmp::Result<()> {
-        let level = &mut self.levels[k];
-        stencil::smooth(&self.smoother, &level.r, &mut level.u, level.layout.wrapped_axes(), &mut self.scratch);
+    /// Level `k`'s step up the V: `u = Q u_{k−1}` (or `u += Q u_{k−1}`), `r = rhs − A u`
+    /// (the finest level's rhs is `v`; a coarser one's is the restricted residual in `r`),
+    /// `u += S r`.
+    ///
+    /// Where a rank holds whole x-rows and y-columns, the three run in one sweep over the
+    /// z-planes, each plane's data reused while in cache: interpolate plane z + 1, take the
+    /// residual on plane z, smooth plane z − 1. The two planes next to the z-ghosts are
+    /// smoothed last, once the residual's z-ghosts have arrived.
+    fn correct(&mut self, k: usize, mode: Prolong) -> fastmp::Result<()> {
+        let rhs = if k == self.top() { Rhs::Given(&self.v) } else { Rhs::InPlace };
+        let (coarser, finer) = self.levels.split_at_mut(k);
+        let (coarse, level) = (&coarser[k - 1], &mut finer[0]);
+        let window = window(&coarse.layout, &level.layout);
+        let (a, s, scratch) = (&LAPLACIAN, &self.smoother, &mut self.scratch);
+        let wrapped = level.layout.wrapped_axes();
+        if wrapped < 2 {
+            stencil::prolong(&coarse.u, window, &mut level.u, mode, scratch);
+            stencil::residual(a, &level.u, rhs, &mut level.r, wrapped, scratch);
+            self.halo.complete(&self.grid, &level.layout, &mut level.r)?;
+            stencil::smooth(s, &level.r, &mut level.u, wrapped, scratch);
+            return self.halo.complete(&self.grid, &level.layout, &mut level.u);
+        }
+        let nz = level.layout.extent[2];
+        for z in 0..=1 {
+            stencil::prolong_plane(&coarse.u, window, &mut level.u, z, mode, scratch);
+        }
+        for z in 1..=nz {
+            stencil::prolong_plane(&coarse.u, window, &mut level.u, z + 1, mode, scratch);
+            stencil::residual_plane(a, &level.u, rhs, &mut level.r, z, wrapped, scratch);
+            if z >= 3 {
+                stencil::smooth_plane(s, &level.r, &mut level.u, z - 1, wrapped, scratch);
+            }
+        }
+        self.halo.complete(&self.grid, &level.layout, &mut level.r)?;
+        stencil::smooth_plane(s, &level.r, &mut level.u, 1, wrapped, scratch);
+        if nz >= 2 {
+            stencil::smooth_plane(s, &level.r, &mut level.u, nz, wrapped, scratch);
+        }
         self.halo.complete(&self.grid, &level.layout, &mut level.u)
     }
 
@@ -144,13 +171,6 @@ impl Multigrid {
             stencil::restrict(&fine.r, &mut coarse.r, coarse.layout.wrapped_axes(), &mut self.scratch);
             self.halo.complete(&self.grid, &coarse.layout, &mut coarse.r)
         }
-    }
-
-    /// The correction of level `k − 1` interpolated onto level `k`, ghosts included.
-    fn prolong(&mut self, k: usize, mode: Prolong) {
-        let (coarser, finer) = self.levels.split_at_mut(k);
-        let (coarse, fine) = (&coarser[k - 1], &mut finer[0]);
-        stencil::prolong(&coarse.u, window(&coarse.layout, &fine.layout), &mut fine.u, mode, &mut self.scratch);
     }
 }
 
