@@ -82,13 +82,35 @@ impl Multigrid {
         self.levels[top].u.fill(0.0);
     }
 
-    /// `r = v − A u` on the finest level. Collective.
+    /// `r = v − A u` on the finest level, and its restriction to the next level down, where
+    /// the next V-cycle starts. Collective.
+    ///
+    /// Where a rank holds whole x-rows and y-columns, the two run in one sweep over the
+    /// z-planes: each coarse plane is restricted as soon as the three fine planes under it
+    /// are written; the last one waits for the residual's z-ghosts.
     pub fn residual(&mut self) -> fastmp::Result<()> {
         let top = self.top();
-        let level = &mut self.levels[top];
+        let (coarser, finer) = self.levels.split_at_mut(top);
+        let (coarse, level) = (&mut coarser[top - 1], &mut finer[0]);
+        let (rhs, scratch) = (Rhs::Given(&self.v), &mut self.scratch);
         let wrapped = level.layout.wrapped_axes();
-        stencil::residual(&LAPLACIAN, &level.u, Rhs::Given(&self.v), &mut level.r, wrapped, &mut self.scratch);
-        self.halo.complete(&self.grid, &level.layout, &mut level.r)
+        let (target, target_wrapped) = restriction_target(&mut self.gather, &level.layout, coarse);
+        if wrapped < 2 {
+            stencil::residual(&LAPLACIAN, &level.u, rhs, &mut level.r, wrapped, scratch);
+            self.halo.complete(&self.grid, &level.layout, &mut level.r)?;
+            stencil::restrict(&level.r, target, target_wrapped, scratch);
+        } else {
+            let nz = level.layout.extent[2];
+            for z in 1..=nz {
+                stencil::residual_plane(&LAPLACIAN, &level.u, rhs, &mut level.r, z, wrapped, scratch);
+                if z >= 3 && z % 2 == 1 {
+                    stencil::restrict_plane(&level.r, target, (z - 1) / 2, target_wrapped, scratch);
+                }
+            }
+            self.halo.complete(&self.grid, &level.layout, &mut level.r)?;
+            stencil::restrict_plane(&level.r, target, nz / 2, target_wrapped, scratch);
+        }
+        finish_restriction(&self.grid, &mut self.halo, &mut self.gather, &level.layout, coarse)
     }
 
     /// The L2 norm of the finest residual, `sqrt(Σ r² / edge³)`, on every rank. Collective.
@@ -100,11 +122,12 @@ impl Multigrid {
         Ok((total[0] / (level.layout.edge as f64).powi(3)).sqrt())
     }
 
-    /// One V-cycle, given the finest residual: restrict it down to 2³, smooth there, then on
-    /// each level up interpolate the correction, take the residual and smooth. Collective.
+    /// One V-cycle, after [`Multigrid::residual`]: restrict the residual on down to 2³,
+    /// smooth there, then on each level up interpolate the correction, take the residual and
+    /// smooth. Collective.
     pub fn vcycle(&mut self) -> fastmp::Result<()> {
         let top = self.top();
-        for k in (1..=top).rev() {
+        for k in (1..top).rev() {
             self.restrict(k)?;
         }
         let bottom = &mut self.levels[0];
@@ -162,15 +185,48 @@ impl Multigrid {
     fn restrict(&mut self, k: usize) -> fastmp::Result<()> {
         let (coarser, finer) = self.levels.split_at_mut(k);
         let (coarse, fine) = (&mut coarser[k - 1], &finer[0]);
-        if fine.layout.is_distributed() && !coarse.layout.is_distributed() {
-            let gather = self.gather.as_mut().expect("a gather where the levels turn replicated");
-            stencil::restrict(&fine.r, gather.block_mut(), 0, &mut self.scratch);
-            gather.share_blocks(&self.grid, &mut coarse.r)?;
-            self.halo.refresh(&self.grid, &coarse.layout, &mut coarse.r)
-        } else {
-            stencil::restrict(&fine.r, &mut coarse.r, coarse.layout.wrapped_axes(), &mut self.scratch);
-            self.halo.complete(&self.grid, &coarse.layout, &mut coarse.r)
+        let (target, wrapped) = restriction_target(&mut self.gather, &fine.layout, coarse);
+        stencil::restrict(&fine.r, target, wrapped, &mut self.scratch);
+        finish_restriction(&self.grid, &mut self.halo, &mut self.gather, &fine.layout, coarse)
+    }
+}
+
+/// Whether restriction from `fine` to `coarse` crosses from the distributed levels to the
+/// replicated ones.
+fn turns_replicated(fine: &Layout, coarse: &Layout) -> bool {
+    fine.is_distributed() && !coarse.is_distributed()
+}
+
+/// Where a restriction from `fine` writes, and how many axes it wraps there: the coarse
+/// level's residual, or, where the coarse level is replicated, this rank's block in the
+/// gather (no ghosts).
+fn restriction_target<'a>(
+    gather: &'a mut Option<Gather>,
+    fine: &Layout,
+    coarse: &'a mut Level,
+) -> (&'a mut Field, usize) {
+    match gather {
+        Some(gather) if turns_replicated(fine, &coarse.layout) => (gather.block_mut(), 0),
+        _ => (&mut coarse.r, coarse.layout.wrapped_axes()),
+    }
+}
+
+/// Completes the coarse residual after a restriction into [`restriction_target`]: the
+/// allgather of the blocks into a replicated level and all its ghosts, or the ghosts the
+/// operator did not wrap. Collective.
+fn finish_restriction(
+    grid: &ProcGrid,
+    halo: &mut Halo,
+    gather: &mut Option<Gather>,
+    fine: &Layout,
+    coarse: &mut Level,
+) -> fastmp::Result<()> {
+    match gather {
+        Some(gather) if turns_replicated(fine, &coarse.layout) => {
+            gather.share_blocks(grid, &mut coarse.r)?;
+            halo.refresh(grid, &coarse.layout, &mut coarse.r)
         }
+        _ => halo.complete(grid, &coarse.layout, &mut coarse.r),
     }
 }
 
