@@ -76,12 +76,8 @@ impl Halo {
 
 /// The z exchange, straight between the field's planes: they are contiguous.
 fn swap_planes(grid: &ProcGrid, field: &mut Field) -> fastmp::Result<()> {
-    let plane = field.plane_len();
-    let nz = field.extent()[2];
-    let (ghost_lo, rest) = field.data_mut().split_at_mut(plane);
-    let (interior, ghost_hi) = rest.split_at_mut(nz * plane);
-    let interior = &*interior;
-    swap(grid, AXES - 1, &interior[..plane], &interior[(nz - 1) * plane..], ghost_lo, ghost_hi)
+    let (ghost_lo, first, last, ghost_hi) = field.z_ghosts_and_faces();
+    swap(grid, AXES - 1, first, last, ghost_lo, ghost_hi)
 }
 
 /// Sends the lower face down and the upper face up along `axis`, and receives the ghosts

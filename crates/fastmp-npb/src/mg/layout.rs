@@ -105,6 +105,13 @@ impl Layout {
         self.procs.iter().take_while(|&&p| p == 1).count()
     }
 
+    /// Whether operators can run one after the other in a single sweep over the z-planes:
+    /// with whole x-rows and y-columns, a plane's ghosts are complete as soon as it is
+    /// written, but for the z-ghost planes.
+    pub fn sweeps_planes(&self) -> bool {
+        self.wrapped_axes() >= 2
+    }
+
     /// The layout of each level, coarsest (2³) first, up to `edge_top³`: distributed while
     /// the level is larger than `replicate_up_to` per axis and every block keeps at least two
     /// points per axis (so restriction leaves each rank at least one); the levels below are

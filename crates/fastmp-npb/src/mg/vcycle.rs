@@ -30,6 +30,8 @@ pub struct Multigrid {
     /// Present when some levels are distributed and the coarser ones replicated.
     gather: Option<Gather>,
     scratch: Scratch,
+    /// This rank's `Σ r²` of the last finest residual.
+    residual_sum_of_squares: f64,
 }
 
 impl Multigrid {
@@ -44,10 +46,13 @@ impl Multigrid {
                 Gather::new(block, grid.comm().size())
             });
         let longest_row = layouts.iter().map(|l| l.extent[0] + 2).max().unwrap_or(0);
-        let levels = layouts.into_iter().map(|layout| Level {
-            layout,
-            u: Field::new(layout.extent),
-            r: Field::new(layout.extent),
+        // The finest residual is only ever read right behind the sweep that writes it where
+        // the operators sweep the planes; each coarser one holds the restriction for the next
+        // cycle.
+        let levels = layouts.into_iter().map(|layout| {
+            let finest_swept = layout.edge == edge && layout.sweeps_planes();
+            let r = if finest_swept { Field::sweep(layout.extent) } else { Field::new(layout.extent) };
+            Level { layout, u: Field::new(layout.extent), r }
         });
         Multigrid {
             halo: Halo::new(top.extent),
@@ -57,6 +62,7 @@ impl Multigrid {
             levels: levels.collect(),
             smoother,
             grid,
+            residual_sum_of_squares: 0.0,
         }
     }
 
@@ -95,14 +101,16 @@ impl Multigrid {
         let (rhs, scratch) = (Rhs::Given(&self.v), &mut self.scratch);
         let wrapped = level.layout.wrapped_axes();
         let (target, target_wrapped) = restriction_target(&mut self.gather, &level.layout, coarse);
-        if wrapped < 2 {
-            stencil::residual(&LAPLACIAN, &level.u, rhs, &mut level.r, wrapped, scratch);
+        if !level.layout.sweeps_planes() {
+            self.residual_sum_of_squares = stencil::residual(&LAPLACIAN, &level.u, rhs, &mut level.r, wrapped, scratch);
             self.halo.complete(&self.grid, &level.layout, &mut level.r)?;
             stencil::restrict(&level.r, target, target_wrapped, scratch);
         } else {
             let nz = level.layout.extent[2];
+            self.residual_sum_of_squares = 0.0;
             for z in 1..=nz {
-                stencil::residual_plane(&LAPLACIAN, &level.u, rhs, &mut level.r, z, wrapped, scratch);
+                self.residual_sum_of_squares +=
+                    stencil::residual_plane(&LAPLACIAN, &level.u, rhs, &mut level.r, z, wrapped, scratch);
                 if z >= 3 && z % 2 == 1 {
                     stencil::restrict_plane(&level.r, target, (z - 1) / 2, target_wrapped, scratch);
                 }
@@ -113,13 +121,13 @@ impl Multigrid {
         finish_restriction(&self.grid, &mut self.halo, &mut self.gather, &level.layout, coarse)
     }
 
-    /// The L2 norm of the finest residual, `sqrt(Σ r² / edge³)`, on every rank. Collective.
+    /// The L2 norm of the last finest residual, `sqrt(Σ r² / edge³)`, on every rank.
+    /// Collective.
     pub fn residual_norm(&self) -> fastmp::Result<f64> {
-        let level = &self.levels[self.top()];
-        let local = level.r.interior_sum_of_squares();
         let mut total = [0.0];
-        self.comm().allreduce(&[local], &mut total, fastmp::op::Sum)?;
-        Ok((total[0] / (level.layout.edge as f64).powi(3)).sqrt())
+        self.comm().allreduce(&[self.residual_sum_of_squares], &mut total, fastmp::op::Sum)?;
+        let edge = self.levels[self.top()].layout.edge as f64;
+        Ok((total[0] / edge.powi(3)).sqrt())
     }
 
     /// One V-cycle, after [`Multigrid::residual`]: restrict the residual on down to 2³,
@@ -155,7 +163,7 @@ impl Multigrid {
         let window = window(&coarse.layout, &level.layout);
         let (a, s, scratch) = (&LAPLACIAN, &self.smoother, &mut self.scratch);
         let wrapped = level.layout.wrapped_axes();
-        if wrapped < 2 {
+        if !level.layout.sweeps_planes() {
             stencil::prolong(&coarse.u, window, &mut level.u, mode, scratch);
             stencil::residual(a, &level.u, rhs, &mut level.r, wrapped, scratch);
             self.halo.complete(&self.grid, &level.layout, &mut level.r)?;
