@@ -118,7 +118,7 @@ impl Layout {
     /// small enough that computing them on every rank is cheaper than exchanging their ghosts.
     pub fn levels(edge_top: usize, grid: &ProcGrid, replicate_up_to: usize) -> Vec<Layout> {
         let procs = grid.procs();
-        std::iter::successors(Some(edge_top), |&e| (e > 2).then_some(e / 2))
+        let mut levels: Vec<Layout> = std::iter::successors(Some(edge_top), |&e| (e > 2).then_some(e / 2))
             .map(|edge| {
                 let blocks_hold_two = procs.iter().all(|&p| edge / p >= 2);
                 if edge > replicate_up_to && blocks_hold_two {
@@ -127,10 +127,9 @@ impl Layout {
                     Layout::replicated(edge)
                 }
             })
-            .collect::<Vec<_>>()
-            .into_iter()
-            .rev()
-            .collect()
+            .collect();
+        levels.reverse();
+        levels
     }
 }
 

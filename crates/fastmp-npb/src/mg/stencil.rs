@@ -7,7 +7,10 @@
 //! in both y and z); the x-neighbours of those sums then give every distance class with a
 //! few additions per point, and the inner loops run over contiguous slices.
 //!
-//! Operators write interior points only; the caller refreshes the ghosts.
+//! Every operator also comes one z-plane at a time, so that a caller can run several in one
+//! sweep over the planes. Those that write interior points wrap the ghosts of the axes the
+//! caller says the rank holds whole, as soon as a row or plane is written; the caller
+//! exchanges the rest. The prolongation writes the ghosts as well.
 
 use std::ops::Range;
 

@@ -40,11 +40,10 @@ impl Multigrid {
     pub fn new(grid: ProcGrid, edge: usize, smoother: Smoother, replicate_up_to: usize) -> Self {
         let layouts = Layout::levels(edge, &grid, replicate_up_to);
         let top = *layouts.last().expect("at least one level");
-        let gather =
-            layouts.windows(2).find(|pair| !pair[0].is_distributed() && pair[1].is_distributed()).map(|pair| {
-                let block = pair[1].extent.map(|n| n / 2);
-                Gather::new(block, grid.comm().size())
-            });
+        let gather = layouts
+            .windows(2)
+            .find(|pair| turns_replicated(&pair[1], &pair[0]))
+            .map(|pair| Gather::new(pair[1].extent.map(|n| n / 2), grid.comm().size()));
         let longest_row = layouts.iter().map(|l| l.extent[0] + 2).max().unwrap_or(0);
         // The finest residual is only ever read right behind the sweep that writes it where
         // the operators sweep the planes; each coarser one holds the restriction for the next
