@@ -26,8 +26,9 @@ impl Halo {
         Halo { send_lo: vec![0.0; len], send_hi: vec![0.0; len], recv_lo: vec![0.0; len], recv_hi: vec![0.0; len] }
     }
 
-    /// Fills the ghost layer of `field`, laid out as `layout`. Collective over the ranks
-    /// that share the level (all of them, or none for a replicated level).
+    /// Fills the ghost layer of `field`, laid out as `layout`. Every rank calls it for a
+    /// distributed level (each exchanges with its neighbours); a replicated level needs no
+    /// messages.
     pub fn refresh(&mut self, grid: &ProcGrid, layout: &Layout, field: &mut Field) -> fastmp::Result<()> {
         self.refresh_from(0, grid, layout, field)
     }
