@@ -87,6 +87,7 @@ pub fn check(class: Class, np: usize) -> Result<(), String> {
 
 /// Runs the kernel (collective over `world`).
 pub fn run(world: &Comm, class: Class) -> fastmp::Result<Outcome> {
+    check(class, world.size()).map_err(fastmp::Error::InvalidArgument)?;
     let params = Params::of(class);
     run_with(world, class, &params, REPLICATE_UP_TO)
 }
