@@ -65,7 +65,7 @@ fn extremes(layout: &Layout, v: &Field, largest: &mut [Candidate], smallest: &mu
     let n = layout.edge;
     // Kept sorted, the entry to beat first: ascending for the largest, descending for the
     // smallest. The random numbers lie in (0, 1).
-    largest.fill([0.0, -1.0]);
+    largest.fill(NONE);
     smallest.fill([1.0, -1.0]);
     for (y, z, row) in v.interior_rows() {
         let row_start = ox + n * ((oy + y - 1) + n * (oz + z - 1));
@@ -96,6 +96,7 @@ fn keep(kept: &mut [Candidate], new: Candidate, beats: impl Fn(f64, f64) -> bool
 fn select(all: &[Candidate]) -> (Vec<usize>, Vec<usize>) {
     let mut real: Vec<Candidate> = all.iter().copied().filter(|c| c[1] >= 0.0).collect();
     real.sort_by(|a, b| a[0].total_cmp(&b[0]).then(a[1].total_cmp(&b[1])));
+    // A block of fewer than twice `CHARGES` points offers some points as both kinds.
     real.dedup();
     let index = |c: &Candidate| c[1] as usize;
     let smallest = real.iter().take(CHARGES).map(index).collect();
