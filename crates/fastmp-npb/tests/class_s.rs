@@ -54,8 +54,8 @@ fn ft_class_s_verifies() {
 }
 
 #[test]
-fn power_of_two_kernels_refuse_three_ranks_on_every_rank() {
-    for kernel in [Kernel::Cg, Kernel::Is] {
+fn kernels_that_halve_the_problem_refuse_three_ranks_on_every_rank() {
+    for kernel in [Kernel::Cg, Kernel::Is, Kernel::Mg, Kernel::Ft] {
         let why = kernel.check(Class::S, 3).expect_err("3 ranks");
         assert!(why.contains("power-of-two"), "{kernel}: {why}");
         match run(kernel, Class::S, DeviceKind::Shm, 3) {
