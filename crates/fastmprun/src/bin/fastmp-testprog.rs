@@ -54,7 +54,7 @@ const RING_SIZES: [usize; 8] = [0, 1, 1000, 8192, 8193, 65_536, 1 << 20, 3 << 20
 
 /// Tag of messages that are never sent (`fail`, `die`, `hang`).
 const NEVER_SENT: i32 = 7;
-/// "I am past the barrier", from every survivor to the failing rank (`fail`).
+/// "I am past the barrier", from every survivor to the failing rank (`fail`, `rma-die`).
 const PAST_BARRIER: i32 = 9;
 /// Tag of the large transfer of `die`.
 const DIE_TRANSFER: i32 = 8;
@@ -284,7 +284,7 @@ fn report_failure(rank: usize, what: &str, outcome: Result<()>) -> Result<()> {
 /// A barrier after which rank `failing` knows that every survivor has left it: otherwise a
 /// survivor still waiting there for a third rank's message could see the failure first, and
 /// report the barrier instead of the receive that follows (allowed by MPI, but not what the
-/// `fail` and `abort` modes test).
+/// `fail`, `abort` and `rma-die` modes test).
 fn barrier_all_left(world: &Comm, failing: usize) -> Result<()> {
     world.barrier()?;
     if world.rank() == failing {
@@ -358,7 +358,10 @@ fn rma_die(world: &Comm, victim: usize) -> Result<()> {
     win.lock_all(Assert::NONE)?;
     win.fetch_and_op(1, victim, 0, Sum)?;
     win.flush(victim)?;
-    world.barrier()?;
+    // Every survivor must be past the barrier before the victim dies, or one could fail inside
+    // it (the victim's last barrier message lost with its connection) instead of in the
+    // one-sided operations this mode is about.
+    barrier_all_left(world, victim)?;
     if rank == victim {
         say(&format!("rank {rank}: killing itself with SIGKILL inside a lock_all epoch"));
         kill_self()
