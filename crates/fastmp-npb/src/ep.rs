@@ -63,8 +63,9 @@ pub fn check(_class: Class, _np: usize) -> Result<(), String> {
     Ok(())
 }
 
-/// Runs the kernel (collective over `world`).
-pub fn run(world: &Comm, class: Class) -> fastmp::Result<Outcome> {
+/// Runs the kernel (collective over `world`) on a class and rank count `check` accepted
+/// (`Kernel::run` checks).
+pub(crate) fn run(world: &Comm, class: Class) -> fastmp::Result<Outcome> {
     let problem = problem(class);
     let pairs = 1u64 << problem.log2_pairs;
     let mine = share(pairs, world.size(), world.rank());

@@ -76,7 +76,7 @@ pub fn check(class: Class, np: usize) -> Result<(), String> {
 
 /// Runs the kernel (collective over `world`): builds this rank's rows, runs one untimed power
 /// step, then `niter` timed ones from the same start, as NPB does.
-pub fn run(world: &Comm, class: Class) -> fastmp::Result<Outcome> {
+pub(crate) fn run(world: &Comm, class: Class) -> fastmp::Result<Outcome> {
     let params = Params::of(class);
     let blocks = RowBlocks::new(params.n, world.size());
     let matrix = makea::generate(&params.shape(), blocks.rows(world.rank()));

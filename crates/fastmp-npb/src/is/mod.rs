@@ -43,8 +43,9 @@ pub fn check(_class: Class, np: usize) -> Result<(), String> {
     Ok(())
 }
 
-/// Runs the kernel (collective over `world`).
-pub fn run(world: &Comm, class: Class) -> fastmp::Result<Outcome> {
+/// Runs the kernel (collective over `world`) on a class and rank count `check` accepted
+/// (`Kernel::run` checks).
+pub(crate) fn run(world: &Comm, class: Class) -> fastmp::Result<Outcome> {
     let problem = Problem::of(class);
     let (np, me) = (world.size(), world.rank());
     let total = problem.total_keys();

@@ -85,9 +85,9 @@ pub fn check(class: Class, np: usize) -> Result<(), String> {
     Ok(())
 }
 
-/// Runs the kernel (collective over `world`).
-pub fn run(world: &Comm, class: Class) -> fastmp::Result<Outcome> {
-    check(class, world.size()).map_err(fastmp::Error::InvalidArgument)?;
+/// Runs the kernel (collective over `world`) on a class and rank count `check` accepted
+/// (`Kernel::run` checks).
+pub(crate) fn run(world: &Comm, class: Class) -> fastmp::Result<Outcome> {
     let params = Params::of(class);
     run_with(world, class, &params, REPLICATE_UP_TO)
 }
