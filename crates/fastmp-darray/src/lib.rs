@@ -38,6 +38,8 @@
 //! # Ok::<(), fastmp::Error>(())
 //! ```
 
+#![deny(unsafe_code)]
+
 pub mod array;
 pub mod grid;
 pub mod ops;

@@ -12,6 +12,8 @@ use super::{Block, Plan};
 pub(crate) struct Buffers {
     send: Vec<u8>,
     recv: Vec<u8>,
+    /// Lent to direct readers of this rank's block (`plan::direct`).
+    pub(super) lease: super::Lease,
 }
 
 /// Where the source elements are: another array's block, or the destination block itself.
@@ -21,8 +23,9 @@ pub(crate) enum Source<'a, T> {
 }
 
 impl Plan {
-    /// Moves the data: `dst` is this rank's destination block, `src` its source block.
-    pub(crate) fn execute<T: Pod>(
+    /// Moves the data of the message transfers and local copies: `dst` is this rank's
+    /// destination block, `src` its source block.
+    pub(super) fn execute_messages<T: Pod>(
         &self,
         src: Source<'_, T>,
         dst: &mut [T],

@@ -11,16 +11,19 @@
 //! The builder only asks ranges who owns a global index ([`crate::Range::owner`]); it never
 //! looks at a format.
 
+mod direct;
 mod exec;
 mod objects;
 
 use std::collections::BTreeMap;
 
-use fastmp::Comm;
+use fastmp::{Comm, Locality};
 
+use crate::array::row_major_strides;
 use crate::grid::Grid;
 use crate::range::Range;
 
+pub(crate) use direct::Lease;
 pub(crate) use exec::{Buffers, Source};
 
 /// One destination position of one array dimension, and where its value comes from.
@@ -127,6 +130,9 @@ impl Block {
 pub(crate) struct Transfer {
     pub peer: usize,
     pub blocks: Vec<Block>,
+    /// The same elements as blocks of the peer's stored block (for a receive, what a direct copy
+    /// reads).
+    pub peer_blocks: Vec<Block>,
     pub elements: usize,
     /// Set when the message is one contiguous range of the stored block that may be sent from
     /// or received into in place (no packing).
@@ -140,6 +146,10 @@ pub(crate) struct Plan {
     pub comm: Comm,
     pub sends: Vec<Transfer>,
     pub recvs: Vec<Transfer>,
+    /// Peers in this process that copy straight from this rank's source block.
+    pub direct_sends: Vec<usize>,
+    /// Receives copied straight from a source block in this process.
+    pub direct_recvs: Vec<Transfer>,
     /// Copies from this rank's source block to its destination block: same element count and
     /// order on both sides.
     pub copies: Vec<(Block, Block)>,
@@ -283,8 +293,8 @@ pub(crate) fn build(dst: &Side<'_>, src: &Side<'_>, maps: &[DimMap], in_place: b
     let comm = dst.grid.comm().clone();
     let me = comm.rank();
     let pairs: Vec<Pairs> = maps.iter().zip(src.ranges).map(|(m, r)| pairs(m, r)).collect();
-    let mut recvs: BTreeMap<usize, Vec<(Vec<bool>, Vec<Block>)>> = BTreeMap::new();
-    let mut sends: BTreeMap<usize, Vec<(Vec<bool>, Vec<Block>)>> = BTreeMap::new();
+    let mut recvs: BTreeMap<usize, Vec<Part>> = BTreeMap::new();
+    let mut sends: BTreeMap<usize, Vec<Part>> = BTreeMap::new();
     let mut copies = Vec::new();
     let src_free = untargeted(src.grid, src.ranges);
     let dst_free = untargeted(dst.grid, dst.ranges);
@@ -318,7 +328,11 @@ pub(crate) fn build(dst: &Side<'_>, src: &Side<'_>, maps: &[DimMap], in_place: b
                 blocks(combo, &src.strides, true, &mut src_blocks);
                 copies.extend(src_blocks.into_iter().zip(dst_blocks));
             } else {
-                recvs.entry(peer).or_default().push((combo.iter().map(|g| g.1).collect(), dst_blocks));
+                let stored: Vec<usize> =
+                    src.ranges.iter().map(|r| r.stored_len(r.grid_dim().map_or(0, |g| coords[g]))).collect();
+                let mut peer_blocks = Vec::new();
+                blocks(combo, &row_major_strides(&stored), true, &mut peer_blocks);
+                recvs.entry(peer).or_default().push((combo.iter().map(|g| g.1).collect(), dst_blocks, peer_blocks));
             }
         });
     }
@@ -353,13 +367,17 @@ pub(crate) fn build(dst: &Side<'_>, src: &Side<'_>, maps: &[DimMap], in_place: b
                     blocks(combo, &src.strides, true, &mut b);
                     b
                 });
-                sends.entry(peer).or_default().push((combo.iter().map(|g| g.1).collect(), b.clone()));
+                let mut peer_blocks = Vec::new();
+                blocks(combo, &stored_strides(dst.ranges, coords), false, &mut peer_blocks);
+                sends.entry(peer).or_default().push((combo.iter().map(|g| g.1).collect(), b.clone(), peer_blocks));
             });
         });
     }
 
-    let recvs = transfers(recvs);
-    let mut sends = transfers(sends);
+    let (direct_recvs, recvs) = split_direct(&comm, transfers(recvs));
+    let (direct_sends, sends) = split_direct(&comm, transfers(sends));
+    let direct_sends = direct_sends.into_iter().map(|t| t.peer).collect();
+    let mut sends = sends;
     if in_place {
         // A send may leave straight from the block only where no receive writes.
         for s in &mut sends {
@@ -370,8 +388,42 @@ pub(crate) fn build(dst: &Side<'_>, src: &Side<'_>, maps: &[DimMap], in_place: b
             }
         }
     }
-    Plan { comm, sends, recvs, copies }
+    Plan { comm, sends, recvs, direct_sends, direct_recvs, copies }
 }
+
+/// Strides of the stored block of the rank at grid coordinates `coords` of an array with
+/// `ranges`.
+fn stored_strides(ranges: &[Range], coords: &[usize]) -> Vec<usize> {
+    let stored: Vec<usize> = ranges.iter().map(|r| r.stored_len(r.grid_dim().map_or(0, |g| coords[g]))).collect();
+    row_major_strides(&stored)
+}
+
+/// Whether direct copies between thread ranks are on: `FASTMP_DARRAY_DIRECT=0` turns them off
+/// (to measure what they save).
+fn direct_enabled() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("FASTMP_DARRAY_DIRECT").map_or(true, |v| v != "0"))
+}
+
+/// Splits transfers into direct copies and messages. A transfer is copied directly when its
+/// peer is a thread of this process and the message would need packing on either end (a message
+/// that is one contiguous range at both ends already moves with the device's single copy, and
+/// one message costs less than the direct protocol's two). Both ends of a pair decide alike:
+/// locality is symmetric and both know both ends' blocks.
+fn split_direct(comm: &Comm, transfers: Vec<Transfer>) -> (Vec<Transfer>, Vec<Transfer>) {
+    if !direct_enabled() {
+        return (Vec::new(), transfers);
+    }
+    transfers.into_iter().partition(|t| {
+        let contiguous = |blocks: &[Block]| matches!(blocks, [one] if one.contiguous().is_some());
+        let packed = !contiguous(&t.blocks) || !contiguous(&t.peer_blocks);
+        packed && matches!(comm.locality(t.peer), Ok(Locality::SameProcess))
+    })
+}
+
+/// One combination's share of a message: its optional flags (the order key), this rank's blocks,
+/// and the peer's blocks of the same elements.
+type Part = (Vec<bool>, Vec<Block>, Vec<Block>);
 
 /// Calls `f` with every coordinate vector that varies `free` dimensions over the grid (a
 /// restricted dimension stays at its coordinate).
@@ -399,18 +451,23 @@ fn overlaps(block: &Block, o: usize, n: usize) -> bool {
 
 /// One transfer per peer: its parts in a canonical order (by their optional flags, as both ends
 /// sort them), concatenated.
-fn transfers(by_peer: BTreeMap<usize, Vec<(Vec<bool>, Vec<Block>)>>) -> Vec<Transfer> {
+fn transfers(by_peer: BTreeMap<usize, Vec<Part>>) -> Vec<Transfer> {
     by_peer
         .into_iter()
         .map(|(peer, mut parts)| {
             parts.sort_by(|a, b| a.0.cmp(&b.0));
-            let blocks: Vec<Block> = parts.into_iter().flat_map(|p| p.1).filter(|b| b.elements() > 0).collect();
+            let mut blocks = Vec::new();
+            let mut peer_blocks = Vec::new();
+            for (_, mine, theirs) in parts {
+                blocks.extend(mine.into_iter().filter(|b| b.elements() > 0));
+                peer_blocks.extend(theirs.into_iter().filter(|b| b.elements() > 0));
+            }
             let elements = blocks.iter().map(Block::elements).sum();
             let in_place = match &blocks[..] {
                 [one] => one.contiguous(),
                 _ => None,
             };
-            Transfer { peer, blocks, elements, in_place }
+            Transfer { peer, blocks, peer_blocks, elements, in_place }
         })
         .filter(|t| t.elements > 0)
         .collect()
