@@ -9,6 +9,8 @@
 #   3. tests/miri_smoke.rs: tiny jobs through the public API (eager, rendezvous,
 #      receiver-first, synchronous, leaked requests) and the native shm collectives (np = 3,
 #      buffers freed right after each call, a panicking user op).
+#   4. crates/fastmp-darray/tests/miri_direct.rs: the distributed arrays' direct copies
+#      between thread ranks (a strided halo and a remap on a 2×2 grid).
 #
 # Usage: scripts/miri.sh [--quick]      (--quick: step 1 under Stacked Borrows only)
 # Env:   MIRI_SEEDS   seed range for step 2 (default 0..8)
@@ -53,5 +55,11 @@ step "public API smoke tests (point-to-point and native collectives)"
 MIRIFLAGS="$BASE_FLAGS" cargo +nightly miri test -p fastmp --test miri_smoke
 MIRIFLAGS="$BASE_FLAGS -Zmiri-many-seeds=${MIRI_SEEDS:-0..8}" \
     cargo +nightly miri test -p fastmp --test miri_smoke
+
+# The distributed arrays' direct copies: thread ranks read each other's blocks through exposed
+# addresses (hence Miri's integer-to-pointer warnings) while the owners write their ghost cells.
+step "fastmp-darray direct copies between thread ranks (Stacked, then Tree Borrows)"
+MIRIFLAGS="$BASE_FLAGS" cargo +nightly miri test -p fastmp-darray --test miri_direct
+MIRIFLAGS="$BASE_FLAGS -Zmiri-tree-borrows" cargo +nightly miri test -p fastmp-darray --test miri_direct
 
 step "Miri: no undefined behaviour found"

@@ -12,6 +12,9 @@
 //!    aborted: the "done" receive then fails, and closing still waits out any reader mid-copy
 //!    (a copy takes bounded time) and turns later readers away.
 //!
+//! Addresses travel as integers with exposed provenance (`expose_provenance` /
+//! `with_exposed_provenance`), the sanctioned way to pass a pointer through a message.
+//!
 //! Announcements are sent before anything waits and "done"s only depend on announcements, so the
 //! steps cannot deadlock, whatever mix of direct and message transfers a plan has.
 
@@ -52,56 +55,71 @@ impl Plan {
         if self.direct_sends.is_empty() && self.direct_recvs.is_empty() {
             return self.execute_messages(src, dst, tag, bufs);
         }
+        // Messages first, while this rank may still use `dst` as a slice; from the announcement
+        // on, other threads read the lent block, so this rank touches its own block only through
+        // `base` (raw writes to the positions it receives, which nobody reads).
+        let moved = self.execute_messages(src, dst, tag, bufs);
         let size = size_of::<T>();
-        let block: (usize, usize) = match &src {
-            Source::Other(s) => (s.as_ptr() as usize, s.len() * size),
-            Source::InPlace => (dst.as_ptr() as usize, dst.len() * size),
+        let len = dst.len() * size;
+        let base: *mut u8 = dst.as_mut_ptr().cast();
+        let lent: (usize, usize) = match src {
+            Source::Other(s) => (s.as_ptr().expose_provenance(), s.len() * size),
+            Source::InPlace => (base.expose_provenance(), len),
         };
         let lease = bufs.lease.0.clone();
-        let generation = self.announce(&lease, block)?;
-        let moved =
-            self.execute_messages(src, dst, tag, bufs).and_then(|()| self.pull(bytemuck::cast_slice_mut(dst), size));
-        let awaited = self.await_readers(&lease, generation);
-        moved.and(awaited)
+        // Announce, pull and await even after a failed message step, so no peer waits for us.
+        let lent_out = self.announce(&lease, lent).and_then(|()| {
+            let pulled = self.pull(base, len, size);
+            pulled.and(self.await_done())
+        });
+        // Whatever failed, no reader may be left in the block when this returns.
+        close(&lease);
+        moved.and(lent_out)
     }
 
     /// Step 1: opens a new generation of the lease and sends each direct reader the block.
-    fn announce(&self, lease: &Arc<AtomicU64>, (addr, len): (usize, usize)) -> Result<u64> {
+    fn announce(&self, lease: &Arc<AtomicU64>, (addr, len): (usize, usize)) -> Result<()> {
         // The previous execution closed its generation with no reader left.
         let generation = (lease.load(Ordering::Acquire) >> 32).wrapping_add(1) & 0xffff_ffff;
         lease.store(generation << 32, Ordering::Release);
         for &peer in &self.direct_sends {
-            let reference = Arc::into_raw(lease.clone()) as usize;
+            let reference = Arc::into_raw(lease.clone()).expose_provenance();
             let note = [addr as u64, len as u64, reference as u64, generation];
             // On failure the reference leaks (a few bytes): the reader may or may not own it.
             self.comm.send(&note, peer, ANNOUNCE)?;
         }
-        Ok(generation)
+        Ok(())
     }
 
-    /// Step 2: copies from each announced source block into `dst`, then says done.
-    fn pull(&self, dst: &mut [u8], size: usize) -> Result<()> {
+    /// Step 2: copies from each announced source block into this rank's block (`base`, `len`
+    /// bytes), then says done.
+    fn pull(&self, base: *mut u8, len: usize, size: usize) -> Result<()> {
+        let own_len = len;
         for t in &self.direct_recvs {
             let mut note = [0u64; 4];
             self.comm.recv(&mut note, t.peer, ANNOUNCE)?;
             let [addr, len, reference, generation] = note.map(|x| x as usize);
             // SAFETY: the source made `reference` with `Arc::into_raw` for this receiver alone
             // (one announcement per reader per execution), so this takes over that count.
-            let lease = unsafe { Arc::from_raw(reference as *const AtomicU64) };
+            let lease = unsafe { Arc::from_raw(std::ptr::with_exposed_provenance::<AtomicU64>(reference)) };
             let copied = read_lease(&lease, generation as u64, t.peer).and_then(|()| {
                 let mut inside = true;
                 for (theirs, mine) in t.peer_blocks.iter().zip(&t.blocks) {
                     copy_blocks(theirs, mine, size, |from, to, n| {
-                        inside &= from.checked_add(n).is_some_and(|end| end <= len);
+                        inside &= from.checked_add(n).is_some_and(|end| end <= len)
+                            && to.checked_add(n).is_some_and(|end| end <= own_len);
                         if inside {
-                            // SAFETY: `from..from + n` lies inside the source's block (checked
-                            // above against the length it announced), which stays allocated and
-                            // unwritten there while this lease is held: the source is inside
+                            let start = std::ptr::with_exposed_provenance::<u8>(addr).wrapping_add(from);
+                            // SAFETY: reading: `from..from + n` lies inside the source's block
+                            // (checked against the length it announced), which stays allocated
+                            // and unwritten there while this lease is held — the source stays in
                             // `execute` until every lease of this generation is released, and the
-                            // runs it lends are its physical elements, which nobody writes during an
-                            // execution (receives write ghost cells and other blocks only).
-                            let run = unsafe { std::slice::from_raw_parts((addr + from) as *const u8, n) };
-                            dst[to..to + n].copy_from_slice(run);
+                            // runs it lends are elements no one writes during an execution
+                            // (destinations are ghost cells or another array). Writing:
+                            // `to..to + n` lies inside this rank's block (checked), which it
+                            // holds exclusively except for those lent source runs, and a
+                            // destination position is never a lent one.
+                            unsafe { std::ptr::copy_nonoverlapping(start, base.add(to), n) };
                         }
                     });
                 }
@@ -121,24 +139,30 @@ impl Plan {
         Ok(())
     }
 
-    /// Step 3: waits for every reader's "done", closes the generation and waits out any reader
-    /// still holding the lease.
-    fn await_readers(&self, lease: &AtomicU64, generation: u64) -> Result<()> {
-        let done = self.comm.scope(|s| {
+    /// Step 3: waits for every reader's "done".
+    fn await_done(&self) -> Result<()> {
+        self.comm.scope(|s| {
             let mut reqs = Vec::with_capacity(self.direct_sends.len());
             for &peer in &self.direct_sends {
                 reqs.push(s.irecv::<u8>(&mut [], peer, DONE)?);
             }
             waitall(&mut reqs).map(drop)
-        });
-        lease.fetch_or(CLOSED, Ordering::AcqRel);
-        let mut spins = 0u32;
-        while lease.load(Ordering::Acquire) & READERS != 0 {
-            spins += 1;
-            if spins < 64 { std::hint::spin_loop() } else { std::thread::yield_now() }
+        })
+    }
+}
+
+/// Closes the lease's generation (later readers are turned away) and waits out any reader still
+/// copying, which takes bounded time.
+fn close(lease: &AtomicU64) {
+    lease.fetch_or(CLOSED, Ordering::AcqRel);
+    let mut spins = 0u32;
+    while lease.load(Ordering::Acquire) & READERS != 0 {
+        spins += 1;
+        if spins < 64 {
+            std::hint::spin_loop();
+        } else {
+            std::thread::yield_now();
         }
-        debug_assert_eq!(lease.load(Ordering::Relaxed) >> 32, generation);
-        done
     }
 }
 

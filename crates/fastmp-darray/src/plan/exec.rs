@@ -17,6 +17,7 @@ pub(crate) struct Buffers {
 }
 
 /// Where the source elements are: another array's block, or the destination block itself.
+#[derive(Clone, Copy)]
 pub(crate) enum Source<'a, T> {
     Other(&'a [T]),
     InPlace,
