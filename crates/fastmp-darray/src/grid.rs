@@ -1,7 +1,8 @@
 //! Process grids: the ranks of a communicator as a Cartesian grid, and restricted sub-grids.
 
+use std::cell::RefCell;
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::rc::Rc;
 
 use fastmp::{CartComm, Comm, Comparison, Result, dims_create};
 
@@ -19,7 +20,7 @@ const SUBCOMM_TAG: i32 = 0x0da0;
 /// share the communicator.
 #[derive(Clone)]
 pub struct Grid {
-    shared: Arc<Shared>,
+    shared: Rc<Shared>,
     /// Per grid dimension, the coordinate it is restricted to, if any.
     fixed: Vec<Option<usize>>,
 }
@@ -31,7 +32,7 @@ struct Shared {
     /// Communicators among the members of restricted grids and of grid lines, created on first
     /// use (collectively over those members only) and kept for the grid's life.
     #[allow(dead_code)]
-    subcomms: Mutex<HashMap<Vec<Option<usize>>, Comm>>,
+    subcomms: RefCell<HashMap<Vec<Option<usize>>, Comm>>,
 }
 
 impl std::fmt::Debug for Grid {
@@ -43,7 +44,7 @@ impl std::fmt::Debug for Grid {
 impl PartialEq for Grid {
     /// Same communicator (the same grid creation, or a clone of it), dimensions and restriction.
     fn eq(&self, other: &Grid) -> bool {
-        Arc::ptr_eq(&self.shared, &other.shared) && self.fixed == other.fixed
+        Rc::ptr_eq(&self.shared, &other.shared) && self.fixed == other.fixed
     }
 }
 
@@ -74,8 +75,8 @@ impl Grid {
             .cart_create(dims, &vec![false; dims.len()], false)?
             .ok_or_else(|| invalid("Grid::new", "this rank is outside the Cartesian communicator"))?;
         let my_coords = cart.coords(cart.rank())?;
-        let shared = Shared { cart, my_coords, subcomms: Mutex::default() };
-        Ok(Grid { shared: Arc::new(shared), fixed: vec![None; dims.len()] })
+        let shared = Shared { cart, my_coords, subcomms: RefCell::default() };
+        Ok(Grid { shared: Rc::new(shared), fixed: vec![None; dims.len()] })
     }
 
     /// A grid of `ndims` dimensions over all ranks of `comm`, shaped by `fastmp::dims_create`.
@@ -156,7 +157,7 @@ impl Grid {
     /// Whether `other` is over the same ranks in the same order (so ranks name the same
     /// processes in both).
     pub fn same_ranks(&self, other: &Grid) -> bool {
-        Arc::ptr_eq(&self.shared, &other.shared)
+        Rc::ptr_eq(&self.shared, &other.shared)
             || matches!(self.comm().compare(other.comm()), Comparison::Ident | Comparison::Congruent)
     }
 
@@ -168,7 +169,7 @@ impl Grid {
         let Some(mine) = self.coords() else { return Ok(None) };
         let key: Vec<Option<usize>> =
             self.fixed.iter().zip(keep).zip(mine).map(|((f, &k), &c)| if k { *f } else { Some(c) }).collect();
-        if let Some(comm) = self.shared.subcomms.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
+        if let Some(comm) = self.shared.subcomms.borrow().get(&key) {
             return Ok(Some(comm.clone()));
         }
         let line = Grid { shared: self.shared.clone(), fixed: key.clone() };
@@ -179,7 +180,7 @@ impl Grid {
             let group = self.comm().group().incl(&members)?;
             self.comm().create_group(&group, SUBCOMM_TAG)?
         };
-        self.shared.subcomms.lock().unwrap_or_else(|e| e.into_inner()).insert(key, comm.clone());
+        self.shared.subcomms.borrow_mut().insert(key, comm.clone());
         Ok(Some(comm))
     }
 

@@ -60,10 +60,10 @@ impl Plan {
         // `base` (raw writes to the positions it receives, which nobody reads).
         let moved = self.execute_messages(src, dst, tag, bufs);
         let size = size_of::<T>();
-        let len = dst.len() * size;
+        let len = size_of_val(dst);
         let base: *mut u8 = dst.as_mut_ptr().cast();
         let lent: (usize, usize) = match src {
-            Source::Other(s) => (s.as_ptr().expose_provenance(), s.len() * size),
+            Source::Other(s) => (s.as_ptr().expose_provenance(), size_of_val(s)),
             Source::InPlace => (base.expose_provenance(), len),
         };
         let lease = bufs.lease.0.clone();
