@@ -1,14 +1,14 @@
 //! Process grids: the ranks of a communicator as a Cartesian grid, and restricted sub-grids.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::rc::Rc;
+use std::sync::Mutex;
 
 use fastmp::{CartComm, Comm, Comparison, Result, dims_create};
 
 use crate::invalid;
 
 /// Tag base for the communicators a grid creates among its members (`Comm::create_group`).
-#[allow(dead_code)] // used by the reductions (in progress)
 const SUBCOMM_TAG: i32 = 0x0da0;
 
 /// A Cartesian arrangement of the ranks of a communicator (HPJava's `Procs`/`Group`).
@@ -19,7 +19,7 @@ const SUBCOMM_TAG: i32 = 0x0da0;
 /// share the communicator.
 #[derive(Clone)]
 pub struct Grid {
-    shared: Arc<Shared>,
+    shared: Rc<Shared>,
     /// Per grid dimension, the coordinate it is restricted to, if any.
     fixed: Vec<Option<usize>>,
 }
@@ -30,7 +30,6 @@ struct Shared {
     my_coords: Vec<usize>,
     /// Communicators among the members of restricted grids and of grid lines, created on first
     /// use (collectively over those members only) and kept for the grid's life.
-    #[allow(dead_code)]
     subcomms: Mutex<HashMap<Vec<Option<usize>>, Comm>>,
 }
 
@@ -43,7 +42,7 @@ impl std::fmt::Debug for Grid {
 impl PartialEq for Grid {
     /// Same communicator (the same grid creation, or a clone of it), dimensions and restriction.
     fn eq(&self, other: &Grid) -> bool {
-        Arc::ptr_eq(&self.shared, &other.shared) && self.fixed == other.fixed
+        Rc::ptr_eq(&self.shared, &other.shared) && self.fixed == other.fixed
     }
 }
 
@@ -75,7 +74,7 @@ impl Grid {
             .ok_or_else(|| invalid("Grid::new", "this rank is outside the Cartesian communicator"))?;
         let my_coords = cart.coords(cart.rank())?;
         let shared = Shared { cart, my_coords, subcomms: Mutex::default() };
-        Ok(Grid { shared: Arc::new(shared), fixed: vec![None; dims.len()] })
+        Ok(Grid { shared: Rc::new(shared), fixed: vec![None; dims.len()] })
     }
 
     /// A grid of `ndims` dimensions over all ranks of `comm`, shaped by `fastmp::dims_create`.
@@ -156,14 +155,13 @@ impl Grid {
     /// Whether `other` is over the same ranks in the same order (so ranks name the same
     /// processes in both).
     pub fn same_ranks(&self, other: &Grid) -> bool {
-        Arc::ptr_eq(&self.shared, &other.shared)
+        Rc::ptr_eq(&self.shared, &other.shared)
             || matches!(self.comm().compare(other.comm()), Comparison::Ident | Comparison::Congruent)
     }
 
     /// A communicator over the members of this grid with the dimensions `keep` free and the
     /// others fixed at this rank's coordinates (all `true`: the whole grid). Created on first
     /// use, collectively over its members only, then cached. `None` for a non-member.
-    #[allow(dead_code)]
     pub(crate) fn line_comm(&self, keep: &[bool]) -> Result<Option<Comm>> {
         let Some(mine) = self.coords() else { return Ok(None) };
         let key: Vec<Option<usize>> =

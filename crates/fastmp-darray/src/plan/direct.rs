@@ -54,8 +54,8 @@ impl Plan {
         }
         let size = size_of::<T>();
         let block: (usize, usize) = match &src {
-            Source::Other(s) => (s.as_ptr() as usize, s.len() * size),
-            Source::InPlace => (dst.as_ptr() as usize, dst.len() * size),
+            Source::Other(s) => (s.as_ptr() as usize, size_of_val(*s)),
+            Source::InPlace => (dst.as_ptr() as usize, size_of_val(dst)),
         };
         let lease = bufs.lease.0.clone();
         let generation = self.announce(&lease, block)?;
