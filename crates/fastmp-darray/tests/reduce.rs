@@ -108,7 +108,7 @@ fn check(grid: &Grid, ranges: &[Range]) -> Result<()> {
         assert!(ints.sum_along(0).is_err());
         return Ok(());
     }
-    for dim in 0..shape.len() {
+    for (dim, &extent) in shape.iter().enumerate() {
         let sums = ints.sum_along(dim)?;
         let products = ints.product_along(dim)?;
         let maxs = ints.maxval_along(dim)?;
@@ -120,7 +120,7 @@ fn check(grid: &Grid, ranges: &[Range]) -> Result<()> {
         assert_eq!(sums.ranges(), &rest[..]);
         assert_eq!(sums.grid(), grid);
         let line = |idx: &IxDyn| -> Vec<Vec<usize>> {
-            (0..shape[dim])
+            (0..extent)
                 .map(|k| {
                     let mut full = idx.slice().to_vec();
                     full.insert(dim, k);
