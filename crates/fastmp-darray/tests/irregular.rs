@@ -274,6 +274,24 @@ fn gather_and_scatter() {
 }
 
 #[test]
+fn gather_and_scatter_on_tcp() {
+    // Thread ranks joined by TCP connections: every message goes through the byte path.
+    for np in [2, 3] {
+        fastmp::Config::new()
+            .device(fastmp::DeviceKind::Tcp)
+            .np(np)
+            .run(|world| {
+                let g1 = Grid::new(&world, &[np])?;
+                let g2 = Grid::auto(&world, 2)?;
+                two_dimensional(&g1, &g2)?;
+                objects(&g1, &g2)?;
+                errors(&g1)
+            })
+            .unwrap_or_else(|e| panic!("tcp np {np}: {e}"));
+    }
+}
+
+#[test]
 fn replicated_source_reads_the_local_copy() {
     // A source replicated over the whole 1-D grid: every gather is local, so the schedule has
     // no messages; a replicated destination gets every element on every rank.

@@ -207,6 +207,21 @@ fn reductions_on_every_grid_and_range_kind() {
 }
 
 #[test]
+fn reductions_on_tcp() {
+    fastmp::Config::new()
+        .device(fastmp::DeviceKind::Tcp)
+        .np(4)
+        .run(|world| {
+            let g2 = Grid::auto(&world, 2)?;
+            for (r0, r1) in kinds(&g2, 0, 7).into_iter().zip(kinds(&g2, 1, 5).into_iter().rev()) {
+                check(&g2, &[r0, r1])?;
+            }
+            Ok(())
+        })
+        .unwrap();
+}
+
+#[test]
 fn typed_dimensions_and_floats() {
     fastmp::run(4, |world| {
         let grid = Grid::new(&world, &[2, 2])?;
@@ -218,6 +233,12 @@ fn typed_dimensions_and_floats() {
         for (i, &m) in maxs.overall() {
             assert_eq!(m, i as f32);
         }
+        // A writable section reduces like a read-only one.
+        let picked = [Triplet::new(1, 6, 2), Triplet::new(0, 5, 3)];
+        let want = a.section(&picked)?.sum()?;
+        assert_eq!(want, [1.0f32, 3.0, 5.0].iter().map(|i| 2.0 * i - 1.5).sum::<f32>());
+        let mut b = a.clone();
+        assert_eq!(b.section_mut(&picked)?.sum()?, want);
         // NaNs are ignored by maxval and minval.
         let nan = DArray::<f64, Ix2>::from_fn(&grid, [Range::block(3, &grid, 0)?, Range::collapsed(3)], |(i, j)| {
             if i == j { f64::NAN } else { (i + j) as f64 }

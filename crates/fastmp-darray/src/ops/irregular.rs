@@ -32,7 +32,8 @@ use crate::range::Range;
 use crate::section::{AsSection, AsSectionMut, Span};
 
 /// A built gather, `dst[i] = src[subscripts[i]]`: the subscripts' values are resolved once,
-/// at build, and the schedule reused for any contents of `src`.
+/// at build, and the schedule reused for any contents of `src`. Only physical elements are
+/// written; `dst`'s ghost cells are left for [`DArray::write_halo`].
 ///
 /// ```
 /// use fastmp_darray::{DArray, GatherSchedule, Grid, Range};
@@ -59,7 +60,8 @@ pub struct GatherSchedule {
 
 /// A built scatter, `dst[subscripts[i]] = src[i]`. When several `i` name the same element of
 /// `dst`, the one with the largest global index `i` (row-major) wins, as a sequential loop over
-/// `i` would leave it; elements no subscript names keep their value.
+/// `i` would leave it; elements no subscript names keep their value, and ghost cells are left
+/// for [`DArray::write_halo`].
 ///
 /// ```
 /// use fastmp_darray::{DArray, Grid, Range, ScatterSchedule};

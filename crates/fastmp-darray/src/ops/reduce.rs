@@ -18,7 +18,7 @@ use crate::array::DArray;
 use crate::grid::Grid;
 use crate::invalid;
 use crate::range::{Range, Ranges};
-use crate::section::{AsSection, Section, Span};
+use crate::section::{AsSection, Section, SectionMut, Span};
 
 /// Element types the numeric reductions accept: Rust's primitive integers (`i8`..`i64`,
 /// `u8`..`u64`, `isize`, `usize`) and floats, with the identity of each reduction (`Default`,
@@ -335,8 +335,8 @@ macro_rules! logical_reductions {
     )*};
 }
 
-whole_reductions!(DArray<T, D>, Section<'_, T, D>);
-logical_reductions!(DArray<bool, D>, Section<'_, bool, D>);
+whole_reductions!(DArray<T, D>, Section<'_, T, D>, SectionMut<'_, T, D>);
+logical_reductions!(DArray<bool, D>, Section<'_, bool, D>, SectionMut<'_, bool, D>);
 
 impl<T: Reducible, D: RemoveAxis> DArray<T, D> {
     /// Sums along dimension `dim`: an array of one rank less on the same grid, distributed by
