@@ -120,7 +120,7 @@ impl GatherSchedule {
         }
         let comm = dst.grid().comm().clone();
         let me = comm.rank();
-        let source = Locator { grid: src.grid(), ranges: src.ranges(), spans: sspans };
+        let source = Locator::new(src, sspans);
         let src_free = untargeted(src.grid(), src.ranges());
         // Per peer, (offset in its source block, offset in my destination block).
         let mut wanted: Vec<Vec<(usize, usize)>> = vec![Vec::new(); comm.size()];
@@ -243,7 +243,7 @@ impl ScatterSchedule {
         }
         let comm = dst.grid().comm().clone();
         let me = comm.rank();
-        let target = Locator { grid: dst.grid(), ranges: dst.ranges(), spans: dspans };
+        let target = Locator::new(dst, dspans);
         let (dst_free, src_free) = (untargeted(dst.grid(), dst.ranges()), untargeted(src.grid(), src.ranges()));
         let my_src_coords = src.grid().coords().unwrap_or_default().to_vec();
         let shape = src.shape();
@@ -255,9 +255,10 @@ impl ScatterSchedule {
         let mut mine: Vec<(usize, u64, usize)> = Vec::new();
         let mut bad = None;
         let fixed: Vec<usize> = dst.grid().fixed().iter().map(|f| f.unwrap_or(0)).collect();
+        let mut coords = fixed.clone();
         for_each_local(subscripts, |from, i, sub| {
             let sub = sub.clone().into_dimension();
-            let mut coords = fixed.clone();
+            coords.copy_from_slice(&fixed);
             let to = match target.locate(sub.slice(), &mut coords) {
                 Ok(to) => to,
                 Err(why) => {
@@ -445,16 +446,22 @@ struct Locator<'a> {
     grid: &'a Grid,
     ranges: &'a [Range],
     spans: &'a [Span],
+    /// The section's shape.
+    shape: Vec<usize>,
 }
 
-impl Locator<'_> {
+impl<'a> Locator<'a> {
+    fn new<T, D: Dimension>(array: &'a DArray<T, D>, spans: &'a [Span]) -> Locator<'a> {
+        let shape = spans.iter().map(|s| s.count).collect();
+        Locator { grid: array.grid(), ranges: array.ranges(), spans, shape }
+    }
+
     /// For section index `index`: sets the grid coordinates of the dimensions the ranges target
     /// in `coords` (the others are left alone) and returns the element's offset in the stored
     /// block of a rank at those coordinates. `Err` says why the index is outside.
     fn locate(&self, index: &[usize], coords: &mut [usize]) -> std::result::Result<usize, String> {
-        let shape: Vec<usize> = self.spans.iter().map(|s| s.count).collect();
-        if index.len() != shape.len() || index.iter().zip(&shape).any(|(&i, &n)| i >= n) {
-            return Err(format!("is outside the shape {shape:?}"));
+        if index.len() != self.shape.len() || index.iter().zip(&self.shape).any(|(&i, &n)| i >= n) {
+            return Err(format!("is outside the shape {:?}", self.shape));
         }
         let (mut offset, mut stride) = (0, 1);
         for ((range, span), &i) in self.ranges.iter().zip(self.spans).zip(index).rev() {
