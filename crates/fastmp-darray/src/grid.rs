@@ -9,7 +9,6 @@ use fastmp::{CartComm, Comm, Comparison, Result, dims_create};
 use crate::invalid;
 
 /// Tag base for the communicators a grid creates among its members (`Comm::create_group`).
-#[allow(dead_code)] // used by the reductions (in progress)
 const SUBCOMM_TAG: i32 = 0x0da0;
 
 /// A Cartesian arrangement of the ranks of a communicator (HPJava's `Procs`/`Group`).
@@ -31,7 +30,6 @@ struct Shared {
     my_coords: Vec<usize>,
     /// Communicators among the members of restricted grids and of grid lines, created on first
     /// use (collectively over those members only) and kept for the grid's life.
-    #[allow(dead_code)]
     subcomms: RefCell<HashMap<Vec<Option<usize>>, Comm>>,
 }
 
@@ -164,7 +162,6 @@ impl Grid {
     /// A communicator over the members of this grid with the dimensions `keep` free and the
     /// others fixed at this rank's coordinates (all `true`: the whole grid). Created on first
     /// use, collectively over its members only, then cached. `None` for a non-member.
-    #[allow(dead_code)]
     pub(crate) fn line_comm(&self, keep: &[bool]) -> Result<Option<Comm>> {
         let Some(mine) = self.coords() else { return Ok(None) };
         let key: Vec<Option<usize>> =

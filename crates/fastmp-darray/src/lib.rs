@@ -33,6 +33,8 @@
 //!     for ((i, j), x) in a.overall() {
 //!         assert_eq!(*x, (10 * i + j) as f64);
 //!     }
+//!     // A reduction's result is returned on every member of the grid.
+//!     assert_eq!(a.sum()?, 1800.0);
 //!     Ok(())
 //! })?;
 //! # Ok::<(), fastmp::Error>(())
@@ -52,6 +54,7 @@ pub use fastmp::{Error, Result};
 pub use grid::Grid;
 /// `ndarray`, whose views are the local blocks.
 pub use ndarray;
+pub use ops::Reducible;
 pub use ops::{
     GatherSchedule, Halo, HaloSchedule, RemapSchedule, ScatterSchedule, ShiftSchedule, copy, cshift, cshift_obj,
     gather, gather_obj, remap, remap_obj, scatter, scatter_obj, shift, shift_obj,

@@ -273,7 +273,7 @@ fn blocks(combo: &[Group<'_>], strides: &[usize], src: bool, out: &mut Vec<Block
 /// Which copy of a source replicated over grid dimension `g` serves receiver `rank`: a
 /// restricted dimension's coordinate, else the receiver's own coordinate if it is in the
 /// source grid (its own copy), else spread by rank.
-fn replica(grid: &Grid, g: usize, rank: usize) -> usize {
+pub(crate) fn replica(grid: &Grid, g: usize, rank: usize) -> usize {
     match (grid.fixed()[g], grid.coords_of(rank)) {
         (Some(c), _) => c,
         (None, Some(coords)) => coords[g],
@@ -282,7 +282,7 @@ fn replica(grid: &Grid, g: usize, rank: usize) -> usize {
 }
 
 /// The grid dimensions no range targets.
-fn untargeted(grid: &Grid, ranges: &[Range]) -> Vec<usize> {
+pub(crate) fn untargeted(grid: &Grid, ranges: &[Range]) -> Vec<usize> {
     (0..grid.ndims()).filter(|&g| ranges.iter().all(|r| r.grid_dim() != Some(g))).collect()
 }
 
@@ -427,7 +427,7 @@ type Part = (Vec<bool>, Vec<Block>, Vec<Block>);
 
 /// Calls `f` with every coordinate vector that varies `free` dimensions over the grid (a
 /// restricted dimension stays at its coordinate).
-fn for_each_coords(grid: &Grid, free: &[usize], coords: &mut Vec<usize>, f: &mut dyn FnMut(&[usize])) {
+pub(crate) fn for_each_coords(grid: &Grid, free: &[usize], coords: &mut Vec<usize>, f: &mut dyn FnMut(&[usize])) {
     let Some((&g, rest)) = free.split_first() else {
         f(coords);
         return;
