@@ -98,13 +98,23 @@ pub fn every_np(f: impl Fn(Comm) -> Result<()> + Sync) {
     }
 }
 
-/// An array holding the model's values, its ghost cells [`UNSET`].
-pub fn model_array(grid: &Grid, ranges: Vec<Range>) -> Result<A> {
-    let mut a = A::from_elem(grid, ranges, UNSET)?;
+/// An array holding `model`'s values, its ghost cells `unset`.
+pub fn filled<T: Clone + Default>(
+    grid: &Grid,
+    ranges: Vec<Range>,
+    unset: T,
+    model: impl Fn(&[usize]) -> T,
+) -> Result<DArray<T, IxDyn>> {
+    let mut a = DArray::from_elem(grid, ranges, unset)?;
     for (g, x) in a.overall_mut() {
-        *x = value(g.slice());
+        *x = model(g.slice());
     }
     Ok(a)
+}
+
+/// An array holding the model's values, its ghost cells [`UNSET`].
+pub fn model_array(grid: &Grid, ranges: Vec<Range>) -> Result<A> {
+    filled(grid, ranges, UNSET, value)
 }
 
 /// An array of [`UNSET`] everywhere.
@@ -182,16 +192,22 @@ pub struct Shift {
     pub circular: bool,
 }
 
-/// The model of a section copy (remap, shift, cshift, copy) from a source holding [`value`]
-/// into a destination holding [`UNSET`]: destination element `g` takes the source element at the
-/// same section position (moved by `shift` along its dimension), and keeps [`UNSET`] where it is
+/// The model of a section copy (remap, shift, cshift, copy) from a source holding `model` into
+/// a destination holding `unset`: destination element `g` takes the source element at the same
+/// section position (moved by `shift` along its dimension), and keeps `unset` where it is
 /// outside the destination section or its shifted source position falls off the edge.
-pub fn section_copy(dst: &[Sel], src: &[Sel], shift: Option<Shift>) -> impl Fn(&[usize]) -> i64 {
+pub fn section_copy_of<T: Clone>(
+    dst: &[Sel],
+    src: &[Sel],
+    shift: Option<Shift>,
+    model: impl Fn(&[usize]) -> T,
+    unset: T,
+) -> impl Fn(&[usize]) -> T {
     let (dst, src) = (dst.to_vec(), src.to_vec());
     move |g: &[usize]| {
         let mut from = Vec::with_capacity(g.len());
         for (r, ((d, s), &gi)) in dst.iter().zip(&src).zip(g).enumerate() {
-            let Some(mut k) = d.index_of(gi) else { return UNSET };
+            let Some(mut k) = d.index_of(gi) else { return unset.clone() };
             if let Some(sh) = shift.filter(|sh| sh.dim == r) {
                 let j = k as isize + sh.amount;
                 let n = d.count as isize;
@@ -200,13 +216,18 @@ pub fn section_copy(dst: &[Sel], src: &[Sel], shift: Option<Shift>) -> impl Fn(&
                 } else if (0..n).contains(&j) {
                     j as usize
                 } else {
-                    return UNSET;
+                    return unset.clone();
                 };
             }
             from.push(s.at(k));
         }
-        value(&from)
+        model(&from)
     }
+}
+
+/// [`section_copy_of`] the integer model: [`value`] into [`UNSET`].
+pub fn section_copy(dst: &[Sel], src: &[Sel], shift: Option<Shift>) -> impl Fn(&[usize]) -> i64 {
+    section_copy_of(dst, src, shift, value, UNSET)
 }
 
 /// A triplet selecting `count` indices of a dimension of extent `extent` with a stride of up to
@@ -265,12 +286,12 @@ pub fn for_each_stored(
 /// holding `model` with ghost cells `before`: a ghost cell is filled (with the model's value of
 /// the index it mirrors) when in every dimension it is physical or within the requested width of
 /// the physical segment, and on the array (after wrapping); other ghost cells keep `before`.
-pub fn check_halo(
-    a: &A,
+pub fn check_halo<T: PartialEq + Debug + Clone>(
+    a: &DArray<T, IxDyn>,
     widths: &[(usize, usize)],
     wrap: &[bool],
-    before: i64,
-    model: impl Fn(&[usize]) -> i64,
+    before: T,
+    model: impl Fn(&[usize]) -> T,
     what: &dyn Debug,
 ) {
     let ghosts: Vec<(usize, usize)> = a.ranges().iter().map(Range::ghosts).collect();
@@ -289,14 +310,14 @@ pub fn check_halo(
             .all(|((((&p, &(glo, _)), &len), &(wlo, whi)), &phys)| phys || (p + wlo >= glo && p < glo + len + whi));
         let want = match globals.iter().copied().collect::<Option<Vec<usize>>>() {
             Some(g) if reached => model(&g),
-            _ => before,
+            _ => before.clone(),
         };
         assert_eq!(view[idx], want, "{what:?}: stored {idx:?} (global {globals:?}) on rank {}", a.grid().comm().rank());
     });
 }
 
 /// Sets every ghost cell (stored, not physical) of this rank's block to `x`.
-pub fn set_ghosts(a: &mut A, x: i64) {
+pub fn set_ghosts<T: Clone>(a: &mut DArray<T, IxDyn>, x: T) {
     let mut ghosts = Vec::new();
     for_each_stored(a, &[], |idx, _, physical| {
         if !physical.iter().all(|&p| p) {
@@ -305,6 +326,6 @@ pub fn set_ghosts(a: &mut A, x: i64) {
     });
     let mut view = a.local_with_ghosts_mut();
     for idx in ghosts {
-        view[&idx[..]] = x;
+        view[&idx[..]] = x.clone();
     }
 }
