@@ -15,7 +15,7 @@ use fastmp_darray::ndarray::Ix2;
 use fastmp_darray::{
     DArray, Grid, Halo, HaloSchedule, Range, RemapSchedule, ShiftSchedule, Triplet, copy, cshift, remap, shift,
 };
-use support::{A, UNSET, check, check_halo, model_array, unset_array, value};
+use support::{A, Sel, Shift, UNSET, check, check_halo, model_array, section_copy, unset_array, value};
 
 /// Asserts that `result` is `call`'s `InvalidArgument` error; returns its message.
 fn refused<T: Debug>(result: Result<T>, call: &str) -> String {
@@ -288,6 +288,43 @@ fn schedules_refuse_arrays_they_were_not_built_for() {
         let mut src = src;
         halo.execute(&mut src)?;
         check_halo(&src, &[(1, 1), (0, 0)], &[], UNSET, value, &"halo");
+        Ok(m)
+    });
+}
+
+/// Extreme arguments are refused or work, and never panic: shifts by `isize::MAX` and
+/// `isize::MIN`, triplets with strides near `usize::MAX`, nested.
+#[test]
+fn extreme_amounts_and_strides_never_panic() {
+    every_rank_alike(|world| {
+        let grid = Grid::auto(world, 2)?;
+        let whole = Sel::whole(&[7, 5]);
+        let src = model_array(&grid, vec![Range::block(7, &grid, 0)?, Range::cyclic(5, &grid, 1)?])?;
+        let ranges = vec![Range::cyclic(7, &grid, 1)?, Range::ghost_block(5, &grid, 0, 1, 1)?];
+        for amount in [isize::MAX, isize::MAX - 1, isize::MIN, isize::MIN + 1] {
+            for (dim, circular) in [(0, false), (1, false), (0, true), (1, true)] {
+                let mut dst = unset_array(&grid, ranges.clone())?;
+                if circular {
+                    cshift(&mut dst, &src, amount, dim)?;
+                } else {
+                    shift(&mut dst, &src, amount, dim)?;
+                }
+                let model = section_copy(&whole, &whole, Some(Shift { dim, amount, circular }));
+                check(&dst, model, &(amount, dim, circular));
+            }
+        }
+        let mut m = Vec::new();
+        let big = usize::MAX;
+        // One index with a huge stride, then sections of it: empty, the index again, refused.
+        let one = src.section(&[Triplet::new(2, 3, big), Triplet::new(4, big, big - 1)])?;
+        assert_eq!(one.shape(), [1, 1]);
+        assert_eq!(one.section(&[Triplet::new(1, 1, 2), Triplet::all()])?.shape(), [0, 1]);
+        let again = one.section(&[Triplet::new(0, 1, big), Triplet::new(0, 1, 3)])?;
+        let mut into = unset_array(&grid, vec![Range::collapsed(1), Range::collapsed(1)])?;
+        remap(&mut into, &again)?;
+        check(&into, |_| value(&[2, 4]), &"one index");
+        m.push(refused(one.section(&[Triplet::new(0, 2, big), Triplet::all()]), "Section::section"));
+        m.push(refused(src.section(&[Triplet::new(big, big, 1), Triplet::all()]), "DArray::section"));
         Ok(m)
     });
 }

@@ -6,15 +6,16 @@
 mod support;
 
 use std::collections::BTreeSet;
+use std::fmt::Debug;
 
-use fastmp::{Error, Result};
-use fastmp_darray::ndarray::{Dimension, Ix3};
+use fastmp::{Comm, Error, Result};
+use fastmp_darray::ndarray::{Dimension, Ix3, IxDyn};
 use fastmp_darray::{
-    DArray, Grid, Halo, HaloSchedule, Range, RemapSchedule, ShiftSchedule, Triplet, copy, cshift, remap, shift,
+    DArray, Grid, Halo, HaloSchedule, Pod, Range, RemapSchedule, ShiftSchedule, Triplet, copy, cshift, remap, shift,
 };
 use support::{
-    A, Sel, Shift, UNSET, check, check_halo, diagonal, every_np, grids, kind_counts, model_array, pairwise, partner,
-    ranges_of, section_copy, select, set_ghosts, tail_triplet, unset_array, value,
+    A, Sel, Shift, UNSET, check, check_halo, diagonal, every_np, filled, grids, kind_counts, model_array, pairwise,
+    partner, ranges_of, section_copy, section_copy_of, select, set_ghosts, tail_triplet, unset_array, value,
 };
 
 /// Extents for arrays of `ndims` dimensions: ones no grid divides evenly, and ones smaller than
@@ -64,6 +65,8 @@ fn remap_sweep(
             let mut dst = unset_array(dst_grid, dst_ranges.clone())?;
             remap(&mut dst, &src)?;
             check(&dst, section_copy(&whole, &whole, None), &what);
+            // A remap writes no ghost cell.
+            check_halo(&dst, &vec![(0, 0); extents.len()], &[], UNSET, value, &what);
 
             let mut dst = unset_array(dst_grid, dst_ranges.clone())?;
             remap(&mut dst.section_mut(&dst_sec)?, &src.section(&src_sec)?)?;
@@ -497,4 +500,84 @@ fn halo_rows_beside_cyclic_and_block_cyclic_dimensions() {
         })
         .unwrap_or_else(|e| panic!("np {np}: {e}"));
     }
+}
+
+/// Remap, cshift and write_halo of elements of other sizes than the sweeps' `i64` (the fast
+/// paths move bytes): `u8`, `u16`, and a 12-byte array.
+#[test]
+fn elements_of_other_sizes() {
+    fn case<T>(world: &Comm, model: fn(&[usize]) -> T, unset: T) -> Result<()>
+    where
+        T: Pod + Default + PartialEq + Debug,
+    {
+        let grid = Grid::auto(world, 2)?;
+        let whole = Sel::whole(&[9, 7]);
+        let src_ranges = vec![Range::ghost_block(9, &grid, 0, 1, 2)?, Range::cyclic(7, &grid, 1)?];
+        let dst_ranges = vec![Range::block_cyclic(9, 2, &grid, 1)?, Range::ghost_block(7, &grid, 0, 2, 1)?];
+        let mut src = filled(&grid, src_ranges, unset, model)?;
+        let mut dst = DArray::<T, IxDyn>::from_elem(&grid, dst_ranges, unset)?;
+        remap(&mut dst, &src)?;
+        check(&dst, model, &"remap");
+        cshift(&mut dst, &src, 3, 1)?;
+        let shift = Some(Shift { dim: 1, amount: 3, circular: true });
+        check(&dst, section_copy_of(&whole, &whole, shift, model, unset), &"cshift");
+        src.write_halo_with(&Halo::all().wrap(&[true, false]))?;
+        check_halo(&src, &[(1, 2), (0, 0)], &[true, false], unset, model, &"halo");
+        dst.write_halo()?;
+        check_halo(&dst, &[(0, 0), (2, 1)], &[], unset, section_copy_of(&whole, &whole, shift, model, unset), &"halo");
+        Ok(())
+    }
+    for np in [1, 2, 3, 4, 6] {
+        fastmp::run(np, |world| {
+            case(&world, |g| (16 * g[0] + g[1]) as u8, u8::MAX)?;
+            case(&world, |g| (1000 * g[0] + g[1]) as u16, u16::MAX)?;
+            case(&world, |g| [g[0] as u32, g[1] as u32, (g[0] * g[1]) as u32], [u32::MAX; 3])
+        })
+        .unwrap_or_else(|e| panic!("np {np}: {e}"));
+    }
+}
+
+/// write_halo, shift and cshift of replicated arrays (each copy from its own neighbours) and of
+/// arrays on restricted grids (the ranks outside call too, and hold nothing).
+#[test]
+fn halo_and_shifts_of_replicated_and_restricted_arrays() {
+    every_np(|world| {
+        let plane = Grid::auto(&world, 2)?;
+        let cube = Grid::auto(&world, 3)?;
+        let row = plane.restrict(0, plane.dims()[0] - 1)?;
+        let line = cube.restrict(1, 0)?.restrict(2, cube.dims()[2] - 1)?;
+        let cases: Vec<(&Grid, Vec<Range>)> = vec![
+            // Replicated over grid dimension 1, then over 0.
+            (&plane, vec![Range::ghost_block(11, &plane, 0, 2, 1)?]),
+            (&plane, vec![Range::ghost_block(11, &plane, 1, 1, 3)?, Range::collapsed(3)]),
+            // A 2-D array on a 3-D grid, replicated over its dimension 1.
+            (&cube, vec![Range::ghost_block(5, &cube, 2, 1, 1)?, Range::ghost_block(6, &cube, 0, 0, 2)?]),
+            (&row, vec![Range::ghost_block(9, &row, 1, 1, 2)?]),
+            (&line, vec![Range::collapsed(4), Range::ghost_block(7, &line, 0, 2, 2)?]),
+        ];
+        for (grid, ranges) in cases {
+            let n = ranges.len();
+            let ghosts: Vec<(usize, usize)> = ranges.iter().map(Range::ghosts).collect();
+            for wrap in [vec![false; n], vec![true; n]] {
+                let mut a = model_array(grid, ranges.clone())?;
+                a.write_halo_with(&Halo::all().wrap(&wrap))?;
+                check_halo(&a, &ghosts, &wrap, UNSET, value, &(&ranges, &wrap));
+            }
+            let src = model_array(grid, ranges.clone())?;
+            let whole = Sel::whole(&src.shape());
+            for dim in 0..n {
+                for (amount, circular) in [(2, false), (-1, false), (-3, true), (12, true)] {
+                    let mut dst = unset_array(grid, ranges.clone())?;
+                    if circular {
+                        cshift(&mut dst, &src, amount, dim)?;
+                    } else {
+                        shift(&mut dst, &src, amount, dim)?;
+                    }
+                    let model = section_copy(&whole, &whole, Some(Shift { dim, amount, circular }));
+                    check(&dst, model, &(&ranges, dim, amount, circular));
+                }
+            }
+        }
+        Ok(())
+    });
 }

@@ -209,8 +209,9 @@ pub fn section_copy_of<T: Clone>(
         for (r, ((d, s), &gi)) in dst.iter().zip(&src).zip(g).enumerate() {
             let Some(mut k) = d.index_of(gi) else { return unset.clone() };
             if let Some(sh) = shift.filter(|sh| sh.dim == r) {
-                let j = k as isize + sh.amount;
-                let n = d.count as isize;
+                // Wide enough for any amount.
+                let j = k as i128 + sh.amount as i128;
+                let n = d.count as i128;
                 k = if sh.circular {
                     j.rem_euclid(n) as usize
                 } else if (0..n).contains(&j) {
