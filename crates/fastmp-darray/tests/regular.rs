@@ -8,7 +8,7 @@ mod support;
 use std::collections::BTreeSet;
 use std::fmt::Debug;
 
-use fastmp::{Comm, Error, Result};
+use fastmp::{Comm, Config, DeviceKind, Error, Result};
 use fastmp_darray::ndarray::{Dimension, Ix3, IxDyn};
 use fastmp_darray::{
     DArray, Grid, Halo, HaloSchedule, Pod, Range, RemapSchedule, ShiftSchedule, Triplet, copy, cshift, remap, shift,
@@ -224,35 +224,41 @@ fn sections_of_sections_as_source_and_destination() {
     });
 }
 
+/// Shifts and cshifts along every dimension of model arrays of every kind on `grid`, by
+/// positive, negative, zero amounts and amounts beyond the extent either way, into partner kinds.
+fn shift_sweep(grid: &Grid, extents: &[usize]) -> Result<()> {
+    let n = grid.ndims();
+    let (src_t, dst_t) = (in_order(n), rotated(n));
+    let counts = kind_counts(&src_t);
+    let whole = Sel::whole(extents);
+    for (k, s) in diagonal(&counts).into_iter().enumerate() {
+        let src = model_array(grid, ranges_of(grid, &src_t, extents, &s)?)?;
+        let dst_ranges = ranges_of(grid, &dst_t, extents, &partner(&s, &counts, 1 + k % 3))?;
+        for (dim, &e) in extents.iter().enumerate() {
+            let e = e as isize;
+            let edge_off = [1, -2, e + 1].map(|a| (a, false));
+            let circular = [-1, 2, 0, -(2 * e + 1)].map(|a| (a, true));
+            for (amount, circular) in edge_off.into_iter().chain(circular) {
+                let mut dst = unset_array(grid, dst_ranges.clone())?;
+                if circular {
+                    cshift(&mut dst, &src, amount, dim)?;
+                } else {
+                    shift(&mut dst, &src, amount, dim)?;
+                }
+                let model = section_copy(&whole, &whole, Some(Shift { dim, amount, circular }));
+                check(&dst, model, &(src.ranges(), &dst_ranges, dim, amount, circular));
+            }
+        }
+    }
+    Ok(())
+}
+
 #[test]
 fn shift_and_cshift_along_every_dimension() {
     every_np(|world| {
         for grid in grids(&world)? {
-            let n = grid.ndims();
-            let (src_t, dst_t) = (in_order(n), rotated(n));
-            let counts = kind_counts(&src_t);
-            for extents in extent_sets(n) {
-                let whole = Sel::whole(&extents);
-                for (k, s) in diagonal(&counts).into_iter().enumerate() {
-                    let src = model_array(&grid, ranges_of(&grid, &src_t, &extents, &s)?)?;
-                    let dst_ranges = ranges_of(&grid, &dst_t, &extents, &partner(&s, &counts, 1 + k % 3))?;
-                    for (dim, &e) in extents.iter().enumerate() {
-                        let e = e as isize;
-                        // Positive, negative, none, and beyond the extent either way.
-                        let edge_off = [1, -2, e + 1].map(|a| (a, false));
-                        let circular = [-1, 2, 0, -(2 * e + 1)].map(|a| (a, true));
-                        for (amount, circular) in edge_off.into_iter().chain(circular) {
-                            let mut dst = unset_array(&grid, dst_ranges.clone())?;
-                            if circular {
-                                cshift(&mut dst, &src, amount, dim)?;
-                            } else {
-                                shift(&mut dst, &src, amount, dim)?;
-                            }
-                            let model = section_copy(&whole, &whole, Some(Shift { dim, amount, circular }));
-                            check(&dst, model, &(src.ranges(), &dst_ranges, dim, amount, circular));
-                        }
-                    }
-                }
+            for extents in extent_sets(grid.ndims()) {
+                shift_sweep(&grid, &extents)?;
             }
         }
         Ok(())
@@ -289,34 +295,42 @@ fn halo_variants(ghosts: &[(usize, usize)]) -> Vec<(Vec<(usize, usize)>, Vec<boo
     ]
 }
 
+/// write_halo of model arrays mixing ghost blocks with other kinds on `grid`, with every
+/// variant of [`halo_variants`] and the default; `pairs` takes every pair of kinds in every pair
+/// of dimensions, otherwise every kind in every dimension.
+fn halo_sweep(grid: &Grid, extents: &[usize], pairs: bool) -> Result<()> {
+    let n = grid.ndims();
+    let tuples = if pairs { pairwise(&vec![7; n]) } else { diagonal(&vec![7; n]) };
+    for s in tuples {
+        let mut ranges = Vec::with_capacity(n);
+        for (r, &k) in s.iter().enumerate() {
+            ranges.push(halo_kinds(grid, r, extents[r])?.swap_remove(k));
+        }
+        let ghosts: Vec<(usize, usize)> = ranges.iter().map(Range::ghosts).collect();
+        for (widths, wrap) in halo_variants(&ghosts) {
+            let mut a = model_array(grid, ranges.clone())?;
+            let halo = if widths == ghosts { Halo::all() } else { Halo::all().widths(&widths) };
+            a.write_halo_with(&halo.wrap(&wrap))?;
+            let what = (&ranges, &widths, &wrap);
+            check(&a, value, &what);
+            check_halo(&a, &widths, &wrap, UNSET, value, &what);
+        }
+        // The default: every ghost cell, no wrap-around.
+        let mut a = model_array(grid, ranges.clone())?;
+        a.write_halo()?;
+        check_halo(&a, &ghosts, &[], UNSET, value, &(&ranges, "write_halo()"));
+    }
+    Ok(())
+}
+
 #[test]
 fn write_halo_every_width_and_wrap_around() {
     every_np(|world| {
         for grid in grids(&world)? {
-            let n = grid.ndims();
-            for extents in extent_sets(n) {
-                // Every pair of kinds in every pair of dimensions; on the grid with a dimension
-                // of one process, every kind in every dimension.
-                let tuples = if grid.dims().contains(&1) && n == 2 { diagonal(&[7, 7]) } else { pairwise(&vec![7; n]) };
-                for s in tuples {
-                    let mut ranges = Vec::with_capacity(n);
-                    for (r, &k) in s.iter().enumerate() {
-                        ranges.push(halo_kinds(&grid, r, extents[r])?.swap_remove(k));
-                    }
-                    let ghosts: Vec<(usize, usize)> = ranges.iter().map(Range::ghosts).collect();
-                    for (widths, wrap) in halo_variants(&ghosts) {
-                        let mut a = model_array(&grid, ranges.clone())?;
-                        let halo = if widths == ghosts { Halo::all() } else { Halo::all().widths(&widths) };
-                        a.write_halo_with(&halo.wrap(&wrap))?;
-                        let what = (&ranges, &widths, &wrap);
-                        check(&a, value, &what);
-                        check_halo(&a, &widths, &wrap, UNSET, value, &what);
-                    }
-                    // The default: every ghost cell, no wrap-around.
-                    let mut a = model_array(&grid, ranges.clone())?;
-                    a.write_halo()?;
-                    check_halo(&a, &ghosts, &[], UNSET, value, &(&ranges, "write_halo()"));
-                }
+            for extents in extent_sets(grid.ndims()) {
+                // On the grid with a dimension of one process, every kind in every dimension.
+                let flat = grid.ndims() == 2 && grid.dims().contains(&1);
+                halo_sweep(&grid, &extents, !flat)?;
             }
         }
         Ok(())
@@ -580,4 +594,23 @@ fn halo_and_shifts_of_replicated_and_restricted_arrays() {
         }
         Ok(())
     });
+}
+
+/// The sweeps on thread ranks over the TCP device (loopback), whose messages are always packed
+/// and travel through sockets: a part of each at 2 and 3 ranks.
+#[test]
+fn sweeps_on_the_tcp_device() {
+    for np in [2, 3] {
+        let job = Config::new().np(np).device(DeviceKind::Tcp).run(|world| {
+            assert_eq!(world.device_name(), "tcp");
+            let plane = Grid::auto(&world, 2)?;
+            remap_sweep(&plane, &in_order(2), &plane, &rotated(2), &[7, 10])?;
+            remap_sweep(&plane, &[Some(1)], &plane.restrict(0, 0)?, &[Some(1)], &[9])?;
+            shift_sweep(&plane, &[7, 3])?;
+            halo_sweep(&plane, &[6, 5], false)
+        });
+        if let Err(e) = job {
+            panic!("np {np} on tcp: {e}");
+        }
+    }
 }
