@@ -40,9 +40,6 @@ fn every_rank_alike(provoke: impl Fn(&Comm) -> Result<Vec<String>> + Sync) {
         })
         .unwrap_or_else(|e| panic!("np {np}: {e}"));
         assert!(!messages[0].is_empty(), "np {np}: nothing was refused");
-        if np == 2 {
-            eprintln!("MSG {:#?}", messages[0]);
-        }
         assert!(
             messages.iter().all(|m| *m == messages[0]),
             "np {np}: the ranks were refused differently: {messages:#?}"
