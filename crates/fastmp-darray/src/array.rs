@@ -89,7 +89,8 @@ impl<T: Clone + Default, D: Dimension> DArray<T, D> {
 /// the right extent.
 fn check_ranges<D: Dimension>(grid: &Grid, ranges: &[Range]) -> Result<()> {
     if D::NDIM.is_some_and(|n| n != ranges.len()) || ranges.is_empty() {
-        return Err(invalid("DArray", format!("{} ranges for a {:?}-dimensional array", ranges.len(), D::NDIM)));
+        let rank = D::NDIM.map_or("an array of at least one dimension".to_string(), |n| format!("a {n}-D array"));
+        return Err(invalid("DArray", format!("{} ranges for {rank}", ranges.len())));
     }
     let mut used = vec![false; grid.ndims()];
     for (r, range) in ranges.iter().enumerate() {

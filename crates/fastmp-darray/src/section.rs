@@ -71,7 +71,14 @@ impl Span {
                 ),
             ));
         }
-        Ok(Span { lo: self.at(t.lo), stride: self.stride * t.stride, count: (hi - t.lo).div_ceil(t.stride) })
+        let count = (hi - t.lo).div_ceil(t.stride);
+        // At most one index has no stride to compute (any triplet stride fits then, and must not
+        // overflow); two or more stay inside the parent's extent.
+        Ok(match count {
+            0 => Span { lo: self.lo, stride: 1, count },
+            1 => Span { lo: self.at(t.lo), stride: 1, count },
+            _ => Span { lo: self.at(t.lo), stride: self.stride * t.stride, count },
+        })
     }
 }
 

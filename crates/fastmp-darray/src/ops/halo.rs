@@ -143,6 +143,13 @@ fn ghost_map(range: &Range, (wlo, whi): (usize, usize), wrap: bool) -> DimMap {
             let first = range.global(c, 0) as isize;
             (lo - wlo..lo + len + whi)
                 .filter_map(|pos| {
+                    let optional = (lo..lo + len).contains(&pos);
+                    if optional {
+                        // A physical position: any format (a cyclic one's indices are not
+                        // contiguous).
+                        return Some(Entry { dst_pos: pos, src_global: range.global(c, pos - lo), optional });
+                    }
+                    // A ghost: only block ranges have them, and their indices are contiguous.
                     let g = first + pos as isize - lo as isize;
                     let g = if (0..n).contains(&g) {
                         g
@@ -151,7 +158,6 @@ fn ghost_map(range: &Range, (wlo, whi): (usize, usize), wrap: bool) -> DimMap {
                     } else {
                         return None;
                     };
-                    let optional = (lo..lo + len).contains(&pos);
                     Some(Entry { dst_pos: pos, src_global: g as usize, optional })
                 })
                 .collect()

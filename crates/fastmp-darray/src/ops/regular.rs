@@ -169,8 +169,10 @@ impl ShiftSchedule {
 fn section_map(dst: &Range, dspan: &Span, sspan: &Span, shift: isize, circular: bool) -> DimMap {
     let n = dspan.count as isize;
     let mut map: DimMap = vec![Vec::new(); dst.procs()];
+    // Any amount: a circular one reduced first, an edge-off one saturating (far off the edge).
+    let shift = if circular && n > 0 { shift.rem_euclid(n) } else { shift };
     for i in 0..n {
-        let j = i + shift;
+        let j = i.saturating_add(shift);
         let j = if circular {
             j.rem_euclid(n)
         } else if (0..n).contains(&j) {
