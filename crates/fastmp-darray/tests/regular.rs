@@ -281,7 +281,10 @@ fn halo_kinds(grid: &Grid, dim: usize, extent: usize) -> Result<Vec<Range>> {
 
 /// The halo updates of the sweep for ranges with these ghost widths: all of them without and
 /// with wrap-around (in every dimension, in the first only), and width subsets with mixed wrap.
-fn halo_variants(ghosts: &[(usize, usize)]) -> Vec<(Vec<(usize, usize)>, Vec<bool>)> {
+/// A halo update's widths per dimension and wrap-around flags.
+type HaloVariant = (Vec<(usize, usize)>, Vec<bool>);
+
+fn halo_variants(ghosts: &[(usize, usize)]) -> Vec<HaloVariant> {
     let n = ghosts.len();
     let below: Vec<(usize, usize)> = ghosts.iter().map(|&(lo, _)| (lo.min(1), 0)).collect();
     let above: Vec<(usize, usize)> = ghosts.iter().map(|&(_, hi)| (0, hi)).collect();

@@ -82,7 +82,7 @@ impl Plan {
         // The previous execution closed its generation with no reader left.
         let generation = (lease.load(Ordering::Acquire) >> 32).wrapping_add(1) & 0xffff_ffff;
         lease.store(generation << 32, Ordering::Release);
-        for &peer in &self.direct_sends {
+        for peer in self.direct_sends.iter().map(|t| t.peer) {
             let reference = Arc::into_raw(lease.clone()).expose_provenance();
             let note = [addr as u64, len as u64, reference as u64, generation];
             // On failure the reference leaks (a few bytes): the reader may or may not own it.
@@ -143,7 +143,7 @@ impl Plan {
     fn await_done(&self) -> Result<()> {
         self.comm.scope(|s| {
             let mut reqs = Vec::with_capacity(self.direct_sends.len());
-            for &peer in &self.direct_sends {
+            for peer in self.direct_sends.iter().map(|t| t.peer) {
                 reqs.push(s.irecv::<u8>(&mut [], peer, DONE)?);
             }
             waitall(&mut reqs).map(drop)

@@ -146,8 +146,9 @@ pub(crate) struct Plan {
     pub comm: Comm,
     pub sends: Vec<Transfer>,
     pub recvs: Vec<Transfer>,
-    /// Peers in this process that copy straight from this rank's source block.
-    pub direct_sends: Vec<usize>,
+    /// Transfers to peers in this process that copy straight from this rank's source block
+    /// (for serde elements they travel as messages like the others).
+    pub direct_sends: Vec<Transfer>,
     /// Receives copied straight from a source block in this process.
     pub direct_recvs: Vec<Transfer>,
     /// Copies from this rank's source block to its destination block: same element count and
@@ -376,7 +377,6 @@ pub(crate) fn build(dst: &Side<'_>, src: &Side<'_>, maps: &[DimMap], in_place: b
 
     let (direct_recvs, recvs) = split_direct(&comm, transfers(recvs));
     let (direct_sends, sends) = split_direct(&comm, transfers(sends));
-    let direct_sends = direct_sends.into_iter().map(|t| t.peer).collect();
     let mut sends = sends;
     if in_place {
         // A send may leave straight from the block only where no receive writes.

@@ -18,7 +18,7 @@ impl Plan {
     {
         let comm = &self.comm;
         let mut outgoing = Vec::with_capacity(self.sends.len());
-        for t in &self.sends {
+        for t in self.sends.iter().chain(&self.direct_sends) {
             let from: &[T] = src.unwrap_or(dst);
             let mut items: Vec<&T> = Vec::with_capacity(t.elements);
             for b in &t.blocks {
@@ -27,7 +27,7 @@ impl Plan {
             let bytes = postcard::to_allocvec(&items).map_err(|e| Error::Serialization(e.to_string()))?;
             outgoing.push(comm.isend_owned(bytes, t.peer, tag)?);
         }
-        for t in &self.recvs {
+        for t in self.recvs.iter().chain(&self.direct_recvs) {
             let (items, _) = comm.recv_obj::<Vec<T>>(t.peer, tag)?;
             if items.len() != t.elements {
                 return Err(Error::InvalidArgument(format!(
