@@ -109,3 +109,28 @@ fn zero_sizes_are_refused_on_every_rank() {
     .unwrap_or_else(|e| panic!("{e}"));
     assert!(results.iter().all(|r| r.iter().all(|&ok| ok)), "{results:?}");
 }
+
+#[test]
+fn the_readme_shows_the_crate_docs_example() {
+    // The README's example cannot run as a doctest of fastmp (which includes the README), so it
+    // is the crate docs' schedule example, which runs as a doctest here; keep them the same.
+    let readme = include_str!("../../../README.md");
+    let shown = readme
+        .split_once("## Distributed arrays (fastmp-darray)")
+        .and_then(|(_, section)| section.split_once("```rust,ignore\n"))
+        .and_then(|(_, block)| block.split_once("```"))
+        .map(|(code, _)| code.lines().collect::<Vec<_>>())
+        .unwrap_or_default();
+    let docs: Vec<&str> = include_str!("../src/lib.rs")
+        .lines()
+        .filter_map(|line| line.strip_prefix("//!"))
+        .map(|line| line.strip_prefix(' ').unwrap_or(line))
+        .collect();
+    let tested = docs
+        .split(|line| line.starts_with("```"))
+        .find(|block| block.iter().any(|line| line.contains("RemapSchedule::build")))
+        .map(|block| block.iter().copied().filter(|line| !line.starts_with("# ")).collect::<Vec<_>>())
+        .unwrap_or_default();
+    assert!(!shown.is_empty(), "the README's fastmp-darray section has no rust,ignore example");
+    assert_eq!(shown, tested, "the README's example differs from the crate docs' doctest");
+}
