@@ -139,8 +139,8 @@ fn half_sweep(mut block: ArrayViewMut2<'_, f64>, interior: &Interior, colour: us
 }
 
 impl Report for Outcome {
-    fn verified(&self) -> bool {
-        self.check.exact(self.params.rows * self.params.cols)
+    fn check(&self) -> Check {
+        self.check
     }
 }
 
@@ -154,11 +154,7 @@ impl fmt::Display for Outcome {
             self.seconds_per_iteration * 1e3,
             self.mflops()
         )?;
-        if self.verified() {
-            write!(f, "equal to the serial relaxation ({} elements)", self.check.compared)
-        } else {
-            write!(f, "{} of {} elements differ from the serial relaxation", self.check.differing, self.check.compared)
-        }
+        f.write_str(&self.check.describe("relaxation"))
     }
 }
 

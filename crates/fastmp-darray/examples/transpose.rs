@@ -97,8 +97,8 @@ fn transpose_into(from: ArrayView2<'_, f64>, mut to: ArrayViewMut2<'_, f64>) {
 }
 
 impl Report for Outcome {
-    fn verified(&self) -> bool {
-        self.check.exact(self.params.rows * self.params.cols)
+    fn check(&self) -> Check {
+        self.check
     }
 }
 
@@ -116,11 +116,7 @@ impl fmt::Display for Outcome {
             self.seconds_remap * 1e3,
             self.seconds_local * 1e3
         )?;
-        if self.verified() {
-            write!(f, "equal to the serial transpose ({} elements)", self.check.compared)
-        } else {
-            write!(f, "{} of {} elements differ from the serial transpose", self.check.differing, self.check.compared)
-        }
+        f.write_str(&self.check.describe("transpose"))
     }
 }
 

@@ -28,16 +28,18 @@ impl Values {
     }
 }
 
-/// What an example's `run` returns: printed by rank 0; the program exits non-zero unless it
-/// is verified.
+/// What an example's `run` returns: printed by rank 0; the program exits non-zero unless its
+/// [`Check`] is exact.
 pub trait Report: Display + Send {
-    /// Whether the distributed result equals the serial one.
-    fn verified(&self) -> bool;
+    /// The distributed result against the serial one.
+    fn check(&self) -> Check;
 }
 
 /// How a distributed array compares with the serial computation, summed over all ranks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Check {
+    /// Elements of the array.
+    pub elements: u64,
     /// Elements compared: every element once, by its owner.
     pub compared: u64,
     /// Elements that differ from the serial value (`!=`, so a NaN counts as a difference).
@@ -45,9 +47,21 @@ pub struct Check {
 }
 
 impl Check {
-    /// Every one of `elements` elements was compared, and none differs.
-    pub fn exact(&self, elements: usize) -> bool {
-        self.differing == 0 && self.compared == elements as u64
+    /// Every element was compared, and none differs.
+    pub fn exact(&self) -> bool {
+        self.differing == 0 && self.compared == self.elements
+    }
+
+    /// The verdict in words, against "the serial `what`".
+    pub fn describe(&self, what: &str) -> String {
+        if self.exact() {
+            format!("equal to the serial {what} ({} elements)", self.compared)
+        } else {
+            format!(
+                "{} of {} elements differ from the serial {what} ({} compared)",
+                self.differing, self.elements, self.compared
+            )
+        }
     }
 }
 
@@ -61,7 +75,8 @@ pub fn compare(array: &DArray<f64, Ix2>, serial: ArrayView2<'_, f64>, world: &Co
     }
     let mut all = [0u64; 2];
     world.allreduce(&mine, &mut all, op::Sum)?;
-    Ok(Check { compared: all[0], differing: all[1] })
+    let elements = array.shape().iter().product::<usize>() as u64;
+    Ok(Check { elements, compared: all[0], differing: all[1] })
 }
 
 /// The slowest rank's `seconds` (what a parallel step costs), on every rank.
@@ -104,7 +119,7 @@ pub fn main<R: Report>(
         if world.rank() == 0 {
             println!("{report}");
         }
-        Ok(report.verified())
+        Ok(report.check().exact())
     });
     match outcome {
         Ok(verified) if verified.iter().all(|&ok| ok) => ExitCode::SUCCESS,
