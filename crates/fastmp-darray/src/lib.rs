@@ -1,9 +1,8 @@
 //! Distributed arrays on fastmp, after HPJava's distributed arrays and their Adlib collectives
 //! (seed 003): process [`Grid`]s, [`Range`]s that say how each dimension is spread (block,
 //! cyclic, block-cyclic, collapsed, block with ghost cells), [`DArray`]s with `ndarray` local
-//! blocks, and the collective operations on them — [`remap`](ops::remap),
-//! [`write_halo`](DArray::write_halo), [`shift`](ops::shift)/[`cshift`](ops::cshift),
-//! reductions, irregular gather/scatter — each with a reusable schedule.
+//! blocks, and the collective operations on them — [`remap`], [`write_halo`](DArray::write_halo),
+//! [`shift`]/[`cshift`], reductions, irregular gather/scatter — each with a reusable schedule.
 //!
 //! The crate uses fastmp's public API only: it names no device.
 //!
@@ -38,6 +37,76 @@
 //!     Ok(())
 //! })?;
 //! # Ok::<(), fastmp::Error>(())
+//! ```
+//!
+//! # Local computation
+//! A rank computes on its block through `ndarray` views: [`DArray::local`] (the elements it
+//! owns), [`DArray::local_with_ghosts`] (with the ghost cells around them, for stencils), or
+//! element by element with their global indices in [`DArray::overall`] (HPJava's `overall`
+//! loop). A [`Section`] (one [`Triplet`] `lo..hi` by `stride` per dimension) aliases its parent
+//! and can be the source or destination of an operation. Since the same program runs on every
+//! rank and ranks share nothing but messages, the same code serves thread ranks (shm) and
+//! processes (tcp, under `fastmprun`).
+//!
+//! # Schedules
+//! Every operation is a schedule object ([`RemapSchedule`], [`ShiftSchedule`],
+//! [`HaloSchedule`], ...) built once and executed as often as needed; the one-shot functions
+//! ([`remap`], [`shift`], [`DArray::write_halo`], ...) build, execute and drop one. For the
+//! regular operations building is local: each rank derives its messages from the shared
+//! metadata, both ends of a message in the same order, agglomerated into one message per peer.
+//! A built schedule keeps its packing space, and checks at every execution that it is given
+//! arrays with the grid, ranges and section it was built for:
+//!
+//! ```
+//! use fastmp_darray::{DArray, Grid, Range, RemapSchedule};
+//! fastmp::run(4, |world| {
+//!     let grid = Grid::new(&world, &[2, 2])?;
+//!     // A 6 × 8 matrix by blocks of rows and of columns, one ghost cell on every side.
+//!     let rows = Range::ghost_block(6, &grid, 0, 1, 1)?;
+//!     let cols = Range::ghost_block(8, &grid, 1, 1, 1)?;
+//!     let mut a = DArray::from_fn(&grid, [rows, cols], |(i, j)| (10 * i + j) as f64)?;
+//!     a.write_halo()?; // ghost cells ← the neighbours' elements
+//!     // Locally the block is an ndarray view, with the ghost cells around it.
+//!     let (m, n) = a.local().dim();
+//!     assert_eq!(a.local_with_ghosts().dim(), (m + 2, n + 2));
+//!
+//!     // The same matrix cyclic by rows and whole along columns: no range targets grid
+//!     // dimension 1, so each of its two columns of ranks holds a copy, and remap fills both.
+//!     let mut b = DArray::from_elem(&grid, [Range::cyclic(6, &grid, 0)?, Range::collapsed(8)], 0.0)?;
+//!     let mut remap = RemapSchedule::build(&b, &a)?; // built once (local: no messages) ...
+//!     for _ in 0..3 {
+//!         remap.execute(&mut b, &a)?; // ... executed as often as needed
+//!     }
+//!     for ((i, j), &x) in b.overall() {
+//!         assert_eq!(x, (10 * i + j) as f64);
+//!     }
+//!     Ok(())
+//! })?;
+//! # Ok::<(), fastmp::Error>(())
+//! ```
+//!
+//! # Element types
+//! [`Pod`] elements move as bytes: a message that is one contiguous range of a stored block is
+//! sent from or received into it in place, any other is packed one contiguous run at a time.
+//! Other types that implement serde's traits use the `_obj` forms ([`remap_obj`],
+//! [`DArray::write_halo_obj`], ...): each peer's elements travel as one postcard-encoded vector.
+//!
+//! # Errors
+//! Arguments that do not fit — shapes that differ, ranges that do not match the grid, grids
+//! over different communicators, a halo wider than the ghost cells, a schedule given other
+//! arrays than it was built for — are an [`Error::InvalidArgument`] naming the call. The check
+//! uses only metadata every rank holds, so every rank returns the same `Err`, before any
+//! communication.
+//!
+//! # Example programs
+//! `examples/` holds three programs, each checked against a serial computation and runnable
+//! as thread ranks or launched processes:
+//!
+//! ```sh
+//! cargo run --release -p fastmp-darray --example heat -- --np 4       # Jacobi heat diffusion, write_halo
+//! cargo run --release -p fastmp-darray --example redblack -- --np 4   # red-black relaxation, 512 × 512
+//! cargo run --release -p fastmp-darray --example transpose -- --np 4  # a transpose built on remap
+//! fastmprun -np 2 --device tcp target/release/examples/heat
 //! ```
 
 #![deny(unsafe_code)]
