@@ -6,6 +6,8 @@
 #
 #   uoms ...     the PGAS collectives (UOMS) against bench/mpi_uoms.c and fastmp's
 #                two-sided collectives: see `bench/compare.sh uoms --help`
+#   darray ...   the distributed arrays of fastmp-darray (halo, remap) against
+#                bench/darray_mpi.c: see `bench/compare.sh darray --help`
 #   BENCH        benchmark names (default: latency bw bibw); they are passed
 #                unchanged to both fastmp-bench and target/mpi_bench:
 #                point-to-point: latency bw bibw mbw_mr strided (a matrix column
@@ -332,6 +334,196 @@ PY
     fi
 }
 
+# ---------------------------------------------------------- the darray mode
+# bench/compare.sh darray [halo] [remap] [--np N] [--tcp] [--size N] [--width W]
+#                         [--iterations N]
+# runs `fastmp-bench halo|remap` (fastmp-darray's write_halo and remap on an
+# N x N f64 array over the 2-D grid dims_create(np, 2) gives) and
+# target/darray_mpi (bench/darray_mpi.c: MPI_Cart_create, MPI_Sendrecv of the
+# four faces with MPI_Type_vector columns; pack + MPI_Alltoallv + unpack)
+# alternately, REPEAT rounds (default 5), and prints per size the medians of
+# fastmp's built schedule (exec), its one-shot call (1shot) and MPI, with the
+# ratios exec/mpi, 1shot/mpi and 1shot/exec (how much a kept schedule saves).
+# halo: block x block, --width W ghost cells per side (default 1); remap: rows
+# block -> cyclic, columns block. Default sizes 256 .. 4096. shm: fastmp-bench
+# --np N --pin compact against mpirun --bind-to core; --tcp: fastmprun
+# --device tcp against mpirun --mca btl tcp,self; np > cores: both unpinned.
+darray_main() {
+    local list=() np=${NP:-2} tcp=0 args=()
+    while (($# > 0)); do
+        case $1 in
+            -h | --help)
+                sed -n '/^# bench\/compare.sh darray/,/^darray_main()/{/^darray_main()/d;s/^# \{0,1\}//;p;}' "$0"
+                return 0
+                ;;
+            --np | -np | -n)
+                (($# >= 2)) || die "$1 needs a value"
+                np=$2
+                shift 2
+                ;;
+            --tcp)
+                tcp=1
+                shift
+                ;;
+            --size | --width | --iterations)
+                (($# >= 2)) || die "$1 needs a value"
+                is_uint "$2" && (($2 >= 1)) || die "$1 must be a positive integer, got '$2'"
+                args+=("$1" "$2")
+                shift 2
+                ;;
+            halo | remap)
+                list+=("$1")
+                shift
+                ;;
+            *) die "darray: unknown argument '$1' (see bench/compare.sh darray --help)" ;;
+        esac
+    done
+    ((${#list[@]} > 0)) || list=(halo remap)
+    is_uint "$np" && ((np >= 1)) || die "--np must be a positive integer, got '$np'"
+    local repeat=${REPEAT:-5}
+    is_uint "$repeat" && ((repeat >= 1)) || die "REPEAT must be a positive integer, got '$repeat'"
+    command -v python3 >/dev/null 2>&1 || die "python3 is needed to summarise the results"
+    command -v mpicc >/dev/null 2>&1 && command -v mpirun >/dev/null 2>&1 ||
+        die "darray compares with MPI: mpicc and mpirun are needed (openmpi-bin libopenmpi-dev)"
+
+    local fastmp_bin=${FASTMP_BENCH_BIN:-}
+    if [[ -z $fastmp_bin ]]; then
+        note "cargo build --release -p fastmp-bench"
+        cargo build --release -p fastmp-bench >&2
+        fastmp_bin=target/release/fastmp-bench
+    fi
+    local launcher=()
+    if ((tcp)); then
+        local fastmprun_bin=${FASTMPRUN_BIN:-target/release/fastmprun}
+        if [[ -z ${FASTMPRUN_BIN:-} ]]; then
+            note "cargo build --release -p fastmprun"
+            cargo build --release -p fastmprun >&2
+        fi
+        launcher=("$fastmprun_bin" -np "$np" --device tcp)
+    fi
+    local cores pin=compact mpirun_args=(--allow-run-as-root -np "$np" --bind-to core)
+    cores=$(nproc 2>/dev/null || echo 1)
+    if ((np > cores)); then
+        note "np=$np > $cores cores: both sides run unpinned"
+        pin=none
+        mpirun_args=(--allow-run-as-root -np "$np" --oversubscribe --bind-to none)
+    fi
+    ((tcp == 0)) || mpirun_args+=(--mca btl "tcp,self")
+    if [[ -n ${MPIRUN_ARGS:-} ]]; then
+        read -r -a extra <<<"$MPIRUN_ARGS"
+        mpirun_args+=("${extra[@]}")
+    fi
+    mkdir -p target
+    note "mpicc -O2 -o target/darray_mpi bench/darray_mpi.c"
+    mpicc -O2 -o target/darray_mpi bench/darray_mpi.c >&2
+
+    results=$(mktemp -d "${TMPDIR:-/tmp}/fastmp-darray.XXXXXX")
+    trap 'rm -rf -- "$results"' EXIT
+    mkdir -p "$results/fastmp" "$results/mpi"
+    local failures=0
+    # darray_run SIDE BENCH REP CMD...: keep the JSON lines; a failure is counted, not fatal.
+    darray_run() {
+        local side=$1 bench=$2 rep=$3
+        shift 3
+        local out="$results/$side/$bench.$rep.jsonl"
+        note "$bench run $rep/$repeat: $side: $*"
+        settle
+        if "$@" >"$out.raw" 2>"$out.log"; then
+            grep '^{' "$out.raw" >"$out" || true
+        else
+            note "WARNING: $side $bench run $rep failed (exit $?):"
+            tail -n 5 "$out.log" >&2 || true
+            failures=$((failures + 1))
+        fi
+    }
+    local bench rep bench_args
+    for bench in "${list[@]}"; do
+        bench_args=()
+        local i
+        for ((i = 0; i < ${#args[@]}; i += 2)); do
+            [[ ${args[i]} != --width || $bench == halo ]] || continue
+            bench_args+=("${args[i]}" "${args[i + 1]}")
+        done
+        for ((rep = 1; rep <= repeat; rep++)); do
+            darray_run fastmp "$bench" "$rep" "${launcher[@]}" "$fastmp_bin" "$bench" --np "$np" --pin "$pin" \
+                "${bench_args[@]}" --json
+            darray_run mpi "$bench" "$rep" mpirun "${mpirun_args[@]}" target/darray_mpi "$bench" \
+                "${bench_args[@]}" --json
+        done
+    done
+
+    local transport=shm
+    ((tcp == 0)) || transport=tcp
+    python3 - "$results" "$np" "$repeat" "$transport" "$(lscpu 2>/dev/null | sed -n 's/^Model name: *//p')" \
+        "${list[@]}" <<'PY'
+import glob
+import json
+import os
+import statistics
+import sys
+
+results, np_, repeat, transport, cpu = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5]
+
+
+def load(side, bench):
+    """size -> key -> values over the runs; the widths and devices seen."""
+    values, widths, devices = {}, set(), set()
+    for path in sorted(glob.glob(os.path.join(results, side, f"{bench}.*.jsonl"))):
+        for line in open(path):
+            try:
+                obj = json.loads(line)
+            except ValueError:
+                continue
+            if obj.get("bench") != bench or "size" not in obj:
+                continue
+            devices.add(str(obj.get("device", "?")))
+            if "width" in obj:
+                widths.add(str(obj["width"]))
+            per = values.setdefault(int(obj["size"]), {})
+            for key in ("avg_us", "oneshot_us"):
+                if isinstance(obj.get(key), (int, float)):
+                    per.setdefault(key, []).append(float(obj[key]))
+    return values, widths, devices
+
+
+def med(data, size, key):
+    vals = data.get(size, {}).get(key)
+    return statistics.median(vals) if vals else None
+
+
+def cell(v):
+    return "-" if v is None else f"{v:.2f}"
+
+
+def ratio(a, b):
+    return f"{a / b:.3f}" if a is not None and b else "-"
+
+
+for i, bench in enumerate(sys.argv[6:]):
+    ours, widths, fdev = load("fastmp", bench)
+    mpi, mwidths, mdev = load("mpi", bench)
+    if i:
+        print()
+    width = f"  width={'/'.join(sorted(widths | mwidths))}" if bench == "halo" else ""
+    print(f"# darray {bench}  np={np_}  transport={transport}{width}  median of {repeat} run(s)  "
+          f"[fastmp={'/'.join(sorted(fdev)) or 'n/a'}, mpi={'/'.join(sorted(mdev)) or 'n/a'}]  cpu: {cpu or '?'}")
+    print("# times in us per operation, lower is better; exec = fastmp built schedule, 1shot = fastmp "
+          "one-shot call, mpi = bench/darray_mpi.c")
+    head = ["exec", "1shot", "mpi", "exec/mpi", "1shot/mpi", "1shot/exec"]
+    print(f"{'size':<10}" + "".join(f"{h:>12}" for h in head))
+    for size in sorted(set(ours) | set(mpi)):
+        e, o, m = med(ours, size, "avg_us"), med(ours, size, "oneshot_us"), med(mpi, size, "avg_us")
+        cells = [cell(e), cell(o), cell(m), ratio(e, m), ratio(o, m), ratio(o, e)]
+        print(f"{size:<10}" + "".join(f"{c:>12}" for c in cells))
+    if not ours and not mpi:
+        print("# no results")
+PY
+    if ((failures > 0)); then
+        note "$failures run(s) failed; see the warnings above"
+        return 1
+    fi
+}
+
 # Pause between runs so one side's teardown (mpirun's daemons take a moment to exit) never
 # overlaps the other side's first measurements on a small machine.
 settle() { sleep "${SETTLE_SECONDS:-1}"; }
@@ -339,6 +531,11 @@ settle() { sleep "${SETTLE_SECONDS:-1}"; }
 if [[ ${1:-} == uoms ]]; then
     shift
     uoms_main "$@"
+    exit $?
+fi
+if [[ ${1:-} == darray ]]; then
+    shift
+    darray_main "$@"
     exit $?
 fi
 

@@ -10,7 +10,7 @@ use fastmp::{Comm, PersistentRequest, Result, startall, waitall};
 
 use crate::coll::{Iterations, measure_with};
 use crate::report::{Cell, Reporter};
-use crate::support::Sizes;
+use crate::support::{Sizes, median};
 
 /// Rounds per size, each timing both variants (which goes first alternates).
 const ROUNDS: usize = 7;
@@ -55,11 +55,6 @@ fn exchange(world: &Comm, b: &mut Buffers) -> Result<()> {
         ];
         waitall(&mut reqs).map(drop)
     })
-}
-
-fn median(mut values: Vec<f64>) -> f64 {
-    values.sort_unstable_by(f64::total_cmp);
-    values[values.len() / 2]
 }
 
 pub fn bench(world: &Comm, sizes: &Sizes, iterations: Iterations, out: &Reporter) -> Result<()> {

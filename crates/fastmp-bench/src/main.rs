@@ -1,10 +1,12 @@
-//! `fastmp-bench`: OSU-format micro-benchmarks for fastmp, and `fastmp-bench uoms <benchmark>`
-//! for the PGAS collectives in the format of UOMS (the UPC Operations Microbenchmarking Suite).
+//! `fastmp-bench`: OSU-format micro-benchmarks for fastmp, `fastmp-bench uoms <benchmark>`
+//! for the PGAS collectives in the format of UOMS (the UPC Operations Microbenchmarking Suite),
+//! and `fastmp-bench halo` / `remap` for the distributed arrays of `fastmp-darray`.
 //!
 //! With no launcher environment, `--np` starts that many thread ranks on the shm device (uoms
 //! and `tune --pgas`: on `--device`).
 
 mod coll;
+mod darray;
 mod halo;
 mod nbc;
 mod pgas_tune;
@@ -38,7 +40,7 @@ enum Pt2pt {
 
 /// What to run: a point-to-point benchmark, a collective benchmark, the nonblocking twin of a
 /// collective (one of `nbc::NONBLOCKING`), the hand-written ring allreduce the library is
-/// compared with, or the tuner.
+/// compared with, a distributed-array collective, or the tuner.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Bench {
     Pt2pt(Pt2pt),
@@ -46,13 +48,14 @@ enum Bench {
     Nbc(Collective),
     AllreduceRingP2p,
     HaloPersistent,
+    Darray(darray::Op),
     Rma(rma::Rma),
     Uoms,
     Tune,
 }
 
 const PT2PT: [Pt2pt; 5] = [Pt2pt::Latency, Pt2pt::Bw, Pt2pt::Bibw, Pt2pt::MbwMr, Pt2pt::Strided];
-const BENCH_COUNT: usize = PT2PT.len() + rma::ALL.len() + Collective::ALL.len() + nbc::NONBLOCKING.len() + 4;
+const BENCH_COUNT: usize = PT2PT.len() + rma::ALL.len() + Collective::ALL.len() + nbc::NONBLOCKING.len() + 6;
 
 /// Every benchmark name, in the order `--help` lists them.
 const BENCHES: [Bench; BENCH_COUNT] = {
@@ -79,7 +82,9 @@ const BENCHES: [Bench; BENCH_COUNT] = {
     }
     all[i] = Bench::AllreduceRingP2p;
     all[i + 1] = Bench::HaloPersistent;
-    all[i + 2] = Bench::Uoms;
+    all[i + 2] = Bench::Darray(darray::Op::Halo);
+    all[i + 3] = Bench::Darray(darray::Op::Remap);
+    all[i + 4] = Bench::Uoms;
     all
 };
 
@@ -136,6 +141,12 @@ struct Args {
     /// collectives and one-sided bandwidth).
     #[arg(long)]
     max_size: Option<usize>,
+    /// halo and remap: N of the N×N f64 array (default: the sweep 256, 512, ..., 4096).
+    #[arg(long, value_name = "N")]
+    size: Option<usize>,
+    /// halo: ghost cells on each side of both dimensions (default 1).
+    #[arg(long, value_name = "W")]
+    width: Option<usize>,
     /// One JSON object per line instead of the OSU table.
     #[arg(long)]
     json: bool,
@@ -152,9 +163,10 @@ struct Args {
     /// allreduce_ring_p2p: messages per ring block.
     #[arg(long, value_name = "S")]
     segments: Option<usize>,
-    /// Collectives, one-sided benchmarks and tune: timed iterations per size (default: OSU's
-    /// 1000, 100 above 8 KiB; ibarrier 100; one-sided latency 10000 / 1000, bandwidth 100 / 20;
-    /// tune uses a tenth of the collectives' counts).
+    /// Collectives, one-sided benchmarks, halo, remap and tune: timed iterations per size
+    /// (default: OSU's 1000, 100 above 8 KiB; ibarrier 100; one-sided latency 10000 / 1000,
+    /// bandwidth 100 / 20; halo 1000; remap about 1 GiB moved, 5 to 1000; tune uses a tenth of
+    /// the collectives' counts).
     #[arg(long, value_name = "N")]
     iterations: Option<usize>,
     /// Tune: process counts to measure with thread ranks (default 2,4,8; under a launcher its
@@ -228,6 +240,7 @@ impl Bench {
             Bench::Nbc(c) => nbc::name(c),
             Bench::AllreduceRingP2p => "allreduce_ring_p2p",
             Bench::HaloPersistent => "halo_persistent",
+            Bench::Darray(op) => op.name(),
             Bench::Rma(r) => r.name(),
             Bench::Uoms => "uoms",
             Bench::Tune => "tune",
@@ -280,6 +293,10 @@ impl Args {
         let is_tune = self.bench == Bench::Tune;
         let is_ring = self.bench == Bench::AllreduceRingP2p;
         let is_halo = self.bench == Bench::HaloPersistent;
+        let darray = match self.bench {
+            Bench::Darray(op) => Some(op),
+            _ => None,
+        };
         let uoms = match self.bench {
             Bench::Uoms => Some(self.uoms_bench()?),
             _ => None,
@@ -298,13 +315,21 @@ impl Args {
             Bench::Rma(r) => Some(r),
             _ => None,
         };
-        let timed = is_coll || is_tune || is_ring || is_halo || rma.is_some() || uoms.is_some();
+        let timed = is_coll || is_tune || is_ring || is_halo || darray.is_some() || rma.is_some() || uoms.is_some();
         given("--iterations", self.iterations.is_some(), timed)?;
         given("--win", self.win.is_some(), rma.is_some())?;
         given("--sync", self.sync.is_some(), rma.is_some())?;
         let one_size = rma.is_some_and(rma::Rma::is_single_element);
-        given("--min-size", self.min_size.is_some(), !one_size)?;
-        given("--max-size", self.max_size.is_some(), !one_size)?;
+        given("--min-size", self.min_size.is_some(), !one_size && darray.is_none())?;
+        given("--max-size", self.max_size.is_some(), !one_size && darray.is_none())?;
+        given("--size", self.size.is_some(), darray.is_some())?;
+        given("--width", self.width.is_some(), darray == Some(darray::Op::Halo))?;
+        if self.size == Some(0) {
+            return Err("--size must be at least 1".into());
+        }
+        if self.width == Some(0) {
+            return Err("--width must be at least 1".into());
+        }
         given("--segments", self.segments.is_some(), is_ring)?;
         let in_place = matches!(self.bench, Bench::Coll(c) if coll::IN_PLACE.contains(&c));
         given("--in-place", self.in_place, in_place)?;
@@ -434,6 +459,18 @@ fn run(args: &Args) -> Result<(), String> {
         Bench::HaloPersistent => {
             let iterations = args.iterations(Iterations::OSU)?;
             return launch(config, args, |world, out| halo::bench(world, &sizes, iterations, out));
+        }
+        Bench::Darray(op) => {
+            let spec = darray::Spec {
+                op,
+                sizes: args.size.map_or(darray::DEFAULT_SIZES.to_vec(), |n| vec![n]),
+                width: args.width.unwrap_or(1),
+                iterations: match args.iterations {
+                    Some(0) => return Err("--iterations must be at least 1".into()),
+                    n => n,
+                },
+            };
+            return launch(config, args, |world, out| darray::bench(world, &spec, out));
         }
         Bench::Rma(bench) => {
             let sync = args.sync.unwrap_or(bench.default_sync());

@@ -45,6 +45,12 @@ impl Sizes {
     }
 }
 
+/// The middle value (the upper one of an even count); `values` must not be empty.
+pub fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_unstable_by(f64::total_cmp);
+    values[values.len() / 2]
+}
+
 /// All ranks check in with rank 0, which then releases them.
 pub fn barrier(world: &Comm) -> Result<()> {
     let empty: [u8; 0] = [];
