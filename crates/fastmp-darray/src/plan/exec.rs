@@ -188,7 +188,7 @@ impl Plan {
             packed_recv.push((t.peer, head));
             rest = tail;
         }
-        let mut packed_send = Vec::with_capacity(self.sends.len());
+        let mut outgoing = Vec::with_capacity(self.sends.len());
         let mut at = 0;
         for t in &self.sends {
             let n = t.elements * size;
@@ -202,10 +202,10 @@ impl Plan {
                     &bufs.send[at - n..at]
                 }
             };
-            packed_send.push((t.peer, buf));
+            outgoing.push((t.peer, buf));
         }
         let first_after_me = self.sends.partition_point(|t| t.peer < self.comm.rank());
-        packed_send.rotate_left(first_after_me);
+        outgoing.rotate_left(first_after_me);
         let receives = in_place.iter().map(|&(_, _, i)| self.recvs[i].peer).zip(targets).chain(packed_recv);
         self.comm.scope(|s| {
             let mut reqs = Vec::with_capacity(self.recvs.len() + self.sends.len());
@@ -214,7 +214,7 @@ impl Plan {
                 expected.push((peer, buf.len()));
                 reqs.push(s.irecv(buf, peer, tag)?);
             }
-            for (peer, buf) in packed_send {
+            for (peer, buf) in outgoing {
                 reqs.push(s.isend(buf, peer, tag)?);
             }
             if let (Some(from), Some(gaps)) = (src, write_gaps) {
