@@ -17,6 +17,8 @@
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
+mod word_copy;
+
 use super::lock_ignoring_poison;
 use super::one_sided::{AccumulateOp, Element};
 use crate::error::{Error, Result};
@@ -195,16 +197,14 @@ impl Segment {
         (head, (len - head) / 8 * 8)
     }
 
-    /// Whole words go as plain relaxed stores in one tight loop (the bulk of a large put);
-    /// only partly covered words need a compare-exchange.
+    /// Whole words go as relaxed word stores (vectorized by `word_copy`: the bulk of a large
+    /// put); only partly covered words need a compare-exchange.
     fn write_words(&self, offset: usize, src: &[u8]) {
         let (head, whole) = self.word_split(offset, src.len());
         let (first, rest) = src.split_at(head);
         let (middle, last) = rest.split_at(whole);
         self.write_partial(offset, first);
-        for (word, bytes) in self.words(offset + head, whole / 8).iter().zip(middle.chunks_exact(8)) {
-            word.store(u64::from_ne_bytes(bytes.try_into().expect("8 bytes")), Relaxed);
-        }
+        word_copy::store(self.words(offset + head, whole / 8), middle);
         self.write_partial(offset + head + whole, last);
     }
 
@@ -227,9 +227,7 @@ impl Segment {
         let (first, rest) = dst.split_at_mut(head);
         let (middle, last) = rest.split_at_mut(whole);
         self.read_partial(offset, first);
-        for (word, bytes) in self.words(offset + head, whole / 8).iter().zip(middle.chunks_exact_mut(8)) {
-            bytes.copy_from_slice(&word.load(Relaxed).to_ne_bytes());
-        }
+        word_copy::load(self.words(offset + head, whole / 8), middle);
         self.read_partial(offset + head + whole, last);
     }
 
