@@ -26,6 +26,10 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 /// Stores `src` (any alignment, `8 * dst.len()` bytes) into the window words `dst`.
 #[inline]
 pub(super) fn store(dst: &[AtomicU64], src: &[u8]) {
+    if src.len() < vector::MIN_BYTES {
+        // The common small put: nothing to align, no feature check.
+        return store_atomic(dst, src);
+    }
     assert_eq!(src.len(), dst.len() * 8, "word_copy::store: lengths differ");
     let (head, body) = split(dst);
     store_atomic(&dst[..head], &src[..head * 8]);
@@ -38,6 +42,9 @@ pub(super) fn store(dst: &[AtomicU64], src: &[u8]) {
 /// Loads the window words `src` into `dst` (any alignment, `8 * src.len()` bytes).
 #[inline]
 pub(super) fn load(src: &[AtomicU64], dst: &mut [u8]) {
+    if dst.len() < vector::MIN_BYTES {
+        return load_atomic(src, dst);
+    }
     assert_eq!(dst.len(), src.len() * 8, "word_copy::load: lengths differ");
     let (head, body) = split(src);
     let (dst_head, rest) = dst.split_at_mut(head * 8);
@@ -49,17 +56,19 @@ pub(super) fn load(src: &[AtomicU64], dst: &mut [u8]) {
     load_atomic(&src[head + body..], dst_tail);
 }
 
-/// The portable form: one relaxed store per word.
+/// The portable form: one relaxed store per word (`src` is `8 * dst.len()` bytes).
 #[inline]
 pub(super) fn store_atomic(dst: &[AtomicU64], src: &[u8]) {
+    debug_assert_eq!(src.len(), dst.len() * 8);
     for (word, bytes) in dst.iter().zip(src.chunks_exact(8)) {
         word.store(u64::from_ne_bytes(bytes.try_into().expect("8 bytes")), Relaxed);
     }
 }
 
-/// The portable form: one relaxed load per word.
+/// The portable form: one relaxed load per word (`dst` is `8 * src.len()` bytes).
 #[inline]
 pub(super) fn load_atomic(src: &[AtomicU64], dst: &mut [u8]) {
+    debug_assert_eq!(dst.len(), src.len() * 8);
     for (word, bytes) in src.iter().zip(dst.chunks_exact_mut(8)) {
         bytes.copy_from_slice(&word.load(Relaxed).to_ne_bytes());
     }
