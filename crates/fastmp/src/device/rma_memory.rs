@@ -151,8 +151,8 @@ impl Segment {
 
     /// Copies `len` bytes at `src_offset` of `src` to `offset` of this segment (a copy between two
     /// window parts, as the PGAS collectives make). Whole words that line up on both grids go in
-    /// one load/store loop; anything else through a small stack buffer. The segments must not be
-    /// one and the same (ranges could overlap).
+    /// one word copy (`word_copy::copy`, vectorized); anything else through a small stack
+    /// buffer. The segments must not be one and the same (ranges could overlap).
     pub(crate) fn copy_from(&self, offset: usize, src: &Segment, src_offset: usize, len: usize) -> Result<()> {
         self.check("copy", offset, len)?;
         src.check("copy", src_offset, len)?;
@@ -164,9 +164,7 @@ impl Segment {
             && (src_offset - src.words_start).is_multiple_of(8)
         {
             let n = len / 8;
-            for (to, from) in self.words(offset, n).iter().zip(src.words(src_offset, n)) {
-                to.store(from.load(Relaxed), Relaxed);
-            }
+            word_copy::copy(self.words(offset, n), src.words(src_offset, n));
             done = n * 8;
         }
         let mut bounce = [0u8; 4096];
@@ -204,7 +202,7 @@ impl Segment {
         let (first, rest) = src.split_at(head);
         let (middle, last) = rest.split_at(whole);
         self.write_partial(offset, first);
-        word_copy::store(self.words(offset + head, whole / 8), middle);
+        word_copy::store(self.words(offset + head, whole / 8), middle, self.len);
         self.write_partial(offset + head + whole, last);
     }
 

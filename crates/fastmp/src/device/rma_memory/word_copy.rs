@@ -23,9 +23,12 @@
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-/// Stores `src` (any alignment, `8 * dst.len()` bytes) into the window words `dst`.
+/// Stores `src` (any alignment, `8 * dst.len()` bytes) into the window words `dst`, which lie in
+/// a window part of `part_len` bytes: a large store into a part far larger than a core's cache
+/// streams past the cache (the part is then written as a stream, as the OSU bandwidth tests
+/// do; into a smaller part, the data is likely to be read again soon and stays cached).
 #[inline]
-pub(super) fn store(dst: &[AtomicU64], src: &[u8]) {
+pub(super) fn store(dst: &[AtomicU64], src: &[u8], part_len: usize) {
     if src.len() < vector::MIN_BYTES {
         // The common small put: nothing to align, no feature check.
         return store_atomic(dst, src);
@@ -34,7 +37,7 @@ pub(super) fn store(dst: &[AtomicU64], src: &[u8]) {
     let (head, body) = split(dst);
     store_atomic(&dst[..head], &src[..head * 8]);
     if body > 0 {
-        vector::store(&dst[head..head + body], &src[head * 8..(head + body) * 8]);
+        vector::store(&dst[head..head + body], &src[head * 8..(head + body) * 8], part_len);
     }
     store_atomic(&dst[head + body..], &src[(head + body) * 8..]);
 }
@@ -54,6 +57,30 @@ pub(super) fn load(src: &[AtomicU64], dst: &mut [u8]) {
         vector::load(&src[head..head + body], dst_body);
     }
     load_atomic(&src[head + body..], dst_tail);
+}
+
+/// Copies the window words `src` to the window words `dst` (two different segments: a copy
+/// between window parts). Vectorized when both sit at the same phase of the vector alignment
+/// (the common case: parts are 64-aligned and offsets whole elements), word by word otherwise.
+#[inline]
+pub(super) fn copy(dst: &[AtomicU64], src: &[AtomicU64]) {
+    assert_eq!(dst.len(), src.len(), "word_copy::copy: lengths differ");
+    let (head, body) = split(dst);
+    let same_phase = (dst.as_ptr() as usize).wrapping_sub(src.as_ptr() as usize).is_multiple_of(vector::ALIGN);
+    if body == 0 || !same_phase {
+        return copy_atomic(dst, src);
+    }
+    copy_atomic(&dst[..head], &src[..head]);
+    vector::copy(&dst[head..head + body], &src[head..head + body]);
+    copy_atomic(&dst[head + body..], &src[head + body..]);
+}
+
+/// The portable form of [`copy`]: one relaxed load and store per word.
+#[inline]
+fn copy_atomic(dst: &[AtomicU64], src: &[AtomicU64]) {
+    for (to, from) in dst.iter().zip(src) {
+        to.store(from.load(Relaxed), Relaxed);
+    }
 }
 
 /// The portable form: one relaxed store per word (`src` is `8 * dst.len()` bytes).
@@ -101,21 +128,25 @@ mod vector {
     pub(super) const BLOCK: usize = 128;
     /// Below this, the word loop wins (no alignment head, no feature check).
     pub(super) const MIN_BYTES: usize = 256;
-    /// From this size on a store streams past the cache: such a put does not fit in this
-    /// machine's per-core L2 with its origin buffer, and skipping the read-for-ownership of every
-    /// target line saves a third of the memory traffic.
-    const STREAMING_BYTES: usize = 1 << 19;
+    /// A store of this size or more into a part of `STREAMING_PART` bytes or more streams past
+    /// the cache (non-temporal): skipping the read-for-ownership of every target line saves a
+    /// third of the memory traffic when the part is written as a stream. A heuristic, tuned on
+    /// the development VM (2 MiB of L2 per core): 1 MiB puts spread over a 64 MiB part (OSU
+    /// put_bw) went 1.4–2.4× faster streamed, while 0.5–2 MiB blocks of a 4 MiB part written
+    /// over and over (UOMS memput) went 1.3–1.7× slower, as streamed stores always reach memory.
+    const STREAMING_BYTES: usize = 1 << 18;
+    const STREAMING_PART: usize = 32 << 20;
 
     fn has_avx() -> bool {
         std::arch::is_x86_feature_detected!("avx")
     }
 
     /// `dst` is 32-aligned and a whole number of `BLOCK`s; `src` has as many bytes.
-    pub(super) fn store(dst: &[AtomicU64], src: &[u8]) {
+    pub(super) fn store(dst: &[AtomicU64], src: &[u8], part_len: usize) {
         debug_assert!(dst.as_ptr().addr().is_multiple_of(ALIGN) && (dst.len() * 8).is_multiple_of(BLOCK));
         debug_assert_eq!(src.len(), dst.len() * 8);
         let (d, s, n) = (dst.as_ptr() as *mut u8, src.as_ptr(), src.len());
-        if has_avx() && n >= STREAMING_BYTES {
+        if has_avx() && n >= STREAMING_BYTES && part_len >= STREAMING_PART {
             // SAFETY: as below; non-temporal stores are as atomic per word as plain ones.
             unsafe { store_avx_streaming(d, s, n) }
         } else if has_avx() {
@@ -143,6 +174,22 @@ mod vector {
         } else {
             // SAFETY: as above, with SSE2 and 16-aligned loads.
             unsafe { load_sse2(s, d, n) }
+        }
+    }
+
+    /// `dst` and `src` are 32-aligned window words, a whole number of `BLOCK`s.
+    pub(super) fn copy(dst: &[AtomicU64], src: &[AtomicU64]) {
+        debug_assert!(dst.as_ptr().addr().is_multiple_of(ALIGN) && src.as_ptr().addr().is_multiple_of(ALIGN));
+        debug_assert!(dst.len() == src.len() && (dst.len() * 8).is_multiple_of(BLOCK));
+        let (d, s, n) = (dst.as_ptr() as *mut u8, src.as_ptr() as *const u8, dst.len() * 8);
+        if has_avx() {
+            // SAFETY: AVX is present; both ranges are window words we may load and store as
+            // relaxed atomic words (slices of `AtomicU64`), with 32-aligned vector accesses,
+            // each 8-byte-atomic per word (module doc); the segments differ, so no overlap.
+            unsafe { copy_avx(d, s, n) }
+        } else {
+            // SAFETY: as above, with SSE2 and 16-aligned accesses.
+            unsafe { copy_sse2(d, s, n) }
         }
     }
 
@@ -225,6 +272,24 @@ mod vector {
     }
 
     /// # Safety
+    /// AVX present; `d` and `s` 32-aligned; `n` a non-zero multiple of 128; both ranges valid
+    /// and disjoint.
+    #[target_feature(enable = "avx")]
+    unsafe fn copy_avx(d: *mut u8, s: *const u8, n: usize) {
+        // SAFETY: the caller's contract; the loop touches exactly `s..s + n` and `d..d + n`.
+        unsafe {
+            copy_loop!("vmovdqa", "vmovdqa", ymm_reg, "ymmword", ["32", "64", "96", "128"], s, d, n, "vzeroupper")
+        }
+    }
+
+    /// # Safety
+    /// `d` and `s` 16-aligned; `n` a non-zero multiple of 64; both ranges valid and disjoint.
+    unsafe fn copy_sse2(d: *mut u8, s: *const u8, n: usize) {
+        // SAFETY: the caller's contract; the loop touches exactly `s..s + n` and `d..d + n`.
+        unsafe { copy_loop!("movdqa", "movdqa", xmm_reg, "xmmword", ["16", "32", "48", "64"], s, d, n,) }
+    }
+
+    /// # Safety
     /// `d` 16-aligned; `n` a non-zero multiple of 64; both ranges valid.
     unsafe fn store_sse2(d: *mut u8, s: *const u8, n: usize) {
         // SAFETY: the caller's contract; the loop touches exactly `s..s + n` and `d..d + n`.
@@ -255,6 +320,21 @@ mod vector {
             if has_avx() {
                 stores.extend([(store_avx as Store, 128), (store_avx_streaming as Store, 128)]);
                 loads.push((load_avx as Load, 128));
+            }
+            let mut copies: Vec<(Store, usize)> = vec![(copy_sse2, 64)];
+            if has_avx() {
+                copies.push((copy_avx as Store, 128));
+            }
+            for (i, &(copy, block)) in copies.iter().enumerate() {
+                for n in [block, 3 * block, 896] {
+                    let mut from = Aligned([0; 1024]);
+                    from.0.copy_from_slice(&src[..1024]);
+                    let mut to = Aligned([0xEE; 1024]);
+                    // SAFETY: both 32-aligned with room for `n` bytes, disjoint.
+                    unsafe { copy(to.0.as_mut_ptr(), from.0.as_ptr(), n) };
+                    assert_eq!(&to.0[..n], &src[..n], "copy {i}, {n} bytes");
+                    assert!(to.0[n..].iter().all(|&b| b == 0xEE), "copy {i} wrote past {n}");
+                }
             }
             for (i, &(store, block)) in stores.iter().enumerate() {
                 for n in [block, 3 * block, 896] {
@@ -290,12 +370,16 @@ mod vector {
     pub(super) const BLOCK: usize = 8;
     pub(super) const MIN_BYTES: usize = usize::MAX;
 
-    pub(super) fn store(dst: &[AtomicU64], src: &[u8]) {
+    pub(super) fn store(dst: &[AtomicU64], src: &[u8], _part_len: usize) {
         super::store_atomic(dst, src);
     }
 
     pub(super) fn load(src: &[AtomicU64], dst: &mut [u8]) {
         super::load_atomic(src, dst);
+    }
+
+    pub(super) fn copy(dst: &[AtomicU64], src: &[AtomicU64]) {
+        super::copy_atomic(dst, src);
     }
 }
 
@@ -303,8 +387,9 @@ mod vector {
 mod tests {
     use super::*;
 
-    /// Every phase of the window side against the plain side, every length around the vector
-    /// thresholds: the vector form must equal the atomic loop, and touch nothing outside.
+    /// Every phase of the window side against the plain side (and against a second window), every
+    /// length around the vector thresholds: the vector form must equal the atomic loop, and
+    /// touch nothing outside.
     #[test]
     fn vector_copies_match_the_word_loop() {
         let mut window = vec![0u64; 200];
@@ -317,12 +402,19 @@ mod tests {
                     plain.fill(0xEE);
                     let atomics = atomics(&mut window);
                     let dst = &atomics[word_phase..word_phase + words];
-                    store(dst, &src);
+                    store(dst, &src, usize::MAX);
                     let mut expect = vec![0u8; words * 8];
                     load_atomic(dst, &mut expect);
                     assert_eq!(expect, src, "store: phase {word_phase} words {words}");
                     assert!(atomics[..word_phase].iter().all(|w| w.load(Relaxed) == u64::MAX));
                     assert!(atomics[word_phase + words..].iter().all(|w| w.load(Relaxed) == u64::MAX));
+                    let mut second = vec![u64::MAX; 200];
+                    let other = self::atomics(&mut second);
+                    let to = &other[byte_phase % 5..byte_phase % 5 + words];
+                    copy(to, dst);
+                    let mut copied = vec![0u8; words * 8];
+                    load_atomic(to, &mut copied);
+                    assert_eq!(copied, src, "copy: phases {word_phase}/{} words {words}", byte_phase % 5);
                     let out = &mut plain[byte_phase..byte_phase + words * 8];
                     load(dst, out);
                     assert_eq!(out, &src[..], "load: phases {word_phase}/{byte_phase} words {words}");
