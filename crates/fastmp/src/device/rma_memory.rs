@@ -7,6 +7,8 @@
 //!   relaxed loads/stores, partly covered words and sub-word elements with a compare-exchange
 //!   loop on their word. No access of another size ever races with them, so concurrent
 //!   conflicting operations (erroneous in MPI) give unspecified values, never undefined behaviour.
+//!   Bulk runs of whole words go through [`word_copy`], whose vector loops are equivalent to
+//!   those relaxed word accesses (its module doc says why).
 //! - Edge bytes are accessed only under the segment's edge lock.
 //!
 //! Accumulates apply per element with one atomic read-modify-write (`fetch_add` and friends on

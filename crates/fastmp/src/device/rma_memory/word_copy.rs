@@ -1,5 +1,6 @@
-//! Bulk copies between a run of window words and plain memory, as fast as the hardware allows
-//! while every window word is still accessed as a relaxed atomic `u64` would be.
+//! Bulk copies between a run of window words and plain memory (or a second window part), as
+//! fast as the hardware allows while every window word is still accessed as a relaxed atomic
+//! `u64` would be.
 //!
 //! The portable form is a loop of relaxed `AtomicU64` loads or stores, one per word: sound, but
 //! it does not vectorize (a 1 MiB put ran at under Open MPI's `memcpy` speed). On x86_64 the
@@ -14,7 +15,10 @@
 //! - inline assembly is outside the Rust memory model's data-race rule as long as what it does
 //!   is something Rust atomics could have done, which is the case here; the compiler treats the
 //!   block as opaque memory access (no `nomem`/`readonly`), so it neither caches nor reorders
-//!   window words across it.
+//!   window words across it;
+//! - non-temporal stores (`vmovntdq`, for large stores into large parts) are as atomic per
+//!   aligned word as plain ones; being weakly ordered, they are followed by `sfence`, so they
+//!   are ordered before the caller's later stores as plain stores would be.
 //!
 //! The window side is aligned first with single relaxed word accesses, so the vector accesses
 //! never straddle a window word boundary or a cache line. Under Miri (which cannot run assembly)
