@@ -9,6 +9,7 @@ mod one_sided_common;
 use common::device_suite;
 use fastmp::layout::{Layout, Order, Subarray, Vector, pack, unpack};
 use fastmp::op::Sum;
+use fastmp::window::NoOp;
 use fastmp::window::{Assert, LockKind};
 use fastmp::{DeviceKind, Result};
 use one_sided_common::run;
@@ -138,6 +139,119 @@ fn strided_accumulate(dev: DeviceKind) {
     .unwrap();
 }
 
+/// Asserts equal contents, naming the first difference (the buffers are long).
+fn same(got: &[i32], want: &[i32], what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}: lengths");
+    if let Some(i) = got.iter().zip(want).position(|(g, w)| g != w) {
+        panic!("{what}: element {i} is {} instead of {}", got[i], want[i]);
+    }
+}
+
+/// The request forms: every case of [`CASES`] (and one with stretches large enough to leave the
+/// eager path) put, accumulated, got and get-accumulated through requests, several in flight at
+/// once, one leaked with `mem::forget` (the scope's end still finishes it), one to `PROC_NULL`.
+fn strided_requests(dev: DeviceKind) {
+    const LEN: usize = 24;
+    const BIG: usize = 3 * 20_000;
+    let big = (
+        Vector { count: 3, blocklength: 20_000, stride: 20_000 },
+        Vector { count: 2, blocklength: 30_000, stride: 30_000 },
+        0,
+    );
+    run(dev, 3, |world| {
+        let me = world.rank();
+        let win = world.win_allocate::<i32>(BIG)?;
+        let origin = origin_data(me, BIG);
+        for (case, (ol, tl, disp)) in CASES.into_iter().chain([big]).enumerate() {
+            let len = if case < CASES.len() { LEN } else { BIG };
+            win.local()?.fill(SENTINEL);
+            win.fence(Assert::NONE)?;
+            if me == 0 {
+                world.scope(|s| {
+                    let put = s.rput_strided(&win, &origin[..len], &ol, 1, disp, &tl)?;
+                    let acc = s.raccumulate_strided(&win, &origin[..len], &ol, 2, disp, &tl, Sum)?;
+                    let mut none = s.rput_strided(&win, &origin[..len], &ol, fastmp::PROC_NULL, disp, &tl)?;
+                    assert!(none.test()?.is_some(), "a request to PROC_NULL is complete at once");
+                    std::mem::forget(acc);
+                    put.wait().map(drop)
+                })?;
+            }
+            win.fence(Assert::NONE)?;
+            let from_zero = origin_data(0, len);
+            let mut want = expected_put(&from_zero, &ol, &vec![SENTINEL; BIG], disp, &tl)?;
+            if me == 2 {
+                want.iter_mut().for_each(|w| {
+                    if *w != SENTINEL {
+                        *w += SENTINEL
+                    }
+                });
+            }
+            if me > 0 {
+                same(&win.local()?, &want, &format!("rank {me}, case {case}: {ol:?} -> {tl:?} at {disp}"));
+            }
+            // The checks above read what the requests below change.
+            win.fence(Assert::NONE)?;
+            if me == 0 {
+                let mut back = vec![0i32; len];
+                let mut previous = vec![0i32; len];
+                let mut fetched = vec![0i32; len];
+                world.scope(|s| {
+                    let get = s.rget_strided(&win, &mut back, &ol, 1, disp, &tl)?;
+                    let prev =
+                        s.rget_accumulate_strided(&win, &origin[..len], &mut previous, &ol, 2, disp, &tl, Sum)?;
+                    get.wait()?;
+                    prev.wait().map(drop)
+                })?;
+                world.scope(|s| {
+                    s.rget_accumulate_strided(&win, &[], &mut fetched, &ol, 2, disp, &tl, NoOp)?.wait().map(drop)
+                })?;
+                let mut selected = vec![0i32; len];
+                unpack(&ol, &pack(&ol, &origin[..len])?, &mut selected)?;
+                same(&back, &selected, &format!("case {case}: rget_strided"));
+                let mut want_previous = vec![0i32; len];
+                let sums: Vec<i32> = pack(&ol, &origin[..len])?.iter().map(|x| x + SENTINEL).collect();
+                unpack(&ol, &sums, &mut want_previous)?;
+                same(&previous, &want_previous, &format!("case {case}: rget_accumulate_strided's previous values"));
+                let doubled: Vec<i32> = sums.iter().zip(pack(&ol, &origin[..len])?).map(|(s, x)| s + x).collect();
+                let mut want_fetched = vec![0i32; len];
+                unpack(&ol, &doubled, &mut want_fetched)?;
+                same(&fetched, &want_fetched, &format!("case {case}: rget_accumulate_strided with NoOp"));
+            }
+            win.fence(Assert::NOSUCCEED)?;
+        }
+        win.free()
+    })
+    .unwrap();
+}
+
+/// The request forms check as the blocking ones do, before anything moves.
+fn strided_request_errors(dev: DeviceKind) {
+    run(dev, 2, |world| {
+        let win = world.win_allocate::<i32>(16)?;
+        let origin = [1i32; 16];
+        let (mut into, mut short) = ([0i32; 16], [0i32; 4]);
+        let three = Vector { count: 3, blocklength: 1, stride: 2 };
+        let four = Vector { count: 4, blocklength: 1, stride: 2 };
+        let overlapping = Vector { count: 2, blocklength: 3, stride: 1 };
+        let six = Vector { count: 1, blocklength: 6, stride: 6 };
+        world.scope(|s| {
+            // Outside an epoch.
+            assert!(s.rput_strided(&win, &origin, &three, 1, 0, &three).is_err());
+            win.lock_all(Assert::NONE)?;
+            let count = s.rput_strided(&win, &origin, &three, 1, 0, &four).err().expect("counts differ");
+            assert!(count.to_string().contains("selects 3 elements but the target layout 4"), "{count}");
+            let outside =
+                s.raccumulate_strided(&win, &origin, &three, 1, 12, &three, Sum).err().expect("outside the part");
+            assert!(outside.to_string().contains("outside rank 1's window part"), "{outside}");
+            assert!(s.rget_strided(&win, &mut into, &overlapping, 1, 0, &six).is_err());
+            assert!(s.rget_strided(&win, &mut short, &three, 1, 0, &three).is_err(), "origin too short");
+            win.unlock_all()
+        })?;
+        win.free()
+    })
+    .unwrap();
+}
+
 const ROWS: usize = 5;
 const COLS: usize = 7;
 
@@ -220,6 +334,8 @@ device_suite! {
         strided_accumulate,
         transpose_through_puts,
         distributed_transpose,
+        strided_requests,
+        strided_request_errors,
     ],
     tcp_ignored: [],
 }

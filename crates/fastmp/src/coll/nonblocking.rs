@@ -21,7 +21,7 @@ impl<'scope, 'env> Scope<'scope, 'env> {
     /// Runs a started operation's first steps at once (older operations first, in issue
     /// order), then hands it to the engine if it has more: argument errors (and any other
     /// failure that early) are returned here, as by the blocking twin.
-    pub(super) fn start_collective(
+    pub(crate) fn start_collective(
         &'scope self,
         operation: impl Future<Output = Result<()>> + 'scope,
     ) -> Result<Request<'scope>> {

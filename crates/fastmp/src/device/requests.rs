@@ -39,7 +39,7 @@ pub(crate) enum Outcome<'a> {
 }
 
 impl<'a> Outcome<'a> {
-    fn of(dev: &'a dyn Device, started: Started) -> Self {
+    pub(crate) fn of(dev: &'a dyn Device, started: Started) -> Self {
         match started {
             Started::Complete(result) => Outcome::Complete(result),
             Started::Pending(id) => Outcome::InFlight(InFlight { dev, id, finished: false, buffer: PhantomData }),

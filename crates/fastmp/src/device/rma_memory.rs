@@ -7,6 +7,8 @@
 //!   relaxed loads/stores, partly covered words and sub-word elements with a compare-exchange
 //!   loop on their word. No access of another size ever races with them, so concurrent
 //!   conflicting operations (erroneous in MPI) give unspecified values, never undefined behaviour.
+//!   Bulk runs of whole words go through [`word_copy`], whose vector loops are equivalent to
+//!   those relaxed word accesses (its module doc says why).
 //! - Edge bytes are accessed only under the segment's edge lock.
 //!
 //! Accumulates apply per element with one atomic read-modify-write (`fetch_add` and friends on
@@ -16,6 +18,8 @@
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+mod word_copy;
 
 use super::lock_ignoring_poison;
 use super::one_sided::{AccumulateOp, Element};
@@ -149,8 +153,8 @@ impl Segment {
 
     /// Copies `len` bytes at `src_offset` of `src` to `offset` of this segment (a copy between two
     /// window parts, as the PGAS collectives make). Whole words that line up on both grids go in
-    /// one load/store loop; anything else through a small stack buffer. The segments must not be
-    /// one and the same (ranges could overlap).
+    /// one word copy (`word_copy::copy`, vectorized); anything else through a small stack
+    /// buffer. The segments must not be one and the same (ranges could overlap).
     pub(crate) fn copy_from(&self, offset: usize, src: &Segment, src_offset: usize, len: usize) -> Result<()> {
         self.check("copy", offset, len)?;
         src.check("copy", src_offset, len)?;
@@ -162,9 +166,7 @@ impl Segment {
             && (src_offset - src.words_start).is_multiple_of(8)
         {
             let n = len / 8;
-            for (to, from) in self.words(offset, n).iter().zip(src.words(src_offset, n)) {
-                to.store(from.load(Relaxed), Relaxed);
-            }
+            word_copy::copy(self.words(offset, n), src.words(src_offset, n));
             done = n * 8;
         }
         let mut bounce = [0u8; 4096];
@@ -195,16 +197,14 @@ impl Segment {
         (head, (len - head) / 8 * 8)
     }
 
-    /// Whole words go as plain relaxed stores in one tight loop (the bulk of a large put);
-    /// only partly covered words need a compare-exchange.
+    /// Whole words go as relaxed word stores (vectorized by `word_copy`: the bulk of a large
+    /// put); only partly covered words need a compare-exchange.
     fn write_words(&self, offset: usize, src: &[u8]) {
         let (head, whole) = self.word_split(offset, src.len());
         let (first, rest) = src.split_at(head);
         let (middle, last) = rest.split_at(whole);
         self.write_partial(offset, first);
-        for (word, bytes) in self.words(offset + head, whole / 8).iter().zip(middle.chunks_exact(8)) {
-            word.store(u64::from_ne_bytes(bytes.try_into().expect("8 bytes")), Relaxed);
-        }
+        word_copy::store(self.words(offset + head, whole / 8), middle, self.len);
         self.write_partial(offset + head + whole, last);
     }
 
@@ -227,9 +227,7 @@ impl Segment {
         let (first, rest) = dst.split_at_mut(head);
         let (middle, last) = rest.split_at_mut(whole);
         self.read_partial(offset, first);
-        for (word, bytes) in self.words(offset + head, whole / 8).iter().zip(middle.chunks_exact_mut(8)) {
-            bytes.copy_from_slice(&word.load(Relaxed).to_ne_bytes());
-        }
+        word_copy::load(self.words(offset + head, whole / 8), middle);
         self.read_partial(offset + head + whole, last);
     }
 

@@ -49,26 +49,112 @@ impl Core {
         }
     }
 
-    pub(crate) fn put(&self, call: &str, data: &[u8], target: usize, disp: usize) -> Result<()> {
-        let Some(offset) = self.target(call, target, disp, data.len() / self.elem)? else { return Ok(()) };
+    /// Starts a put of `data` at element `disp` of `target`'s part; `None` when there is nothing
+    /// to do (`PROC_NULL`, no data).
+    ///
+    /// # Safety
+    /// `data` stays borrowed (unmodified) until the returned operation completes or is released.
+    pub(crate) unsafe fn start_put(
+        &self,
+        call: &str,
+        data: &[u8],
+        target: usize,
+        disp: usize,
+    ) -> Result<Option<Started>> {
+        let Some(offset) = self.target(call, target, disp, data.len() / self.elem)? else { return Ok(None) };
         if data.is_empty() {
-            return Ok(());
+            return Ok(None);
         }
-        // SAFETY: `data` stays borrowed (unmodified) until `finish` returns, which completes or
+        // SAFETY: the caller's contract.
+        unsafe { self.dev.put(target, offset, data.as_ptr(), data.len()).map(Some) }
+    }
+
+    /// Starts a get into `into` from element `disp` of `target`'s part (`None` as `start_put`).
+    ///
+    /// # Safety
+    /// `into` stays exclusively borrowed until the returned operation completes or is released.
+    pub(crate) unsafe fn start_get(
+        &self,
+        call: &str,
+        into: &mut [u8],
+        target: usize,
+        disp: usize,
+    ) -> Result<Option<Started>> {
+        let Some(offset) = self.target(call, target, disp, into.len() / self.elem)? else { return Ok(None) };
+        if into.is_empty() {
+            return Ok(None);
+        }
+        // SAFETY: the caller's contract.
+        unsafe { self.dev.get(target, offset, into.as_mut_ptr(), into.len()).map(Some) }
+    }
+
+    /// Starts an accumulate of `data` (`None` as `start_put`).
+    ///
+    /// # Safety
+    /// As for [`Core::start_put`].
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) unsafe fn start_accumulate(
+        &self,
+        call: &str,
+        data: &[u8],
+        target: usize,
+        disp: usize,
+        element: Element,
+        op: AccumulateOp,
+    ) -> Result<Option<Started>> {
+        let Some(offset) = self.target(call, target, disp, data.len() / self.elem)? else { return Ok(None) };
+        if data.is_empty() {
+            return Ok(None);
+        }
+        // SAFETY: the caller's contract.
+        unsafe { self.dev.accumulate(target, offset, data.as_ptr(), data.len(), element, op).map(Some) }
+    }
+
+    /// Starts a get-accumulate (`None` as `start_put`; `data` may be empty with `NoOp`).
+    ///
+    /// # Safety
+    /// As for [`Core::start_put`] for `data` and [`Core::start_get`] for `result`.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) unsafe fn start_get_accumulate(
+        &self,
+        call: &str,
+        data: &[u8],
+        result: &mut [u8],
+        target: usize,
+        disp: usize,
+        element: Element,
+        op: AccumulateOp,
+    ) -> Result<Option<Started>> {
+        Self::check_fetch_lengths(call, data.len() / self.elem, result.len() / self.elem, op)?;
+        let Some(offset) = self.target(call, target, disp, result.len() / self.elem)? else { return Ok(None) };
+        if result.is_empty() {
+            return Ok(None);
+        }
+        // SAFETY: the caller's contract.
+        unsafe {
+            self.dev
+                .get_accumulate(target, offset, data.as_ptr(), result.as_mut_ptr(), result.len(), element, op)
+                .map(Some)
+        }
+    }
+
+    /// Finishes what a `start_*` call started, if anything.
+    #[inline]
+    fn finish_started(&self, started: Option<Started>) -> Result<()> {
+        started.map_or(Ok(()), |started| self.finish(started))
+    }
+
+    pub(crate) fn put(&self, call: &str, data: &[u8], target: usize, disp: usize) -> Result<()> {
+        // SAFETY: `data` stays borrowed until `finish_started` returns, which completes or
         // releases the operation.
-        let started = unsafe { self.dev.put(target, offset, data.as_ptr(), data.len())? };
-        self.finish(started)
+        let started = unsafe { self.start_put(call, data, target, disp)? };
+        self.finish_started(started)
     }
 
     pub(crate) fn get(&self, call: &str, into: &mut [u8], target: usize, disp: usize) -> Result<()> {
-        let Some(offset) = self.target(call, target, disp, into.len() / self.elem)? else { return Ok(()) };
-        if into.is_empty() {
-            return Ok(());
-        }
-        // SAFETY: `into` stays exclusively borrowed until `finish` returns, which completes or
-        // releases the operation.
-        let started = unsafe { self.dev.get(target, offset, into.as_mut_ptr(), into.len())? };
-        self.finish(started)
+        // SAFETY: as for `put`, with `into` exclusively borrowed.
+        let started = unsafe { self.start_get(call, into, target, disp)? };
+        self.finish_started(started)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -81,13 +167,9 @@ impl Core {
         element: Element,
         op: AccumulateOp,
     ) -> Result<()> {
-        let Some(offset) = self.target(call, target, disp, data.len() / self.elem)? else { return Ok(()) };
-        if data.is_empty() {
-            return Ok(());
-        }
         // SAFETY: as for `put`.
-        let started = unsafe { self.dev.accumulate(target, offset, data.as_ptr(), data.len(), element, op)? };
-        self.finish(started)
+        let started = unsafe { self.start_accumulate(call, data, target, disp, element, op)? };
+        self.finish_started(started)
     }
 
     /// Checks get-accumulate's buffers: `data` as long as `result`, or anything with `NoOp`.
@@ -112,17 +194,9 @@ impl Core {
         element: Element,
         op: AccumulateOp,
     ) -> Result<()> {
-        Self::check_fetch_lengths(call, data.len() / self.elem, result.len() / self.elem, op)?;
-        let Some(offset) = self.target(call, target, disp, result.len() / self.elem)? else { return Ok(()) };
-        if result.is_empty() {
-            return Ok(());
-        }
-        // SAFETY: `data` (read) and `result` (written, exclusively borrowed) stay borrowed until
-        // `finish` returns, which completes or releases the operation.
-        let started = unsafe {
-            self.dev.get_accumulate(target, offset, data.as_ptr(), result.as_mut_ptr(), result.len(), element, op)?
-        };
-        self.finish(started)
+        // SAFETY: as for `put`, with `result` exclusively borrowed.
+        let started = unsafe { self.start_get_accumulate(call, data, result, target, disp, element, op)? };
+        self.finish_started(started)
     }
 }
 
@@ -147,7 +221,7 @@ impl<T: Pod> Window<'_, T> {
     /// Checks a strided operation (layouts valid, equal element counts, origin buffer and target
     /// range large enough) and runs `piece(origin offset, target displacement, len)` per stretch.
     #[allow(clippy::too_many_arguments)]
-    fn strided(
+    pub(super) fn strided(
         &self,
         call: &str,
         origin_len: usize,
