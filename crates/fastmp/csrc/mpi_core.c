@@ -112,10 +112,6 @@ int fastmp_mpi_error_string(int code, char *buf, int capacity, int *len) {
     return MPI_SUCCESS;
 }
 
-int fastmp_mpi_error_class(int code, int *error_class) { return MPI_Error_class(code, error_class); }
-
-int fastmp_mpi_err_truncate(void) { return MPI_ERR_TRUNCATE; }
-
 int fastmp_mpi_max_name(void) { return MPI_MAX_PROCESSOR_NAME; }
 
 /* Every rank's processor name, `name_capacity` bytes each (NUL-padded), in rank order. */

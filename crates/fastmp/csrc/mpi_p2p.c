@@ -42,17 +42,6 @@ int fastmp_mpi_isend(const void *buf, size_t len, int dest, int tag, int comm, i
     return rc;
 }
 
-int fastmp_mpi_irecv(void *buf, size_t capacity, int source, int tag, int comm, fastmp_slot *request) {
-    int count;
-    int rc = count_of(capacity, &count);
-    if (rc != MPI_SUCCESS) return rc;
-    MPI_Request r;
-    rc = MPI_Irecv(buf, count, MPI_BYTE, source < 0 ? MPI_ANY_SOURCE : source, tag < 0 ? MPI_ANY_TAG : tag,
-                   fastmp_mpi_comm(comm), &r);
-    if (rc == MPI_SUCCESS) store_request(request, r);
-    return rc;
-}
-
 static void describe(const MPI_Status *st, int *source, int *tag, long long *bytes) {
     MPI_Count n = 0;
     MPI_Get_elements_x(st, MPI_BYTE, &n);
