@@ -720,3 +720,35 @@ impl Device for MpiEndpoint {
         self.release(msg.0);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! Error mapping through MPI itself (a singleton MPI process: `cargo test --features mpi --lib
+    //! device::mpi`, run by `scripts/mpi-device.sh`).
+
+    use super::*;
+
+    #[test]
+    fn mpi_errors_carry_the_call_and_mpis_description() {
+        let ep = MpiEndpoint::new().expect("a singleton MPI job");
+        assert_eq!((ep.rank(), ep.size()), (0, 1));
+        // A rank only MPI checks (the device's own check is bypassed here).
+        let (mut slot, mut done) = (0, 0);
+        let sink = [0u8; 1];
+        // SAFETY: one readable byte; MPI rejects the rank before touching it.
+        let rc = unsafe {
+            ffi::fastmp_mpi_isend(sink.as_ptr().cast(), 1, 5, 0, ep.job.world_p2p.handle, 0, &mut slot, &mut done)
+        };
+        let message = check(rc, "MPI_Isend").expect_err("rank 5 of 1").to_string();
+        assert!(message.starts_with("MPI_Isend: MPI error"), "{message}");
+        assert!(message.to_lowercase().contains("rank"), "MPI's description names the rank: {message}");
+        // A communicator handle the shim never gave out.
+        let message = improbe(&Route { handle: 9999, members: None }, -1, -1).expect_err("no such comm").to_string();
+        assert!(message.starts_with("MPI_Improbe: MPI error"), "{message}");
+        // The device's own checks come first and are fastmp's errors.
+        // SAFETY: as above.
+        let err = unsafe { ep.isend(sink.as_ptr(), 1, 5, 0, 0, SendMode::Standard) }.expect_err("rank 5 of 1");
+        assert!(matches!(err, Error::RankOutOfRange { rank: 5, size: 1 }), "{err:?}");
+        assert!(ep.route(40).is_err(), "an unknown context has no communicator");
+    }
+}
