@@ -213,7 +213,7 @@ fn wait_slot(policy: WaitPolicy, slot: &mut Slot) -> (c_int, bool) {
         if let Some(done) = test_slot(slot) {
             return done;
         }
-        pause(&mut backoff);
+        pause(backoff.next());
     }
 }
 
@@ -421,8 +421,8 @@ impl MpiEndpoint {
 
 /// One step of the waiting policy. MPI progresses only inside MPI calls and nobody wakes a parked
 /// rank, so "park" is a short sleep between tests.
-fn pause(backoff: &mut Backoff) {
-    match backoff.next() {
+fn pause(step: Pause) {
+    match step {
         Pause::Spin => std::hint::spin_loop(),
         Pause::Yield => std::thread::yield_now(),
         Pause::Park => std::thread::sleep(std::time::Duration::from_micros(50)),
@@ -618,10 +618,12 @@ impl Device for MpiEndpoint {
                 return Ok(());
             }
             self.check_live()?;
-            if !matches!(backoff.next(), Pause::Spin) {
+            let step = backoff.next();
+            if !matches!(step, Pause::Spin) {
+                // `poll` may test nothing of MPI's (a collective waiting on its own state).
                 self.progress();
-                pause(&mut Backoff::new(WaitPolicy { spins: 0, yields: 1 }));
             }
+            pause(step);
         }
     }
 
