@@ -274,7 +274,7 @@ impl MpiEndpoint {
             requests: Mutex::new(Requests { slab: Slab::with_capacity(64), unmatched: Vec::with_capacity(64) }),
             finalized: AtomicBool::new(false),
             placement,
-            policy: WaitPolicy::for_ranks(on_node),
+            policy: WaitPolicy::for_ranks_on(on_node, online_cpus()),
             thread_multiple,
         };
         Ok(MpiEndpoint { job: Arc::new(job), rma: one_sided::MpiRma::new() })
@@ -429,6 +429,14 @@ fn pause(step: Pause) {
     }
 }
 
+/// The node's online CPUs: each rank is a process that MPI may bind to a single core, so its own
+/// affinity mask says nothing about how many ranks can spin at once.
+fn online_cpus() -> usize {
+    // SAFETY: sysconf reads a system constant.
+    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+    usize::try_from(n).unwrap_or(1).max(1)
+}
+
 fn world_dup() -> Result<c_int> {
     let mut handle: c_int = -1;
     // SAFETY: the shim writes one handle.
@@ -512,10 +520,17 @@ impl Device for MpiEndpoint {
             found = improbe(&route, source, mpi_tag(spec.tag))?;
             Ok(found.is_some())
         })?;
-        let (message, status) = found.expect("wait_until returns once found");
-        // SAFETY: forwarded caller contract; completed below before returning.
-        let started = unsafe { self.receive_message(message, route, status, buf, capacity)? };
-        self.complete(started)
+        let (mut message, status) = found.expect("wait_until returns once found");
+        if status.bytes > capacity {
+            // SAFETY: forwarded caller contract.
+            return unsafe { receive_truncated(&mut message, status, buf, capacity) };
+        }
+        let mut request: Slot = 0;
+        // SAFETY: forwarded caller contract; the message fits, and is received before returning.
+        let rc = unsafe { ffi::fastmp_mpi_imrecv(buf.cast(), capacity, &mut message, &mut request) };
+        check(rc, "MPI_Imrecv")?;
+        let (rc, _) = self.wait_slot(&mut request);
+        check(rc, "MPI_Test (receive)").map(|()| status)
     }
 
     fn iprobe(&self, spec: MatchSpec) -> Result<Option<RawStatus>> {
@@ -568,8 +583,9 @@ impl Device for MpiEndpoint {
         requests.match_receives();
         let entry = requests.slab.get_mut(req).map_err(|_| stale("request"))?;
         match &entry.pending {
-            Pending::Recv(Receive { matched: None, route, .. }) => {
-                let status = RawStatus { source: route.world_of(0), tag: -1, bytes: 0, cancelled: true };
+            Pending::Recv(Receive { matched: None, .. }) => {
+                // As the other devices report a cancelled receive.
+                let status = RawStatus { source: self.job.rank, tag: 0, bytes: 0, cancelled: true };
                 entry.pending = Pending::Done(Ok(status));
                 requests.unmatched.retain(|&id| id != req);
                 Ok(())
