@@ -1,0 +1,782 @@
+//! The `mpi` device: fastmp's point-to-point over the system MPI (every fabric it reaches), through
+//! a small C shim with a fixed ABI (`csrc/fastmp_mpi.h`, built by `build.rs` with `mpicc`).
+//!
+//! Each fastmp context is carried by its own MPI communicator: a communicator's point-to-point
+//! context `c` and collective context `c + 1` map to two communicators created over its members
+//! when it is created ([`Device::collectives`]); the world's two are `MPI_Comm_dup`s of
+//! `MPI_COMM_WORLD` made when a job starts. Device ranks are world ranks, translated to and from
+//! the communicator's ranks by its [`Route`].
+//!
+//! Requests live in a generation-checked slab of opaque MPI request slots; the slab's lock is
+//! never held across an MPI call, so a completing receive copies its data without it.
+//! Errors: every communicator has `MPI_ERRORS_RETURN`, and an MPI error code becomes a
+//! [`crate::Error`] carrying `MPI_Error_string`'s text ([`check`]).
+
+pub(crate) mod collectives;
+mod ffi;
+pub(crate) mod one_sided;
+
+use std::collections::HashMap;
+use std::ffi::c_int;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
+
+use super::slab::Slab;
+use super::wait::{Backoff, Pause, WaitPolicy};
+use super::{
+    ContextId, Device, Failure, MatchSpec, MessageId, Placement, RawStatus, ReqId, SendMode, SharedDevice, Source,
+    Started, lock_ignoring_poison,
+};
+use crate::error::{Error, Result};
+use ffi::Slot;
+
+/// Maps an MPI error code to a fastmp error naming the call, with MPI's own description.
+pub(crate) fn check(code: c_int, call: &'static str) -> Result<()> {
+    if code == 0 { Ok(()) } else { Err(Error::other(format!("{call}: MPI error {code}: {}", error_string(code)))) }
+}
+
+/// `MPI_Error_string` of `code`.
+fn error_string(code: c_int) -> String {
+    let mut buf = [0u8; 1024];
+    let mut len: c_int = 0;
+    // SAFETY: the shim writes at most `buf.len()` bytes into `buf` and their count into `len`.
+    let rc = unsafe { ffi::fastmp_mpi_error_string(code, buf.as_mut_ptr().cast(), buf.len() as c_int, &mut len) };
+    if rc != 0 {
+        return "(no description)".into();
+    }
+    String::from_utf8_lossy(&buf[..(len.max(0) as usize).min(buf.len())]).trim_end_matches('\0').to_string()
+}
+
+/// Asks MPI for `MPI_THREAD_MULTIPLE` (`FASTMP_MPI_THREADS=multiple`) instead of the default
+/// `MPI_THREAD_SERIALIZED`: Open MPI 4.1 locks its matching under MULTIPLE, which took an 8-byte
+/// ping-pong from 0.41 to 1.8-3.2 µs on the development VM (C benchmark), so it is opt-in.
+pub(crate) const THREADS_VAR: &str = "FASTMP_MPI_THREADS";
+
+/// Initialises MPI once per process (the first job decides the thread level); returns whether
+/// MPI granted `MPI_THREAD_MULTIPLE`.
+fn init_mpi() -> Result<bool> {
+    static GRANTED: OnceLock<std::result::Result<bool, String>> = OnceLock::new();
+    let granted = GRANTED.get_or_init(|| {
+        let want_multiple = match std::env::var(THREADS_VAR).as_deref() {
+            Ok("multiple") => true,
+            Ok("serialized") | Err(_) => false,
+            Ok(other) => return Err(format!("{THREADS_VAR}={other}: expected 'multiple' or 'serialized'")),
+        };
+        let mut multiple: c_int = 0;
+        // SAFETY: the shim writes one int; it initialises MPI at most once per process.
+        let rc = unsafe { ffi::fastmp_mpi_init(c_int::from(want_multiple), &mut multiple) };
+        check(rc, "MPI_Init_thread (fastmp needs at least MPI_THREAD_SERIALIZED)")
+            .map(|()| multiple != 0)
+            .map_err(|e| e.to_string())
+    });
+    granted.clone().map_err(Error::InvalidArgument)
+}
+
+/// The MPI communicator of one fastmp context and how its ranks relate to world ranks.
+struct Route {
+    handle: c_int,
+    /// World rank of each communicator rank; `None` for the world itself (identity).
+    members: Option<Vec<usize>>,
+}
+
+impl Route {
+    /// The communicator rank of world rank `world`, or `None` if it is not a member.
+    fn local_of(&self, world: usize) -> Option<c_int> {
+        match &self.members {
+            None => c_int::try_from(world).ok(),
+            Some(members) => members.iter().position(|&m| m == world).map(|i| i as c_int),
+        }
+    }
+
+    /// The world rank of communicator rank `local` (as MPI reports it in a status).
+    fn world_of(&self, local: c_int) -> usize {
+        let local = local.max(0) as usize;
+        match &self.members {
+            None => local,
+            Some(members) => members.get(local).copied().unwrap_or(local),
+        }
+    }
+}
+
+/// What a pending request is, for turning its MPI status into fastmp's.
+enum Pending {
+    /// An MPI send request (in the entry's slot).
+    Send { tag: i32, bytes: usize },
+    /// A receive: matched by a matched probe in post order ([`Requests::match_receives`]), then an
+    /// MPI receive (in the slot) of a message known to fit.
+    Recv(Receive),
+    /// Finished while matching (truncated, or cancelled before it matched).
+    Done(Result<RawStatus>),
+    /// A message taken by `improbe`, not yet received (its MPI message in the slot).
+    Message { route: Arc<Route>, status: RawStatus },
+}
+
+struct Receive {
+    route: Arc<Route>,
+    /// The caller's buffer (an address: the device's buffer contract keeps it valid).
+    buf: usize,
+    capacity: usize,
+    source: c_int,
+    tag: c_int,
+    /// The message it matched, once it has.
+    matched: Option<RawStatus>,
+}
+
+struct Entry {
+    slot: Slot,
+    pending: Pending,
+}
+
+/// The rank's requests, and its receives not yet matched in the order they were posted.
+///
+/// Receives are matched with `MPI_Improbe` and received with `MPI_Imrecv` only once the message is
+/// known to fit: Open MPI 4.1 writes a truncated large message past the end of a posted
+/// receive's buffer (single-copy path), so a posted `MPI_Irecv` smaller than its message is
+/// never risked. Matching the unmatched receives in post order keeps MPI's matching order.
+#[derive(Default)]
+struct Requests {
+    slab: Slab<Entry>,
+    unmatched: Vec<ReqId>,
+}
+
+impl Requests {
+    /// Matches every unmatched receive for which a message has arrived, oldest receive first.
+    fn match_receives(&mut self) {
+        let mut i = 0;
+        while i < self.unmatched.len() {
+            let id = self.unmatched[i];
+            let Some(Entry { slot, pending: Pending::Recv(recv) }) = self.slab.get_mut(id).ok() else {
+                self.unmatched.remove(i);
+                continue;
+            };
+            let Some((mut message, status)) = improbe(&recv.route, recv.source, recv.tag).ok().flatten() else {
+                i += 1;
+                continue;
+            };
+            self.unmatched.remove(i);
+            let entry_pending = if status.bytes > recv.capacity {
+                // SAFETY: `buf` is the receive's buffer of `capacity` bytes (buffer contract).
+                Pending::Done(unsafe { receive_truncated(&mut message, status, recv.buf as *mut u8, recv.capacity) })
+            } else {
+                // SAFETY: as above; the message fits.
+                let rc =
+                    unsafe { ffi::fastmp_mpi_imrecv((recv.buf as *mut u8).cast(), recv.capacity, &mut message, slot) };
+                match check(rc, "MPI_Imrecv") {
+                    Ok(()) => {
+                        recv.matched = Some(status);
+                        continue;
+                    }
+                    Err(e) => Pending::Done(Err(e)),
+                }
+            };
+            if let Ok(entry) = self.slab.get_mut(id) {
+                entry.pending = entry_pending;
+            }
+        }
+    }
+}
+
+/// Receives a message longer than `capacity` through a temporary buffer (an error path), delivers
+/// its first `capacity` bytes as MPI would, and returns the truncation error.
+///
+/// # Safety
+/// `buf..buf + capacity` is writable; `message` is a live matched message of `status.bytes`.
+unsafe fn receive_truncated(message: &mut Slot, status: RawStatus, buf: *mut u8, capacity: usize) -> Result<RawStatus> {
+    let mut whole = vec![0u8; status.bytes];
+    let mut request: Slot = 0;
+    // SAFETY: `whole` holds the whole message and outlives the wait below.
+    let rc = unsafe { ffi::fastmp_mpi_imrecv(whole.as_mut_ptr().cast(), whole.len(), message, &mut request) };
+    check(rc, "MPI_Imrecv")?;
+    let (rc, _) = wait_slot(WaitPolicy { spins: 64, yields: 64 }, &mut request);
+    check(rc, "MPI_Test (receive)")?;
+    // SAFETY: the caller's buffer holds `capacity` bytes, fewer than `whole`'s.
+    unsafe { std::ptr::copy_nonoverlapping(whole.as_ptr(), buf, capacity) };
+    super::receive_result(status.source, status.tag, status.bytes, capacity)
+}
+
+/// One `MPI_Improbe` on `route`'s communicator (sources and tags below 0 are wildcards).
+fn improbe(route: &Route, source: c_int, tag: c_int) -> Result<Option<(Slot, RawStatus)>> {
+    let (mut found, mut slot, mut src, mut got_tag, mut bytes) = (0, 0, 0, 0, 0);
+    // SAFETY: the shim writes the outputs.
+    let rc = unsafe {
+        ffi::fastmp_mpi_improbe(source, tag, route.handle, &mut found, &mut slot, &mut src, &mut got_tag, &mut bytes)
+    };
+    check(rc, "MPI_Improbe")?;
+    Ok((found != 0).then(|| {
+        (slot, RawStatus { source: route.world_of(src), tag: got_tag, bytes: bytes.max(0) as usize, cancelled: false })
+    }))
+}
+
+/// Tests an MPI request slot once: `Some((rc, cancelled))` when it completed (or failed).
+fn test_slot(slot: &mut Slot) -> Option<(c_int, bool)> {
+    let (mut done, mut source, mut tag, mut bytes, mut cancelled) = (0, 0, 0, 0, 0);
+    // SAFETY: `slot` holds a live MPI request of this process; the shim writes the outputs.
+    let rc = unsafe { ffi::fastmp_mpi_test(slot, &mut done, &mut source, &mut tag, &mut bytes, &mut cancelled) };
+    (done != 0 || rc != 0).then_some((rc, cancelled != 0))
+}
+
+/// Blocks (spin → yield → short sleeps, testing the request) until `slot` completes.
+fn wait_slot(policy: WaitPolicy, slot: &mut Slot) -> (c_int, bool) {
+    let mut backoff = Backoff::new(policy);
+    loop {
+        if let Some(done) = test_slot(slot) {
+            return done;
+        }
+        pause(backoff.next());
+    }
+}
+
+/// One job's state on this process, shared by the rank's thread handles.
+struct Job {
+    rank: usize,
+    size: usize,
+    /// World communicator handles: point-to-point (also the parent of every other) and collective.
+    world_p2p: Arc<Route>,
+    world_coll: Arc<Route>,
+    /// Routes of every other context, created by `collectives`.
+    routes: RwLock<HashMap<ContextId, Arc<Route>>>,
+    requests: Mutex<Requests>,
+    finalized: AtomicBool,
+    placement: Placement,
+    policy: WaitPolicy,
+    thread_multiple: bool,
+}
+
+impl Drop for Job {
+    fn drop(&mut self) {
+        let routes = self.routes.get_mut().unwrap_or_else(std::sync::PoisonError::into_inner);
+        for route in routes.values().chain([&self.world_coll, &self.world_p2p]) {
+            // SAFETY: the handle was created by the shim for this job and is freed once.
+            unsafe { ffi::fastmp_mpi_comm_free(route.handle) };
+        }
+    }
+}
+
+/// A rank's endpoint on the mpi device (one process per rank).
+pub(crate) struct MpiEndpoint {
+    job: Arc<Job>,
+    #[allow(dead_code, reason = "served by `one_sided` once MPI windows are wired in")]
+    rma: one_sided::MpiRma,
+}
+
+impl MpiEndpoint {
+    /// Joins a new job: initialises MPI if needed and duplicates `MPI_COMM_WORLD` (collective
+    /// over every process), so each job's traffic is its own.
+    pub(crate) fn new() -> Result<MpiEndpoint> {
+        let thread_multiple = init_mpi()?;
+        let p2p = world_dup()?;
+        let coll = world_dup()?;
+        let (mut rank, mut size) = (0, 0);
+        // SAFETY: the shim writes one int each.
+        check(unsafe { ffi::fastmp_mpi_comm_rank(p2p, &mut rank) }, "MPI_Comm_rank")?;
+        // SAFETY: as above.
+        check(unsafe { ffi::fastmp_mpi_comm_size(p2p, &mut size) }, "MPI_Comm_size")?;
+        let (rank, size) = (rank as usize, size as usize);
+        let placement = placement(p2p, size)?;
+        let on_node = (0..size).filter(|&r| placement.node_of(r) == placement.node_of(rank)).count();
+        let job = Job {
+            rank,
+            size,
+            world_p2p: Arc::new(Route { handle: p2p, members: None }),
+            world_coll: Arc::new(Route { handle: coll, members: None }),
+            routes: RwLock::default(),
+            requests: Mutex::new(Requests { slab: Slab::with_capacity(64), unmatched: Vec::with_capacity(64) }),
+            finalized: AtomicBool::new(false),
+            placement,
+            policy: WaitPolicy::for_ranks_on(on_node, online_cpus()),
+            thread_multiple,
+        };
+        Ok(MpiEndpoint { job: Arc::new(job), rma: one_sided::MpiRma::new() })
+    }
+
+    /// The handle of the MPI communicator carrying `context` (for the shim's other parts).
+    #[allow(dead_code, reason = "used by the collective and one-sided parts of the device")]
+    pub(crate) fn comm_handle(&self, context: ContextId) -> Result<c_int> {
+        self.route(context).map(|r| r.handle)
+    }
+
+    fn route(&self, context: ContextId) -> Result<Arc<Route>> {
+        let job = &*self.job;
+        match context {
+            0 => Ok(job.world_p2p.clone()),
+            1 => Ok(job.world_coll.clone()),
+            _ => {
+                job.routes.read().unwrap_or_else(std::sync::PoisonError::into_inner).get(&context).cloned().ok_or_else(
+                    || {
+                        Error::InvalidArgument(format!(
+                            "mpi device: no MPI communicator carries context {context} (only communicators created \
+                         from the world by dup/split/create have one)"
+                        ))
+                    },
+                )
+            }
+        }
+    }
+
+    fn check_live(&self) -> Result<()> {
+        if self.job.finalized.load(Ordering::Acquire) { Err(Error::Finalized("mpi device")) } else { Ok(()) }
+    }
+
+    /// The world rank `rank` as a rank of `route`'s communicator.
+    fn local_rank(&self, route: &Route, rank: usize) -> Result<c_int> {
+        if rank >= self.job.size {
+            return Err(Error::RankOutOfRange { rank, size: self.job.size });
+        }
+        route.local_of(rank).ok_or_else(|| {
+            Error::InvalidArgument(format!("mpi device: world rank {rank} is not a member of this communicator"))
+        })
+    }
+
+    fn source_of(&self, route: &Route, source: Source) -> Result<c_int> {
+        match source {
+            Source::Any => Ok(-1),
+            Source::Rank(r) => self.local_rank(route, r),
+        }
+    }
+
+    /// Creates the two MPI communicators of a new fastmp communicator over `members`.
+    fn create_routes(&self, context: ContextId, members: &[usize]) -> Result<()> {
+        if context < 2
+            || self.job.routes.read().unwrap_or_else(std::sync::PoisonError::into_inner).contains_key(&context)
+        {
+            return Ok(());
+        }
+        let ranks: Vec<c_int> = members.iter().map(|&m| m as c_int).collect();
+        let parent = self.job.world_p2p.handle;
+        let mut created = Vec::with_capacity(2);
+        for ctx in [context, context + 1] {
+            let mut handle: c_int = -1;
+            // Tags keep concurrent creations over overlapping groups apart; contexts are unique
+            // per process, and MPI's tag upper bound is at least 32767.
+            let tag = (ctx % 32_768) as c_int;
+            // SAFETY: `ranks` holds `n` ints; the shim writes one handle.
+            let rc = unsafe {
+                ffi::fastmp_mpi_comm_create_group(parent, ranks.as_ptr(), ranks.len() as c_int, tag, &mut handle)
+            };
+            check(rc, "MPI_Comm_create_group")?;
+            created.push((ctx, Arc::new(Route { handle, members: Some(members.to_vec()) })));
+        }
+        self.job.routes.write().unwrap_or_else(std::sync::PoisonError::into_inner).extend(created);
+        Ok(())
+    }
+
+    /// Turns a completed MPI request's outcome into fastmp's status or error.
+    fn finish(&self, pending: Pending, rc: c_int, cancelled: bool) -> Result<RawStatus> {
+        match pending {
+            Pending::Send { tag, bytes } => {
+                check(rc, "MPI_Test (send)")?;
+                Ok(RawStatus { source: self.job.rank, tag, bytes, cancelled })
+            }
+            Pending::Recv(Receive { matched: Some(status), .. }) => {
+                check(rc, "MPI_Test (receive)")?;
+                Ok(status)
+            }
+            Pending::Done(result) => result,
+            Pending::Recv(_) | Pending::Message { .. } => {
+                Err(Error::InvalidArgument("mpi device: request completed in an unexpected state".into()))
+            }
+        }
+    }
+
+    fn wait_slot(&self, slot: &mut Slot) -> (c_int, bool) {
+        wait_slot(self.job.policy, slot)
+    }
+
+    fn requests(&self) -> std::sync::MutexGuard<'_, Requests> {
+        lock_ignoring_poison(&self.job.requests)
+    }
+
+    fn track(&self, slot: Slot, pending: Pending) -> ReqId {
+        self.requests().slab.insert(Entry { slot, pending })
+    }
+
+    /// Starts a receive (matched later, in post order).
+    fn post_receive(&self, buf: *mut u8, capacity: usize, spec: MatchSpec) -> Result<ReqId> {
+        self.check_live()?;
+        let route = self.route(spec.context)?;
+        let source = self.source_of(&route, spec.source)?;
+        let recv = Receive { route, buf: buf as usize, capacity, source, tag: mpi_tag(spec.tag), matched: None };
+        let mut requests = self.requests();
+        let id = requests.slab.insert(Entry { slot: 0, pending: Pending::Recv(recv) });
+        requests.unmatched.push(id);
+        requests.match_receives();
+        Ok(id)
+    }
+
+    /// Receives a message taken off matching into `buf` (truncating through a temporary buffer).
+    ///
+    /// # Safety
+    /// As for [`Device::irecv`].
+    unsafe fn receive_message(
+        &self,
+        mut message: Slot,
+        route: Arc<Route>,
+        status: RawStatus,
+        buf: *mut u8,
+        capacity: usize,
+    ) -> Result<Started> {
+        if status.bytes > capacity {
+            // SAFETY: forwarded caller contract.
+            return Ok(Started::Complete(unsafe { receive_truncated(&mut message, status, buf, capacity) }));
+        }
+        let mut request: Slot = 0;
+        // SAFETY: forwarded buffer contract; the message is live and used up here.
+        let rc = unsafe { ffi::fastmp_mpi_imrecv(buf.cast(), capacity, &mut message, &mut request) };
+        check(rc, "MPI_Imrecv")?;
+        let recv = Receive { route, buf: buf as usize, capacity, source: -1, tag: -1, matched: Some(status) };
+        Ok(Started::Pending(self.track(request, Pending::Recv(recv))))
+    }
+}
+
+/// One step of the waiting policy. MPI progresses only inside MPI calls and nobody wakes a parked
+/// rank, so "park" is a short sleep between tests.
+fn pause(step: Pause) {
+    match step {
+        // Each test is an MPI call already: no pause between them.
+        Pause::Spin => {}
+        Pause::Yield => std::thread::yield_now(),
+        Pause::Park => std::thread::sleep(std::time::Duration::from_micros(50)),
+    }
+}
+
+/// The node's online CPUs: each rank is a process that MPI may bind to a single core, so its own
+/// affinity mask says nothing about how many ranks can spin at once.
+fn online_cpus() -> usize {
+    // SAFETY: sysconf reads a system constant.
+    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+    usize::try_from(n).unwrap_or(1).max(1)
+}
+
+fn world_dup() -> Result<c_int> {
+    let mut handle: c_int = -1;
+    // SAFETY: the shim writes one handle.
+    check(unsafe { ffi::fastmp_mpi_world_dup(&mut handle) }, "MPI_Comm_dup")?;
+    Ok(handle)
+}
+
+/// Every rank's node from `MPI_Get_processor_name` (gathered over the world); one process per rank.
+fn placement(world: c_int, size: usize) -> Result<Placement> {
+    // SAFETY: a constant of the MPI library.
+    let width = unsafe { ffi::fastmp_mpi_max_name() }.max(1) as usize;
+    let mut names = vec![0u8; width * size];
+    // SAFETY: `names` holds `size` names of `width` bytes, as the shim writes them.
+    let rc = unsafe { ffi::fastmp_mpi_gather_names(world, names.as_mut_ptr().cast(), width as c_int) };
+    check(rc, "MPI_Allgather (processor names)")?;
+    let nodes: Vec<&[u8]> = names.chunks(width).collect();
+    let processes: Vec<usize> = (0..size).collect();
+    Ok(Placement::from_keys(&processes, &nodes))
+}
+
+fn stale(what: &str) -> Error {
+    Error::InvalidArgument(format!("{what} handle is stale (already completed or released)"))
+}
+
+fn mpi_tag(tag: i32) -> c_int {
+    if tag < 0 { -1 } else { tag }
+}
+
+impl Device for MpiEndpoint {
+    fn rank(&self) -> usize {
+        self.job.rank
+    }
+
+    fn size(&self) -> usize {
+        self.job.size
+    }
+
+    unsafe fn isend(
+        &self,
+        buf: *const u8,
+        len: usize,
+        dest: usize,
+        tag: i32,
+        context: ContextId,
+        mode: SendMode,
+    ) -> Result<Started> {
+        self.check_live()?;
+        let route = self.route(context)?;
+        let local = self.local_rank(&route, dest)?;
+        let (mut slot, mut done): (Slot, c_int) = (0, 0);
+        let sync = c_int::from(mode == SendMode::Synchronous);
+        // SAFETY: the caller keeps `buf..buf+len` readable until the request completes or is
+        // released (the device's buffer contract); the shim writes the slot and the flag.
+        let rc =
+            unsafe { ffi::fastmp_mpi_isend(buf.cast(), len, local, tag, route.handle, sync, &mut slot, &mut done) };
+        check(rc, "MPI_Isend")?;
+        if done != 0 {
+            return Ok(Started::Complete(Ok(RawStatus { source: self.job.rank, tag, bytes: len, cancelled: false })));
+        }
+        Ok(Started::Pending(self.track(slot, Pending::Send { tag, bytes: len })))
+    }
+
+    unsafe fn irecv(&self, buf: *mut u8, capacity: usize, spec: MatchSpec) -> Result<Started> {
+        let id = self.post_receive(buf, capacity, spec)?;
+        Ok(Started::Pending(id))
+    }
+
+    /// With no earlier receive waiting to be matched, a matched probe loop and a receive of the
+    /// message (no request tracked); otherwise in line behind them.
+    unsafe fn recv(&self, buf: *mut u8, capacity: usize, spec: MatchSpec) -> Result<RawStatus> {
+        self.check_live()?;
+        if !self.requests().unmatched.is_empty() {
+            // SAFETY: forwarded caller contract; `complete` returns once the device is done.
+            let started = Started::Pending(self.post_receive(buf, capacity, spec)?);
+            return self.complete(started);
+        }
+        let route = self.route(spec.context)?;
+        let source = self.source_of(&route, spec.source)?;
+        let mut found = None;
+        self.wait_until(&mut || {
+            found = improbe(&route, source, mpi_tag(spec.tag))?;
+            Ok(found.is_some())
+        })?;
+        let (mut message, status) = found.expect("wait_until returns once found");
+        if status.bytes > capacity {
+            // SAFETY: forwarded caller contract.
+            return unsafe { receive_truncated(&mut message, status, buf, capacity) };
+        }
+        let mut request: Slot = 0;
+        // SAFETY: forwarded caller contract; the message fits, and is received before returning.
+        let rc = unsafe { ffi::fastmp_mpi_imrecv(buf.cast(), capacity, &mut message, &mut request) };
+        check(rc, "MPI_Imrecv")?;
+        let (rc, _) = self.wait_slot(&mut request);
+        check(rc, "MPI_Test (receive)").map(|()| status)
+    }
+
+    fn iprobe(&self, spec: MatchSpec) -> Result<Option<RawStatus>> {
+        self.check_live()?;
+        let route = self.route(spec.context)?;
+        let source = self.source_of(&route, spec.source)?;
+        let (mut found, mut src, mut tag, mut bytes) = (0, 0, 0, 0);
+        // SAFETY: the shim writes the four outputs.
+        let rc = unsafe {
+            ffi::fastmp_mpi_iprobe(source, mpi_tag(spec.tag), route.handle, &mut found, &mut src, &mut tag, &mut bytes)
+        };
+        check(rc, "MPI_Iprobe")?;
+        Ok((found != 0).then(|| RawStatus {
+            source: route.world_of(src),
+            tag,
+            bytes: bytes as usize,
+            cancelled: false,
+        }))
+    }
+
+    fn test(&self, req: ReqId) -> Result<Option<RawStatus>> {
+        self.check_live()?;
+        let mut slot = {
+            let mut requests = self.requests();
+            requests.match_receives();
+            match requests.slab.get(req) {
+                Some(Entry { pending: Pending::Done(_), .. }) => {
+                    let entry = requests.slab.remove(req).expect("live");
+                    return self.finish(entry.pending, 0, false).map(Some);
+                }
+                Some(Entry {
+                    slot,
+                    pending: Pending::Send { .. } | Pending::Recv(Receive { matched: Some(_), .. }),
+                }) => *slot,
+                Some(Entry { pending: Pending::Recv(_), .. }) => return Ok(None),
+                _ => return Err(stale("request")),
+            }
+        };
+        // Outside the lock: a completing receive may copy its data here.
+        let Some((rc, cancelled)) = test_slot(&mut slot) else { return Ok(None) };
+        let entry = self.requests().slab.remove(req).ok_or_else(|| stale("request"))?;
+        self.finish(entry.pending, rc, cancelled).map(Some)
+    }
+
+    /// An unmatched receive is cancelled at once (it was never given to MPI); a matched one has
+    /// lost the race. Sends ask MPI (`MPI_Cancel`).
+    fn cancel(&self, req: ReqId) -> Result<()> {
+        self.check_live()?;
+        let mut requests = self.requests();
+        requests.match_receives();
+        let entry = requests.slab.get_mut(req).map_err(|_| stale("request"))?;
+        match &entry.pending {
+            Pending::Recv(Receive { matched: None, .. }) => {
+                // As the other devices report a cancelled receive.
+                let status = RawStatus { source: self.job.rank, tag: 0, bytes: 0, cancelled: true };
+                entry.pending = Pending::Done(Ok(status));
+                requests.unmatched.retain(|&id| id != req);
+                Ok(())
+            }
+            Pending::Send { .. } => {
+                let mut slot = entry.slot;
+                drop(requests);
+                // SAFETY: `slot` holds a live send request of this process.
+                check(unsafe { ffi::fastmp_mpi_cancel(&mut slot) }, "MPI_Cancel")
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// An unmatched receive is simply dropped (MPI never saw it); a matched receive and a pending
+    /// send are waited for until MPI has finished with the buffer (MPI owns it from the start
+    /// of the transfer, so it cannot be copied out afterwards). Sends MPI takes eagerly complete
+    /// inside `isend`, so this only waits on large or synchronous sends whose receive is not
+    /// posted yet.
+    fn release(&self, req: ReqId) {
+        let entry = {
+            let mut requests = self.requests();
+            requests.unmatched.retain(|&id| id != req);
+            requests.slab.remove(req)
+        };
+        let Some(mut entry) = entry else { return };
+        match entry.pending {
+            Pending::Recv(Receive { matched: None, .. }) | Pending::Done(_) => {}
+            Pending::Recv(_) | Pending::Send { .. } => {
+                self.wait_slot(&mut entry.slot);
+            }
+            Pending::Message { status, .. } => {
+                // A matched message must be received to leave MPI: into a scratch buffer, as a
+                // too-small buffer is not safe with every MPI (see `Requests`).
+                let mut sink = [0u8; 0];
+                // SAFETY: zero bytes are written to `sink`; the message is live.
+                let _ = unsafe { receive_truncated(&mut entry.slot, status, sink.as_mut_ptr(), 0) };
+            }
+        }
+    }
+
+    fn wait_until(&self, poll: &mut dyn FnMut() -> Result<bool>) -> Result<()> {
+        let mut backoff = Backoff::new(self.job.policy);
+        loop {
+            if poll()? {
+                return Ok(());
+            }
+            self.check_live()?;
+            let step = backoff.next();
+            if !matches!(step, Pause::Spin) {
+                // `poll` may test nothing of MPI's (a collective waiting on its own state).
+                self.progress();
+            }
+            pause(step);
+        }
+    }
+
+    /// Matches waiting receives (each `MPI_Improbe` also progresses MPI), or one `MPI_Iprobe` on
+    /// the world when none waits.
+    fn progress(&self) {
+        let mut requests = self.requests();
+        if !requests.unmatched.is_empty() {
+            requests.match_receives();
+            return;
+        }
+        drop(requests);
+        let (mut found, mut src, mut tag, mut bytes) = (0, 0, 0, 0);
+        // SAFETY: the shim writes the four outputs.
+        unsafe {
+            ffi::fastmp_mpi_iprobe(-1, -1, self.job.world_p2p.handle, &mut found, &mut src, &mut tag, &mut bytes)
+        };
+    }
+
+    fn finalize(&self) {
+        self.job.finalized.store(true, Ordering::Release);
+    }
+
+    fn is_finalized(&self) -> bool {
+        self.job.finalized.load(Ordering::Acquire)
+    }
+
+    fn placement(&self) -> &Placement {
+        &self.job.placement
+    }
+
+    fn name(&self) -> &'static str {
+        "mpi"
+    }
+
+    /// `MPI_Abort`: MPI ends every process of the job (under Open MPI's mpirun the others are
+    /// killed and mpirun reports the rank and code); this call does not return.
+    fn abort_job(&self, failure: Failure) -> Failure {
+        let code = failure.code.unwrap_or(1);
+        // SAFETY: aborting takes no memory from Rust.
+        unsafe { ffi::fastmp_mpi_abort(self.job.world_p2p.handle, code) };
+        std::process::exit(code)
+    }
+
+    fn collectives(&self, context: ContextId, members: &[usize]) -> Option<super::collectives::Collectives> {
+        if let Err(e) = self.create_routes(context, members) {
+            // The communicator cannot carry traffic; its operations report the missing route.
+            eprintln!("fastmp: mpi device: creating the communicator of context {context}: {e}");
+            return None;
+        }
+        collectives::provider(self, context + 1, members)
+    }
+
+    fn thread_level(&self) -> crate::ThreadLevel {
+        if self.job.thread_multiple { crate::ThreadLevel::Multiple } else { crate::ThreadLevel::Funneled }
+    }
+
+    fn thread_shared(&self) -> Result<SharedDevice> {
+        self.check_live()?;
+        if !self.job.thread_multiple {
+            return Err(Error::InvalidArgument(format!(
+                "Comm::threaded: MPI was not initialised with MPI_THREAD_MULTIPLE, so the mpi device runs \
+                 funnelled (one thread of the rank calls MPI at a time); set {THREADS_VAR}=multiple before the \
+                 first job (MPI must also grant it)"
+            )));
+        }
+        Ok(Arc::new(MpiEndpoint { job: self.job.clone(), rma: one_sided::MpiRma::new() }))
+    }
+
+    fn improbe(&self, spec: MatchSpec) -> Result<Option<(MessageId, RawStatus)>> {
+        self.check_live()?;
+        let route = self.route(spec.context)?;
+        let source = self.source_of(&route, spec.source)?;
+        let Some((slot, status)) = improbe(&route, source, mpi_tag(spec.tag))? else { return Ok(None) };
+        let id = self.track(slot, Pending::Message { route, status });
+        Ok(Some((MessageId(id), status)))
+    }
+
+    unsafe fn mrecv(&self, msg: MessageId, buf: *mut u8, capacity: usize) -> Result<Started> {
+        self.check_live()?;
+        let entry = {
+            let mut requests = self.requests();
+            match requests.slab.get(msg.0) {
+                Some(Entry { pending: Pending::Message { .. }, .. }) => requests.slab.remove(msg.0),
+                _ => None,
+            }
+        };
+        let Some(Entry { slot, pending: Pending::Message { route, status } }) = entry else {
+            return Err(stale("message"));
+        };
+        // SAFETY: forwarded caller contract.
+        unsafe { self.receive_message(slot, route, status, buf, capacity) }
+    }
+
+    fn discard(&self, msg: MessageId) {
+        self.release(msg.0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! Error mapping through MPI itself (a singleton MPI process: `cargo test --features mpi --lib
+    //! device::mpi`, run by `scripts/mpi-device.sh`).
+
+    use super::*;
+
+    #[test]
+    fn mpi_errors_carry_the_call_and_mpis_description() {
+        let ep = MpiEndpoint::new().expect("a singleton MPI job");
+        assert_eq!((ep.rank(), ep.size()), (0, 1));
+        // A rank only MPI checks (the device's own check is bypassed here).
+        let (mut slot, mut done) = (0, 0);
+        let sink = [0u8; 1];
+        // SAFETY: one readable byte; MPI rejects the rank before touching it.
+        let rc = unsafe {
+            ffi::fastmp_mpi_isend(sink.as_ptr().cast(), 1, 5, 0, ep.job.world_p2p.handle, 0, &mut slot, &mut done)
+        };
+        let message = check(rc, "MPI_Isend").expect_err("rank 5 of 1").to_string();
+        assert!(message.starts_with("MPI_Isend: MPI error"), "{message}");
+        assert!(message.to_lowercase().contains("rank"), "MPI's description names the rank: {message}");
+        // A communicator handle the shim never gave out.
+        let message = improbe(&Route { handle: 9999, members: None }, -1, -1).expect_err("no such comm").to_string();
+        assert!(message.starts_with("MPI_Improbe: MPI error"), "{message}");
+        // The device's own checks come first and are fastmp's errors.
+        // SAFETY: as above.
+        let err = unsafe { ep.isend(sink.as_ptr(), 1, 5, 0, 0, SendMode::Standard) }.expect_err("rank 5 of 1");
+        assert!(matches!(err, Error::RankOutOfRange { rank: 5, size: 1 }), "{err:?}");
+        assert!(ep.route(40).is_err(), "an unknown context has no communicator");
+    }
+}
