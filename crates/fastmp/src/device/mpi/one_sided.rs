@@ -355,10 +355,15 @@ impl RmaWindow for MpiWindow {
     }
 
     unsafe fn get(&self, target: usize, offset: usize, into: *mut u8, len: usize) -> Result<Started> {
+        let fresh = self.locks[target].get() == Lock::None;
         let win = self.access("get", target, offset, len)?;
         // SAFETY: `into..into + len` is writable and untouched by others (caller contract); the
         // C side completes the get locally before returning.
-        check(unsafe { fastmp_rma_get(win, target as c_int, offset, into.cast(), len) }, "MPI_Get")?;
+        let got = check(unsafe { fastmp_rma_get(win, target as c_int, offset, into.cast(), len) }, "MPI_Get");
+        // A completed get is no longer inside the target's part: a lazy lock taken for it alone
+        // ends now, so the owner's local access does not wait for this rank's next flush.
+        let released = if fresh { self.flush_one(win, target) } else { Ok(()) };
+        got.and(released)?;
         Ok(self.done(len))
     }
 
