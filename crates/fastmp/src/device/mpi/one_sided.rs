@@ -101,10 +101,11 @@ impl MpiRma {
     }
 }
 
-/// Tags of `MPI_Comm_create_group` for window communicators: a range of their own, so a window's
-/// creation never matches another communicator's.
-const WINDOW_TAG_BASE: c_int = 1 << 20;
-const WINDOW_TAG_SPAN: ContextId = 1 << 19;
+/// Tags of `MPI_Comm_create_group` for window communicators: the upper half of the 0..=32767
+/// every MPI library allows. (Creations are collective and made in one order by every member, so
+/// a tag shared with another creation could only meet a disjoint or identical group.)
+const WINDOW_TAG_BASE: c_int = 1 << 14;
+const WINDOW_TAG_SPAN: ContextId = 1 << 14;
 
 impl OneSided for MpiRma {
     unsafe fn expose(
