@@ -326,6 +326,8 @@ impl Tuning {
         let text = match device {
             DeviceKind::Shm => SHM_DEFAULTS,
             DeviceKind::Tcp => TCP_DEFAULTS,
+            #[cfg(feature = "mpi")]
+            DeviceKind::Mpi => TCP_DEFAULTS,
         };
         let empty = Tuning { rules: Collective::ALL.map(|c| vec![Rule::always(c.fallback())]), kary_arity: 4 };
         empty.with_json(text).expect("built-in default tuning files are valid")
