@@ -150,7 +150,6 @@ impl Drop for Job {
 /// A rank's endpoint on the mpi device (one process per rank).
 pub(crate) struct MpiEndpoint {
     job: Arc<Job>,
-    #[allow(dead_code, reason = "served by `one_sided` once MPI windows are wired in")]
     rma: one_sided::MpiRma,
 }
 
@@ -181,7 +180,8 @@ impl MpiEndpoint {
             policy: WaitPolicy::for_ranks(on_node),
             thread_multiple,
         };
-        Ok(MpiEndpoint { job: Arc::new(job), rma: one_sided::MpiRma::new() })
+        let rma = one_sided::MpiRma::new(p2p);
+        Ok(MpiEndpoint { job: Arc::new(job), rma })
     }
 
     /// The handle of the MPI communicator carrying `context` (for the shim's other parts).
@@ -524,6 +524,10 @@ impl Device for MpiEndpoint {
         collectives::provider(self, context + 1, members)
     }
 
+    fn one_sided(&self) -> Option<&dyn super::one_sided::OneSided> {
+        Some(&self.rma)
+    }
+
     fn thread_level(&self) -> crate::ThreadLevel {
         if self.job.thread_multiple { crate::ThreadLevel::Multiple } else { crate::ThreadLevel::Funneled }
     }
@@ -537,7 +541,7 @@ impl Device for MpiEndpoint {
                     .into(),
             ));
         }
-        Ok(Arc::new(MpiEndpoint { job: self.job.clone(), rma: one_sided::MpiRma::new() }))
+        Ok(Arc::new(MpiEndpoint { job: self.job.clone(), rma: one_sided::MpiRma::new(self.job.world_p2p.handle) }))
     }
 
     fn improbe(&self, spec: MatchSpec) -> Result<Option<(MessageId, RawStatus)>> {

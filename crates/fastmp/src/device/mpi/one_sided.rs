@@ -6,18 +6,20 @@
 //! The window layer runs fence and post/start/complete/wait itself (messages and collectives) and
 //! hands the device passive-target calls only, so every MPI operation here runs inside an MPI
 //! passive-target epoch on its target:
-//! - `lock(t, kind)` is `MPI_Win_lock(kind, t)` (the window layer's `lock_all` locks every target
-//!   shared, as MPI-3 allows), held until `unlock(t)`;
+//! - `lock(t, Exclusive)` is `MPI_Win_lock(EXCLUSIVE, t)`, held until `unlock(t)`; `lock(t, Shared)`
+//!   (also each target of the window layer's `lock_all`) is *deferred*: the first operation
+//!   towards `t` takes `MPI_Win_lock(SHARED, t)`, held until `unlock(t)` (MPI lets a lock be
+//!   acquired that late), so an epoch without operations on a rank holds nothing there;
 //! - an operation towards a target this rank has not locked (fence and PSCW epochs, NOCHECK locks)
 //!   opens a *lazy* shared lock on it, which the next `flush` of that target closes
 //!   (`MPI_Win_unlock`); fence and complete flush their targets, so lazy locks never outlive
-//!   their epoch;
+//!   their epoch, and a get that opened one closes it at once;
 //! - the owner's local access is `MPI_Win_lock(EXCLUSIVE, self)` (+ `MPI_Win_sync`): MPI grants it
 //!   only once no origin holds a lock there (no operation of any origin is inside the part, since
-//!   every operation runs under a lock) and keeps later ones out until the unlock. A shared lock
-//!   this rank holds on itself is suspended meanwhile and taken again at the end. Unlike the shm
-//!   and tcp devices, local access therefore also waits for other ranks' `lock`/`lock_all` epochs
-//!   on this rank to end (the MPI rule for load/store access to a window).
+//!   every operation runs under a lock) and keeps later ones out until the unlock. A shared epoch
+//!   this rank has on itself goes back to deferred meanwhile. Unlike the shm and tcp devices,
+//!   local access therefore also waits for the shared and exclusive epochs in which other ranks
+//!   operated on this rank to end (the MPI rule for load/store access under passive target).
 //!
 //! Every blocking operation completes locally in the call (`MPI_Win_flush_local`), so it returns
 //! `Started::Complete`; the request forms (`rput`, ...) are therefore complete when started.
@@ -85,7 +87,7 @@ unsafe extern "C" {
         replacement: *const c_void,
         result: *mut c_void,
     ) -> c_int;
-    fn fastmp_rma_cas64_broken() -> c_int;
+    fn fastmp_rma_open_mpi_major() -> c_int;
 }
 
 /// The mpi device's windows (one per endpoint): MPI windows on communicators created from the
@@ -149,6 +151,9 @@ enum Lock {
     None,
     /// Taken by an operation outside a lock epoch; the next flush of the target releases it.
     Lazy,
+    /// A shared lock epoch whose MPI lock the first operation takes (MPI lets a lock be acquired
+    /// that late): an epoch without operations holds nothing at the target.
+    Deferred,
     Held(LockKind),
 }
 
@@ -188,10 +193,10 @@ impl MpiWindow {
     /// this is the device's own guard against writing outside a part).
     fn range(&self, call: &'static str, target: usize, offset: usize, len: usize) -> Result<*mut c_void> {
         let win = self.usable(call)?;
-        let part = *self.part_lengths().get(target).ok_or_else(|| Error::RankOutOfRange {
-            rank: target,
-            size: self.members.len(),
-        })?;
+        let part = *self
+            .part_lengths()
+            .get(target)
+            .ok_or_else(|| Error::RankOutOfRange { rank: target, size: self.members.len() })?;
         match offset.checked_add(len) {
             Some(end) if end <= part => Ok(win),
             _ => Err(Error::InvalidArgument(format!(
@@ -204,11 +209,14 @@ impl MpiWindow {
     /// An MPI epoch on `target` for an operation: a lazy shared lock unless one is held.
     fn access(&self, call: &'static str, target: usize, offset: usize, len: usize) -> Result<*mut c_void> {
         let win = self.range(call, target, offset, len)?;
-        if self.locks[target].get() == Lock::None {
-            // SAFETY: `win` is this window's live C handle (checked by `usable`).
-            check(unsafe { fastmp_rma_lock(win, target as c_int, 0) }, "MPI_Win_lock")?;
-            self.locks[target].set(Lock::Lazy);
-        }
+        let taken = match self.locks[target].get() {
+            Lock::None => Lock::Lazy,
+            Lock::Deferred => Lock::Held(LockKind::Shared),
+            Lock::Lazy | Lock::Held(_) => return Ok(win),
+        };
+        // SAFETY: `win` is this window's live C handle (checked by `usable`).
+        check(unsafe { fastmp_rma_lock(win, target as c_int, 0) }, "MPI_Win_lock")?;
+        self.locks[target].set(taken);
         Ok(win)
     }
 
@@ -217,7 +225,7 @@ impl MpiWindow {
     fn flush_one(&self, win: *mut c_void, target: usize) -> Result<()> {
         // SAFETY (all three calls): `win` is this window's live C handle.
         match self.locks[target].get() {
-            Lock::None => Ok(()),
+            Lock::None | Lock::Deferred => Ok(()),
             Lock::Lazy => {
                 self.locks[target].set(Lock::None);
                 check(unsafe { fastmp_rma_unlock(win, target as c_int) }, "MPI_Win_unlock")
@@ -228,7 +236,7 @@ impl MpiWindow {
 
     /// Releases whatever lock is held on `target`.
     fn release(&self, win: *mut c_void, target: usize) -> Result<()> {
-        if self.locks[target].replace(Lock::None) == Lock::None {
+        if matches!(self.locks[target].replace(Lock::None), Lock::None | Lock::Deferred) {
             return Ok(());
         }
         // SAFETY: `win` is this window's live C handle.
@@ -277,6 +285,26 @@ fn op_code(op: AccumulateOp) -> c_int {
         AccumulateOp::Lor => 10,
         AccumulateOp::Lxor => 11,
     }
+}
+
+/// Whether the MPI library is Open MPI before 5.0 (asked once per process).
+fn open_mpi_before_5() -> bool {
+    static BEFORE_5: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    // SAFETY: a query of the initialised MPI library's version string.
+    *BEFORE_5.get_or_init(|| matches!(unsafe { fastmp_rma_open_mpi_major() }, 1..=4))
+}
+
+/// `Err` for an operator the MPI library is known to apply wrongly: Open MPI 4's osc/rdma drops
+/// MPI_LAND/MPI_LOR/MPI_LXOR accumulates of up to `osc_rdma_network_max_amo` (32) elements
+/// silently (they take its network-atomics path, which has no logical operators).
+fn check_op(call: &str, op: AccumulateOp) -> Result<()> {
+    if matches!(op, AccumulateOp::Land | AccumulateOp::Lor | AccumulateOp::Lxor) && open_mpi_before_5() {
+        return Err(Error::InvalidArgument(format!(
+            "{call} with {op:?}: Open MPI before 5.0 silently drops logical accumulates (osc/rdma's atomic \
+             path), so the mpi device refuses them; use Band/Bor/Bxor on 0/1 values"
+        )));
+    }
+    Ok(())
 }
 
 /// The element's bytes: the low bytes of `value` (native endianness of the element).
@@ -391,11 +419,9 @@ impl RmaWindow for MpiWindow {
         element: Element,
         op: AccumulateOp,
     ) -> Result<Started> {
-        let (call, mpi) = if result.is_null() {
-            ("accumulate", "MPI_Accumulate")
-        } else {
-            ("get_accumulate", "MPI_Get_accumulate")
-        };
+        let (call, mpi) =
+            if result.is_null() { ("accumulate", "MPI_Accumulate") } else { ("get_accumulate", "MPI_Get_accumulate") };
+        check_op(call, op)?;
         if !element.supports(op) || len % element.size() != 0 {
             return Err(Error::InvalidArgument(format!(
                 "{call}: {op:?} on {len} bytes of {element:?} elements is not defined"
@@ -420,7 +446,15 @@ impl RmaWindow for MpiWindow {
         Ok(self.done(len))
     }
 
-    fn fetch_and_op(&self, target: usize, offset: usize, element: Element, op: AccumulateOp, operand: u64) -> Result<u64> {
+    fn fetch_and_op(
+        &self,
+        target: usize,
+        offset: usize,
+        element: Element,
+        op: AccumulateOp,
+        operand: u64,
+    ) -> Result<u64> {
+        check_op("fetch_and_op", op)?;
         if !element.supports(op) {
             return Err(Error::InvalidArgument(format!("fetch_and_op: {op:?} is not defined on {element:?}")));
         }
@@ -444,8 +478,7 @@ impl RmaWindow for MpiWindow {
     }
 
     fn compare_and_swap(&self, target: usize, offset: usize, element: Element, expected: u64, new: u64) -> Result<u64> {
-        // SAFETY: a query of the MPI library's version string.
-        if element.size() == 8 && unsafe { fastmp_rma_cas64_broken() } != 0 {
+        if element.size() == 8 && open_mpi_before_5() {
             return Err(Error::InvalidArgument(format!(
                 "compare_and_swap on {element:?}: Open MPI before 5.0 crashes in 64-bit MPI_Compare_and_swap \
                  over shared memory (btl vader), so the mpi device refuses it; use a 32-bit element"
@@ -472,11 +505,15 @@ impl RmaWindow for MpiWindow {
 
     fn lock(&self, target: usize, kind: LockKind) -> Result<()> {
         let win = self.range("lock", target, 0, 0)?;
-        if let Lock::Held(_) = self.locks[target].get() {
+        if let Lock::Held(_) | Lock::Deferred = self.locks[target].get() {
             return Err(Error::RmaSync(format!("lock({target}): rank {target} is already locked by this rank")));
         }
         // A lazy lock's operations complete first: MPI allows one lock per target.
         self.flush_one(win, target)?;
+        if kind == LockKind::Shared {
+            self.locks[target].set(Lock::Deferred);
+            return Ok(());
+        }
         let exclusive = c_int::from(kind == LockKind::Exclusive);
         // SAFETY: `win` is this window's live C handle.
         check(unsafe { fastmp_rma_lock(win, target as c_int, exclusive) }, "MPI_Win_lock")?;
@@ -515,13 +552,21 @@ impl RmaWindow for MpiWindow {
             // SAFETY: `win` is this window's live C handle.
             return check(unsafe { fastmp_rma_sync(win) }, "MPI_Win_sync");
         }
-        // MPI allows one lock per target: complete and suspend this rank's own shared one.
+        // MPI allows one lock per target: this rank's own operations on its part complete and
+        // its shared epoch there, if any, goes back to deferred (the next operation retakes it).
         self.release(win, me)?;
+        // A shared epoch on itself (Held or Deferred) resumes deferred; a lazy lock is gone.
+        let resume = if matches!(held, Lock::Deferred | Lock::Held(_)) { Lock::Deferred } else { Lock::None };
+        self.local.set(Some(resume));
         // SAFETY: `win` is this window's live C handle. MPI_Win_lock on the calling process
         // blocks until the lock is granted.
-        check(unsafe { fastmp_rma_lock(win, me as c_int, 1) }, "MPI_Win_lock")?;
+        let locked = check(unsafe { fastmp_rma_lock(win, me as c_int, 1) }, "MPI_Win_lock");
+        if locked.is_err() {
+            self.locks[me].set(resume);
+            self.local.set(None);
+            return locked;
+        }
         self.locks[me].set(Lock::Held(LockKind::Exclusive));
-        self.local.set(Some(if held == Lock::Lazy { Lock::None } else { held }));
         // SAFETY: as above.
         check(unsafe { fastmp_rma_sync(win) }, "MPI_Win_sync")
     }
@@ -529,26 +574,15 @@ impl RmaWindow for MpiWindow {
     fn end_local_access(&self) {
         let Some(resume) = self.local.take() else { return };
         let win = self.win.get();
-        if win.is_null() {
+        if win.is_null() || resume == Lock::Held(LockKind::Exclusive) {
             return;
         }
         let me = self.me.get();
-        if resume == Lock::Held(LockKind::Exclusive) {
-            // SAFETY: `win` is this window's live C handle.
-            let _ = unsafe { fastmp_rma_sync(win) };
-            return;
-        }
-        // SAFETY: `win` is this window's live C handle. Errors here have nobody to go to; a
-        // failed re-lock leaves the target unlocked, which the next operation's lazy lock covers.
-        unsafe {
-            let _ = fastmp_rma_sync(win);
-            let _ = self.release(win, me);
-            if let Lock::Held(kind) = resume
-                && fastmp_rma_lock(win, me as c_int, c_int::from(kind == LockKind::Exclusive)) == 0
-            {
-                self.locks[me].set(resume);
-            }
-        }
+        // SAFETY: `win` is this window's live C handle. Errors have nobody to go to here; the
+        // unlock ends the exclusive epoch whatever it reports.
+        let _ = unsafe { fastmp_rma_sync(win) };
+        let _ = self.release(win, me);
+        self.locks[me].set(resume);
     }
 
     fn free(&self) -> Result<()> {
