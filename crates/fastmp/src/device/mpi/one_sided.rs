@@ -131,6 +131,9 @@ impl OneSided for MpiRma {
             members,
             base,
             len,
+            // SAFETY: the `expose` contract: valid for reads and writes, accessed by this rank only
+            // through the window's rules, for the window's life.
+            own: unsafe { Segment::new(base, len) },
             win: Cell::new(std::ptr::null_mut()),
             me: Cell::new(0),
             lengths: OnceCell::new(),
@@ -165,6 +168,8 @@ struct MpiWindow {
     members: Vec<c_int>,
     base: *mut u8,
     len: usize,
+    /// This rank's part, for the one operation done without MPI (see `compare_and_swap`).
+    own: Segment,
     /// The C side's window (null before `connect` and after `free`).
     win: Cell<*mut c_void>,
     /// This rank's index among the members.
@@ -422,7 +427,7 @@ impl RmaWindow for MpiWindow {
         let (call, mpi) =
             if result.is_null() { ("accumulate", "MPI_Accumulate") } else { ("get_accumulate", "MPI_Get_accumulate") };
         check_op(call, op)?;
-        if !element.supports(op) || len % element.size() != 0 {
+        if !element.supports(op) || !len.is_multiple_of(element.size()) {
             return Err(Error::InvalidArgument(format!(
                 "{call}: {op:?} on {len} bytes of {element:?} elements is not defined"
             )));
@@ -478,13 +483,18 @@ impl RmaWindow for MpiWindow {
     }
 
     fn compare_and_swap(&self, target: usize, offset: usize, element: Element, expected: u64, new: u64) -> Result<u64> {
-        if element.size() == 8 && open_mpi_before_5() {
-            return Err(Error::InvalidArgument(format!(
-                "compare_and_swap on {element:?}: Open MPI before 5.0 crashes in 64-bit MPI_Compare_and_swap \
-                 over shared memory (btl vader), so the mpi device refuses it; use a 32-bit element"
-            )));
-        }
         let win = self.access("compare_and_swap", target, offset, element.size())?;
+        if element.size() == 8 && target == self.me.get() && open_mpi_before_5() {
+            // Open MPI before 5.0 segfaults in a 64-bit MPI_Compare_and_swap on the calling
+            // process's own window (btl vader's emulated atomics have no endpoint for self). Its
+            // remote ones run as hardware atomics in this process, so a hardware
+            // compare-and-swap here is atomic with them.
+            // SAFETY (both syncs): `win` is this window's live C handle.
+            check(unsafe { fastmp_rma_sync(win) }, "MPI_Win_sync")?;
+            let old = self.own.compare_and_swap(offset, element, expected, new)?;
+            check(unsafe { fastmp_rma_sync(win) }, "MPI_Win_sync")?;
+            return Ok(old);
+        }
         let (expected, new) = (element_bytes(expected, element), element_bytes(new, element));
         let mut result = [0u8; 8];
         // SAFETY: the three buffers hold 8 bytes, at least one element; C completes it locally.
