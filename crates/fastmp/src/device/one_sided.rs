@@ -228,4 +228,11 @@ pub trait RmaWindow {
     /// targets it fail with a clear error. Called after the closing barrier of a collective free,
     /// or alone when the owner unwinds; afterwards the memory may be released.
     fn close(&self) -> Result<()>;
+
+    /// The collective form of [`RmaWindow::close`]: every member calls it after the closing
+    /// barrier of a collective free, so no member has an operation pending anywhere. A device
+    /// whose windows can only be released collectively (MPI_Win_free) releases them here.
+    fn free(&self) -> Result<()> {
+        self.close()
+    }
 }

@@ -153,7 +153,7 @@ impl Core {
         }
         let flushed = self.dev.flush(None);
         let synced = self.comm.barrier();
-        let closed = self.close();
+        let closed = self.close(synced.is_ok());
         epoch.and(flushed).and(synced).and(closed)
     }
 
@@ -165,7 +165,7 @@ impl Core {
         }
         self.end_leaked_local();
         self.release_locks();
-        let _ = self.close();
+        let _ = self.close(false);
     }
 
     /// What `free` does about epochs left open: completes a `start` (so its targets' `wait`
@@ -195,12 +195,13 @@ impl Core {
         }
     }
 
-    /// Withdraws the part at the device and, once nothing can reach it, releases the memory. If
-    /// the device could not confirm that, owned memory is leaked (borrowed memory is the caller's:
-    /// the device contract makes `close` revoke the part even when it reports an error).
-    fn close(&self) -> Result<()> {
+    /// Withdraws the part at the device (`collective`: every member does so now, after the
+    /// free's barrier) and, once nothing can reach it, releases the memory. If the device could
+    /// not confirm that, owned memory is leaked (borrowed memory is the caller's: the device
+    /// contract makes `close` revoke the part even when it reports an error).
+    fn close(&self, collective: bool) -> Result<()> {
         self.done.set(true);
-        let closed = self.dev.close();
+        let closed = if collective { self.dev.free() } else { self.dev.close() };
         // Not releasing is leaking (`Part` has no `Drop`).
         if let Some(part) = self.part.take()
             && closed.is_ok()

@@ -255,7 +255,6 @@ impl Drop for Job {
 /// A rank's endpoint on the mpi device (one process per rank).
 pub(crate) struct MpiEndpoint {
     job: Arc<Job>,
-    #[allow(dead_code, reason = "served by `one_sided` once MPI windows are wired in")]
     rma: one_sided::MpiRma,
 }
 
@@ -286,7 +285,8 @@ impl MpiEndpoint {
             policy: WaitPolicy::for_ranks_on(on_node, online_cpus()),
             thread_multiple,
         };
-        Ok(MpiEndpoint { job: Arc::new(job), rma: one_sided::MpiRma::new() })
+        let rma = one_sided::MpiRma::new(p2p);
+        Ok(MpiEndpoint { job: Arc::new(job), rma })
     }
 
     /// The handle of the MPI communicator carrying `context` (for the shim's other parts).
@@ -435,6 +435,8 @@ fn pause(step: Pause) {
         // Each test is an MPI call already: no pause between them.
         Pause::Spin => {}
         Pause::Yield => std::thread::yield_now(),
+        // A rank exposing windows keeps calling MPI: peers' atomics are applied inside its calls.
+        Pause::Park if one_sided::windows_open() => std::thread::yield_now(),
         Pause::Park => std::thread::sleep(std::time::Duration::from_micros(50)),
     }
 }
@@ -703,6 +705,10 @@ impl Device for MpiEndpoint {
         collectives::provider(self, context + 1, members)
     }
 
+    fn one_sided(&self) -> Option<&dyn super::one_sided::OneSided> {
+        Some(&self.rma)
+    }
+
     fn thread_level(&self) -> crate::ThreadLevel {
         if self.job.thread_multiple { crate::ThreadLevel::Multiple } else { crate::ThreadLevel::Funneled }
     }
@@ -716,7 +722,7 @@ impl Device for MpiEndpoint {
                  first job (MPI must also grant it)"
             )));
         }
-        Ok(Arc::new(MpiEndpoint { job: self.job.clone(), rma: one_sided::MpiRma::new() }))
+        Ok(Arc::new(MpiEndpoint { job: self.job.clone(), rma: one_sided::MpiRma::new(self.job.world_p2p.handle) }))
     }
 
     fn improbe(&self, spec: MatchSpec) -> Result<Option<(MessageId, RawStatus)>> {
