@@ -34,8 +34,8 @@ use bytemuck::Pod;
 use super::{MpiEndpoint, check};
 use crate::coll::Layout;
 use crate::coll::op::{Op, Predefined, fold_in_rank_order};
-use crate::device::ContextId;
 use crate::device::collectives::{CollectiveProvider, Collectives, Operation};
+use crate::device::{ContextId, Device};
 use crate::error::{Error, Result};
 
 // The entries of `csrc/mpi_coll.c`: `comm` is a communicator handle, `req` null for the blocking
@@ -291,8 +291,23 @@ fn mpi_reduction<T: Pod>(reduction: &dyn Op<T>) -> Option<(c_int, c_int)> {
     Some((element, code as c_int))
 }
 
+/// Where an empty buffer points instead of its dangling address: an empty `[u8]` lies at
+/// address 1, which is Open MPI's `MPI_IN_PLACE`. MPI never touches it (the count is 0).
+static EMPTY: u64 = 0;
+
+/// A buffer's address for MPI (see [`EMPTY`]).
+fn at<T>(buf: &[T]) -> *const c_void {
+    if buf.is_empty() { (&raw const EMPTY).cast() } else { buf.as_ptr().cast() }
+}
+
+/// A writable buffer's address for MPI (see [`EMPTY`], which MPI never writes: the count is 0).
+fn at_mut<T>(buf: &mut [T]) -> *mut c_void {
+    if buf.is_empty() { (&raw const EMPTY).cast_mut().cast() } else { buf.as_mut_ptr().cast() }
+}
+
+/// A send buffer's address, null (the shim's MPI_IN_PLACE) for `None`.
 fn send_ptr<T>(send: Option<&[T]>) -> *const c_void {
-    send.map_or(null(), |s| s.as_ptr().cast())
+    send.map_or(null(), at)
 }
 
 /// The error of a collective started from inside a user op's fold on the same communicator.
@@ -433,7 +448,7 @@ impl CollectiveProvider for MpiCollectives {
 
     async fn bcast<'a>(&'a self, op: &'a Operation<'a>, buf: &'a mut [u8], root: usize) -> Result<()> {
         let (count, root) = (int(buf.len(), "MPI_Bcast")?, root as c_int);
-        let buf = buf.as_mut_ptr().cast();
+        let buf = at_mut(buf);
         // SAFETY: `buf` (count bytes) stays borrowed by this body until `delegate` is over.
         self.delegate(op, "MPI_Bcast", |req| unsafe { fastmp_coll_bcast(self.comm, buf, count, root, req) }).await
     }
@@ -447,7 +462,7 @@ impl CollectiveProvider for MpiCollectives {
     ) -> Result<()> {
         let (count, root) = (int(recv.len(), "MPI_Scatter")?, root as c_int);
         int(send.len(), "MPI_Scatter")?;
-        let (send, recv) = (send.as_ptr().cast(), recv.as_mut_ptr().cast());
+        let (send, recv) = (at(send), at_mut(recv));
         // SAFETY: the buffers (the root's `send` holds `size` blocks of `count` bytes, checked
         // by the collectives layer) stay borrowed until `delegate` is over.
         self.delegate(op, "MPI_Scatter", |req| unsafe { fastmp_coll_scatter(self.comm, send, recv, count, root, req) })
@@ -465,7 +480,7 @@ impl CollectiveProvider for MpiCollectives {
         let (recv_count, root) = (int(recv.len(), "MPI_Scatterv")?, root as c_int);
         let blocks = layout.map(|l| layout_ints(l, self.size, "MPI_Scatterv")).transpose()?;
         let (counts, displs) = blocks.as_ref().map_or((null(), null()), |(c, d)| (c.as_ptr(), d.as_ptr()));
-        let (send, recv) = (send.as_ptr().cast(), recv.as_mut_ptr().cast());
+        let (send, recv) = (at(send), at_mut(recv));
         // SAFETY: the buffers and `blocks` (the root's layout, inside `send`) stay alive
         // until `delegate` is over; non-roots pass null layouts, which MPI does not read.
         self.delegate(op, "MPI_Scatterv", |req| unsafe {
@@ -483,7 +498,7 @@ impl CollectiveProvider for MpiCollectives {
     ) -> Result<()> {
         let (count, root) = (int(send.len(), "MPI_Gather")?, root as c_int);
         int(recv.len(), "MPI_Gather")?;
-        let (send, recv) = (send.as_ptr().cast(), recv.as_mut_ptr().cast());
+        let (send, recv) = (at(send), at_mut(recv));
         // SAFETY: as for scatter, with the root's `recv` holding the blocks.
         self.delegate(op, "MPI_Gather", |req| unsafe { fastmp_coll_gather(self.comm, send, recv, count, root, req) })
             .await
@@ -500,7 +515,7 @@ impl CollectiveProvider for MpiCollectives {
         let (send_count, root) = (int(send.len(), "MPI_Gatherv")?, root as c_int);
         let blocks = layout.map(|l| layout_ints(l, self.size, "MPI_Gatherv")).transpose()?;
         let (counts, displs) = blocks.as_ref().map_or((null(), null()), |(c, d)| (c.as_ptr(), d.as_ptr()));
-        let (send, recv) = (send.as_ptr().cast(), recv.as_mut_ptr().cast());
+        let (send, recv) = (at(send), at_mut(recv));
         // SAFETY: as for scatterv, with the root's layout inside `recv`.
         self.delegate(op, "MPI_Gatherv", |req| unsafe {
             fastmp_coll_gatherv(self.comm, send, send_count, recv, counts, displs, root, req)
@@ -511,7 +526,7 @@ impl CollectiveProvider for MpiCollectives {
     async fn allgather<'a>(&'a self, op: &'a Operation<'a>, send: Option<&'a [u8]>, recv: &'a mut [u8]) -> Result<()> {
         let count = int(recv.len() / self.size, "MPI_Allgather")?;
         int(recv.len(), "MPI_Allgather")?;
-        let (send, recv) = (send_ptr(send), recv.as_mut_ptr().cast());
+        let (send, recv) = (send_ptr(send), at_mut(recv));
         // SAFETY: the buffers (`recv` holds `size` blocks of `count` bytes) stay borrowed until
         // `delegate` is over; a null `send` is MPI_IN_PLACE.
         self.delegate(op, "MPI_Allgather", |req| unsafe { fastmp_coll_allgather(self.comm, send, recv, count, req) })
@@ -527,7 +542,7 @@ impl CollectiveProvider for MpiCollectives {
     ) -> Result<()> {
         let send_count = int(layout.block(self.me).len(), "MPI_Allgatherv")?;
         let (counts, displs) = layout_ints(layout, self.size, "MPI_Allgatherv")?;
-        let (send, recv) = (send_ptr(send), recv.as_mut_ptr().cast());
+        let (send, recv) = (send_ptr(send), at_mut(recv));
         let (counts_ptr, displs_ptr) = (counts.as_ptr(), displs.as_ptr());
         // SAFETY: the buffers and the layout's ints stay alive until `delegate` is over.
         self.delegate(op, "MPI_Allgatherv", |req| unsafe {
@@ -539,7 +554,7 @@ impl CollectiveProvider for MpiCollectives {
     async fn alltoall<'a>(&'a self, op: &'a Operation<'a>, send: Option<&'a [u8]>, recv: &'a mut [u8]) -> Result<()> {
         let count = int(recv.len() / self.size, "MPI_Alltoall")?;
         int(recv.len(), "MPI_Alltoall")?;
-        let (send, recv) = (send_ptr(send), recv.as_mut_ptr().cast());
+        let (send, recv) = (send_ptr(send), at_mut(recv));
         // SAFETY: as for allgather (both buffers hold `size` blocks of `count` bytes).
         self.delegate(op, "MPI_Alltoall", |req| unsafe { fastmp_coll_alltoall(self.comm, send, recv, count, req) })
             .await
@@ -555,7 +570,7 @@ impl CollectiveProvider for MpiCollectives {
     ) -> Result<()> {
         let (send_counts, send_displs) = layout_ints(send_layout, self.size, "MPI_Alltoallv")?;
         let (recv_counts, recv_displs) = layout_ints(recv_layout, self.size, "MPI_Alltoallv")?;
-        let (send, recv) = (send_ptr(send), recv.as_mut_ptr().cast());
+        let (send, recv) = (send_ptr(send), at_mut(recv));
         let (sc, sd) = (send_counts.as_ptr(), send_displs.as_ptr());
         let (rc, rd) = (recv_counts.as_ptr(), recv_displs.as_ptr());
         // SAFETY: the buffers and the layouts' ints stay alive until `delegate` is over.
@@ -578,7 +593,7 @@ impl CollectiveProvider for MpiCollectives {
             return self.reduce_by_gather(op, send, recv, reduction, root).await;
         };
         let (count, root) = (int(n, "MPI_Reduce")?, root as c_int);
-        let (send, recv) = (send_ptr(send), recv.as_mut_ptr().cast());
+        let (send, recv) = (send_ptr(send), at_mut(recv));
         // SAFETY: the buffers (`count` elements; `recv` at the root only) stay borrowed until
         // `delegate` is over; a null `send` is MPI_IN_PLACE at the root.
         self.delegate(op, "MPI_Reduce", |req| unsafe {
@@ -598,7 +613,7 @@ impl CollectiveProvider for MpiCollectives {
             return self.scan_by_gather(op, send, recv, reduction, 0..self.size).await;
         };
         let count = int(recv.len(), "MPI_Allreduce")?;
-        let (send, recv) = (send_ptr(send), recv.as_mut_ptr().cast());
+        let (send, recv) = (send_ptr(send), at_mut(recv));
         // SAFETY: as for reduce.
         self.delegate(op, "MPI_Allreduce", |req| unsafe {
             fastmp_coll_allreduce(self.comm, send, recv, count, element, code, req)
@@ -619,7 +634,7 @@ impl CollectiveProvider for MpiCollectives {
         };
         let ints = counts.iter().map(|&c| int(c, "MPI_Reduce_scatter")).collect::<Result<Vec<_>>>()?;
         int(send.len(), "MPI_Reduce_scatter")?;
-        let (send, recv, counts) = (send.as_ptr().cast(), recv.as_mut_ptr().cast(), ints.as_ptr());
+        let (send, recv, counts) = (at(send), at_mut(recv), ints.as_ptr());
         // SAFETY: the buffers (`send` holds the sum of `counts`, `recv` this rank's count,
         // checked by the collectives layer) and `ints` stay alive until `delegate` is over.
         self.delegate(op, "MPI_Reduce_scatter", |req| unsafe {
@@ -642,7 +657,7 @@ impl CollectiveProvider for MpiCollectives {
             return self.scan_by_gather(op, send, recv, reduction, ranks).await;
         };
         let count = int(recv.len(), call)?;
-        let (send, recv) = (send_ptr(send), recv.as_mut_ptr().cast());
+        let (send, recv) = (send_ptr(send), at_mut(recv));
         // SAFETY: as for reduce.
         self.delegate(op, call, |req| unsafe {
             fastmp_coll_scan(self.comm, send, recv, count, element, code, c_int::from(exclusive), req)
