@@ -290,7 +290,7 @@ fn receiver_first_respects_posting_order_under_concurrent_posts(dev: DeviceKind)
     // machine), so fewer iterations keep the suite fast while still checking the ordering.
     let iters = match dev {
         DeviceKind::Shm => 20_000,
-        DeviceKind::Tcp => 2_000,
+        _ => 2_000,
     };
     const WORDS: usize = 32; // 256 bytes > the eager limit below
     let go = AtomicUsize::new(0);

@@ -491,11 +491,8 @@ fn sixteen_ranks_ring_and_all_to_all(dev: DeviceKind) {
 fn single_rank_sends_to_itself(dev: DeviceKind) {
     cfg(dev, 1, 1000)
         .run(|world| {
-            let name = match dev {
-                DeviceKind::Shm => "shm",
-                DeviceKind::Tcp => "tcp",
-            };
-            assert_eq!((world.rank(), world.size(), world.device_name()), (0, 1, name));
+            let name = format!("{dev:?}").to_lowercase();
+            assert_eq!((world.rank(), world.size(), world.device_name()), (0, 1, name.as_str()));
             for (i, n) in [0usize, 5, 500, 1001, 100_000].into_iter().enumerate() {
                 let data = pattern(i as u64, n);
                 // Send first (eager or rendezvous), then receive.

@@ -8,6 +8,8 @@ pub(crate) mod collectives;
 pub(crate) mod failure;
 pub(crate) mod locality;
 pub(crate) mod matching;
+#[cfg(feature = "mpi")]
+pub(crate) mod mpi;
 pub(crate) mod one_sided;
 pub(crate) mod requests;
 pub(crate) mod rma_memory;

@@ -25,6 +25,10 @@ pub enum DeviceKind {
     /// ...). Without a launcher's environment, [`Config::run`] starts its ranks as threads that
     /// still talk over loopback TCP, which is how the device is tested in one process.
     Tcp,
+    /// Ranks are the processes of an MPI job (`mpirun -x FASTMP_DEVICE=mpi`, `srun`), talking
+    /// through the system MPI library; needs the `mpi` cargo feature.
+    #[cfg(feature = "mpi")]
+    Mpi,
 }
 
 impl FromStr for DeviceKind {
@@ -33,7 +37,15 @@ impl FromStr for DeviceKind {
         match s {
             "shm" => Ok(DeviceKind::Shm),
             "tcp" => Ok(DeviceKind::Tcp),
-            other => Err(Error::InvalidArgument(format!("unknown device '{other}' (expected 'shm' or 'tcp')"))),
+            #[cfg(feature = "mpi")]
+            "mpi" => Ok(DeviceKind::Mpi),
+            #[cfg(not(feature = "mpi"))]
+            "mpi" => Err(Error::InvalidArgument(
+                "device 'mpi' is not built into this program: build fastmp with `--features mpi` (it needs an \
+                 MPI installation with mpicc)"
+                    .into(),
+            )),
+            other => Err(Error::InvalidArgument(format!("unknown device '{other}' (expected 'shm', 'tcp' or 'mpi')"))),
         }
     }
 }
@@ -329,6 +341,9 @@ impl Config {
         self.eager_limit.unwrap_or(match self.device {
             DeviceKind::Shm => DEFAULT_EAGER_LIMIT,
             DeviceKind::Tcp => DEFAULT_TCP_EAGER_LIMIT,
+            // MPI chooses its own protocols; the value only matters to layers that ask.
+            #[cfg(feature = "mpi")]
+            DeviceKind::Mpi => DEFAULT_TCP_EAGER_LIMIT,
         })
     }
 

@@ -4,6 +4,8 @@ mod abort;
 pub(crate) mod affinity;
 pub(crate) mod config;
 mod info;
+#[cfg(feature = "mpi")]
+mod mpi;
 mod tcp;
 
 pub use info::{processor_name, wtick, wtime};
@@ -149,6 +151,8 @@ impl Config {
             (DeviceKind::Shm, _) => self.run_shm(&f),
             (DeviceKind::Tcp, Some(place)) => self.run_tcp_process(place, &f),
             (DeviceKind::Tcp, None) => self.run_tcp_threads(&f),
+            #[cfg(feature = "mpi")]
+            (DeviceKind::Mpi, _) => self.run_mpi_process(&f),
         }
     }
 

@@ -1,0 +1,50 @@
+/* The fixed C ABI between fastmp's `mpi` device and the system MPI.
+ *
+ * Rust never sees an MPI type: communicators are integer handles (see fastmp_mpi_comm), requests
+ * and matched messages are opaque 64-bit slots owned by Rust, and every function takes and
+ * returns only C ints, long long / size_t, double and pointers, returning an MPI error code
+ * (MPI_SUCCESS = 0). The same Rust code therefore links against any MPI whose mpi.h this file
+ * compiles with (Open MPI, MPICH, the MPI-5 ABI library).
+ */
+#ifndef FASTMP_MPI_H
+#define FASTMP_MPI_H
+
+#include <mpi.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* The MPI communicator behind `handle` (MPI_COMM_NULL for a handle not in use). */
+MPI_Comm fastmp_mpi_comm(int handle);
+
+/* Request and message handles travel through Rust as 64-bit slots. */
+typedef uint64_t fastmp_slot;
+
+/* ---- mpi_core.c ---- */
+int fastmp_mpi_init(int *provided);
+int fastmp_mpi_world_dup(int *handle);
+int fastmp_mpi_comm_create_group(int parent, const int *ranks, int n, int tag, int *handle);
+int fastmp_mpi_comm_free(int handle);
+int fastmp_mpi_comm_rank(int handle, int *rank);
+int fastmp_mpi_comm_size(int handle, int *size);
+int fastmp_mpi_error_string(int code, char *buf, int capacity, int *len);
+int fastmp_mpi_error_class(int code, int *error_class);
+int fastmp_mpi_err_truncate(void);
+int fastmp_mpi_gather_names(int handle, char *names, int name_capacity);
+int fastmp_mpi_abort(int handle, int code);
+int fastmp_mpi_max_name(void);
+
+/* ---- mpi_p2p.c ---- */
+int fastmp_mpi_isend(const void *buf, size_t len, int dest, int tag, int comm, int synchronous,
+                     fastmp_slot *request, int *done);
+int fastmp_mpi_irecv(void *buf, size_t capacity, int source, int tag, int comm, fastmp_slot *request);
+int fastmp_mpi_test(fastmp_slot *request, int *done, int *source, int *tag, long long *bytes,
+                    int *cancelled);
+int fastmp_mpi_cancel(fastmp_slot *request);
+int fastmp_mpi_request_free(fastmp_slot *request);
+int fastmp_mpi_iprobe(int source, int tag, int comm, int *found, int *out_source, int *out_tag,
+                      long long *bytes);
+int fastmp_mpi_improbe(int source, int tag, int comm, int *found, fastmp_slot *message,
+                       int *out_source, int *out_tag, long long *bytes);
+int fastmp_mpi_imrecv(void *buf, size_t capacity, fastmp_slot *message, fastmp_slot *request);
+
+#endif

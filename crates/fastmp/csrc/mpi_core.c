@@ -1,0 +1,137 @@
+/* Initialisation, the communicator handle table, error strings and abort (see fastmp_mpi.h). */
+#include "fastmp_mpi.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Enough for every communicator Open MPI or MPICH can create at once (both run out of context
+ * ids well before this). */
+#define FASTMP_MAX_COMMS 16384
+
+static MPI_Comm comms[FASTMP_MAX_COMMS];
+static int comms_used = 0; /* highest handle ever given out + 1 */
+static pthread_mutex_t comms_lock = PTHREAD_MUTEX_INITIALIZER;
+
+MPI_Comm fastmp_mpi_comm(int handle) {
+    if (handle < 0 || handle >= FASTMP_MAX_COMMS) return MPI_COMM_NULL;
+    return comms[handle];
+}
+
+/* Stores `comm` in a free slot; MPI_ERR_INTERN when the table is full. */
+static int store(MPI_Comm comm, int *handle) {
+    int rc = MPI_ERR_INTERN;
+    pthread_mutex_lock(&comms_lock);
+    if (comms_used == 0) {
+        for (int i = 0; i < FASTMP_MAX_COMMS; i++) comms[i] = MPI_COMM_NULL;
+    }
+    for (int i = 0; i < FASTMP_MAX_COMMS; i++) {
+        if (comms[i] == MPI_COMM_NULL) {
+            comms[i] = comm;
+            *handle = i;
+            if (i >= comms_used) comms_used = i + 1;
+            rc = MPI_SUCCESS;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&comms_lock);
+    return rc;
+}
+
+static void finalize_at_exit(void) {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!finalized) MPI_Finalize();
+}
+
+int fastmp_mpi_init(int *provided) {
+    int initialized = 0;
+    int rc = MPI_Initialized(&initialized);
+    if (rc != MPI_SUCCESS) return rc;
+    if (initialized) return MPI_Query_thread(provided);
+    rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, provided);
+    if (rc != MPI_SUCCESS) return rc;
+    /* Errors of the world itself (and of anything before a dup) return too. */
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    atexit(finalize_at_exit);
+    return MPI_SUCCESS;
+}
+
+/* A new communicator gets MPI_ERRORS_RETURN and a handle; freed again if no handle is left. */
+static int adopt(MPI_Comm comm, int *handle) {
+    int rc = MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
+    if (rc == MPI_SUCCESS) rc = store(comm, handle);
+    if (rc != MPI_SUCCESS) MPI_Comm_free(&comm);
+    return rc;
+}
+
+int fastmp_mpi_world_dup(int *handle) {
+    MPI_Comm dup;
+    int rc = MPI_Comm_dup(MPI_COMM_WORLD, &dup);
+    if (rc != MPI_SUCCESS) return rc;
+    return adopt(dup, handle);
+}
+
+int fastmp_mpi_comm_create_group(int parent, const int *ranks, int n, int tag, int *handle) {
+    MPI_Comm parent_comm = fastmp_mpi_comm(parent);
+    if (parent_comm == MPI_COMM_NULL) return MPI_ERR_COMM;
+    MPI_Group parent_group, group;
+    int rc = MPI_Comm_group(parent_comm, &parent_group);
+    if (rc != MPI_SUCCESS) return rc;
+    rc = MPI_Group_incl(parent_group, n, ranks, &group);
+    MPI_Group_free(&parent_group);
+    if (rc != MPI_SUCCESS) return rc;
+    MPI_Comm comm;
+    rc = MPI_Comm_create_group(parent_comm, group, tag, &comm);
+    MPI_Group_free(&group);
+    if (rc != MPI_SUCCESS) return rc;
+    return adopt(comm, handle);
+}
+
+int fastmp_mpi_comm_free(int handle) {
+    MPI_Comm comm = fastmp_mpi_comm(handle);
+    if (comm == MPI_COMM_NULL) return MPI_ERR_COMM;
+    pthread_mutex_lock(&comms_lock);
+    comms[handle] = MPI_COMM_NULL;
+    pthread_mutex_unlock(&comms_lock);
+    return MPI_Comm_free(&comm);
+}
+
+int fastmp_mpi_comm_rank(int handle, int *rank) { return MPI_Comm_rank(fastmp_mpi_comm(handle), rank); }
+
+int fastmp_mpi_comm_size(int handle, int *size) { return MPI_Comm_size(fastmp_mpi_comm(handle), size); }
+
+int fastmp_mpi_error_string(int code, char *buf, int capacity, int *len) {
+    char text[MPI_MAX_ERROR_STRING];
+    int n = 0;
+    int rc = MPI_Error_string(code, text, &n);
+    if (rc != MPI_SUCCESS) return rc;
+    if (n > capacity) n = capacity;
+    memcpy(buf, text, (size_t)n);
+    *len = n;
+    return MPI_SUCCESS;
+}
+
+int fastmp_mpi_error_class(int code, int *error_class) { return MPI_Error_class(code, error_class); }
+
+int fastmp_mpi_err_truncate(void) { return MPI_ERR_TRUNCATE; }
+
+int fastmp_mpi_max_name(void) { return MPI_MAX_PROCESSOR_NAME; }
+
+/* Every rank's processor name, `name_capacity` bytes each (NUL-padded), in rank order. */
+int fastmp_mpi_gather_names(int handle, char *names, int name_capacity) {
+    char *mine = calloc((size_t)name_capacity, 1);
+    if (mine == NULL) return MPI_ERR_NO_MEM;
+    int len = 0;
+    int rc = name_capacity >= MPI_MAX_PROCESSOR_NAME ? MPI_Get_processor_name(mine, &len) : MPI_ERR_ARG;
+    if (rc == MPI_SUCCESS)
+        rc = MPI_Allgather(mine, name_capacity, MPI_CHAR, names, name_capacity, MPI_CHAR,
+                           fastmp_mpi_comm(handle));
+    free(mine);
+    return rc;
+}
+
+int fastmp_mpi_abort(int handle, int code) {
+    MPI_Comm comm = fastmp_mpi_comm(handle);
+    return MPI_Abort(comm == MPI_COMM_NULL ? MPI_COMM_WORLD : comm, code);
+}

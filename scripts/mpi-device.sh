@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Builds fastmp with the `mpi` feature and runs the mpi-device test binaries under mpirun at
+# np 2 and 4 (every process runs the same tests in the same order: --test-threads=1).
+#
+# Usage: scripts/mpi-device.sh [TEST_NAME_FILTER]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# The mpi-device suites (crates/fastmp/tests/<name>.rs, each `#![cfg(feature = "mpi")]`).
+SUITES=(mpi_p2p)
+
+command -v mpirun >/dev/null || { echo "mpi-device.sh: mpirun not found (install openmpi-bin libopenmpi-dev)" >&2; exit 1; }
+
+# Build every suite once and find its executable from cargo's JSON messages.
+args=()
+for suite in "${SUITES[@]}"; do args+=(--test "$suite"); done
+mapfile -t binaries < <(cargo test -p fastmp --features mpi "${args[@]}" --no-run --message-format=json \
+    | python3 -c '
+import json, sys
+for line in sys.stdin:
+    try: m = json.loads(line)
+    except ValueError: continue
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["kind"] == ["test"]:
+        print(m["executable"])
+')
+[ "${#binaries[@]}" -eq "${#SUITES[@]}" ] || { echo "mpi-device.sh: expected ${#SUITES[@]} test binaries, got ${#binaries[@]}" >&2; exit 1; }
+
+root=()
+[ "$(id -u)" = 0 ] && root=(--allow-run-as-root)
+for np in 2 4; do
+    for bin in "${binaries[@]}"; do
+        echo "== mpirun -np $np $(basename "$bin")"
+        timeout 300 mpirun "${root[@]}" --oversubscribe -np "$np" -x FASTMP_DEVICE=mpi -x RUST_BACKTRACE \
+            "$bin" --test-threads=1 -q "$@"
+    done
+done
