@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Builds fastmp with the `mpi` feature and runs the mpi-device test binaries under mpirun at
-# np 2 and 4 (every process runs the same tests in the same order: --test-threads=1).
+# np 2 and 4 (every process runs the same tests in the same order: --test-threads=1), then the
+# device's unit tests (a singleton MPI process) and the failure tests (which start mpirun
+# themselves).
 #
 # Usage: scripts/mpi-device.sh [TEST_NAME_FILTER]
 set -euo pipefail
@@ -34,3 +36,8 @@ for np in 2 4; do
             "$bin" --test-threads=1 -q "$@"
     done
 done
+
+echo "== unit tests of the mpi device (singleton MPI process)"
+cargo test -p fastmp --features mpi --lib device::mpi -q
+echo "== a failing rank under mpirun"
+cargo test -p fastmp --features mpi --test mpi_failure -q -- --test-threads=1

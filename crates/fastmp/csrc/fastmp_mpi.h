@@ -27,16 +27,16 @@ int fastmp_mpi_comm_free(int handle);
 int fastmp_mpi_comm_rank(int handle, int *rank);
 int fastmp_mpi_comm_size(int handle, int *size);
 int fastmp_mpi_error_string(int code, char *buf, int capacity, int *len);
-int fastmp_mpi_error_class(int code, int *error_class);
-int fastmp_mpi_err_truncate(void);
 int fastmp_mpi_gather_names(int handle, char *names, int name_capacity);
 int fastmp_mpi_abort(int handle, int code);
 int fastmp_mpi_max_name(void);
 
-/* ---- mpi_p2p.c ---- */
+/* ---- mpi_p2p.c ----
+ * Receives go through matched probes (fastmp_mpi_improbe + fastmp_mpi_imrecv) so that a message
+ * is only ever received into a buffer it fits: Open MPI 4.1's single-copy path writes a
+ * truncated message past the end of a smaller posted MPI_Irecv buffer. */
 int fastmp_mpi_isend(const void *buf, size_t len, int dest, int tag, int comm, int synchronous,
                      fastmp_slot *request, int *done);
-int fastmp_mpi_irecv(void *buf, size_t capacity, int source, int tag, int comm, fastmp_slot *request);
 int fastmp_mpi_test(fastmp_slot *request, int *done, int *source, int *tag, long long *bytes,
                     int *cancelled);
 int fastmp_mpi_cancel(fastmp_slot *request);

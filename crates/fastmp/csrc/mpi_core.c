@@ -53,6 +53,7 @@ int fastmp_mpi_init(int *provided) {
     if (rc != MPI_SUCCESS) return rc;
     /* Errors of the world itself (and of anything before a dup) return too. */
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    MPI_Comm_set_errhandler(MPI_COMM_SELF, MPI_ERRORS_RETURN);
     atexit(finalize_at_exit);
     return MPI_SUCCESS;
 }
@@ -97,9 +98,15 @@ int fastmp_mpi_comm_free(int handle) {
     return MPI_Comm_free(&comm);
 }
 
-int fastmp_mpi_comm_rank(int handle, int *rank) { return MPI_Comm_rank(fastmp_mpi_comm(handle), rank); }
+int fastmp_mpi_comm_rank(int handle, int *rank) {
+    MPI_Comm comm = fastmp_mpi_comm(handle);
+    return comm == MPI_COMM_NULL ? MPI_ERR_COMM : MPI_Comm_rank(comm, rank);
+}
 
-int fastmp_mpi_comm_size(int handle, int *size) { return MPI_Comm_size(fastmp_mpi_comm(handle), size); }
+int fastmp_mpi_comm_size(int handle, int *size) {
+    MPI_Comm comm = fastmp_mpi_comm(handle);
+    return comm == MPI_COMM_NULL ? MPI_ERR_COMM : MPI_Comm_size(comm, size);
+}
 
 int fastmp_mpi_error_string(int code, char *buf, int capacity, int *len) {
     char text[MPI_MAX_ERROR_STRING];
@@ -112,21 +119,18 @@ int fastmp_mpi_error_string(int code, char *buf, int capacity, int *len) {
     return MPI_SUCCESS;
 }
 
-int fastmp_mpi_error_class(int code, int *error_class) { return MPI_Error_class(code, error_class); }
-
-int fastmp_mpi_err_truncate(void) { return MPI_ERR_TRUNCATE; }
-
 int fastmp_mpi_max_name(void) { return MPI_MAX_PROCESSOR_NAME; }
 
 /* Every rank's processor name, `name_capacity` bytes each (NUL-padded), in rank order. */
 int fastmp_mpi_gather_names(int handle, char *names, int name_capacity) {
+    MPI_Comm comm = fastmp_mpi_comm(handle);
+    if (comm == MPI_COMM_NULL) return MPI_ERR_COMM;
     char *mine = calloc((size_t)name_capacity, 1);
     if (mine == NULL) return MPI_ERR_NO_MEM;
     int len = 0;
     int rc = name_capacity >= MPI_MAX_PROCESSOR_NAME ? MPI_Get_processor_name(mine, &len) : MPI_ERR_ARG;
     if (rc == MPI_SUCCESS)
-        rc = MPI_Allgather(mine, name_capacity, MPI_CHAR, names, name_capacity, MPI_CHAR,
-                           fastmp_mpi_comm(handle));
+        rc = MPI_Allgather(mine, name_capacity, MPI_CHAR, names, name_capacity, MPI_CHAR, comm);
     free(mine);
     return rc;
 }

@@ -20,6 +20,12 @@ static void store_request(fastmp_slot *slot, MPI_Request r) {
     memcpy(slot, &r, sizeof r);
 }
 
+/* Resolves a handle; MPI_COMM_NULL would make MPI raise the error on a communicator whose
+ * handler is fatal, so an unknown handle is refused here. */
+#define RESOLVE(var, handle)                          \
+    MPI_Comm var = fastmp_mpi_comm(handle);           \
+    if (var == MPI_COMM_NULL) return MPI_ERR_COMM
+
 static int count_of(size_t len, int *count) {
     if (len > INT_MAX) return MPI_ERR_COUNT;
     *count = (int)len;
@@ -31,25 +37,14 @@ int fastmp_mpi_isend(const void *buf, size_t len, int dest, int tag, int comm, i
     int count;
     int rc = count_of(len, &count);
     if (rc != MPI_SUCCESS) return rc;
+    RESOLVE(c, comm);
     MPI_Request r;
-    MPI_Comm c = fastmp_mpi_comm(comm);
     rc = synchronous ? MPI_Issend(buf, count, MPI_BYTE, dest, tag, c, &r)
                      : MPI_Isend(buf, count, MPI_BYTE, dest, tag, c, &r);
     if (rc != MPI_SUCCESS) return rc;
     /* Small sends usually complete at once: then Rust tracks no request at all. */
     rc = MPI_Test(&r, done, MPI_STATUS_IGNORE);
     store_request(request, r);
-    return rc;
-}
-
-int fastmp_mpi_irecv(void *buf, size_t capacity, int source, int tag, int comm, fastmp_slot *request) {
-    int count;
-    int rc = count_of(capacity, &count);
-    if (rc != MPI_SUCCESS) return rc;
-    MPI_Request r;
-    rc = MPI_Irecv(buf, count, MPI_BYTE, source < 0 ? MPI_ANY_SOURCE : source, tag < 0 ? MPI_ANY_TAG : tag,
-                   fastmp_mpi_comm(comm), &r);
-    if (rc == MPI_SUCCESS) store_request(request, r);
     return rc;
 }
 
@@ -88,19 +83,19 @@ int fastmp_mpi_request_free(fastmp_slot *request) {
 
 int fastmp_mpi_iprobe(int source, int tag, int comm, int *found, int *out_source, int *out_tag,
                       long long *bytes) {
+    RESOLVE(c, comm);
     MPI_Status st;
-    int rc = MPI_Iprobe(source < 0 ? MPI_ANY_SOURCE : source, tag < 0 ? MPI_ANY_TAG : tag, fastmp_mpi_comm(comm),
-                        found, &st);
+    int rc = MPI_Iprobe(source < 0 ? MPI_ANY_SOURCE : source, tag < 0 ? MPI_ANY_TAG : tag, c, found, &st);
     if (rc == MPI_SUCCESS && *found) describe(&st, out_source, out_tag, bytes);
     return rc;
 }
 
 int fastmp_mpi_improbe(int source, int tag, int comm, int *found, fastmp_slot *message,
                        int *out_source, int *out_tag, long long *bytes) {
+    RESOLVE(c, comm);
     MPI_Status st;
     MPI_Message m;
-    int rc = MPI_Improbe(source < 0 ? MPI_ANY_SOURCE : source, tag < 0 ? MPI_ANY_TAG : tag,
-                         fastmp_mpi_comm(comm), found, &m, &st);
+    int rc = MPI_Improbe(source < 0 ? MPI_ANY_SOURCE : source, tag < 0 ? MPI_ANY_TAG : tag, c, found, &m, &st);
     if (rc == MPI_SUCCESS && *found) {
         describe(&st, out_source, out_tag, bytes);
         *message = 0;

@@ -26,7 +26,8 @@ struct Cli {
     #[arg(short = 'n', long = "np", value_name = "N", value_parser = parse_rank_count)]
     np: usize,
 
-    /// `tcp`: one process per rank; `shm`: one process, ranks are threads.
+    /// `tcp`: one process per rank; `shm`: one process, ranks are threads; `mpi`: runs the
+    /// system `mpirun` (`$MPIRUN`, else `mpirun` on PATH) with `-x FASTMP_DEVICE=mpi` instead.
     #[arg(long, value_enum, default_value_t = Device::Tcp)]
     device: Device,
 
@@ -73,6 +74,7 @@ struct Cli {
 pub enum Device {
     Tcp,
     Shm,
+    Mpi,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -141,6 +143,9 @@ pub fn parse(argv: Vec<OsString>, agent_env: Option<OsString>) -> Result<Options
         if cli.rendezvous.is_some() {
             return Err(CliError::Invalid("--rendezvous only applies to --device tcp".into()));
         }
+    }
+    if cli.device == Device::Mpi && cli.rendezvous.is_some() {
+        return Err(CliError::Invalid("--rendezvous only applies to --device tcp (MPI starts the mpi device)".into()));
     }
     if let Some(address) = &cli.rendezvous {
         check_host_port(address).map_err(CliError::Invalid)?;

@@ -48,6 +48,7 @@
 
 mod cli;
 mod hosts;
+mod mpi;
 mod os;
 mod output;
 mod rendezvous;
@@ -86,6 +87,10 @@ fn run() -> u8 {
         }
         Err(cli::CliError::Invalid(message)) => return fail(&message, USAGE_EXIT),
     };
+    if options.device == Device::Mpi {
+        // Before signals are blocked: mpirun inherits the signal mask.
+        return fail(&mpi::exec_mpirun(&options), spawn_failure_exit(&std::io::Error::last_os_error()));
+    }
     // Before any other thread exists, so every thread inherits the blocked signals.
     let wakeups = match os::watch_signals() {
         Ok(wakeups) => wakeups,

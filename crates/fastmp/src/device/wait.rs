@@ -27,7 +27,12 @@ impl WaitPolicy {
     /// Ranks ≤ cores: spin ~tens of µs (cheaper than a ~20 µs futex round trip); oversubscribed:
     /// spin a little, then give the core away.
     pub fn for_ranks(np: usize) -> Self {
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        Self::for_ranks_on(np, std::thread::available_parallelism().map_or(1, |n| n.get()))
+    }
+
+    /// As [`WaitPolicy::for_ranks`] for `np` ranks sharing `cores` (process ranks bound to one
+    /// core each see one core of their own, but share the node's).
+    pub fn for_ranks_on(np: usize, cores: usize) -> Self {
         if np <= cores { WaitPolicy { spins: 20_000, yields: 200 } } else { WaitPolicy { spins: 64, yields: 64 } }
     }
 }

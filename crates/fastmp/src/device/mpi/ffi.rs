@@ -21,8 +21,6 @@ unsafe extern "C" {
     pub(crate) fn fastmp_mpi_comm_rank(handle: c_int, rank: *mut c_int) -> c_int;
     pub(crate) fn fastmp_mpi_comm_size(handle: c_int, size: *mut c_int) -> c_int;
     pub(crate) fn fastmp_mpi_error_string(code: c_int, buf: *mut c_char, capacity: c_int, len: *mut c_int) -> c_int;
-    pub(crate) fn fastmp_mpi_error_class(code: c_int, class: *mut c_int) -> c_int;
-    pub(crate) fn fastmp_mpi_err_truncate() -> c_int;
     pub(crate) fn fastmp_mpi_max_name() -> c_int;
     pub(crate) fn fastmp_mpi_gather_names(handle: c_int, names: *mut c_char, name_capacity: c_int) -> c_int;
     pub(crate) fn fastmp_mpi_abort(handle: c_int, code: c_int) -> c_int;
@@ -36,14 +34,6 @@ unsafe extern "C" {
         synchronous: c_int,
         request: *mut Slot,
         done: *mut c_int,
-    ) -> c_int;
-    pub(crate) fn fastmp_mpi_irecv(
-        buf: *mut c_void,
-        capacity: usize,
-        source: c_int,
-        tag: c_int,
-        comm: c_int,
-        request: *mut Slot,
     ) -> c_int;
     pub(crate) fn fastmp_mpi_test(
         request: *mut Slot,

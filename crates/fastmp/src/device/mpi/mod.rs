@@ -17,7 +17,7 @@ mod ffi;
 pub(crate) mod one_sided;
 
 use std::collections::HashMap;
-use std::ffi::{c_int, c_longlong};
+use std::ffi::c_int;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
@@ -45,15 +45,6 @@ fn error_string(code: c_int) -> String {
         return "(no description)".into();
     }
     String::from_utf8_lossy(&buf[..(len.max(0) as usize).min(buf.len())]).trim_end_matches('\0').to_string()
-}
-
-/// Whether `code` is of class MPI_ERR_TRUNCATE.
-fn is_truncation(code: c_int) -> bool {
-    let mut class: c_int = 0;
-    // SAFETY: the shim writes one int.
-    let ok = unsafe { ffi::fastmp_mpi_error_class(code, &mut class) } == 0;
-    // SAFETY: a constant of the MPI library.
-    ok && class == unsafe { ffi::fastmp_mpi_err_truncate() }
 }
 
 /// The thread support MPI granted this process (initialised once, on first use).
@@ -100,25 +91,130 @@ impl Route {
 
 /// What a pending request is, for turning its MPI status into fastmp's.
 enum Pending {
-    Send {
-        tag: i32,
-        bytes: usize,
-    },
-    Recv {
-        route: Arc<Route>,
-        capacity: usize,
-        tag: i32,
-    },
-    /// A message taken by `improbe`, not yet received.
-    Message {
-        route: Arc<Route>,
-        status: RawStatus,
-    },
+    /// An MPI send request (in the entry's slot).
+    Send { tag: i32, bytes: usize },
+    /// A receive: matched by a matched probe in post order ([`Requests::match_receives`]), then an
+    /// MPI receive (in the slot) of a message known to fit.
+    Recv(Receive),
+    /// Finished while matching (truncated, or cancelled before it matched).
+    Done(Result<RawStatus>),
+    /// A message taken by `improbe`, not yet received (its MPI message in the slot).
+    Message { route: Arc<Route>, status: RawStatus },
+}
+
+struct Receive {
+    route: Arc<Route>,
+    /// The caller's buffer (an address: the device's buffer contract keeps it valid).
+    buf: usize,
+    capacity: usize,
+    source: c_int,
+    tag: c_int,
+    /// The message it matched, once it has.
+    matched: Option<RawStatus>,
 }
 
 struct Entry {
     slot: Slot,
     pending: Pending,
+}
+
+/// The rank's requests, and its receives not yet matched in the order they were posted.
+///
+/// Receives are matched with `MPI_Improbe` and received with `MPI_Imrecv` only once the message is
+/// known to fit: Open MPI 4.1 writes a truncated large message past the end of a posted
+/// receive's buffer (single-copy path), so a posted `MPI_Irecv` smaller than its message is
+/// never risked. Matching the unmatched receives in post order keeps MPI's matching order.
+#[derive(Default)]
+struct Requests {
+    slab: Slab<Entry>,
+    unmatched: Vec<ReqId>,
+}
+
+impl Requests {
+    /// Matches every unmatched receive for which a message has arrived, oldest receive first.
+    fn match_receives(&mut self) {
+        let mut i = 0;
+        while i < self.unmatched.len() {
+            let id = self.unmatched[i];
+            let Some(Entry { slot, pending: Pending::Recv(recv) }) = self.slab.get_mut(id).ok() else {
+                self.unmatched.remove(i);
+                continue;
+            };
+            let Some((mut message, status)) = improbe(&recv.route, recv.source, recv.tag).ok().flatten() else {
+                i += 1;
+                continue;
+            };
+            self.unmatched.remove(i);
+            let entry_pending = if status.bytes > recv.capacity {
+                // SAFETY: `buf` is the receive's buffer of `capacity` bytes (buffer contract).
+                Pending::Done(unsafe { receive_truncated(&mut message, status, recv.buf as *mut u8, recv.capacity) })
+            } else {
+                // SAFETY: as above; the message fits.
+                let rc =
+                    unsafe { ffi::fastmp_mpi_imrecv((recv.buf as *mut u8).cast(), recv.capacity, &mut message, slot) };
+                match check(rc, "MPI_Imrecv") {
+                    Ok(()) => {
+                        recv.matched = Some(status);
+                        continue;
+                    }
+                    Err(e) => Pending::Done(Err(e)),
+                }
+            };
+            if let Ok(entry) = self.slab.get_mut(id) {
+                entry.pending = entry_pending;
+            }
+        }
+    }
+}
+
+/// Receives a message longer than `capacity` through a temporary buffer (an error path), delivers
+/// its first `capacity` bytes as MPI would, and returns the truncation error.
+///
+/// # Safety
+/// `buf..buf + capacity` is writable; `message` is a live matched message of `status.bytes`.
+unsafe fn receive_truncated(message: &mut Slot, status: RawStatus, buf: *mut u8, capacity: usize) -> Result<RawStatus> {
+    let mut whole = vec![0u8; status.bytes];
+    let mut request: Slot = 0;
+    // SAFETY: `whole` holds the whole message and outlives the wait below.
+    let rc = unsafe { ffi::fastmp_mpi_imrecv(whole.as_mut_ptr().cast(), whole.len(), message, &mut request) };
+    check(rc, "MPI_Imrecv")?;
+    let (rc, _) = wait_slot(WaitPolicy { spins: 64, yields: 64 }, &mut request);
+    check(rc, "MPI_Test (receive)")?;
+    // SAFETY: the caller's buffer holds `capacity` bytes, fewer than `whole`'s.
+    unsafe { std::ptr::copy_nonoverlapping(whole.as_ptr(), buf, capacity) };
+    super::receive_result(status.source, status.tag, status.bytes, capacity)
+}
+
+/// One `MPI_Improbe` on `route`'s communicator (sources and tags below 0 are wildcards).
+fn improbe(route: &Route, source: c_int, tag: c_int) -> Result<Option<(Slot, RawStatus)>> {
+    let (mut found, mut slot, mut src, mut got_tag, mut bytes) = (0, 0, 0, 0, 0);
+    // SAFETY: the shim writes the outputs.
+    let rc = unsafe {
+        ffi::fastmp_mpi_improbe(source, tag, route.handle, &mut found, &mut slot, &mut src, &mut got_tag, &mut bytes)
+    };
+    check(rc, "MPI_Improbe")?;
+    Ok((found != 0).then(|| {
+        (slot, RawStatus { source: route.world_of(src), tag: got_tag, bytes: bytes.max(0) as usize, cancelled: false })
+    }))
+}
+
+/// Tests an MPI request slot once: `Some((rc, cancelled))` when it completed (or failed).
+fn test_slot(slot: &mut Slot) -> Option<(c_int, bool)> {
+    let (mut done, mut source, mut tag, mut bytes, mut cancelled) = (0, 0, 0, 0, 0);
+    // SAFETY: `slot` holds a live MPI request of this process; the shim writes the outputs.
+    let rc = unsafe { ffi::fastmp_mpi_test(slot, &mut done, &mut source, &mut tag, &mut bytes, &mut cancelled) };
+    (done != 0 || rc != 0).then_some((rc, cancelled != 0))
+}
+
+/// Blocks (spin → yield → short sleeps, testing the request) until `slot` completes.
+fn wait_slot(policy: WaitPolicy, slot: &mut Slot) -> (c_int, bool) {
+    let mut backoff = Backoff::new(policy);
+    loop {
+        if let Some(done) = test_slot(slot) {
+            return done;
+        }
+        pause(backoff.next());
+    }
 }
 
 /// One job's state on this process, shared by the rank's thread handles.
@@ -130,7 +226,7 @@ struct Job {
     world_coll: Arc<Route>,
     /// Routes of every other context, created by `collectives`.
     routes: RwLock<HashMap<ContextId, Arc<Route>>>,
-    requests: Mutex<Slab<Entry>>,
+    requests: Mutex<Requests>,
     finalized: AtomicBool,
     placement: Placement,
     policy: WaitPolicy,
@@ -175,10 +271,10 @@ impl MpiEndpoint {
             world_p2p: Arc::new(Route { handle: p2p, members: None }),
             world_coll: Arc::new(Route { handle: coll, members: None }),
             routes: RwLock::default(),
-            requests: Mutex::new(Slab::with_capacity(64)),
+            requests: Mutex::new(Requests { slab: Slab::with_capacity(64), unmatched: Vec::with_capacity(64) }),
             finalized: AtomicBool::new(false),
             placement,
-            policy: WaitPolicy::for_ranks(on_node),
+            policy: WaitPolicy::for_ranks_on(on_node, online_cpus()),
             thread_multiple,
         };
         Ok(MpiEndpoint { job: Arc::new(job), rma: one_sided::MpiRma::new() })
@@ -255,65 +351,90 @@ impl MpiEndpoint {
         Ok(())
     }
 
-    /// Turns a completed request's MPI outcome into fastmp's status or error.
-    fn finish(&self, pending: &Pending, rc: c_int, out: (c_int, c_int, c_longlong, c_int)) -> Result<RawStatus> {
-        let (source, tag, bytes, cancelled) = out;
+    /// Turns a completed MPI request's outcome into fastmp's status or error.
+    fn finish(&self, pending: Pending, rc: c_int, cancelled: bool) -> Result<RawStatus> {
         match pending {
-            Pending::Send { tag, bytes, .. } => {
+            Pending::Send { tag, bytes } => {
                 check(rc, "MPI_Test (send)")?;
-                Ok(RawStatus { source: self.job.rank, tag: *tag, bytes: *bytes, cancelled: cancelled != 0 })
+                Ok(RawStatus { source: self.job.rank, tag, bytes, cancelled })
             }
-            Pending::Recv { route, capacity, tag: wanted } => {
-                let source = route.world_of(source);
-                if rc != 0 && is_truncation(rc) {
-                    // MPI reports at most the capacity; the message was longer.
-                    let tag = if *wanted >= 0 { *wanted } else { tag };
-                    return Err(Error::Truncated {
-                        message_bytes: (bytes.max(0) as usize).max(capacity + 1),
-                        capacity: *capacity,
-                        source_rank: source,
-                        tag,
-                    });
-                }
+            Pending::Recv(Receive { matched: Some(status), .. }) => {
                 check(rc, "MPI_Test (receive)")?;
-                Ok(RawStatus { source, tag, bytes: bytes.max(0) as usize, cancelled: cancelled != 0 })
+                Ok(status)
             }
-            Pending::Message { .. } => Err(Error::InvalidArgument("a matched message is not a request".into())),
+            Pending::Done(result) => result,
+            Pending::Recv(_) | Pending::Message { .. } => {
+                Err(Error::InvalidArgument("mpi device: request completed in an unexpected state".into()))
+            }
         }
     }
 
-    /// Tests an MPI request slot once: `Some((rc, status))` when it completed.
-    fn test_slot(slot: &mut Slot) -> Option<(c_int, (c_int, c_int, c_longlong, c_int))> {
-        let (mut done, mut source, mut tag, mut bytes, mut cancelled) = (0, 0, 0, 0, 0);
-        // SAFETY: `slot` holds a live MPI request of this process; the shim writes the outputs.
-        let rc = unsafe { ffi::fastmp_mpi_test(slot, &mut done, &mut source, &mut tag, &mut bytes, &mut cancelled) };
-        (done != 0 || rc != 0).then_some((rc, (source, tag, bytes, cancelled)))
+    fn wait_slot(&self, slot: &mut Slot) -> (c_int, bool) {
+        wait_slot(self.job.policy, slot)
     }
 
-    /// Blocks (spin → yield → short sleeps, testing the request) until `slot` completes.
-    fn wait_slot(&self, slot: &mut Slot) -> (c_int, (c_int, c_int, c_longlong, c_int)) {
-        let mut backoff = Backoff::new(self.job.policy);
-        loop {
-            if let Some(done) = Self::test_slot(slot) {
-                return done;
-            }
-            pause(&mut backoff);
-        }
+    fn requests(&self) -> std::sync::MutexGuard<'_, Requests> {
+        lock_ignoring_poison(&self.job.requests)
     }
 
     fn track(&self, slot: Slot, pending: Pending) -> ReqId {
-        lock_ignoring_poison(&self.job.requests).insert(Entry { slot, pending })
+        self.requests().slab.insert(Entry { slot, pending })
+    }
+
+    /// Starts a receive (matched later, in post order).
+    fn post_receive(&self, buf: *mut u8, capacity: usize, spec: MatchSpec) -> Result<ReqId> {
+        self.check_live()?;
+        let route = self.route(spec.context)?;
+        let source = self.source_of(&route, spec.source)?;
+        let recv = Receive { route, buf: buf as usize, capacity, source, tag: mpi_tag(spec.tag), matched: None };
+        let mut requests = self.requests();
+        let id = requests.slab.insert(Entry { slot: 0, pending: Pending::Recv(recv) });
+        requests.unmatched.push(id);
+        requests.match_receives();
+        Ok(id)
+    }
+
+    /// Receives a message taken off matching into `buf` (truncating through a temporary buffer).
+    ///
+    /// # Safety
+    /// As for [`Device::irecv`].
+    unsafe fn receive_message(
+        &self,
+        mut message: Slot,
+        route: Arc<Route>,
+        status: RawStatus,
+        buf: *mut u8,
+        capacity: usize,
+    ) -> Result<Started> {
+        if status.bytes > capacity {
+            // SAFETY: forwarded caller contract.
+            return Ok(Started::Complete(unsafe { receive_truncated(&mut message, status, buf, capacity) }));
+        }
+        let mut request: Slot = 0;
+        // SAFETY: forwarded buffer contract; the message is live and used up here.
+        let rc = unsafe { ffi::fastmp_mpi_imrecv(buf.cast(), capacity, &mut message, &mut request) };
+        check(rc, "MPI_Imrecv")?;
+        let recv = Receive { route, buf: buf as usize, capacity, source: -1, tag: -1, matched: Some(status) };
+        Ok(Started::Pending(self.track(request, Pending::Recv(recv))))
     }
 }
 
 /// One step of the waiting policy. MPI progresses only inside MPI calls and nobody wakes a parked
 /// rank, so "park" is a short sleep between tests.
-fn pause(backoff: &mut Backoff) {
-    match backoff.next() {
+fn pause(step: Pause) {
+    match step {
         Pause::Spin => std::hint::spin_loop(),
         Pause::Yield => std::thread::yield_now(),
         Pause::Park => std::thread::sleep(std::time::Duration::from_micros(50)),
     }
+}
+
+/// The node's online CPUs: each rank is a process that MPI may bind to a single core, so its own
+/// affinity mask says nothing about how many ranks can spin at once.
+fn online_cpus() -> usize {
+    // SAFETY: sysconf reads a system constant.
+    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+    usize::try_from(n).unwrap_or(1).max(1)
 }
 
 fn world_dup() -> Result<c_int> {
@@ -334,6 +455,10 @@ fn placement(world: c_int, size: usize) -> Result<Placement> {
     let nodes: Vec<&[u8]> = names.chunks(width).collect();
     let processes: Vec<usize> = (0..size).collect();
     Ok(Placement::from_keys(&processes, &nodes))
+}
+
+fn stale(what: &str) -> Error {
+    Error::InvalidArgument(format!("{what} handle is stale (already completed or released)"))
 }
 
 fn mpi_tag(tag: i32) -> c_int {
@@ -375,29 +500,37 @@ impl Device for MpiEndpoint {
     }
 
     unsafe fn irecv(&self, buf: *mut u8, capacity: usize, spec: MatchSpec) -> Result<Started> {
-        self.check_live()?;
-        let route = self.route(spec.context)?;
-        let source = self.source_of(&route, spec.source)?;
-        let mut slot: Slot = 0;
-        // SAFETY: the caller keeps `buf..buf+capacity` writable and otherwise untouched until the
-        // request completes or is released; the shim writes the slot.
-        let rc =
-            unsafe { ffi::fastmp_mpi_irecv(buf.cast(), capacity, source, mpi_tag(spec.tag), route.handle, &mut slot) };
-        check(rc, "MPI_Irecv")?;
-        Ok(Started::Pending(self.track(slot, Pending::Recv { route, capacity, tag: spec.tag })))
+        let id = self.post_receive(buf, capacity, spec)?;
+        Ok(Started::Pending(id))
     }
 
+    /// With no earlier receive waiting to be matched, a matched probe loop and a receive of the
+    /// message (no request tracked); otherwise in line behind them.
     unsafe fn recv(&self, buf: *mut u8, capacity: usize, spec: MatchSpec) -> Result<RawStatus> {
         self.check_live()?;
+        if !self.requests().unmatched.is_empty() {
+            // SAFETY: forwarded caller contract; `complete` returns once the device is done.
+            let started = Started::Pending(self.post_receive(buf, capacity, spec)?);
+            return self.complete(started);
+        }
         let route = self.route(spec.context)?;
         let source = self.source_of(&route, spec.source)?;
-        let mut slot: Slot = 0;
-        // SAFETY: as for `irecv`; this call waits for completion before returning.
-        let rc =
-            unsafe { ffi::fastmp_mpi_irecv(buf.cast(), capacity, source, mpi_tag(spec.tag), route.handle, &mut slot) };
-        check(rc, "MPI_Irecv")?;
-        let (rc, out) = self.wait_slot(&mut slot);
-        self.finish(&Pending::Recv { route, capacity, tag: spec.tag }, rc, out)
+        let mut found = None;
+        self.wait_until(&mut || {
+            found = improbe(&route, source, mpi_tag(spec.tag))?;
+            Ok(found.is_some())
+        })?;
+        let (mut message, status) = found.expect("wait_until returns once found");
+        if status.bytes > capacity {
+            // SAFETY: forwarded caller contract.
+            return unsafe { receive_truncated(&mut message, status, buf, capacity) };
+        }
+        let mut request: Slot = 0;
+        // SAFETY: forwarded caller contract; the message fits, and is received before returning.
+        let rc = unsafe { ffi::fastmp_mpi_imrecv(buf.cast(), capacity, &mut message, &mut request) };
+        check(rc, "MPI_Imrecv")?;
+        let (rc, _) = self.wait_slot(&mut request);
+        check(rc, "MPI_Test (receive)").map(|()| status)
     }
 
     fn iprobe(&self, spec: MatchSpec) -> Result<Option<RawStatus>> {
@@ -420,49 +553,76 @@ impl Device for MpiEndpoint {
 
     fn test(&self, req: ReqId) -> Result<Option<RawStatus>> {
         self.check_live()?;
-        let mut slot = match lock_ignoring_poison(&self.job.requests).get(req) {
-            Some(Entry { slot, pending: Pending::Send { .. } | Pending::Recv { .. } }) => *slot,
-            _ => return Err(Error::InvalidArgument("request handle is stale (already completed or released)".into())),
+        let mut slot = {
+            let mut requests = self.requests();
+            requests.match_receives();
+            match requests.slab.get(req) {
+                Some(Entry { pending: Pending::Done(_), .. }) => {
+                    let entry = requests.slab.remove(req).expect("live");
+                    return self.finish(entry.pending, 0, false).map(Some);
+                }
+                Some(Entry {
+                    slot,
+                    pending: Pending::Send { .. } | Pending::Recv(Receive { matched: Some(_), .. }),
+                }) => *slot,
+                Some(Entry { pending: Pending::Recv(_), .. }) => return Ok(None),
+                _ => return Err(stale("request")),
+            }
         };
         // Outside the lock: a completing receive may copy its data here.
-        let Some((rc, out)) = Self::test_slot(&mut slot) else { return Ok(None) };
-        let entry = lock_ignoring_poison(&self.job.requests).remove(req).expect("tested request is live");
-        self.finish(&entry.pending, rc, out).map(Some)
+        let Some((rc, cancelled)) = test_slot(&mut slot) else { return Ok(None) };
+        let entry = self.requests().slab.remove(req).ok_or_else(|| stale("request"))?;
+        self.finish(entry.pending, rc, cancelled).map(Some)
     }
 
+    /// An unmatched receive is cancelled at once (it was never given to MPI); a matched one has
+    /// lost the race. Sends ask MPI (`MPI_Cancel`).
     fn cancel(&self, req: ReqId) -> Result<()> {
         self.check_live()?;
-        let mut slot = match lock_ignoring_poison(&self.job.requests).get(req) {
-            Some(Entry { slot, pending: Pending::Send { .. } | Pending::Recv { .. } }) => *slot,
-            _ => return Err(Error::InvalidArgument("request handle is stale (already completed or released)".into())),
-        };
-        // SAFETY: `slot` holds a live request of this process.
-        check(unsafe { ffi::fastmp_mpi_cancel(&mut slot) }, "MPI_Cancel")
-    }
-
-    /// A pending receive is cancelled and then completed; a pending send is waited for until MPI
-    /// has finished with its buffer (MPI owns it from `MPI_Isend` on, so it cannot be copied out
-    /// afterwards). Sends MPI takes eagerly complete inside `isend`, so this only waits on large or
-    /// synchronous sends whose receive is not posted yet.
-    fn release(&self, req: ReqId) {
-        let Some(mut entry) = lock_ignoring_poison(&self.job.requests).remove(req) else { return };
-        match entry.pending {
-            Pending::Recv { .. } => {
-                // SAFETY: the slot holds a live receive request.
-                unsafe { ffi::fastmp_mpi_cancel(&mut entry.slot) };
-                self.wait_slot(&mut entry.slot);
+        let mut requests = self.requests();
+        requests.match_receives();
+        let entry = requests.slab.get_mut(req).map_err(|_| stale("request"))?;
+        match &entry.pending {
+            Pending::Recv(Receive { matched: None, .. }) => {
+                // As the other devices report a cancelled receive.
+                let status = RawStatus { source: self.job.rank, tag: 0, bytes: 0, cancelled: true };
+                entry.pending = Pending::Done(Ok(status));
+                requests.unmatched.retain(|&id| id != req);
+                Ok(())
             }
             Pending::Send { .. } => {
+                let mut slot = entry.slot;
+                drop(requests);
+                // SAFETY: `slot` holds a live send request of this process.
+                check(unsafe { ffi::fastmp_mpi_cancel(&mut slot) }, "MPI_Cancel")
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// An unmatched receive is simply dropped (MPI never saw it); a matched receive and a pending
+    /// send are waited for until MPI has finished with the buffer (MPI owns it from the start
+    /// of the transfer, so it cannot be copied out afterwards). Sends MPI takes eagerly complete
+    /// inside `isend`, so this only waits on large or synchronous sends whose receive is not
+    /// posted yet.
+    fn release(&self, req: ReqId) {
+        let entry = {
+            let mut requests = self.requests();
+            requests.unmatched.retain(|&id| id != req);
+            requests.slab.remove(req)
+        };
+        let Some(mut entry) = entry else { return };
+        match entry.pending {
+            Pending::Recv(Receive { matched: None, .. }) | Pending::Done(_) => {}
+            Pending::Recv(_) | Pending::Send { .. } => {
                 self.wait_slot(&mut entry.slot);
             }
-            Pending::Message { .. } => {
-                // A matched message must be received to leave MPI: receive its bytes nowhere.
-                let sink = std::ptr::NonNull::<u8>::dangling().as_ptr();
-                let mut request: Slot = 0;
-                // SAFETY: a zero-byte receive never touches `sink`; the message is live.
-                if unsafe { ffi::fastmp_mpi_imrecv(sink.cast(), 0, &mut entry.slot, &mut request) } == 0 {
-                    self.wait_slot(&mut request);
-                }
+            Pending::Message { status, .. } => {
+                // A matched message must be received to leave MPI: into a scratch buffer, as a
+                // too-small buffer is not safe with every MPI (see `Requests`).
+                let mut sink = [0u8; 0];
+                // SAFETY: zero bytes are written to `sink`; the message is live.
+                let _ = unsafe { receive_truncated(&mut entry.slot, status, sink.as_mut_ptr(), 0) };
             }
         }
     }
@@ -474,15 +634,24 @@ impl Device for MpiEndpoint {
                 return Ok(());
             }
             self.check_live()?;
-            if !matches!(backoff.next(), Pause::Spin) {
+            let step = backoff.next();
+            if !matches!(step, Pause::Spin) {
+                // `poll` may test nothing of MPI's (a collective waiting on its own state).
                 self.progress();
-                pause(&mut Backoff::new(WaitPolicy { spins: 0, yields: 1 }));
             }
+            pause(step);
         }
     }
 
-    /// One `MPI_Iprobe` on the world: MPI progresses inside its calls.
+    /// Matches waiting receives (each `MPI_Improbe` also progresses MPI), or one `MPI_Iprobe` on
+    /// the world when none waits.
     fn progress(&self) {
+        let mut requests = self.requests();
+        if !requests.unmatched.is_empty() {
+            requests.match_receives();
+            return;
+        }
+        drop(requests);
         let (mut found, mut src, mut tag, mut bytes) = (0, 0, 0, 0);
         // SAFETY: the shim writes the four outputs.
         unsafe {
@@ -544,25 +713,7 @@ impl Device for MpiEndpoint {
         self.check_live()?;
         let route = self.route(spec.context)?;
         let source = self.source_of(&route, spec.source)?;
-        let (mut found, mut slot, mut src, mut tag, mut bytes) = (0, 0, 0, 0, 0);
-        // SAFETY: the shim writes the outputs.
-        let rc = unsafe {
-            ffi::fastmp_mpi_improbe(
-                source,
-                mpi_tag(spec.tag),
-                route.handle,
-                &mut found,
-                &mut slot,
-                &mut src,
-                &mut tag,
-                &mut bytes,
-            )
-        };
-        check(rc, "MPI_Improbe")?;
-        if found == 0 {
-            return Ok(None);
-        }
-        let status = RawStatus { source: route.world_of(src), tag, bytes: bytes as usize, cancelled: false };
+        let Some((slot, status)) = improbe(&route, source, mpi_tag(spec.tag))? else { return Ok(None) };
         let id = self.track(slot, Pending::Message { route, status });
         Ok(Some((MessageId(id), status)))
     }
@@ -570,29 +721,52 @@ impl Device for MpiEndpoint {
     unsafe fn mrecv(&self, msg: MessageId, buf: *mut u8, capacity: usize) -> Result<Started> {
         self.check_live()?;
         let entry = {
-            let mut requests = lock_ignoring_poison(&self.job.requests);
-            match requests.get(msg.0) {
-                Some(Entry { pending: Pending::Message { .. }, .. }) => requests.remove(msg.0),
+            let mut requests = self.requests();
+            match requests.slab.get(msg.0) {
+                Some(Entry { pending: Pending::Message { .. }, .. }) => requests.slab.remove(msg.0),
                 _ => None,
             }
         };
-        let Some(Entry { mut slot, pending: Pending::Message { route, status } }) = entry else {
-            return Err(Error::InvalidArgument("message handle is stale (already received or discarded)".into()));
+        let Some(Entry { slot, pending: Pending::Message { route, status } }) = entry else {
+            return Err(stale("message"));
         };
-        let mut request: Slot = 0;
-        // SAFETY: forwarded buffer contract; the message slot is live and used up here.
-        let rc = unsafe { ffi::fastmp_mpi_imrecv(buf.cast(), capacity, &mut slot, &mut request) };
-        check(rc, "MPI_Imrecv")?;
-        if status.bytes > capacity {
-            // Truncated: MPI completes the receive with an error; finish it here.
-            self.wait_slot(&mut request);
-            return Ok(Started::Complete(crate::device::receive_result(
-                status.source,
-                status.tag,
-                status.bytes,
-                capacity,
-            )));
-        }
-        Ok(Started::Pending(self.track(request, Pending::Recv { route, capacity, tag: status.tag })))
+        // SAFETY: forwarded caller contract.
+        unsafe { self.receive_message(slot, route, status, buf, capacity) }
+    }
+
+    fn discard(&self, msg: MessageId) {
+        self.release(msg.0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! Error mapping through MPI itself (a singleton MPI process: `cargo test --features mpi --lib
+    //! device::mpi`, run by `scripts/mpi-device.sh`).
+
+    use super::*;
+
+    #[test]
+    fn mpi_errors_carry_the_call_and_mpis_description() {
+        let ep = MpiEndpoint::new().expect("a singleton MPI job");
+        assert_eq!((ep.rank(), ep.size()), (0, 1));
+        // A rank only MPI checks (the device's own check is bypassed here).
+        let (mut slot, mut done) = (0, 0);
+        let sink = [0u8; 1];
+        // SAFETY: one readable byte; MPI rejects the rank before touching it.
+        let rc = unsafe {
+            ffi::fastmp_mpi_isend(sink.as_ptr().cast(), 1, 5, 0, ep.job.world_p2p.handle, 0, &mut slot, &mut done)
+        };
+        let message = check(rc, "MPI_Isend").expect_err("rank 5 of 1").to_string();
+        assert!(message.starts_with("MPI_Isend: MPI error"), "{message}");
+        assert!(message.to_lowercase().contains("rank"), "MPI's description names the rank: {message}");
+        // A communicator handle the shim never gave out.
+        let message = improbe(&Route { handle: 9999, members: None }, -1, -1).expect_err("no such comm").to_string();
+        assert!(message.starts_with("MPI_Improbe: MPI error"), "{message}");
+        // The device's own checks come first and are fastmp's errors.
+        // SAFETY: as above.
+        let err = unsafe { ep.isend(sink.as_ptr(), 1, 5, 0, 0, SendMode::Standard) }.expect_err("rank 5 of 1");
+        assert!(matches!(err, Error::RankOutOfRange { rank: 5, size: 1 }), "{err:?}");
+        assert!(ep.route(40).is_err(), "an unknown context has no communicator");
     }
 }
