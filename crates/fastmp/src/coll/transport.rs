@@ -137,7 +137,6 @@ impl<'c> Run<'c> {
             dispatch: self.dispatches.get().saturating_sub(1),
             blocking: self.blocking,
             engine_polling: self.process.engine.is_polling(),
-            engine_idle: self.process.engine.is_idle(),
             dev: &*self.comm.dev,
         }
     }

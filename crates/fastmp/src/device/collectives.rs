@@ -51,10 +51,6 @@ pub(crate) struct Operation<'a> {
     /// is polling): a blocking operation cannot wait for earlier operations of this rank then,
     /// because nothing would drive them.
     pub(crate) engine_polling: bool,
-    /// No nonblocking collective of this rank is in flight: a blocking operation may block
-    /// inside a library call (the mpi device's `MPI_Bcast`, ...) without starving one.
-    #[cfg_attr(not(feature = "mpi"), allow(dead_code))]
-    pub(crate) engine_idle: bool,
     /// The rank's device as the collectives layer sees it: its `progress` and `wait_until` also
     /// drive the rank's outstanding nonblocking operations (MPI's progress rule), so a provider
     /// waiting for peers calls them rather than its own endpoint's.

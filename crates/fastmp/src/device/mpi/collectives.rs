@@ -10,10 +10,16 @@
 //!   the contributions with the matching MPI collective and folds them here in rank order with
 //!   the user's op: MPI never calls back into Rust, so no panic can unwind through C and no
 //!   non-`Sync` closure runs on a thread MPI picks. It costs `size()` vectors of memory and traffic.
-//! - A blocking collective calls the blocking MPI function when no nonblocking collective of the
-//!   rank is in flight (the fast path); otherwise it starts the nonblocking one and waits in the
-//!   device (`Device::wait_until`), which keeps driving the rank's other operations. A
-//!   nonblocking collective polls `MPI_Test` once per engine poll.
+//! - A blocking collective calls the blocking MPI function, a nonblocking one the nonblocking
+//!   function and polls `MPI_Test` once per engine poll: MPI never matches a blocking collective
+//!   with a nonblocking one, so the choice may only depend on what every rank agrees on (the
+//!   user's call), never on this rank's state (whether its engine is busy). As in MPI, a rank
+//!   must not call `bcast` where its peers call `ibcast` on this device.
+//! - While a blocking MPI call waits, this rank's engine does not run: an earlier nonblocking
+//!   operation on the same communicator is never behind it (see the order rule below), but one
+//!   on another communicator that runs a forced fastmp algorithm (stages over point-to-point)
+//!   does not advance until the call returns; a peer that waits for it before joining the
+//!   blocking collective deadlocks, where the MPI library's own nonblocking collectives progress.
 //! - An unfinished MPI request cannot be cancelled: a dropped operation waits for it
 //!   ([`InFlight`]'s `Drop`), so MPI never touches a buffer after its borrow ended.
 //! - MPI matches collectives on a communicator by the order each rank calls them, so this rank's
@@ -373,7 +379,7 @@ impl MpiCollectives {
     }
 
     /// Runs one MPI collective: `start(req)` calls the shim's entry (`req` null for the blocking
-    /// collective). Every buffer `start` hands MPI must stay borrowed until this returns or is
+    /// collective, which a blocking operation runs). Every buffer `start` hands MPI must stay borrowed until this returns or is
     /// dropped: the caller's `async` body owns those borrows.
     async fn delegate(
         &self,
@@ -382,20 +388,16 @@ impl MpiCollectives {
         start: impl FnOnce(*mut c_void) -> c_int,
     ) -> Result<()> {
         self.await_call_turn(op).await?;
-        let direct = op.blocking && op.engine_idle;
         let mut flight = InFlight::new(call);
-        let code = start(if direct { null_mut() } else { flight.slot() });
+        let code = start(if op.blocking { null_mut() } else { flight.slot() });
         if op.dispatch == 0 {
             self.done_calling(op.seq); // the collective's only MPI call (see the module docs)
         }
         check(code, call)?;
-        if direct {
+        if op.blocking {
             return Ok(());
         }
         flight.active = true;
-        if op.blocking {
-            return op.dev.wait_until(&mut || flight.test());
-        }
         poll_fn(|_| match flight.test() {
             Ok(false) => Poll::Pending,
             Ok(true) => Poll::Ready(Ok(())),
