@@ -37,6 +37,12 @@ for np in 2 4; do
     done
 done
 
+echo "== MPI_THREAD_MULTIPLE (FASTMP_MPI_THREADS=multiple): Comm::threaded on the mpi device"
+for bin in "${binaries[@]}"; do
+    timeout 300 mpirun "${root[@]}" --oversubscribe -np 2 -x FASTMP_DEVICE=mpi -x FASTMP_MPI_THREADS=multiple \
+        "$bin" --test-threads=1 -q threads
+done
+
 echo "== unit tests of the mpi device (singleton MPI process)"
 cargo test -p fastmp --features mpi --lib device::mpi -q
 echo "== a failing rank under mpirun"

@@ -20,7 +20,10 @@ MPI_Comm fastmp_mpi_comm(int handle);
 typedef uint64_t fastmp_slot;
 
 /* ---- mpi_core.c ---- */
-int fastmp_mpi_init(int *provided);
+/* Initialises MPI once per process, asking for MPI_THREAD_MULTIPLE if `want_multiple`, else
+ * MPI_THREAD_SERIALIZED; `*multiple` tells whether MULTIPLE was granted. MPI_ERR_OTHER if MPI
+ * grants less than SERIALIZED (fastmp may call from any thread of a rank, one at a time). */
+int fastmp_mpi_init(int want_multiple, int *multiple);
 int fastmp_mpi_world_dup(int *handle);
 int fastmp_mpi_comm_create_group(int parent, const int *ranks, int n, int tag, int *handle);
 int fastmp_mpi_comm_free(int handle);

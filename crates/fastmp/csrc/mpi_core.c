@@ -44,17 +44,22 @@ static void finalize_at_exit(void) {
     if (!finalized) MPI_Finalize();
 }
 
-int fastmp_mpi_init(int *provided) {
-    int initialized = 0;
+int fastmp_mpi_init(int want_multiple, int *multiple) {
+    int initialized = 0, provided = MPI_THREAD_SINGLE;
     int rc = MPI_Initialized(&initialized);
     if (rc != MPI_SUCCESS) return rc;
-    if (initialized) return MPI_Query_thread(provided);
-    rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, provided);
+    if (initialized) {
+        rc = MPI_Query_thread(&provided);
+    } else {
+        rc = MPI_Init_thread(NULL, NULL, want_multiple ? MPI_THREAD_MULTIPLE : MPI_THREAD_SERIALIZED, &provided);
+        if (rc == MPI_SUCCESS) atexit(finalize_at_exit);
+    }
     if (rc != MPI_SUCCESS) return rc;
+    *multiple = provided >= MPI_THREAD_MULTIPLE;
+    if (provided < MPI_THREAD_SERIALIZED) return MPI_ERR_OTHER;
     /* Errors of the world itself (and of anything before a dup) return too. */
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     MPI_Comm_set_errhandler(MPI_COMM_SELF, MPI_ERRORS_RETURN);
-    atexit(finalize_at_exit);
     return MPI_SUCCESS;
 }
 

@@ -366,3 +366,27 @@ impl Config {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::DeviceKind;
+
+    #[cfg(not(feature = "mpi"))]
+    #[test]
+    fn the_mpi_device_needs_the_feature() {
+        let message = "mpi".parse::<DeviceKind>().expect_err("not built in").to_string();
+        assert!(message.contains("--features mpi"), "{message}");
+    }
+
+    #[cfg(feature = "mpi")]
+    #[test]
+    fn the_mpi_device_is_named_mpi() {
+        assert_eq!("mpi".parse::<DeviceKind>().expect("built in"), DeviceKind::Mpi);
+    }
+
+    #[test]
+    fn unknown_devices_list_the_choices() {
+        let message = "ib".parse::<DeviceKind>().expect_err("no such device").to_string();
+        assert!(message.contains("'shm', 'tcp' or 'mpi'"), "{message}");
+    }
+}

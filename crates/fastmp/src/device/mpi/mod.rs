@@ -47,20 +47,29 @@ fn error_string(code: c_int) -> String {
     String::from_utf8_lossy(&buf[..(len.max(0) as usize).min(buf.len())]).trim_end_matches('\0').to_string()
 }
 
-/// The thread support MPI granted this process (initialised once, on first use).
+/// Asks MPI for `MPI_THREAD_MULTIPLE` (`FASTMP_MPI_THREADS=multiple`) instead of the default
+/// `MPI_THREAD_SERIALIZED`: Open MPI 4.1 locks its matching under MULTIPLE, which took an 8-byte
+/// ping-pong from 0.41 to 1.8-3.2 µs on the development VM (C benchmark), so it is opt-in.
+pub(crate) const THREADS_VAR: &str = "FASTMP_MPI_THREADS";
+
+/// Initialises MPI once per process (the first job decides the thread level); returns whether
+/// MPI granted `MPI_THREAD_MULTIPLE`.
 fn init_mpi() -> Result<bool> {
-    static PROVIDED: OnceLock<std::result::Result<c_int, String>> = OnceLock::new();
-    let provided = PROVIDED.get_or_init(|| {
-        let mut provided: c_int = 0;
+    static GRANTED: OnceLock<std::result::Result<bool, String>> = OnceLock::new();
+    let granted = GRANTED.get_or_init(|| {
+        let want_multiple = match std::env::var(THREADS_VAR).as_deref() {
+            Ok("multiple") => true,
+            Ok("serialized") | Err(_) => false,
+            Ok(other) => return Err(format!("{THREADS_VAR}={other}: expected 'multiple' or 'serialized'")),
+        };
+        let mut multiple: c_int = 0;
         // SAFETY: the shim writes one int; it initialises MPI at most once per process.
-        let rc = unsafe { ffi::fastmp_mpi_init(&mut provided) };
-        check(rc, "MPI_Init_thread").map(|()| provided).map_err(|e| e.to_string())
+        let rc = unsafe { ffi::fastmp_mpi_init(c_int::from(want_multiple), &mut multiple) };
+        check(rc, "MPI_Init_thread (fastmp needs at least MPI_THREAD_SERIALIZED)")
+            .map(|()| multiple != 0)
+            .map_err(|e| e.to_string())
     });
-    match provided {
-        // MPI_THREAD_MULTIPLE is the highest level, 3, in every MPI.
-        Ok(level) => Ok(*level >= 3),
-        Err(e) => Err(Error::other(e.clone())),
-    }
+    granted.clone().map_err(Error::InvalidArgument)
 }
 
 /// The MPI communicator of one fastmp context and how its ranks relate to world ranks.
@@ -700,11 +709,11 @@ impl Device for MpiEndpoint {
     fn thread_shared(&self) -> Result<SharedDevice> {
         self.check_live()?;
         if !self.job.thread_multiple {
-            return Err(Error::InvalidArgument(
-                "Comm::threaded: this MPI library did not grant MPI_THREAD_MULTIPLE, so the mpi device runs \
-                 funnelled (only the rank's thread calls MPI); use an MPI built with thread support"
-                    .into(),
-            ));
+            return Err(Error::InvalidArgument(format!(
+                "Comm::threaded: MPI was not initialised with MPI_THREAD_MULTIPLE, so the mpi device runs \
+                 funnelled (one thread of the rank calls MPI at a time); set {THREADS_VAR}=multiple before the \
+                 first job (MPI must also grant it)"
+            )));
         }
         Ok(Arc::new(MpiEndpoint { job: self.job.clone(), rma: one_sided::MpiRma::new() }))
     }
