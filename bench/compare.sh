@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Compare fastmp against the system MPI (Open MPI) on OSU-style benchmarks.
 #
-# usage: bench/compare.sh [BENCH...] [--np N] [--tcp] [--min-size B] [--max-size B]
-#                         [--iterations N] [--win KIND] [--sync MODE]
+# usage: bench/compare.sh [BENCH...] [--np N] [--tcp | --mpi-device] [--min-size B]
+#                         [--max-size B] [--iterations N] [--win KIND] [--sync MODE]
 #
 #   uoms ...     the PGAS collectives (UOMS) against bench/mpi_uoms.c and fastmp's
 #                two-sided collectives: see `bench/compare.sh uoms --help`
@@ -31,6 +31,11 @@
 #   --tcp        compare over TCP: MPI runs with `--mca btl tcp,self` (one-sided
 #                benchmarks add `--mca osc pt2pt`); fastmp runs its processes
 #                through fastmprun --device tcp (built here)
+#   --mpi-device fastmp on its mpi device, over the same MPI as the C side:
+#                fastmp-bench built with `--features mpi` runs under the same
+#                mpirun command line as target/mpi_bench, with -x FASTMP_DEVICE=mpi
+#                and --pin none (mpirun binds the ranks); its collectives are the
+#                MPI library's own unless FASTMP_BENCH_ARGS forces an algorithm
 #   --min-size B / --max-size B
 #                message size range, forwarded to both sides
 #   --iterations N
@@ -542,6 +547,7 @@ fi
 benches=()
 np=${NP:-2}
 tcp=0
+mpi_device=0
 min_size=""
 max_size=""
 iterations=""
@@ -572,6 +578,10 @@ while (($# > 0)); do
             ;;
         --tcp)
             tcp=1
+            shift
+            ;;
+        --mpi-device)
+            mpi_device=1
             shift
             ;;
         --min-size)
@@ -692,10 +702,15 @@ oversubscribed=0
 ((np <= cores)) || oversubscribed=1
 
 # ---------------------------------------------------------------- fastmp side
-fastmp_mode=none # shm | tcp | none
+fastmp_mode=none # shm | tcp | mpi | none
 fastmp_bin=""
 fastmprun_bin=${FASTMPRUN_BIN:-target/release/fastmprun}
-if ((tcp)); then
+((tcp == 0 || mpi_device == 0)) || die "--tcp and --mpi-device exclude each other"
+if ((mpi_device)); then
+    command -v mpicc >/dev/null 2>&1 && command -v mpirun >/dev/null 2>&1 ||
+        die "--mpi-device runs fastmp over the system MPI: mpicc and mpirun are needed (openmpi-bin libopenmpi-dev)"
+    fastmp_mode=mpi
+elif ((tcp)); then
     fastmp_mode=tcp
     if [[ -z ${FASTMPRUN_BIN:-} ]]; then
         note "cargo build --release -p fastmprun"
@@ -711,8 +726,10 @@ if [[ $fastmp_mode != none ]]; then
         fastmp_bin=$FASTMP_BENCH_BIN
         note "using FASTMP_BENCH_BIN=$fastmp_bin (skipping cargo build)"
     else
-        note "cargo build --release -p fastmp-bench"
-        cargo build --release -p fastmp-bench >&2
+        features=()
+        [[ $fastmp_mode != mpi ]] || features=(--features mpi)
+        note "cargo build --release -p fastmp-bench ${features[*]}"
+        cargo build --release -p fastmp-bench "${features[@]}" >&2
         fastmp_bin=target/release/fastmp-bench
     fi
     [[ -x $fastmp_bin ]] || die "fastmp benchmark binary '$fastmp_bin' is missing or not executable"
@@ -721,7 +738,9 @@ fi
 fastmp_extra=()
 [[ -z ${FASTMP_BENCH_ARGS:-} ]] || read -r -a fastmp_extra <<<"$FASTMP_BENCH_ARGS"
 fastmp_pin=compact
-if ((oversubscribed)); then
+if [[ $fastmp_mode == mpi ]]; then
+    fastmp_pin=none # mpirun binds the ranks
+elif ((oversubscribed)); then
     note "np=$np > $cores cores: fastmp runs unpinned (--pin none)"
     fastmp_pin=none
 fi
@@ -733,6 +752,8 @@ fastmp_command() {
     local args=("$bench" --np "$np" --pin "$fastmp_pin" "${bench_args[@]}" --json "${fastmp_extra[@]}")
     if [[ $fastmp_mode == tcp ]]; then
         fastmp_cmd=("$fastmprun_bin" -np "$np" --device tcp "$fastmp_bin" "${args[@]}")
+    elif [[ $fastmp_mode == mpi ]]; then
+        fastmp_cmd=(mpirun "${mpirun_args[@]}" -x FASTMP_DEVICE=mpi "$fastmp_bin" "${args[@]}")
     else
         fastmp_cmd=("$fastmp_bin" "${args[@]}")
     fi
@@ -832,6 +853,7 @@ done
 # ------------------------------------------------------------------ the table
 transport=shm
 ((tcp == 0)) || transport=tcp
+((mpi_device == 0)) || transport="mpi (fastmp's mpi device and the C benchmark on the same MPI)"
 python3 - "$results" "$np" "$repeat" "$transport" "${benches[@]}" <<'PY'
 import glob
 import json

@@ -170,6 +170,8 @@ pub use serde;
 /// Reduction operations for `reduce`, `allreduce`, `scan`, ...: MPI's predefined ops as unit
 /// structs, plus [`op::UserOp`] for closures.
 pub mod op {
+    #[doc(hidden)]
+    pub use crate::coll::op::Predefined;
     pub use crate::coll::op::{Band, Bor, Bxor, Land, Loc, Lor, Lxor, Max, MaxLoc, Min, MinLoc, Op, Prod, Sum, UserOp};
     pub use crate::window::{NoOp, Replace};
 }

@@ -19,6 +19,28 @@ pub trait Op<T> {
     fn is_commutative(&self) -> bool {
         true
     }
+    /// Which of MPI's predefined operations this is, if any: a device that delegates reductions
+    /// to an MPI library hands those to it as `MPI_SUM`, ... (user operations keep `None`).
+    #[doc(hidden)]
+    fn predefined(&self) -> Option<Predefined> {
+        None
+    }
+}
+
+/// MPI's predefined element-wise operations, as [`Op::predefined`] names them.
+#[doc(hidden)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Predefined {
+    Sum,
+    Prod,
+    Min,
+    Max,
+    Land,
+    Lor,
+    Lxor,
+    Band,
+    Bor,
+    Bxor,
 }
 
 impl<T, O: Op<T> + ?Sized> Op<T> for &O {
@@ -27,6 +49,9 @@ impl<T, O: Op<T> + ?Sized> Op<T> for &O {
     }
     fn is_commutative(&self) -> bool {
         (**self).is_commutative()
+    }
+    fn predefined(&self) -> Option<Predefined> {
+        (**self).predefined()
     }
 }
 
@@ -42,6 +67,10 @@ macro_rules! elementwise_op {
                     let $b = *b;
                     *b = $body;
                 }
+            }
+            #[inline]
+            fn predefined(&self) -> Option<Predefined> {
+                Some(Predefined::$name)
             }
         })+
     };
@@ -97,6 +126,10 @@ macro_rules! float_arith {
                     *b += a;
                 }
             }
+            #[inline]
+            fn predefined(&self) -> Option<Predefined> {
+                Some(Predefined::Sum)
+            }
         }
         impl Op<$t> for Prod {
             #[inline]
@@ -104,6 +137,10 @@ macro_rules! float_arith {
                 for (&a, b) in input.iter().zip(inout.iter_mut()) {
                     *b *= a;
                 }
+            }
+            #[inline]
+            fn predefined(&self) -> Option<Predefined> {
+                Some(Predefined::Prod)
             }
         }
     )+};
@@ -284,5 +321,14 @@ mod tests {
         assert_eq!(loc[0].index, 1);
         MaxLoc.combine(&[Loc { value: 1.0, index: 0 }], &mut loc);
         assert_eq!(loc[0], Loc { value: 2.0, index: 1 });
+    }
+
+    #[test]
+    fn predefined_ops_name_themselves_and_user_ops_do_not() {
+        assert_eq!(Op::<f64>::predefined(&Sum), Some(Predefined::Sum));
+        assert_eq!(Op::<u8>::predefined(&&Bxor), Some(Predefined::Bxor), "through a reference");
+        assert_eq!(Op::<Loc<f64, i64>>::predefined(&MinLoc), None);
+        let user = UserOp::commutative(|_: &[i32], _: &mut [i32]| {});
+        assert_eq!(Op::<i32>::predefined(&user), None);
     }
 }

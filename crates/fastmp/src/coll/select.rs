@@ -1,6 +1,7 @@
 //! Run-time algorithm selection: per collective, rules on (process count, message size) pick an
 //! algorithm. Each device has its own defaults (`default_tuning_shm.json`,
-//! `default_tuning_tcp.json`, measured with `fastmp-bench tune` on that device); a tuning file
+//! `default_tuning_tcp.json`, measured with `fastmp-bench tune` on that device;
+//! `default_tuning_mpi.json`, the MPI library's own collectives throughout); a tuning file
 //! and `FASTMP_<COLLECTIVE>_ALGORITHM` variables override them at init. A rule whose algorithm
 //! cannot run (no native support on the device, a commutative-only algorithm with a
 //! non-commutative operation, or the choice a composite excludes) is skipped, so the next rule
@@ -71,7 +72,8 @@ pub enum Algorithm {
     ReduceScatter,
     /// Scan along the ranks one after another.
     Linear,
-    /// Device-native shared-memory algorithm (shm device only).
+    /// The device's own collectives: shared-memory copies on the shm device, the MPI library's
+    /// collectives on the mpi device.
     Native,
 }
 
@@ -311,6 +313,10 @@ const SHM_DEFAULTS: &str = include_str!("default_tuning_shm.json");
 /// Measured defaults of the tcp device (see its `comment` for how they were measured).
 const TCP_DEFAULTS: &str = include_str!("default_tuning_tcp.json");
 
+/// Defaults of the mpi device: every collective is the MPI library's (`native`).
+#[cfg(feature = "mpi")]
+const MPI_DEFAULTS: &str = include_str!("default_tuning_mpi.json");
+
 /// Environment variable naming a tuning file to load at init.
 pub const TUNING_FILE_VAR: &str = "FASTMP_TUNING_FILE";
 
@@ -327,7 +333,7 @@ impl Tuning {
             DeviceKind::Shm => SHM_DEFAULTS,
             DeviceKind::Tcp => TCP_DEFAULTS,
             #[cfg(feature = "mpi")]
-            DeviceKind::Mpi => TCP_DEFAULTS,
+            DeviceKind::Mpi => MPI_DEFAULTS,
         };
         let empty = Tuning { rules: Collective::ALL.map(|c| vec![Rule::always(c.fallback())]), kary_arity: 4 };
         empty.with_json(text).expect("built-in default tuning files are valid")
@@ -561,6 +567,19 @@ mod tests {
         let overlaid = tcp.clone().with_json(with_comment).unwrap();
         assert_eq!(overlaid.rules(Collective::Scan), &vec![Rule::always(Algorithm::Linear)]);
         assert_eq!(overlaid.rules(Collective::Bcast), tcp.rules(Collective::Bcast), "others keep tcp's");
+    }
+
+    #[cfg(feature = "mpi")]
+    #[test]
+    fn the_mpi_device_defaults_to_the_libraries_collectives_at_every_size() {
+        let mpi = Tuning::defaults_for(DeviceKind::Mpi);
+        for coll in Collective::ALL {
+            assert_eq!(mpi.rules(coll), &vec![Rule::always(Algorithm::Native)], "{coll}");
+        }
+        let forced = mpi.force(Collective::Bcast, Algorithm::Bt).unwrap();
+        assert_eq!(forced.select(Collective::Bcast, 4, 1 << 20), Algorithm::Bt, "fastmp algorithms stay selectable");
+        let no_native = |a| a != Algorithm::Native;
+        assert_eq!(forced.select_usable(Collective::Allreduce, 4, 8, no_native), Collective::Allreduce.fallback());
     }
 
     #[test]

@@ -12,19 +12,23 @@
 //! operation kinds ranks compare before touching each other's buffers).
 //!
 //! Dispatch is static: a provider's operations return their `async` bodies as `impl Future`, and
-//! [`Collectives`] names the crate's providers (one today, the shm device's; a second becomes an
-//! enum dispatching to both). The body is then part of the collective's own future, exactly like an
-//! algorithm of the collectives layer: a blocking collective runs it on the caller's stack and a
-//! nonblocking one inside the future its engine keeps, so nothing is boxed or called indirectly per
-//! operation. A trait object (`Rc<dyn ...>`, each operation driving its body to its end in blocking
-//! mode and boxing it otherwise) was built first and measured: it added about 150 instructions to a
-//! one-rank barrier (345 before) and took its latency from 0.06 to 0.10 µs.
+//! [`Collectives`] is an enum of the crate's providers (the shm device's and, with the `mpi`
+//! feature, the mpi device's, which delegates to the MPI library's collectives); its provider
+//! implementation matches on the variant inside one `async` block, so the body is part of the
+//! collective's own future, exactly like an algorithm of the collectives layer: a blocking
+//! collective runs it on the caller's stack and a nonblocking one inside the future its engine
+//! keeps, so nothing is boxed or called indirectly per operation. A trait object (`Rc<dyn ...>`,
+//! each operation driving its body to its end in blocking mode and boxing it otherwise) was built
+//! first and measured: it added about 150 instructions to a one-rank barrier (345 before) and
+//! took its latency from 0.06 to 0.10 µs.
 
 use std::future::Future;
 
 use bytemuck::Pod;
 
 use super::Device;
+#[cfg(feature = "mpi")]
+use super::mpi::collectives::MpiCollectives;
 use super::shm::ShmCollectives;
 use crate::coll::Layout;
 use crate::coll::op::Op;
@@ -54,19 +58,181 @@ pub(crate) struct Operation<'a> {
 }
 
 /// A device's collectives for one communicator, as [`Device::collectives`] hands them over:
-/// opaque outside the crate, whose own devices are the providers. Today the shm device's is the
-/// only one; with a second this becomes an enum whose provider implementation dispatches to the
-/// variant's (an either-future per operation), still without boxing.
-pub struct Collectives(ShmCollectives);
+/// opaque outside the crate, whose own devices are the providers.
+pub struct Collectives(Provider);
+
+/// The crate's providers, one variant per device that has one.
+enum Provider {
+    Shm(ShmCollectives),
+    #[cfg(feature = "mpi")]
+    Mpi(MpiCollectives),
+}
 
 impl Collectives {
     pub(crate) fn new(provider: ShmCollectives) -> Self {
-        Collectives(provider)
+        Collectives(Provider::Shm(provider))
+    }
+
+    /// The mpi device's provider.
+    #[cfg(feature = "mpi")]
+    pub(crate) fn mpi(provider: MpiCollectives) -> Self {
+        Collectives(Provider::Mpi(provider))
     }
 
     /// The provider.
     pub(crate) fn provider(&self) -> &impl CollectiveProvider {
         &self.0
+    }
+}
+
+/// Runs `$call` on the variant's provider `$p` (an operation's future is awaited in place, so
+/// the variants' bodies become states of one future: no boxing).
+macro_rules! on_provider {
+    ($self:ident, $p:ident => $call:expr) => {
+        match $self {
+            Provider::Shm($p) => $call,
+            #[cfg(feature = "mpi")]
+            Provider::Mpi($p) => $call,
+        }
+    };
+}
+
+impl CollectiveProvider for Provider {
+    #[inline]
+    fn may_start(&self) -> Result<()> {
+        on_provider!(self, p => p.may_start())
+    }
+
+    #[inline]
+    fn finished(&self, seq: u64) {
+        on_provider!(self, p => p.finished(seq))
+    }
+
+    #[inline]
+    fn bypassed(&self, seq: u64, dispatch: u64) {
+        on_provider!(self, p => p.bypassed(seq, dispatch))
+    }
+
+    async fn barrier<'a>(&'a self, op: &'a Operation<'a>) -> Result<()> {
+        on_provider!(self, p => p.barrier(op).await)
+    }
+
+    async fn bcast<'a>(&'a self, op: &'a Operation<'a>, buf: &'a mut [u8], root: usize) -> Result<()> {
+        on_provider!(self, p => p.bcast(op, buf, root).await)
+    }
+
+    async fn scatter<'a>(
+        &'a self,
+        op: &'a Operation<'a>,
+        send: &'a [u8],
+        recv: &'a mut [u8],
+        root: usize,
+    ) -> Result<()> {
+        on_provider!(self, p => p.scatter(op, send, recv, root).await)
+    }
+
+    async fn scatterv<'a>(
+        &'a self,
+        op: &'a Operation<'a>,
+        send: &'a [u8],
+        layout: Option<&'a Layout>,
+        recv: &'a mut [u8],
+        root: usize,
+    ) -> Result<()> {
+        on_provider!(self, p => p.scatterv(op, send, layout, recv, root).await)
+    }
+
+    async fn gather<'a>(
+        &'a self,
+        op: &'a Operation<'a>,
+        send: &'a [u8],
+        recv: &'a mut [u8],
+        root: usize,
+    ) -> Result<()> {
+        on_provider!(self, p => p.gather(op, send, recv, root).await)
+    }
+
+    async fn gatherv<'a>(
+        &'a self,
+        op: &'a Operation<'a>,
+        send: &'a [u8],
+        recv: &'a mut [u8],
+        layout: Option<&'a Layout>,
+        root: usize,
+    ) -> Result<()> {
+        on_provider!(self, p => p.gatherv(op, send, recv, layout, root).await)
+    }
+
+    async fn allgather<'a>(&'a self, op: &'a Operation<'a>, send: Option<&'a [u8]>, recv: &'a mut [u8]) -> Result<()> {
+        on_provider!(self, p => p.allgather(op, send, recv).await)
+    }
+
+    async fn allgatherv<'a>(
+        &'a self,
+        op: &'a Operation<'a>,
+        send: Option<&'a [u8]>,
+        recv: &'a mut [u8],
+        layout: &'a Layout,
+    ) -> Result<()> {
+        on_provider!(self, p => p.allgatherv(op, send, recv, layout).await)
+    }
+
+    async fn alltoall<'a>(&'a self, op: &'a Operation<'a>, send: Option<&'a [u8]>, recv: &'a mut [u8]) -> Result<()> {
+        on_provider!(self, p => p.alltoall(op, send, recv).await)
+    }
+
+    async fn alltoallv<'a>(
+        &'a self,
+        op: &'a Operation<'a>,
+        send: Option<&'a [u8]>,
+        send_layout: &'a Layout,
+        recv: &'a mut [u8],
+        recv_layout: &'a Layout,
+    ) -> Result<()> {
+        on_provider!(self, p => p.alltoallv(op, send, send_layout, recv, recv_layout).await)
+    }
+
+    async fn reduce<'a, T: Pod>(
+        &'a self,
+        op: &'a Operation<'a>,
+        send: Option<&'a [T]>,
+        recv: &'a mut [T],
+        reduction: &'a dyn Op<T>,
+        root: usize,
+    ) -> Result<()> {
+        on_provider!(self, p => p.reduce(op, send, recv, reduction, root).await)
+    }
+
+    async fn allreduce<'a, T: Pod>(
+        &'a self,
+        op: &'a Operation<'a>,
+        send: Option<&'a [T]>,
+        recv: &'a mut [T],
+        reduction: &'a dyn Op<T>,
+    ) -> Result<()> {
+        on_provider!(self, p => p.allreduce(op, send, recv, reduction).await)
+    }
+
+    async fn reduce_scatter<'a, T: Pod>(
+        &'a self,
+        op: &'a Operation<'a>,
+        send: &'a [T],
+        recv: &'a mut [T],
+        counts: &'a [usize],
+        reduction: &'a dyn Op<T>,
+    ) -> Result<()> {
+        on_provider!(self, p => p.reduce_scatter(op, send, recv, counts, reduction).await)
+    }
+
+    async fn scan<'a, T: Pod>(
+        &'a self,
+        op: &'a Operation<'a>,
+        send: Option<&'a [T]>,
+        recv: &'a mut [T],
+        reduction: &'a dyn Op<T>,
+        exclusive: bool,
+    ) -> Result<()> {
+        on_provider!(self, p => p.scan(op, send, recv, reduction, exclusive).await)
     }
 }
 

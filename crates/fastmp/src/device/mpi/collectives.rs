@@ -1,12 +1,785 @@
-//! The MPI library's own collectives for a fastmp communicator (placeholder: the collectives
-//! layer's message-based algorithms serve every communicator until this provider exists).
+//! The mpi device's collective provider: every collective runs as the MPI library's own
+//! (`MPI_Bcast`, `MPI_Allreduce`, ..., `MPI_Ibcast`, ... for the nonblocking ones) on the MPI
+//! communicator behind the fastmp communicator's collective context, through `csrc/mpi_coll.c`.
+//!
+//! - Bytes travel as `MPI_BYTE`. MPI 4.1 counts are C ints: a count or displacement beyond
+//!   `i32::MAX` (bytes, or elements for reductions) is an `Err`, not split.
+//! - Reductions of a primitive MPI knows (i8..i64, u8..u64, isize/usize, f32, f64) with a
+//!   predefined operation ([`Op::predefined`]) become `MPI_SUM`, ... on that type. Everything else
+//!   (user closures, `Loc` pairs, i128, float `Min`/`Max`, whose NaN rule differs from C's) gathers
+//!   the contributions with the matching MPI collective and folds them here in rank order with
+//!   the user's op: MPI never calls back into Rust, so no panic can unwind through C and no
+//!   non-`Sync` closure runs on a thread MPI picks. It costs `size()` vectors of memory and traffic.
+//! - A blocking collective calls the blocking MPI function, a nonblocking one the nonblocking
+//!   function and polls `MPI_Test` once per engine poll: MPI never matches a blocking collective
+//!   with a nonblocking one, so the choice may only depend on what every rank agrees on (the
+//!   user's call), never on this rank's state (whether its engine is busy). As in MPI, a rank
+//!   must not call `bcast` where its peers call `ibcast` on this device.
+//! - While a blocking MPI call waits, this rank's engine does not run: an earlier nonblocking
+//!   operation on the same communicator is never behind it (see the order rule below), but one
+//!   on another communicator that runs a forced fastmp algorithm (stages over point-to-point)
+//!   does not advance until the call returns; a peer that waits for it before joining the
+//!   blocking collective deadlocks, where the MPI library's own nonblocking collectives progress.
+//! - An unfinished MPI request cannot be cancelled: a dropped operation waits for it
+//!   ([`InFlight`]'s `Drop`), so MPI never touches a buffer after its borrow ended.
+//! - MPI matches collectives on a communicator by the order each rank calls them, so this rank's
+//!   MPI calls follow the operations' numbers: an operation calls MPI only once every earlier
+//!   operation has made its last MPI call. A collective that runs on MPI itself (its first
+//!   choice) makes exactly one call; one that chose a fastmp algorithm may still run MPI parts
+//!   (a composite's), so it counts as done calling only when it is over.
 
-use super::MpiEndpoint;
-use crate::device::ContextId;
-use crate::device::collectives::Collectives;
+use std::any::TypeId;
+use std::cell::{Cell, RefCell};
+use std::ffi::{c_int, c_void};
+use std::future::poll_fn;
+use std::ptr::{null, null_mut};
+use std::task::Poll;
 
-/// The provider of the communicator whose collective traffic is `coll_context`.
+use bytemuck::Pod;
+
+use super::{MpiEndpoint, check};
+use crate::coll::Layout;
+use crate::coll::op::{Op, Predefined, fold_in_rank_order};
+use crate::device::collectives::{CollectiveProvider, Collectives, Operation};
+use crate::device::{ContextId, Device};
+use crate::error::{Error, Result};
+
+// The entries of `csrc/mpi_coll.c`: `comm` is a communicator handle, `req` null for the blocking
+// collective or room for the nonblocking one's request, a null send buffer MPI_IN_PLACE; each
+// returns an MPI error code.
+unsafe extern "C" {
+    fn fastmp_coll_test(req: *mut c_void, done: *mut c_int) -> c_int;
+    fn fastmp_coll_wait(req: *mut c_void) -> c_int;
+    fn fastmp_coll_barrier(comm: c_int, req: *mut c_void) -> c_int;
+    fn fastmp_coll_bcast(comm: c_int, buf: *mut c_void, count: c_int, root: c_int, req: *mut c_void) -> c_int;
+    fn fastmp_coll_scatter(
+        comm: c_int,
+        send: *const c_void,
+        recv: *mut c_void,
+        count: c_int,
+        root: c_int,
+        req: *mut c_void,
+    ) -> c_int;
+    fn fastmp_coll_scatterv(
+        comm: c_int,
+        send: *const c_void,
+        counts: *const c_int,
+        displs: *const c_int,
+        recv: *mut c_void,
+        recv_count: c_int,
+        root: c_int,
+        req: *mut c_void,
+    ) -> c_int;
+    fn fastmp_coll_gather(
+        comm: c_int,
+        send: *const c_void,
+        recv: *mut c_void,
+        count: c_int,
+        root: c_int,
+        req: *mut c_void,
+    ) -> c_int;
+    fn fastmp_coll_gatherv(
+        comm: c_int,
+        send: *const c_void,
+        send_count: c_int,
+        recv: *mut c_void,
+        counts: *const c_int,
+        displs: *const c_int,
+        root: c_int,
+        req: *mut c_void,
+    ) -> c_int;
+    fn fastmp_coll_allgather(
+        comm: c_int,
+        send: *const c_void,
+        recv: *mut c_void,
+        count: c_int,
+        req: *mut c_void,
+    ) -> c_int;
+    fn fastmp_coll_allgatherv(
+        comm: c_int,
+        send: *const c_void,
+        send_count: c_int,
+        recv: *mut c_void,
+        counts: *const c_int,
+        displs: *const c_int,
+        req: *mut c_void,
+    ) -> c_int;
+    fn fastmp_coll_alltoall(
+        comm: c_int,
+        send: *const c_void,
+        recv: *mut c_void,
+        count: c_int,
+        req: *mut c_void,
+    ) -> c_int;
+    fn fastmp_coll_alltoallv(
+        comm: c_int,
+        send: *const c_void,
+        send_counts: *const c_int,
+        send_displs: *const c_int,
+        recv: *mut c_void,
+        recv_counts: *const c_int,
+        recv_displs: *const c_int,
+        req: *mut c_void,
+    ) -> c_int;
+    fn fastmp_coll_reduce(
+        comm: c_int,
+        send: *const c_void,
+        recv: *mut c_void,
+        count: c_int,
+        element: c_int,
+        op: c_int,
+        root: c_int,
+        req: *mut c_void,
+    ) -> c_int;
+    fn fastmp_coll_allreduce(
+        comm: c_int,
+        send: *const c_void,
+        recv: *mut c_void,
+        count: c_int,
+        element: c_int,
+        op: c_int,
+        req: *mut c_void,
+    ) -> c_int;
+    fn fastmp_coll_reduce_scatter(
+        comm: c_int,
+        send: *const c_void,
+        recv: *mut c_void,
+        counts: *const c_int,
+        element: c_int,
+        op: c_int,
+        req: *mut c_void,
+    ) -> c_int;
+    fn fastmp_coll_scan(
+        comm: c_int,
+        send: *const c_void,
+        recv: *mut c_void,
+        count: c_int,
+        element: c_int,
+        op: c_int,
+        exclusive: c_int,
+        req: *mut c_void,
+    ) -> c_int;
+}
+
+/// The provider of the communicator whose collective context is `coll_context` over `members`
+/// (world ranks in communicator order); `None` if this rank is not a member or the endpoint has
+/// no MPI communicator for the context (the message-based algorithms serve it then).
 pub(crate) fn provider(ep: &MpiEndpoint, coll_context: ContextId, members: &[usize]) -> Option<Collectives> {
-    let _ = (ep, coll_context, members);
-    None
+    let me = members.iter().position(|&w| w == ep.rank())?;
+    let comm = ep.comm_handle(coll_context).ok()?;
+    Some(Collectives::mpi(MpiCollectives::new(comm, me, members.len())))
+}
+
+/// One rank's view of a communicator's MPI collectives.
+pub(crate) struct MpiCollectives {
+    /// Handle of the MPI communicator (see `fastmp_mpi_comm`).
+    comm: c_int,
+    /// This rank in the communicator.
+    me: usize,
+    /// Ranks in the communicator.
+    size: usize,
+    /// The lowest operation that may still call MPI: operations call MPI in number order.
+    call_turn: Cell<u64>,
+    /// Operations above `call_turn` that made their last MPI call already.
+    called_early: RefCell<Vec<u64>>,
+    /// A user reduction op of this rank is folding (see [`CollectiveProvider::may_start`]).
+    busy: Cell<bool>,
+}
+
+/// Room for one `MPI_Request` (the shim asserts that it fits).
+#[repr(C, align(8))]
+struct RequestSlot([u8; 16]);
+
+/// A started nonblocking MPI collective. MPI cannot cancel one, so dropping it unfinished waits
+/// for it: whatever drops the operation, MPI is done with its buffers before their borrows end.
+struct InFlight {
+    slot: RequestSlot,
+    active: bool,
+    call: &'static str,
+}
+
+impl InFlight {
+    fn new(call: &'static str) -> Self {
+        InFlight { slot: RequestSlot([0; 16]), active: false, call }
+    }
+
+    fn slot(&mut self) -> *mut c_void {
+        (&raw mut self.slot).cast()
+    }
+
+    /// Whether the request finished (`MPI_Test`); a failure ends it too.
+    fn test(&mut self) -> Result<bool> {
+        let mut done: c_int = 0;
+        // SAFETY: the slot holds the request the shim stored there; `done` is a valid int.
+        let code = unsafe { fastmp_coll_test(self.slot(), &mut done) };
+        if code != 0 || done != 0 {
+            self.active = false;
+        }
+        check(code, self.call)?;
+        Ok(done != 0)
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        if self.active {
+            // SAFETY: the slot holds an active request. Its outcome is not reported: the
+            // operation was abandoned (its future dropped), so nobody waits for it.
+            unsafe { fastmp_coll_wait(self.slot()) };
+        }
+    }
+}
+
+/// An MPI count or displacement: counts beyond C's int are an error (MPI 4.1 has no large-count
+/// collectives in the libraries this builds against).
+fn int(n: usize, call: &'static str) -> Result<c_int> {
+    c_int::try_from(n).map_err(|_| {
+        Error::InvalidArgument(format!(
+            "{call}: a count or displacement of {n} exceeds MPI's int limit ({}); the mpi device does not split collectives",
+            c_int::MAX
+        ))
+    })
+}
+
+/// A `v` layout's byte counts and displacements as MPI ints.
+fn layout_ints(layout: &Layout, np: usize, call: &'static str) -> Result<(Vec<c_int>, Vec<c_int>)> {
+    let blocks = (0..np).map(|r| layout.block(r));
+    let counts = blocks.clone().map(|b| int(b.len(), call)).collect::<Result<_>>()?;
+    let displs = blocks.map(|b| int(b.start, call)).collect::<Result<_>>()?;
+    Ok((counts, displs))
+}
+
+/// The shim's code of `T` (`element_type` in `mpi_coll.c`), if MPI has the type.
+fn element_code<T: Pod>() -> Option<c_int> {
+    let id = TypeId::of::<T>();
+    let signed = [TypeId::of::<i8>(), TypeId::of::<i16>(), TypeId::of::<i32>(), TypeId::of::<i64>()];
+    let unsigned = [TypeId::of::<u8>(), TypeId::of::<u16>(), TypeId::of::<u32>(), TypeId::of::<u64>()];
+    let same_as = |t: TypeId| if cfg!(target_pointer_width = "64") { t == id } else { false };
+    if let Some(i) = signed.iter().position(|&t| t == id) {
+        Some(i as c_int)
+    } else if let Some(i) = unsigned.iter().position(|&t| t == id) {
+        Some(4 + i as c_int)
+    } else if id == TypeId::of::<f32>() {
+        Some(8)
+    } else if id == TypeId::of::<f64>() {
+        Some(9)
+    } else if same_as(TypeId::of::<isize>()) {
+        Some(3)
+    } else if same_as(TypeId::of::<usize>()) {
+        Some(7)
+    } else {
+        None
+    }
+}
+
+/// The shim's (element type, op) codes of a reduction MPI computes exactly as `reduction` does.
+fn mpi_reduction<T: Pod>(reduction: &dyn Op<T>) -> Option<(c_int, c_int)> {
+    let element = element_code::<T>()?;
+    let op = reduction.predefined()?;
+    let float = element >= 8;
+    if float && matches!(op, Predefined::Min | Predefined::Max) {
+        return None; // Rust's min/max skip a NaN operand; C's comparisons do not.
+    }
+    let code = [
+        Predefined::Sum,
+        Predefined::Prod,
+        Predefined::Min,
+        Predefined::Max,
+        Predefined::Land,
+        Predefined::Lor,
+        Predefined::Lxor,
+        Predefined::Band,
+        Predefined::Bor,
+        Predefined::Bxor,
+    ]
+    .iter()
+    .position(|&p| p == op)?;
+    Some((element, code as c_int))
+}
+
+/// Where an empty buffer points instead of its dangling address: an empty `[u8]` lies at
+/// address 1, which is Open MPI's `MPI_IN_PLACE`. MPI never touches it (the count is 0).
+static EMPTY: u64 = 0;
+
+/// A buffer's address for MPI (see [`EMPTY`]).
+fn at<T>(buf: &[T]) -> *const c_void {
+    if buf.is_empty() { (&raw const EMPTY).cast() } else { buf.as_ptr().cast() }
+}
+
+/// A writable buffer's address for MPI (see [`EMPTY`], which MPI never writes: the count is 0).
+fn at_mut<T>(buf: &mut [T]) -> *mut c_void {
+    if buf.is_empty() { (&raw const EMPTY).cast_mut().cast() } else { buf.as_mut_ptr().cast() }
+}
+
+/// A send buffer's address, null (the shim's MPI_IN_PLACE) for `None`.
+fn send_ptr<T>(send: Option<&[T]>) -> *const c_void {
+    send.map_or(null(), at)
+}
+
+/// The error of a collective started from inside a user op's fold on the same communicator.
+fn nested_call() -> Error {
+    Error::InvalidArgument(
+        "a collective was called on a communicator from inside another collective on it (for example in a user op)"
+            .into(),
+    )
+}
+
+/// See [`MpiCollectives::hold_busy`].
+struct Busy<'a>(&'a Cell<bool>);
+
+impl Drop for Busy<'_> {
+    fn drop(&mut self) {
+        self.0.set(false);
+    }
+}
+
+impl MpiCollectives {
+    fn new(comm: c_int, me: usize, size: usize) -> Self {
+        MpiCollectives {
+            comm,
+            me,
+            size,
+            call_turn: Cell::new(0),
+            called_early: RefCell::default(),
+            busy: Cell::new(false),
+        }
+    }
+
+    /// Operation `seq` made its last MPI call (idempotent).
+    fn done_calling(&self, seq: u64) {
+        let turn = self.call_turn.get();
+        if seq < turn {
+            return;
+        }
+        let mut early = self.called_early.borrow_mut();
+        if seq > turn {
+            if !early.contains(&seq) {
+                early.push(seq);
+            }
+            return;
+        }
+        let mut next = turn + 1;
+        while let Some(i) = early.iter().position(|&s| s == next) {
+            early.swap_remove(i);
+            next += 1;
+        }
+        self.call_turn.set(next);
+    }
+
+    /// Waits until every earlier operation made its last MPI call. A blocking operation's
+    /// caller waits in the device, which drives them, except from inside an engine poll.
+    async fn await_call_turn(&self, op: &Operation<'_>) -> Result<()> {
+        if self.call_turn.get() < op.seq {
+            if op.blocking && op.engine_polling {
+                return Err(nested_call());
+            }
+            poll_fn(|_| if self.call_turn.get() >= op.seq { Poll::Ready(()) } else { Poll::Pending }).await;
+        }
+        Ok(())
+    }
+
+    /// Runs one MPI collective: `start(req)` calls the shim's entry (`req` null for the blocking
+    /// collective, which a blocking operation runs). Every buffer `start` hands MPI must stay borrowed until this returns or is
+    /// dropped: the caller's `async` body owns those borrows.
+    async fn delegate(
+        &self,
+        op: &Operation<'_>,
+        call: &'static str,
+        start: impl FnOnce(*mut c_void) -> c_int,
+    ) -> Result<()> {
+        self.await_call_turn(op).await?;
+        let mut flight = InFlight::new(call);
+        let code = start(if op.blocking { null_mut() } else { flight.slot() });
+        if op.dispatch == 0 {
+            self.done_calling(op.seq); // the collective's only MPI call (see the module docs)
+        }
+        check(code, call)?;
+        if op.blocking {
+            return Ok(());
+        }
+        flight.active = true;
+        poll_fn(|_| match flight.test() {
+            Ok(false) => Poll::Pending,
+            Ok(true) => Poll::Ready(Ok(())),
+            Err(e) => Poll::Ready(Err(e)),
+        })
+        .await
+    }
+
+    /// Marks a user op's fold until dropped, also while unwinding.
+    fn hold_busy(&self) -> Busy<'_> {
+        self.busy.set(true);
+        Busy(&self.busy)
+    }
+}
+
+/// Folds the gathered contributions (block `j` of `gathered`, `dest.len()` elements each, is
+/// rank `j`'s) over `ranks` into `dest` in rank order, marking the provider busy meanwhile.
+fn fold_gathered<T: Pod>(
+    provider: &MpiCollectives,
+    reduction: &dyn Op<T>,
+    dest: &mut [T],
+    gathered: &[T],
+    ranks: std::ops::Range<usize>,
+) -> Result<()> {
+    let n = dest.len();
+    let _busy = provider.hold_busy();
+    fold_in_rank_order(reduction, dest, ranks, |j| Ok(&gathered[j * n..(j + 1) * n]))
+}
+
+impl CollectiveProvider for MpiCollectives {
+    #[inline]
+    fn may_start(&self) -> Result<()> {
+        if self.busy.get() { Err(nested_call()) } else { Ok(()) }
+    }
+
+    #[inline]
+    fn finished(&self, seq: u64) {
+        self.done_calling(seq);
+    }
+
+    /// Nothing to mark: MPI cannot be told that a peer will not join a collective. On this
+    /// device the default of every collective is the MPI library's whatever the sizes, so ranks
+    /// of a correct program only choose differently when their tunings differ (erroneous).
+    fn bypassed(&self, _seq: u64, _dispatch: u64) {}
+
+    async fn barrier<'a>(&'a self, op: &'a Operation<'a>) -> Result<()> {
+        // SAFETY: a barrier hands MPI no buffer.
+        self.delegate(op, "MPI_Barrier", |req| unsafe { fastmp_coll_barrier(self.comm, req) }).await
+    }
+
+    async fn bcast<'a>(&'a self, op: &'a Operation<'a>, buf: &'a mut [u8], root: usize) -> Result<()> {
+        let (count, root) = (int(buf.len(), "MPI_Bcast")?, root as c_int);
+        let buf = at_mut(buf);
+        // SAFETY: `buf` (count bytes) stays borrowed by this body until `delegate` is over.
+        self.delegate(op, "MPI_Bcast", |req| unsafe { fastmp_coll_bcast(self.comm, buf, count, root, req) }).await
+    }
+
+    async fn scatter<'a>(
+        &'a self,
+        op: &'a Operation<'a>,
+        send: &'a [u8],
+        recv: &'a mut [u8],
+        root: usize,
+    ) -> Result<()> {
+        let (count, root) = (int(recv.len(), "MPI_Scatter")?, root as c_int);
+        int(send.len(), "MPI_Scatter")?;
+        let (send, recv) = (at(send), at_mut(recv));
+        // SAFETY: the buffers (the root's `send` holds `size` blocks of `count` bytes, checked
+        // by the collectives layer) stay borrowed until `delegate` is over.
+        self.delegate(op, "MPI_Scatter", |req| unsafe { fastmp_coll_scatter(self.comm, send, recv, count, root, req) })
+            .await
+    }
+
+    async fn scatterv<'a>(
+        &'a self,
+        op: &'a Operation<'a>,
+        send: &'a [u8],
+        layout: Option<&'a Layout>,
+        recv: &'a mut [u8],
+        root: usize,
+    ) -> Result<()> {
+        let (recv_count, root) = (int(recv.len(), "MPI_Scatterv")?, root as c_int);
+        let blocks = layout.map(|l| layout_ints(l, self.size, "MPI_Scatterv")).transpose()?;
+        let (counts, displs) = blocks.as_ref().map_or((null(), null()), |(c, d)| (c.as_ptr(), d.as_ptr()));
+        let (send, recv) = (at(send), at_mut(recv));
+        // SAFETY: the buffers and `blocks` (the root's layout, inside `send`) stay alive
+        // until `delegate` is over; non-roots pass null layouts, which MPI does not read.
+        self.delegate(op, "MPI_Scatterv", |req| unsafe {
+            fastmp_coll_scatterv(self.comm, send, counts, displs, recv, recv_count, root, req)
+        })
+        .await
+    }
+
+    async fn gather<'a>(
+        &'a self,
+        op: &'a Operation<'a>,
+        send: &'a [u8],
+        recv: &'a mut [u8],
+        root: usize,
+    ) -> Result<()> {
+        let (count, root) = (int(send.len(), "MPI_Gather")?, root as c_int);
+        int(recv.len(), "MPI_Gather")?;
+        let (send, recv) = (at(send), at_mut(recv));
+        // SAFETY: as for scatter, with the root's `recv` holding the blocks.
+        self.delegate(op, "MPI_Gather", |req| unsafe { fastmp_coll_gather(self.comm, send, recv, count, root, req) })
+            .await
+    }
+
+    async fn gatherv<'a>(
+        &'a self,
+        op: &'a Operation<'a>,
+        send: &'a [u8],
+        recv: &'a mut [u8],
+        layout: Option<&'a Layout>,
+        root: usize,
+    ) -> Result<()> {
+        let (send_count, root) = (int(send.len(), "MPI_Gatherv")?, root as c_int);
+        let blocks = layout.map(|l| layout_ints(l, self.size, "MPI_Gatherv")).transpose()?;
+        let (counts, displs) = blocks.as_ref().map_or((null(), null()), |(c, d)| (c.as_ptr(), d.as_ptr()));
+        let (send, recv) = (at(send), at_mut(recv));
+        // SAFETY: as for scatterv, with the root's layout inside `recv`.
+        self.delegate(op, "MPI_Gatherv", |req| unsafe {
+            fastmp_coll_gatherv(self.comm, send, send_count, recv, counts, displs, root, req)
+        })
+        .await
+    }
+
+    async fn allgather<'a>(&'a self, op: &'a Operation<'a>, send: Option<&'a [u8]>, recv: &'a mut [u8]) -> Result<()> {
+        let count = int(recv.len() / self.size, "MPI_Allgather")?;
+        int(recv.len(), "MPI_Allgather")?;
+        let (send, recv) = (send_ptr(send), at_mut(recv));
+        // SAFETY: the buffers (`recv` holds `size` blocks of `count` bytes) stay borrowed until
+        // `delegate` is over; a null `send` is MPI_IN_PLACE.
+        self.delegate(op, "MPI_Allgather", |req| unsafe { fastmp_coll_allgather(self.comm, send, recv, count, req) })
+            .await
+    }
+
+    async fn allgatherv<'a>(
+        &'a self,
+        op: &'a Operation<'a>,
+        send: Option<&'a [u8]>,
+        recv: &'a mut [u8],
+        layout: &'a Layout,
+    ) -> Result<()> {
+        let send_count = int(layout.block(self.me).len(), "MPI_Allgatherv")?;
+        let (counts, displs) = layout_ints(layout, self.size, "MPI_Allgatherv")?;
+        let (send, recv) = (send_ptr(send), at_mut(recv));
+        let (counts_ptr, displs_ptr) = (counts.as_ptr(), displs.as_ptr());
+        // SAFETY: the buffers and the layout's ints stay alive until `delegate` is over.
+        self.delegate(op, "MPI_Allgatherv", |req| unsafe {
+            fastmp_coll_allgatherv(self.comm, send, send_count, recv, counts_ptr, displs_ptr, req)
+        })
+        .await
+    }
+
+    async fn alltoall<'a>(&'a self, op: &'a Operation<'a>, send: Option<&'a [u8]>, recv: &'a mut [u8]) -> Result<()> {
+        let count = int(recv.len() / self.size, "MPI_Alltoall")?;
+        int(recv.len(), "MPI_Alltoall")?;
+        let (send, recv) = (send_ptr(send), at_mut(recv));
+        // SAFETY: as for allgather (both buffers hold `size` blocks of `count` bytes).
+        self.delegate(op, "MPI_Alltoall", |req| unsafe { fastmp_coll_alltoall(self.comm, send, recv, count, req) })
+            .await
+    }
+
+    async fn alltoallv<'a>(
+        &'a self,
+        op: &'a Operation<'a>,
+        send: Option<&'a [u8]>,
+        send_layout: &'a Layout,
+        recv: &'a mut [u8],
+        recv_layout: &'a Layout,
+    ) -> Result<()> {
+        let (send_counts, send_displs) = layout_ints(send_layout, self.size, "MPI_Alltoallv")?;
+        let (recv_counts, recv_displs) = layout_ints(recv_layout, self.size, "MPI_Alltoallv")?;
+        let (send, recv) = (send_ptr(send), at_mut(recv));
+        let (sc, sd) = (send_counts.as_ptr(), send_displs.as_ptr());
+        let (rc, rd) = (recv_counts.as_ptr(), recv_displs.as_ptr());
+        // SAFETY: the buffers and the layouts' ints stay alive until `delegate` is over.
+        self.delegate(op, "MPI_Alltoallv", |req| unsafe {
+            fastmp_coll_alltoallv(self.comm, send, sc, sd, recv, rc, rd, req)
+        })
+        .await
+    }
+
+    async fn reduce<'a, T: Pod>(
+        &'a self,
+        op: &'a Operation<'a>,
+        send: Option<&'a [T]>,
+        recv: &'a mut [T],
+        reduction: &'a dyn Op<T>,
+        root: usize,
+    ) -> Result<()> {
+        let n = send.map_or(recv.len(), <[T]>::len);
+        let Some((element, code)) = mpi_reduction(reduction) else {
+            return self.reduce_by_gather(op, send, recv, reduction, root).await;
+        };
+        let (count, root) = (int(n, "MPI_Reduce")?, root as c_int);
+        let (send, recv) = (send_ptr(send), at_mut(recv));
+        // SAFETY: the buffers (`count` elements; `recv` at the root only) stay borrowed until
+        // `delegate` is over; a null `send` is MPI_IN_PLACE at the root.
+        self.delegate(op, "MPI_Reduce", |req| unsafe {
+            fastmp_coll_reduce(self.comm, send, recv, count, element, code, root, req)
+        })
+        .await
+    }
+
+    async fn allreduce<'a, T: Pod>(
+        &'a self,
+        op: &'a Operation<'a>,
+        send: Option<&'a [T]>,
+        recv: &'a mut [T],
+        reduction: &'a dyn Op<T>,
+    ) -> Result<()> {
+        let Some((element, code)) = mpi_reduction(reduction) else {
+            return self.scan_by_gather(op, send, recv, reduction, 0..self.size).await;
+        };
+        let count = int(recv.len(), "MPI_Allreduce")?;
+        let (send, recv) = (send_ptr(send), at_mut(recv));
+        // SAFETY: as for reduce.
+        self.delegate(op, "MPI_Allreduce", |req| unsafe {
+            fastmp_coll_allreduce(self.comm, send, recv, count, element, code, req)
+        })
+        .await
+    }
+
+    async fn reduce_scatter<'a, T: Pod>(
+        &'a self,
+        op: &'a Operation<'a>,
+        send: &'a [T],
+        recv: &'a mut [T],
+        counts: &'a [usize],
+        reduction: &'a dyn Op<T>,
+    ) -> Result<()> {
+        let Some((element, code)) = mpi_reduction(reduction) else {
+            return self.reduce_scatter_by_alltoall(op, send, recv, counts, reduction).await;
+        };
+        let ints = counts.iter().map(|&c| int(c, "MPI_Reduce_scatter")).collect::<Result<Vec<_>>>()?;
+        int(send.len(), "MPI_Reduce_scatter")?;
+        let (send, recv, counts) = (at(send), at_mut(recv), ints.as_ptr());
+        // SAFETY: the buffers (`send` holds the sum of `counts`, `recv` this rank's count,
+        // checked by the collectives layer) and `ints` stay alive until `delegate` is over.
+        self.delegate(op, "MPI_Reduce_scatter", |req| unsafe {
+            fastmp_coll_reduce_scatter(self.comm, send, recv, counts, element, code, req)
+        })
+        .await
+    }
+
+    async fn scan<'a, T: Pod>(
+        &'a self,
+        op: &'a Operation<'a>,
+        send: Option<&'a [T]>,
+        recv: &'a mut [T],
+        reduction: &'a dyn Op<T>,
+        exclusive: bool,
+    ) -> Result<()> {
+        let call = if exclusive { "MPI_Exscan" } else { "MPI_Scan" };
+        let Some((element, code)) = mpi_reduction(reduction) else {
+            let ranks = 0..if exclusive { self.me } else { self.me + 1 };
+            return self.scan_by_gather(op, send, recv, reduction, ranks).await;
+        };
+        let count = int(recv.len(), call)?;
+        let (send, recv) = (send_ptr(send), at_mut(recv));
+        // SAFETY: as for reduce.
+        self.delegate(op, call, |req| unsafe {
+            fastmp_coll_scan(self.comm, send, recv, count, element, code, c_int::from(exclusive), req)
+        })
+        .await
+    }
+}
+
+/// The reductions MPI cannot compute itself (see the module docs): the contributions are
+/// gathered with an MPI collective, then folded in rank order with the user's op.
+impl MpiCollectives {
+    /// Reduce: the root gathers every vector, then folds them.
+    async fn reduce_by_gather<T: Pod>(
+        &self,
+        op: &Operation<'_>,
+        send: Option<&[T]>,
+        recv: &mut [T],
+        reduction: &dyn Op<T>,
+        root: usize,
+    ) -> Result<()> {
+        let at_root = self.me == root;
+        let n = send.map_or(recv.len(), <[T]>::len);
+        let mut gathered = vec![T::zeroed(); if at_root { n * self.size } else { 0 }];
+        let contribution: &[T] = match send {
+            Some(send) => send,
+            None => recv,
+        };
+        self.gather(op, bytemuck::cast_slice(contribution), bytemuck::cast_slice_mut(&mut gathered), root).await?;
+        if at_root {
+            fold_gathered(self, reduction, recv, &gathered, 0..self.size)?;
+        }
+        Ok(())
+    }
+
+    /// Allreduce (`ranks` every rank), scan (`0..=me`) and exscan (`0..me`): every rank gathers
+    /// every vector, then folds those of `ranks` (nothing for none: rank 0's exscan).
+    async fn scan_by_gather<T: Pod>(
+        &self,
+        op: &Operation<'_>,
+        send: Option<&[T]>,
+        recv: &mut [T],
+        reduction: &dyn Op<T>,
+        ranks: std::ops::Range<usize>,
+    ) -> Result<()> {
+        let mut gathered = vec![T::zeroed(); recv.len() * self.size];
+        let contribution: &[T] = match send {
+            Some(send) => send,
+            None => recv,
+        };
+        let gathered_bytes: &mut [u8] = bytemuck::cast_slice_mut(&mut gathered);
+        let own = gathered_bytes.len() / self.size * self.me;
+        gathered_bytes[own..own + size_of_val(contribution)].copy_from_slice(bytemuck::cast_slice(contribution));
+        self.allgather(op, None, gathered_bytes).await?;
+        if !ranks.is_empty() {
+            fold_gathered(self, reduction, recv, &gathered, ranks)?;
+        }
+        Ok(())
+    }
+
+    /// Reduce-scatter: every rank receives its block from every rank (alltoallv), then folds.
+    async fn reduce_scatter_by_alltoall<T: Pod>(
+        &self,
+        op: &Operation<'_>,
+        send: &[T],
+        recv: &mut [T],
+        counts: &[usize],
+        reduction: &dyn Op<T>,
+    ) -> Result<()> {
+        let (np, mine) = (self.size, counts[self.me]);
+        let offsets = crate::coll::vector::offsets_of(counts);
+        let send_displs: Vec<usize> = offsets[..np].to_vec();
+        let recv_counts = vec![mine; np];
+        let recv_displs: Vec<usize> = (0..np).map(|j| j * mine).collect();
+        let send_layout = Layout::of_blocks::<T>("reduce_scatter", counts, &send_displs, send.len(), false)?;
+        let mut gathered = vec![T::zeroed(); mine * np];
+        let recv_layout = Layout::of_blocks::<T>("reduce_scatter", &recv_counts, &recv_displs, gathered.len(), true)?;
+        let bytes = bytemuck::cast_slice_mut(&mut gathered);
+        self.alltoallv(op, Some(bytemuck::cast_slice(send)), &send_layout, bytes, &recv_layout).await?;
+        fold_gathered(self, reduction, recv, &gathered, 0..np)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::coll::op::{Band, Land, Max, Min, MinLoc, Prod, Sum, UserOp};
+
+    #[test]
+    fn primitives_with_predefined_ops_go_to_mpi_and_the_rest_is_folded_here() {
+        assert_eq!(mpi_reduction::<i8>(&Sum), Some((0, 0)));
+        assert_eq!(mpi_reduction::<u32>(&Band), Some((6, 7)));
+        assert_eq!(mpi_reduction::<u8>(&Land), Some((4, 4)));
+        assert_eq!(mpi_reduction::<f64>(&Prod), Some((9, 1)));
+        assert_eq!(mpi_reduction::<i64>(&Min), Some((3, 2)));
+        assert_eq!(mpi_reduction::<usize>(&Max), Some((7, 3)));
+        assert_eq!(mpi_reduction::<f32>(&Max), None, "float min/max keep Rust's NaN rule");
+        assert_eq!(mpi_reduction::<i128>(&Sum), None, "no MPI type");
+        assert_eq!(mpi_reduction::<crate::op::Loc<f64, i64>>(&MinLoc), None);
+        let user = UserOp::commutative(|_: &[i32], _: &mut [i32]| {});
+        assert_eq!(mpi_reduction::<i32>(&user), None, "user closures never reach MPI");
+    }
+
+    #[test]
+    fn counts_beyond_mpis_int_are_errors_naming_the_call() {
+        assert_eq!(int(c_int::MAX as usize, "MPI_Bcast").unwrap(), c_int::MAX);
+        let err = int(c_int::MAX as usize + 1, "MPI_Bcast").unwrap_err().to_string();
+        assert!(err.contains("MPI_Bcast") && err.contains("int limit"), "{err}");
+    }
+
+    #[test]
+    fn operations_call_mpi_in_number_order() {
+        let p = MpiCollectives::new(0, 0, 1);
+        p.done_calling(1);
+        p.done_calling(3);
+        assert_eq!(p.call_turn.get(), 0, "operation 0 may still call MPI");
+        p.done_calling(0);
+        assert_eq!(p.call_turn.get(), 2, "1 had made its call already");
+        p.done_calling(2);
+        p.done_calling(2);
+        assert_eq!(p.call_turn.get(), 4);
+        assert!(p.called_early.borrow().is_empty());
+    }
 }
