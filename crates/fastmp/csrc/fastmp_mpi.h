@@ -16,6 +16,11 @@
 /* The MPI communicator behind `handle` (MPI_COMM_NULL for a handle not in use). */
 MPI_Comm fastmp_mpi_comm(int handle);
 
+/* The MPI datatype of an element code, shared by the reductions and the one-sided operations:
+ * 0-3 int8..int64, 4-7 uint8..uint64, 8 float, 9 double (the order of Rust's `ElementType` and
+ * `Element`); MPI_DATATYPE_NULL for any other code. */
+MPI_Datatype fastmp_mpi_element_type(int code);
+
 /* Request and message handles travel through Rust as 64-bit slots. */
 typedef uint64_t fastmp_slot;
 

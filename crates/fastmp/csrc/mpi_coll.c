@@ -15,22 +15,8 @@
 _Static_assert(sizeof(MPI_Request) <= FASTMP_COLL_REQUEST_BYTES, "MPI_Request fits the caller's storage");
 _Static_assert(_Alignof(MPI_Request) <= 8, "MPI_Request needs at most 8-byte alignment");
 
-/* Element types of the reductions, in the order of the Rust side's `ElementType`. */
-static MPI_Datatype element_type(int code) {
-    switch (code) {
-    case 0: return MPI_INT8_T;
-    case 1: return MPI_INT16_T;
-    case 2: return MPI_INT32_T;
-    case 3: return MPI_INT64_T;
-    case 4: return MPI_UINT8_T;
-    case 5: return MPI_UINT16_T;
-    case 6: return MPI_UINT32_T;
-    case 7: return MPI_UINT64_T;
-    case 8: return MPI_FLOAT;
-    case 9: return MPI_DOUBLE;
-    default: return MPI_DATATYPE_NULL;
-    }
-}
+/* Element types of the reductions: the shared codes of `fastmp_mpi_element_type`. */
+#define element_type fastmp_mpi_element_type
 
 /* Predefined operations, in the order of the Rust side's `Predefined`. */
 static MPI_Op predefined_op(int code) {

@@ -144,3 +144,19 @@ int fastmp_mpi_abort(int handle, int code) {
     MPI_Comm comm = fastmp_mpi_comm(handle);
     return MPI_Abort(comm == MPI_COMM_NULL ? MPI_COMM_WORLD : comm, code);
 }
+
+MPI_Datatype fastmp_mpi_element_type(int code) {
+    switch (code) {
+    case 0: return MPI_INT8_T;
+    case 1: return MPI_INT16_T;
+    case 2: return MPI_INT32_T;
+    case 3: return MPI_INT64_T;
+    case 4: return MPI_UINT8_T;
+    case 5: return MPI_UINT16_T;
+    case 6: return MPI_UINT32_T;
+    case 7: return MPI_UINT64_T;
+    case 8: return MPI_FLOAT;
+    case 9: return MPI_DOUBLE;
+    default: return MPI_DATATYPE_NULL;
+    }
+}

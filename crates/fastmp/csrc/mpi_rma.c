@@ -23,23 +23,8 @@ struct fastmp_rma_win {
     MPI_Win win;
 };
 
-/* Element codes (the order of Rust's `Element`). */
-static MPI_Datatype element_type(int element)
-{
-    switch (element) {
-    case 0: return MPI_INT8_T;
-    case 1: return MPI_INT16_T;
-    case 2: return MPI_INT32_T;
-    case 3: return MPI_INT64_T;
-    case 4: return MPI_UINT8_T;
-    case 5: return MPI_UINT16_T;
-    case 6: return MPI_UINT32_T;
-    case 7: return MPI_UINT64_T;
-    case 8: return MPI_FLOAT;
-    case 9: return MPI_DOUBLE;
-    default: return MPI_DATATYPE_NULL;
-    }
-}
+/* Element codes: the shared codes of `fastmp_mpi_element_type` (the order of Rust's `Element`). */
+#define element_type fastmp_mpi_element_type
 
 /* Compare-and-swap compares bits: floats travel as unsigned integers of their size (MPI does
  * not define MPI_Compare_and_swap on floating-point types). */
