@@ -334,6 +334,9 @@ impl Tuning {
             DeviceKind::Tcp => TCP_DEFAULTS,
             #[cfg(feature = "mpi")]
             DeviceKind::Mpi => MPI_DEFAULTS,
+            // Until the hybrid device has its own measured table: its traffic between
+            // processes is tcp's.
+            DeviceKind::Hybrid => TCP_DEFAULTS,
         };
         let empty = Tuning { rules: Collective::ALL.map(|c| vec![Rule::always(c.fallback())]), kary_arity: 4 };
         empty.with_json(text).expect("built-in default tuning files are valid")

@@ -29,6 +29,14 @@ impl Placement {
         Placement { process: vec![0; size], node: vec![0; size] }
     }
 
+    /// `size` ranks numbered block-wise by process: ranks `p * per_process ..` share process `p`
+    /// (the last block may be shorter), all on one node. The hybrid device's placement inside one
+    /// node, and what `Config::simulate_processes` makes a shm world report.
+    pub(crate) fn blocks(size: usize, per_process: usize) -> Self {
+        let per_process = per_process.max(1);
+        Placement { process: (0..size).map(|r| r / per_process).collect(), node: vec![0; size] }
+    }
+
     /// From any per-rank keys of process and node (pid, host name, ...): equal keys are the same
     /// process or node. Keys are renumbered densely in rank order.
     pub(crate) fn from_keys<P: PartialEq, N: PartialEq>(processes: &[P], nodes: &[N]) -> Self {
@@ -100,5 +108,12 @@ mod tests {
         assert_eq!(p.locality(0, 1), Locality::SameProcess);
         assert_eq!(p.locality(0, 2), Locality::SameNode);
         assert_eq!(p.locality(0, 4), Locality::Remote);
+    }
+
+    #[test]
+    fn blocks_number_processes_block_wise() {
+        let p = Placement::blocks(5, 2);
+        assert_eq!((0..5).map(|r| p.process_of(r)).collect::<Vec<_>>(), [0, 0, 1, 1, 2]);
+        assert_eq!((p.processes(), p.nodes()), (3, 1));
     }
 }

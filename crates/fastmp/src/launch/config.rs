@@ -29,6 +29,11 @@ pub enum DeviceKind {
     /// through the system MPI library; needs the `mpi` cargo feature.
     #[cfg(feature = "mpi")]
     Mpi,
+    /// Processes of thread ranks: ranks of one process talk through shared memory (the shm
+    /// protocols), ranks of different processes over TCP. Ranks are numbered block-wise by
+    /// process ([`Config::threads_per_process`]). Without a launcher, [`Config::run`] starts
+    /// every process's thread group inside this one process, joined over loopback TCP.
+    Hybrid,
 }
 
 impl FromStr for DeviceKind {
@@ -37,6 +42,7 @@ impl FromStr for DeviceKind {
         match s {
             "shm" => Ok(DeviceKind::Shm),
             "tcp" => Ok(DeviceKind::Tcp),
+            "hybrid" => Ok(DeviceKind::Hybrid),
             #[cfg(feature = "mpi")]
             "mpi" => Ok(DeviceKind::Mpi),
             #[cfg(not(feature = "mpi"))]
@@ -45,7 +51,9 @@ impl FromStr for DeviceKind {
                  MPI installation with mpicc)"
                     .into(),
             )),
-            other => Err(Error::InvalidArgument(format!("unknown device '{other}' (expected 'shm', 'tcp' or 'mpi')"))),
+            other => Err(Error::InvalidArgument(format!(
+                "unknown device '{other}' (expected 'shm', 'tcp', 'hybrid' or 'mpi')"
+            ))),
         }
     }
 }
@@ -99,6 +107,11 @@ pub struct Config {
     pub(crate) sockets: SocketOptions,
     /// Whether the tcp device runs a progress thread (see [`Config::progress_thread`]).
     pub(crate) progress_thread: bool,
+    /// Thread ranks per process of the hybrid device (`None`: its default), or the block size
+    /// of the processes a shm world simulates ([`Config::simulate_processes`]).
+    pub(crate) threads_per_process: Option<usize>,
+    /// Whether a shm world reports block-wise simulated processes.
+    pub(crate) simulate_processes: bool,
 }
 
 /// Rank and size of this process, as a launcher told it.
@@ -197,6 +210,8 @@ impl Config {
             process: None,
             sockets: SocketOptions::default(),
             progress_thread: false,
+            threads_per_process: None,
+            simulate_processes: false,
         }
     }
 
@@ -272,6 +287,23 @@ impl Config {
         }
     }
 
+    /// Thread ranks per process on the hybrid device: ranks `p * t .. (p + 1) * t` run as
+    /// threads of process `p` (the last process may hold fewer).
+    pub fn threads_per_process(mut self, t: usize) -> Self {
+        self.threads_per_process = Some(t);
+        self
+    }
+
+    /// Testing and tuning aid: a shm job whose `placement()` reports processes of `t` thread
+    /// ranks each (block-wise), so locality-driven code (`split_type`, hierarchical
+    /// collectives) can be exercised inside one shm world. Messages still move by shared memory.
+    #[doc(hidden)]
+    pub fn simulate_processes(mut self, t: usize) -> Self {
+        self.threads_per_process = Some(t);
+        self.simulate_processes = true;
+        self
+    }
+
     pub fn device(mut self, device: DeviceKind) -> Self {
         self.device = device;
         self
@@ -344,6 +376,8 @@ impl Config {
             // MPI chooses its own protocols; the value only matters to layers that ask.
             #[cfg(feature = "mpi")]
             DeviceKind::Mpi => DEFAULT_TCP_EAGER_LIMIT,
+            // Between processes; thread peers use the shm protocols' own limit.
+            DeviceKind::Hybrid => DEFAULT_TCP_EAGER_LIMIT,
         })
     }
 
@@ -357,6 +391,9 @@ impl Config {
         }
         if self.np > 4096 {
             return Err(Error::InvalidArgument(format!("np = {} exceeds fastmp's limit of 4096 ranks", self.np)));
+        }
+        if self.threads_per_process == Some(0) {
+            return Err(Error::InvalidArgument("threads per process must be at least 1".into()));
         }
         if let Some(limit) = self.eager_limit
             && limit > (1 << 30)
@@ -387,6 +424,6 @@ mod tests {
     #[test]
     fn unknown_devices_list_the_choices() {
         let message = "ib".parse::<DeviceKind>().expect_err("no such device").to_string();
-        assert!(message.contains("'shm', 'tcp' or 'mpi'"), "{message}");
+        assert!(message.contains("'shm', 'tcp', 'hybrid' or 'mpi'"), "{message}");
     }
 }

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::comm::Comm;
-use crate::device::{Device, Failure, ShmWorld};
+use crate::device::{Device, Failure, Placement, ShmWorld};
 use crate::error::{Error, Result};
 use config::{Config, DeviceKind, Pin};
 
@@ -153,6 +153,7 @@ impl Config {
             (DeviceKind::Tcp, None) => self.run_tcp_threads(&f),
             #[cfg(feature = "mpi")]
             (DeviceKind::Mpi, _) => self.run_mpi_process(&f),
+            (DeviceKind::Hybrid, _) => Err(Error::InvalidArgument("the hybrid device is not built yet".into())),
         }
     }
 
@@ -196,7 +197,11 @@ impl Config {
         R: Send,
     {
         let tuning = Arc::new(self.resolved_tuning()?);
-        let world = ShmWorld::new(self.np, self.effective_eager_limit());
+        let placement = match self.threads_per_process {
+            Some(t) if self.simulate_processes => Placement::blocks(self.np, t),
+            _ => Placement::single_process(self.np),
+        };
+        let world = ShmWorld::with_placement(self.np, self.effective_eager_limit(), placement);
         let cpus = if self.pin == Pin::None { Vec::new() } else { affinity::allowed_cpus() };
         let rank_main = |rank: usize| -> Result<R> {
             let outcome = catch_unwind(AssertUnwindSafe(|| {

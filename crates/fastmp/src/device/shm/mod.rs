@@ -74,12 +74,21 @@ pub(crate) struct ShmWorld {
     native_areas: coll::Registry,
     /// One-sided window parts by window (id and member list).
     windows: one_sided::Registry,
-    /// Every rank is a thread of this process.
+    /// Every rank is a thread of this process (unless the launcher asked for simulated
+    /// processes, see `ShmWorld::with_placement`).
     placement: super::Placement,
 }
 
 impl ShmWorld {
+    #[cfg(test)]
     pub fn new(np: usize, eager_limit: usize) -> Arc<Self> {
+        Self::with_placement(np, eager_limit, super::Placement::single_process(np))
+    }
+
+    /// A world whose `placement()` reports `placement` (block-wise simulated processes, or the
+    /// local part of a hybrid job) instead of one process.
+    pub fn with_placement(np: usize, eager_limit: usize, placement: super::Placement) -> Arc<Self> {
+        assert_eq!(placement.size(), np, "one placement entry per rank");
         super::wait::init_barriers();
         Arc::new(ShmWorld {
             np,
@@ -87,7 +96,7 @@ impl ShmWorld {
             policy: WaitPolicy::for_ranks(np),
             rings: (0..np * np).map(|_| Ring::new()).collect(),
             ranks: (0..np).map(|_| RankShared::default()).collect(),
-            placement: super::Placement::single_process(np),
+            placement,
             first_failure: Mutex::new(None),
             aborted: AtomicBool::new(false),
             native_areas: coll::Registry::default(),
