@@ -21,12 +21,15 @@ pub enum Locality {
 pub struct Placement {
     process: Vec<usize>,
     node: Vec<usize>,
+    /// NUMA node of each rank where the launcher knows it (thread ranks pinned to one node's
+    /// CPUs); empty when it knows none.
+    numa: Vec<Option<usize>>,
 }
 
 impl Placement {
     /// Every rank a thread of one process on one node (the shm device).
     pub(crate) fn single_process(size: usize) -> Self {
-        Placement { process: vec![0; size], node: vec![0; size] }
+        Placement { process: vec![0; size], node: vec![0; size], numa: Vec::new() }
     }
 
     /// `size` ranks numbered block-wise by process: ranks `p * per_process ..` share process `p`
@@ -34,14 +37,27 @@ impl Placement {
     /// node, and what `Config::simulate_processes` makes a shm world report.
     pub(crate) fn blocks(size: usize, per_process: usize) -> Self {
         let per_process = per_process.max(1);
-        Placement { process: (0..size).map(|r| r / per_process).collect(), node: vec![0; size] }
+        Placement { process: (0..size).map(|r| r / per_process).collect(), node: vec![0; size], numa: Vec::new() }
     }
 
     /// From any per-rank keys of process and node (pid, host name, ...): equal keys are the same
     /// process or node. Keys are renumbered densely in rank order.
     pub(crate) fn from_keys<P: PartialEq, N: PartialEq>(processes: &[P], nodes: &[N]) -> Self {
         assert_eq!(processes.len(), nodes.len(), "one process key and one node key per rank");
-        Placement { process: dense(processes), node: dense(nodes) }
+        Placement { process: dense(processes), node: dense(nodes), numa: Vec::new() }
+    }
+
+    /// The same placement with the NUMA node of each rank (`None` where unknown), as the
+    /// launcher derives it from pinning and the machine's topology.
+    pub(crate) fn with_numa(mut self, numa: Vec<Option<usize>>) -> Self {
+        assert_eq!(numa.len(), self.size(), "one NUMA entry per rank");
+        self.numa = numa;
+        self
+    }
+
+    /// NUMA node of world rank `rank`, when known (the rank is pinned inside one NUMA node).
+    pub fn numa_of(&self, rank: usize) -> Option<usize> {
+        self.numa.get(rank).copied().flatten()
     }
 
     /// Number of ranks.
