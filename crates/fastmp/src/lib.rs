@@ -71,6 +71,7 @@ mod group;
 mod intercomm;
 mod launch;
 pub mod layout;
+mod machine;
 mod mprobe;
 mod owned;
 mod p2p;
@@ -96,6 +97,7 @@ pub use group::{Group, GroupOrdering};
 pub use intercomm::{InterComm, InterRoot, InterScope};
 pub use launch::config::{Config, DEFAULT_EAGER_LIMIT, DEFAULT_TCP_EAGER_LIMIT, DeviceKind, Pin};
 pub use launch::{init, main, processor_name, run, wtick, wtime};
+pub use machine::{Core, MachineTopology, NumaNode, topology};
 pub use mprobe::Message;
 pub use owned::{OwnedRequest, PersistentRequest, startall};
 pub use scope::{RecvRequest, Request, Scope};
@@ -178,7 +180,9 @@ pub mod op {
 
 /// Pinning helpers used by the launcher and benchmarks.
 pub mod affinity {
-    pub use crate::launch::affinity::{allowed_cpus, cpu_for, numa_node_of_current_thread, pin_current_thread};
+    pub use crate::launch::affinity::{
+        allowed_cpus, cpu_for, cpu_for_in, numa_node_of_current_thread, pin_current_thread,
+    };
 }
 
 /// Compiles and runs the README's example as a doctest.

@@ -1,7 +1,9 @@
-//! Pinning rank threads to CPUs (Linux `sched_setaffinity`; a no-op elsewhere).
+//! Pinning rank threads to CPUs (Linux `sched_setaffinity`; a no-op elsewhere), choosing them
+//! from the machine's topology (`machine.rs`).
 
 use super::config::Pin;
 use crate::error::{Error, Result};
+use crate::machine::MachineTopology;
 
 /// CPUs this process may run on, in ascending order.
 #[cfg(target_os = "linux")]
@@ -22,19 +24,89 @@ pub fn allowed_cpus() -> Vec<usize> {
     Vec::new()
 }
 
-/// The CPU `rank` of `np` goes to under `pin`, given the allowed CPUs.
+/// The CPU `rank` of `np` goes to under `pin`, given the allowed CPUs `cpus`, on this machine's
+/// [`topology`](crate::topology) (see [`cpu_for_in`]).
+///
+/// ```
+/// use fastmp::{Pin, affinity};
+/// let cpus = affinity::allowed_cpus();
+/// if let Some(cpu) = affinity::cpu_for(Pin::Compact, 0, 2, &cpus) {
+///     assert!(cpus.contains(&cpu));
+/// }
+/// assert_eq!(affinity::cpu_for(Pin::None, 0, 2, &cpus), None);
+/// ```
 pub fn cpu_for(pin: Pin, rank: usize, np: usize, cpus: &[usize]) -> Option<usize> {
-    if cpus.is_empty() {
+    cpu_for_in(crate::topology(), pin, rank, np, cpus)
+}
+
+/// The CPU `rank` of `np` goes to under `pin` on `machine`, given the allowed CPUs `cpus`
+/// (only those count; `None` for [`Pin::None`] or when none is allowed):
+/// - [`Pin::Compact`]: one hardware thread of every core in package/core order, then the
+///   cores' second SMT siblings, and so on;
+/// - [`Pin::Scatter`]: round-robin over NUMA nodes, each node's CPUs taken in compact order;
+/// - [`Pin::Numa`]: contiguous blocks per NUMA node (rank r on node `r * nodes / np` among the
+///   nodes with allowed CPUs), compact inside the node.
+///
+/// More ranks than CPUs wrap around. Allowed CPUs the topology does not know are ignored,
+/// unless it knows none of them: then they count as one flat node of single-thread cores.
+///
+/// ```
+/// use fastmp::{MachineTopology, Pin, affinity::cpu_for_in};
+/// // Without SMT or NUMA information every pinning fills the CPUs in order.
+/// let flat = MachineTopology::flat(&[0, 1, 2, 3]);
+/// assert_eq!(cpu_for_in(&flat, Pin::Compact, 1, 4, &[0, 1, 2, 3]), Some(1));
+/// assert_eq!(cpu_for_in(&flat, Pin::Numa, 3, 4, &[2, 3]), Some(3));
+/// ```
+pub fn cpu_for_in(machine: &MachineTopology, pin: Pin, rank: usize, np: usize, cpus: &[usize]) -> Option<usize> {
+    if pin == Pin::None || cpus.is_empty() {
         return None;
     }
+    let known: Vec<usize> = cpus.iter().copied().filter(|&c| machine.numa_of(c).is_some()).collect();
+    let flat;
+    let (machine, cpus) = if known.is_empty() {
+        flat = MachineTopology::flat(cpus);
+        (&flat, flat.cpus())
+    } else {
+        (machine, known)
+    };
+    let nodes: Vec<Vec<usize>> = machine
+        .numa_nodes()
+        .iter()
+        .map(|node| compact_order(machine, &cpus, |c| node.cpus.contains(&c)))
+        .filter(|order| !order.is_empty())
+        .collect();
     match pin {
         Pin::None => None,
-        Pin::Compact => Some(cpus[rank % cpus.len()]),
+        Pin::Compact => {
+            let order = compact_order(machine, &cpus, |_| true);
+            Some(order[rank % order.len()])
+        }
         Pin::Scatter => {
-            let slot = if np <= cpus.len() { rank * cpus.len() / np } else { rank % cpus.len() };
-            Some(cpus[slot])
+            let longest = nodes.iter().map(Vec::len).max().unwrap_or(0);
+            let order: Vec<usize> = (0..longest).flat_map(|i| nodes.iter().filter_map(move |n| n.get(i).copied())).collect();
+            Some(order[rank % order.len()])
+        }
+        Pin::Numa => {
+            let np = np.max(rank + 1);
+            let node = rank * nodes.len() / np;
+            // The first rank placed on `node`: the smallest r with r * nodes / np == node.
+            let first = (node * np).div_ceil(nodes.len());
+            let order = &nodes[node];
+            Some(order[(rank - first) % order.len()])
         }
     }
+}
+
+/// The allowed CPUs `cpus` that `keep` accepts, in compact order: the first hardware thread of
+/// every core (package/core order), then the second ones, ...
+fn compact_order(machine: &MachineTopology, cpus: &[usize], keep: impl Fn(usize) -> bool) -> Vec<usize> {
+    let per_core: Vec<Vec<usize>> = machine
+        .cores()
+        .iter()
+        .map(|core| core.cpus.iter().copied().filter(|&c| keep(c) && cpus.contains(&c)).collect())
+        .collect();
+    let deepest = per_core.iter().map(Vec::len).max().unwrap_or(0);
+    (0..deepest).flat_map(|i| per_core.iter().filter_map(move |core| core.get(i).copied())).collect()
 }
 
 /// Pins the calling thread to `cpu`.
@@ -59,20 +131,8 @@ pub fn pin_current_thread(_cpu: usize) -> Result<()> {
     Ok(())
 }
 
-/// The NUMA node of every CPU the calling thread may run on, when they all share one (read from
-/// sysfs: `/sys/devices/system/cpu/cpuN/nodeM`); `None` when they span several or sysfs says
-/// nothing.
+/// The NUMA node of every CPU the calling thread may run on, when they all share one (on this
+/// machine's [`topology`](crate::topology)); `None` when they span several or none is known.
 pub fn numa_node_of_current_thread() -> Option<usize> {
-    let mut node = None;
-    for cpu in allowed_cpus() {
-        let dir = std::fs::read_dir(format!("/sys/devices/system/cpu/cpu{cpu}")).ok()?;
-        let this = dir
-            .filter_map(|e| e.ok())
-            .find_map(|e| e.file_name().to_str().and_then(|n| n.strip_prefix("node")).and_then(|n| n.parse().ok()))?;
-        if node.is_some_and(|n| n != this) {
-            return None;
-        }
-        node = Some(this);
-    }
-    node
+    crate::topology().numa_of_cpus(&allowed_cpus())
 }

@@ -63,10 +63,15 @@ impl FromStr for DeviceKind {
 pub enum Pin {
     /// Leave placement to the OS scheduler.
     None,
-    /// Rank i on the i-th allowed CPU (wrapping): neighbours share caches.
+    /// Fill physical cores first, one hardware thread each in package/core order; SMT siblings
+    /// only once every core has a rank. Neighbouring ranks share caches.
     Compact,
-    /// Ranks spread evenly over the allowed CPUs.
+    /// Round-robin over NUMA nodes (packages), then over cores: neighbouring ranks on different
+    /// nodes, spreading memory bandwidth.
     Scatter,
+    /// Contiguous blocks of ranks per NUMA node (rank r of np on node `r * nodes / np`), compact
+    /// inside the node (`FASTMP_PIN=numa`).
+    Numa,
 }
 
 impl FromStr for Pin {
@@ -76,9 +81,10 @@ impl FromStr for Pin {
             "none" => Ok(Pin::None),
             "compact" => Ok(Pin::Compact),
             "scatter" => Ok(Pin::Scatter),
-            other => {
-                Err(Error::InvalidArgument(format!("unknown pinning '{other}' (expected compact, scatter or none)")))
-            }
+            "numa" => Ok(Pin::Numa),
+            other => Err(Error::InvalidArgument(format!(
+                "unknown pinning '{other}' (expected compact, scatter, numa or none)"
+            ))),
         }
     }
 }
