@@ -13,10 +13,42 @@ use crate::group::{Group, GroupOrdering};
 /// Which ranks [`Comm::split_type`] puts together (MPI_Comm_split_type's split types).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum SplitType {
-    /// Ranks in the same process: thread ranks sharing one address space.
+    /// Process level: ranks in the same process, thread ranks sharing one address space.
     SharedProcess,
-    /// Ranks on the same node, which can share memory (MPI_COMM_TYPE_SHARED).
+    /// NUMA-node level: ranks on the same node whose threads are bound inside the same NUMA node
+    /// (their allowed CPUs all lie in it, on [`topology`](crate::topology)), whichever process
+    /// they belong to. A rank whose allowed CPUs span several NUMA nodes (an unbound thread) is
+    /// grouped with the other such ranks of its own process, as MPI implementations treat an
+    /// unbound process as a group of its own. On a machine with one NUMA node every rank of a
+    /// node is inside it, so this is [`SharedNode`](Self::SharedNode)'s split.
+    SharedNuma,
+    /// Node level: ranks on the same node, which can share memory (MPI_COMM_TYPE_SHARED).
     SharedNode,
+}
+
+/// Where a rank stands for [`SplitType::SharedNuma`], besides its node: bound inside one NUMA
+/// node, or unbound and grouped by its process.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum NumaGroup {
+    Bound { numa: usize },
+    Unbound { process: usize },
+}
+
+impl NumaGroup {
+    /// The group of a thread allowed to run on `allowed` CPUs of `machine`, in `process`.
+    fn of(machine: &crate::MachineTopology, allowed: &[usize], process: usize) -> Self {
+        match machine.numa_of_cpus(allowed) {
+            Some(numa) => NumaGroup::Bound { numa },
+            None => NumaGroup::Unbound { process },
+        }
+    }
+
+    fn words(self) -> [u64; 2] {
+        match self {
+            NumaGroup::Bound { numa } => [0, numa as u64],
+            NumaGroup::Unbound { process } => [1, process as u64],
+        }
+    }
 }
 
 /// How two communicators relate (MPI_Comm_compare's results).
@@ -163,9 +195,9 @@ impl Comm {
         Ok(Some(self.derived(context, group)))
     }
 
-    /// Splits into one communicator per process or per node ([`Comm::placement`]), ordering
-    /// ranks by `key` and then by rank (MPI_Comm_split_type); returns this rank's. Collective;
-    /// every rank must pass the same `split`, or every rank gets `Err`.
+    /// Splits into one communicator per process, NUMA node or node ([`Comm::placement`],
+    /// [`SplitType`]), ordering ranks by `key` and then by rank (MPI_Comm_split_type); returns
+    /// this rank's. Collective; every rank must pass the same `split`, or every rank gets `Err`.
     ///
     /// ```
     /// use fastmp::SplitType;
@@ -176,6 +208,10 @@ impl Comm {
     ///     // Keys order the new ranks: here the reverse of the world's.
     ///     let node = world.split_type(SplitType::SharedNode, -(world.rank() as i32))?;
     ///     assert_eq!(node.rank(), world.size() - 1 - world.rank());
+    ///     // Unpinned threads on one NUMA node, or grouped per process where they span several:
+    ///     // either way, one communicator here.
+    ///     let numa = world.split_type(SplitType::SharedNuma, 0)?;
+    ///     assert_eq!(numa.size(), world.size());
     ///     Ok(())
     /// })?;
     /// # Ok::<(), fastmp::Error>(())
@@ -192,11 +228,25 @@ impl Comm {
         let index = match split {
             SplitType::SharedProcess => self.placement().process_of(me),
             SplitType::SharedNode => self.placement().node_of(me),
+            SplitType::SharedNuma => self.numa_group_index(me)?,
         };
         let color = u32::try_from(index)
             .map_err(|_| Error::InvalidArgument(format!("split_type: process or node index {index} exceeds u32")))?;
         let comm = self.split(Some(color), key)?;
         Ok(comm.expect("every rank passed a colour"))
+    }
+
+    /// The lowest rank of this communicator in world rank `me`'s [`SplitType::SharedNuma`] group
+    /// (same node and [`NumaGroup`]), agreed by an allgather of every rank's group.
+    fn numa_group_index(&self, me: usize) -> Result<usize> {
+        let placement = self.placement();
+        let allowed = crate::launch::affinity::allowed_cpus();
+        let group = NumaGroup::of(crate::topology(), &allowed, placement.process_of(me));
+        let [kind, id] = group.words();
+        let mine = [placement.node_of(me) as u64, kind, id];
+        let mut all = vec![0u64; 3 * self.size()];
+        self.allgather(&mine, &mut all)?;
+        Ok(all.chunks_exact(3).position(|other| other == mine).expect("this rank's own entry"))
     }
 
     /// Where rank `rank` of this communicator runs, seen from this rank: same process, same node
@@ -346,4 +396,23 @@ impl Comm {
     /// Releases this handle to the communicator (MPI_Comm_free). Pending operations started on
     /// it are unaffected; its contexts are never reused.
     pub fn free(self) {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::NumaGroup;
+    use crate::MachineTopology;
+
+    #[test]
+    fn numa_group_is_the_bound_node_or_the_process() {
+        let tree = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/sysfs/numa-2socket");
+        let machine = MachineTopology::from_sysfs(std::path::Path::new(tree)).expect("recorded tree");
+        assert_eq!(NumaGroup::of(&machine, &[0, 1, 8], 3), NumaGroup::Bound { numa: 0 });
+        assert_eq!(NumaGroup::of(&machine, &[13], 3), NumaGroup::Bound { numa: 1 });
+        let all: Vec<usize> = (0..16).collect();
+        assert_eq!(NumaGroup::of(&machine, &all, 3), NumaGroup::Unbound { process: 3 });
+        assert_eq!(NumaGroup::of(&machine, &[3, 4], 5), NumaGroup::Unbound { process: 5 });
+        assert_eq!(NumaGroup::of(&machine, &[], 5), NumaGroup::Unbound { process: 5 });
+        assert_ne!(NumaGroup::Bound { numa: 1 }.words(), NumaGroup::Unbound { process: 1 }.words());
+    }
 }

@@ -141,7 +141,8 @@ impl MachineTopology {
     /// every list.
     fn assemble(raw: Vec<RawCpu>) -> Self {
         let online: Vec<usize> = raw.iter().map(|c| c.id).collect();
-        let keep_online = |list: &[usize]| -> Vec<usize> { list.iter().copied().filter(|c| online.contains(c)).collect() };
+        let keep_online =
+            |list: &[usize]| -> Vec<usize> { list.iter().copied().filter(|c| online.contains(c)).collect() };
 
         // Cores: CPUs with the same (package, sibling set); order by package, then lowest CPU.
         let mut cores: Vec<Core> = Vec::new();
@@ -353,8 +354,10 @@ fn l3_of(cpu_dir: &Path) -> Result<Option<Vec<usize>>> {
         let dir = cache.join(format!("index{index}"));
         let level_path = dir.join("level");
         let Some(level) = read_optional(&level_path)? else { continue };
-        let level: u32 =
-            level.trim_end_matches('\n').parse().map_err(|_| malformed(&level_path, format!("{level:?} is not a level")))?;
+        let level: u32 = level
+            .trim_end_matches('\n')
+            .parse()
+            .map_err(|_| malformed(&level_path, format!("{level:?} is not a level")))?;
         if level == 3 {
             return optional_cpulist(&dir.join("shared_cpu_list"));
         }

@@ -270,7 +270,8 @@ fn pinning_on_this_vm() {
 
 #[test]
 fn pin_parses_from_its_names() {
-    for (name, pin) in [("none", Pin::None), ("compact", Pin::Compact), ("scatter", Pin::Scatter), ("numa", Pin::Numa)] {
+    for (name, pin) in [("none", Pin::None), ("compact", Pin::Compact), ("scatter", Pin::Scatter), ("numa", Pin::Numa)]
+    {
         assert_eq!(name.parse::<Pin>().expect(name), pin);
     }
     assert!(matches!("nuam".parse::<Pin>(), Err(fastmp::Error::InvalidArgument(m)) if m.contains("numa")));

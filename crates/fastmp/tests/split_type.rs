@@ -1,12 +1,13 @@
-//! `Comm::split_type`, `Comm::placement` and `Comm::locality` on both devices: on shm every rank
-//! is a thread of one process; on tcp over loopback the expected groups are derived from the
-//! placement the device reports, so the checks hold whatever it says about thread ranks.
+//! `Comm::split_type` (process, NUMA node, node), `Comm::placement` (with the NUMA nodes of
+//! pinned shm ranks) and `Comm::locality` on both devices: on shm every rank is a thread of one
+//! process; on tcp over loopback the expected groups are derived from the placement the device
+//! reports, so the checks hold whatever it says about thread ranks.
 
 mod coll_common;
 
 use coll_common::job;
 use fastmp::op::Sum;
-use fastmp::{Comm, Config, DeviceKind, Error, Locality, Result, SplitType};
+use fastmp::{Comm, Config, DeviceKind, Error, Locality, Pin, Result, SplitType};
 
 /// World ranks of every member of `comm`, in `comm`'s order.
 fn world_ranks(comm: &Comm, world: &Comm) -> Result<Vec<usize>> {
@@ -15,14 +16,29 @@ fn world_ranks(comm: &Comm, world: &Comm) -> Result<Vec<usize>> {
     Ok(translated.into_iter().map(|r| r.expect("a member of world")).collect())
 }
 
+/// Every world rank's `SharedNuma` key, gathered from the ranks themselves: its node, and its
+/// NUMA node where its thread is bound inside one, else its process (the documented rule).
+fn numa_keys(world: &Comm) -> Result<Vec<[u64; 3]>> {
+    let placement = world.placement();
+    let mine = match fastmp::affinity::numa_node_of_current_thread() {
+        Some(numa) => [placement.node_of(world.rank()) as u64, 0, numa as u64],
+        None => [placement.node_of(world.rank()) as u64, 1, placement.process_of(world.rank()) as u64],
+    };
+    let mut all = vec![0u64; 3 * world.size()];
+    world.allgather(&mine, &mut all)?;
+    Ok(all.chunks_exact(3).map(|k| [k[0], k[1], k[2]]).collect())
+}
+
 /// Splits `parent` (a communicator of `world`) by `split` with keys reversing the rank order and
-/// checks the result against the placement: exactly the parent's ranks that share this rank's
-/// process (node), ordered by key, and usable for collectives.
-fn check_split(world: &Comm, parent: &Comm, split: SplitType) -> Result<()> {
+/// checks the result against the placement (and, for `SharedNuma`, the ranks' NUMA keys):
+/// exactly the parent's ranks that share this rank's process (NUMA group, node), ordered by key,
+/// and usable for collectives.
+fn check_split(world: &Comm, parent: &Comm, split: SplitType, numa: &[[u64; 3]]) -> Result<()> {
     let placement = world.placement();
     let where_of = |world_rank: usize| match split {
-        SplitType::SharedProcess => placement.process_of(world_rank),
-        SplitType::SharedNode => placement.node_of(world_rank),
+        SplitType::SharedProcess => [placement.process_of(world_rank) as u64, 0, 0],
+        SplitType::SharedNuma => numa[world_rank],
+        SplitType::SharedNode => [placement.node_of(world_rank) as u64, 0, 0],
     };
     let parent_members = world_ranks(parent, world)?;
     let mine = where_of(world.rank());
@@ -41,18 +57,19 @@ fn check_split(world: &Comm, parent: &Comm, split: SplitType) -> Result<()> {
         assert_eq!(locality, placement.locality(world.rank(), peer), "{split:?} locality of {r}");
         match split {
             SplitType::SharedProcess => assert_eq!(locality, Locality::SameProcess),
-            SplitType::SharedNode => assert_ne!(locality, Locality::Remote),
+            SplitType::SharedNuma | SplitType::SharedNode => assert_ne!(locality, Locality::Remote),
         }
     }
     Ok(())
 }
 
-/// Both split types on the world and on a split of it (whose numbering differs from the world's).
+/// Every split type on the world and on a split of it (whose numbering differs from the world's).
 fn check_all(world: Comm) -> Result<()> {
-    for split in [SplitType::SharedProcess, SplitType::SharedNode] {
-        check_split(&world, &world, split)?;
+    let numa = numa_keys(&world)?;
+    for split in [SplitType::SharedProcess, SplitType::SharedNuma, SplitType::SharedNode] {
+        check_split(&world, &world, split, &numa)?;
         let half = world.split(Some((world.rank() % 2) as u32), -(world.rank() as i32))?.expect("a member");
-        check_split(&world, &half, split)?;
+        check_split(&world, &half, split, &numa)?;
     }
     Ok(())
 }
@@ -86,6 +103,55 @@ fn tcp_thread_ranks_split_by_the_placement_the_device_reports() {
         });
         outcome.unwrap_or_else(|e| panic!("np {np}: {e}"));
     }
+}
+
+#[test]
+fn simulated_processes_split_by_process_and_by_numa_group() {
+    let outcome = job(Config::new().np(5).simulate_processes(2), "split_type, simulated processes", |world| {
+        let local = world.split_type(SplitType::SharedProcess, 0)?;
+        assert_eq!(local.size(), if world.rank() < 4 { 2 } else { 1 });
+        if fastmp::topology().numa_nodes().len() == 1 {
+            // Unpinned threads on a one-node machine are all bound inside it: one group across
+            // the (simulated) processes.
+            assert_eq!(world.split_type(SplitType::SharedNuma, 0)?.size(), world.size());
+        }
+        check_all(world)
+    });
+    outcome.expect("job");
+}
+
+/// Pinned shm ranks: the placement knows each rank's NUMA node (from the pinning, before the
+/// threads start), it is the node the rank's thread runs on, and `SharedNuma` groups by it.
+#[test]
+fn pinned_shm_ranks_report_their_numa_node() {
+    let allowed = fastmp::affinity::allowed_cpus();
+    for pin in [Pin::Compact, Pin::Scatter, Pin::Numa] {
+        let allowed = allowed.clone();
+        let outcome = job(Config::new().np(3).pin(pin), "numa placement", move |world| {
+            let placement = world.placement();
+            for r in 0..world.size() {
+                let cpu = fastmp::affinity::cpu_for(pin, r, world.size(), &allowed);
+                let expected = cpu.and_then(|c| fastmp::topology().numa_of(c));
+                assert_eq!(placement.numa_of(r), expected, "{pin:?}: NUMA node of rank {r}");
+            }
+            if !allowed.is_empty() {
+                assert!(placement.numa_of(world.rank()).is_some(), "{pin:?}: pinned rank's node known");
+            }
+            assert_eq!(fastmp::affinity::numa_node_of_current_thread(), placement.numa_of(world.rank()));
+            let numa = world.split_type(SplitType::SharedNuma, 0)?;
+            let members = world_ranks(&numa, &world)?;
+            let same: Vec<usize> =
+                (0..world.size()).filter(|&r| placement.numa_of(r) == placement.numa_of(world.rank())).collect();
+            assert_eq!(members, same, "{pin:?}: SharedNuma members");
+            check_all(world)
+        });
+        outcome.unwrap_or_else(|e| panic!("{pin:?}: {e}"));
+    }
+    let outcome = job(Config::new().np(2), "unpinned placement", |world| {
+        assert_eq!((world.placement().numa_of(0), world.placement().numa_of(1)), (None, None));
+        Ok(())
+    });
+    outcome.expect("job");
 }
 
 #[test]

@@ -49,7 +49,6 @@ impl Placement {
 
     /// The same placement with the NUMA node of each rank (`None` where unknown), as the
     /// launcher derives it from pinning and the machine's topology.
-    #[allow(dead_code)] // The launcher's topology-aware pinning fills it in (issue 15, in progress).
     pub(crate) fn with_numa(mut self, numa: Vec<Option<usize>>) -> Self {
         assert_eq!(numa.len(), self.size(), "one NUMA entry per rank");
         self.numa = numa;

@@ -83,7 +83,8 @@ pub fn cpu_for_in(machine: &MachineTopology, pin: Pin, rank: usize, np: usize, c
         }
         Pin::Scatter => {
             let longest = nodes.iter().map(Vec::len).max().unwrap_or(0);
-            let order: Vec<usize> = (0..longest).flat_map(|i| nodes.iter().filter_map(move |n| n.get(i).copied())).collect();
+            let order: Vec<usize> =
+                (0..longest).flat_map(|i| nodes.iter().filter_map(move |n| n.get(i).copied())).collect();
             Some(order[rank % order.len()])
         }
         Pin::Numa => {
@@ -95,6 +96,13 @@ pub fn cpu_for_in(machine: &MachineTopology, pin: Pin, rank: usize, np: usize, c
             Some(order[(rank - first) % order.len()])
         }
     }
+}
+
+/// The NUMA node of each of ranks `0..np` pinned by `pin` over `cpus` (what `cpu_for` chooses
+/// is deterministic, so this is known before the threads start); `None` for unpinned ranks.
+pub(crate) fn numa_of_ranks(pin: Pin, np: usize, cpus: &[usize]) -> Vec<Option<usize>> {
+    let machine = crate::topology();
+    (0..np).map(|rank| cpu_for_in(machine, pin, rank, np, cpus).and_then(|cpu| machine.numa_of(cpu))).collect()
 }
 
 /// The allowed CPUs `cpus` that `keep` accepts, in compact order: the first hardware thread of

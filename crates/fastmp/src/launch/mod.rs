@@ -201,8 +201,9 @@ impl Config {
             Some(t) if self.simulate_processes => Placement::blocks(self.np, t),
             _ => Placement::single_process(self.np),
         };
-        let world = ShmWorld::with_placement(self.np, self.effective_eager_limit(), placement);
         let cpus = if self.pin == Pin::None { Vec::new() } else { affinity::allowed_cpus() };
+        let placement = placement.with_numa(affinity::numa_of_ranks(self.pin, self.np, &cpus));
+        let world = ShmWorld::with_placement(self.np, self.effective_eager_limit(), placement);
         let rank_main = |rank: usize| -> Result<R> {
             let outcome = catch_unwind(AssertUnwindSafe(|| {
                 if let Some(cpu) = affinity::cpu_for(self.pin, rank, self.np, &cpus) {
