@@ -82,6 +82,14 @@ pub struct MachineTopology {
 /// This machine's topology, read from sysfs on first use and cached. Where sysfs cannot be read
 /// (not Linux, a container hiding it, a malformed file) it is flat: one package, one NUMA node,
 /// every CPU this process may run on its own core, no L3 groups.
+///
+/// ```
+/// let machine = fastmp::topology();
+/// let nodes = machine.numa_nodes();
+/// assert!(!nodes.is_empty());
+/// // Every online CPU is on exactly one NUMA node.
+/// assert_eq!(nodes.iter().map(|n| n.cpus.len()).sum::<usize>(), machine.cpus().len());
+/// ```
 pub fn topology() -> &'static MachineTopology {
     static MACHINE: OnceLock<MachineTopology> = OnceLock::new();
     MACHINE.get_or_init(|| {
@@ -140,9 +148,10 @@ impl MachineTopology {
     /// Groups per-CPU facts into cores, L3 groups and NUMA nodes, keeping only online CPUs in
     /// every list.
     fn assemble(raw: Vec<RawCpu>) -> Self {
-        let online: Vec<usize> = raw.iter().map(|c| c.id).collect();
-        let keep_online =
-            |list: &[usize]| -> Vec<usize> { list.iter().copied().filter(|c| online.contains(c)).collect() };
+        let online: Vec<usize> = raw.iter().map(|c| c.id).collect(); // Ascending, as `raw` is.
+        let keep_online = |list: &[usize]| -> Vec<usize> {
+            list.iter().copied().filter(|c| online.binary_search(c).is_ok()).collect()
+        };
 
         // Cores: CPUs with the same (package, sibling set); order by package, then lowest CPU.
         let mut cores: Vec<Core> = Vec::new();
@@ -399,7 +408,7 @@ fn numa_map(root: &Path, online: &[usize]) -> Result<impl Fn(usize) -> usize + u
         }
     }
     node_of.sort_unstable();
-    Ok(move |cpu: usize| node_of.iter().find(|&&(c, _)| c == cpu).map_or(0, |&(_, node)| node))
+    Ok(move |cpu: usize| node_of.binary_search_by_key(&cpu, |&(c, _)| c).map_or(0, |i| node_of[i].1))
 }
 
 #[cfg(test)]

@@ -61,7 +61,9 @@ pub fn cpu_for_in(machine: &MachineTopology, pin: Pin, rank: usize, np: usize, c
     if pin == Pin::None || cpus.is_empty() {
         return None;
     }
-    let known: Vec<usize> = cpus.iter().copied().filter(|&c| machine.numa_of(c).is_some()).collect();
+    let mut known: Vec<usize> = cpus.iter().copied().filter(|&c| machine.numa_of(c).is_some()).collect();
+    known.sort_unstable();
+    known.dedup();
     let flat;
     let (machine, cpus) = if known.is_empty() {
         flat = MachineTopology::flat(cpus);
@@ -72,7 +74,7 @@ pub fn cpu_for_in(machine: &MachineTopology, pin: Pin, rank: usize, np: usize, c
     let nodes: Vec<Vec<usize>> = machine
         .numa_nodes()
         .iter()
-        .map(|node| compact_order(machine, &cpus, |c| node.cpus.contains(&c)))
+        .map(|node| compact_order(machine, &cpus, |c| node.cpus.binary_search(&c).is_ok()))
         .filter(|order| !order.is_empty())
         .collect();
     match pin {
@@ -105,13 +107,13 @@ pub(crate) fn numa_of_ranks(pin: Pin, np: usize, cpus: &[usize]) -> Vec<Option<u
     (0..np).map(|rank| cpu_for_in(machine, pin, rank, np, cpus).and_then(|cpu| machine.numa_of(cpu))).collect()
 }
 
-/// The allowed CPUs `cpus` that `keep` accepts, in compact order: the first hardware thread of
+/// The allowed CPUs `cpus` (ascending) that `keep` accepts, in compact order: the first hardware thread of
 /// every core (package/core order), then the second ones, ...
 fn compact_order(machine: &MachineTopology, cpus: &[usize], keep: impl Fn(usize) -> bool) -> Vec<usize> {
     let per_core: Vec<Vec<usize>> = machine
         .cores()
         .iter()
-        .map(|core| core.cpus.iter().copied().filter(|&c| keep(c) && cpus.contains(&c)).collect())
+        .map(|core| core.cpus.iter().copied().filter(|&c| keep(c) && cpus.binary_search(&c).is_ok()).collect())
         .collect();
     let deepest = per_core.iter().map(Vec::len).max().unwrap_or(0);
     (0..deepest).flat_map(|i| per_core.iter().filter_map(move |core| core.get(i).copied())).collect()
