@@ -107,8 +107,8 @@ pub(crate) fn numa_of_ranks(pin: Pin, np: usize, cpus: &[usize]) -> Vec<Option<u
     (0..np).map(|rank| cpu_for_in(machine, pin, rank, np, cpus).and_then(|cpu| machine.numa_of(cpu))).collect()
 }
 
-/// The allowed CPUs `cpus` (ascending) that `keep` accepts, in compact order: the first hardware thread of
-/// every core (package/core order), then the second ones, ...
+/// The allowed CPUs `cpus` (ascending) that `keep` accepts, in compact order: the first
+/// hardware thread of every core (package/core order), then the second ones, ...
 fn compact_order(machine: &MachineTopology, cpus: &[usize], keep: impl Fn(usize) -> bool) -> Vec<usize> {
     let per_core: Vec<Vec<usize>> = machine
         .cores()
