@@ -276,3 +276,46 @@ fn pin_parses_from_its_names() {
     }
     assert!(matches!("nuam".parse::<Pin>(), Err(fastmp::Error::InvalidArgument(m)) if m.contains("numa")));
 }
+
+/// `FASTMP_PIN` read by `fastmp::init` in a child process (the environment is process-wide):
+/// `numa` pins the ranks (their NUMA nodes appear in the placement, as `cpu_for` chose them), a
+/// misspelling is an `Err` naming the variable.
+#[test]
+fn fastmp_pin_from_the_environment() {
+    const CHILD: &str = "FASTMP_TEST_PIN_CHILD";
+    match std::env::var(CHILD).as_deref() {
+        Ok("numa") => {
+            let allowed = fastmp::affinity::allowed_cpus();
+            let numa = fastmp::init()
+                .expect("FASTMP_PIN=numa parses")
+                .run(|world| Ok(world.placement().numa_of(world.rank())));
+            let expected: Vec<Option<usize>> = (0..2)
+                .map(|r| {
+                    fastmp::affinity::cpu_for(Pin::Numa, r, 2, &allowed).and_then(|c| fastmp::topology().numa_of(c))
+                })
+                .collect();
+            assert_eq!(numa.expect("job"), expected);
+            assert!(allowed.is_empty() || expected.iter().all(Option::is_some));
+            return;
+        }
+        Ok("nuam") => {
+            let err = fastmp::init().map(|_| ()).expect_err("a misspelt pinning");
+            assert!(err.to_string().contains("FASTMP_PIN=nuam"), "{err}");
+            return;
+        }
+        _ => {}
+    }
+    for value in ["numa", "nuam"] {
+        let mut child = std::process::Command::new(std::env::current_exe().expect("test binary"));
+        child.args(["--exact", "fastmp_pin_from_the_environment", "--test-threads", "1"]);
+        for launcher in ["FASTMP_RANK", "FASTMP_SIZE", "FASTMP_LAUNCHER", "FASTMP_DEVICE", "OMPI_COMM_WORLD_RANK"] {
+            child.env_remove(launcher);
+        }
+        for launcher in ["OMPI_COMM_WORLD_SIZE", "PMI_RANK", "PMI_SIZE", "SLURM_PROCID", "SLURM_NTASKS"] {
+            child.env_remove(launcher);
+        }
+        let out = child.env(CHILD, value).env("FASTMP_PIN", value).env("FASTMP_NP", "2").output().expect("run child");
+        assert!(out.status.success(), "FASTMP_PIN={value}: {}", String::from_utf8_lossy(&out.stdout));
+        assert!(String::from_utf8_lossy(&out.stdout).contains("1 passed"), "the child ran the test");
+    }
+}

@@ -224,7 +224,7 @@ impl Config {
     /// Reads the launch environment: `FASTMP_NP` (without it and without a launcher, one rank
     /// per CPU this process may run on, as `mpiexec` without `-n` fills the machine),
     /// `FASTMP_DEVICE` (`shm`/`tcp`),
-    /// `FASTMP_EAGER_LIMIT` (bytes), `FASTMP_PIN` (`compact`/`scatter`/`none`),
+    /// `FASTMP_EAGER_LIMIT` (bytes), `FASTMP_PIN` (`compact`/`scatter`/`numa`/`none`),
     /// `FASTMP_STACK_SIZE` (bytes per rank thread), `FASTMP_TCP_SNDBUF`/`FASTMP_TCP_RCVBUF`
     /// (socket buffer bytes), `FASTMP_PROGRESS_THREAD` (`1`: see [`Config::progress_thread`]).
     /// Unset variables keep the defaults of [`Config::new`].
