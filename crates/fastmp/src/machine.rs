@@ -81,7 +81,8 @@ pub struct MachineTopology {
 
 /// This machine's topology, read from sysfs on first use and cached. Where sysfs cannot be read
 /// (not Linux, a container hiding it, a malformed file) it is flat: one package, one NUMA node,
-/// every CPU this process may run on its own core, no L3 groups.
+/// every CPU this process may run on its own core (CPUs `0..available_parallelism` where the
+/// affinity mask is unknown), no L3 groups.
 ///
 /// ```
 /// let machine = fastmp::topology();
@@ -93,8 +94,13 @@ pub struct MachineTopology {
 pub fn topology() -> &'static MachineTopology {
     static MACHINE: OnceLock<MachineTopology> = OnceLock::new();
     MACHINE.get_or_init(|| {
-        MachineTopology::from_sysfs(Path::new(SYSFS_ROOT))
-            .unwrap_or_else(|_| MachineTopology::flat(&crate::launch::affinity::allowed_cpus()))
+        MachineTopology::from_sysfs(Path::new(SYSFS_ROOT)).unwrap_or_else(|_| {
+            let mut cpus = crate::launch::affinity::allowed_cpus();
+            if cpus.is_empty() {
+                cpus = (0..std::thread::available_parallelism().map_or(1, |n| n.get())).collect();
+            }
+            MachineTopology::flat(&cpus)
+        })
     })
 }
 
