@@ -132,8 +132,9 @@ impl MachineTopology {
                 Some(list) => Some(list),
                 None => optional_cpulist(&topo.join("thread_siblings_list"))?,
             };
-            let package = match read_optional(&topo.join("physical_package_id"))? {
-                Some(text) => parse_package_id(&text, &topo.join("physical_package_id"))?,
+            let package_path = topo.join("physical_package_id");
+            let package = match read_optional(&package_path)? {
+                Some(text) => parse_package_id(&text, &package_path)?,
                 None => 0,
             };
             raw.push(RawCpu { id: cpu, siblings, package, l3: l3_of(&dir)?, numa: numa_of(cpu) });
@@ -160,7 +161,6 @@ impl MachineTopology {
         };
 
         // Cores: CPUs with the same (package, sibling set); order by package, then lowest CPU.
-        let mut cores: Vec<Core> = Vec::new();
         let mut core_key: Vec<(usize, usize)> = Vec::with_capacity(raw.len()); // (package, lowest sibling)
         for cpu in &raw {
             let siblings = cpu.siblings.as_deref().map(keep_online).filter(|s| s.contains(&cpu.id));
@@ -170,9 +170,7 @@ impl MachineTopology {
         let mut keys = core_key.clone();
         keys.sort_unstable();
         keys.dedup();
-        for &(package, _) in &keys {
-            cores.push(Core { package, cpus: Vec::new() });
-        }
+        let mut cores: Vec<Core> = keys.iter().map(|&(package, _)| Core { package, cpus: Vec::new() }).collect();
         let mut packages: Vec<usize> = raw.iter().map(|c| c.package).collect();
         packages.sort_unstable();
         packages.dedup();
