@@ -15,10 +15,11 @@ use crate::os;
 /// Variables the launcher owns. They are removed from every child's inherited
 /// environment before the launcher sets its own, so a value from an enclosing job
 /// (e.g. fastmprun started from inside a rank) never leaks into this one.
-const LAUNCHER_VARIABLES: [&str; 9] = [
+const LAUNCHER_VARIABLES: [&str; 10] = [
     "FASTMP_DEVICE",
     "FASTMP_LAUNCHER",
     "FASTMP_NP",
+    "FASTMP_THREADS_PER_PROCESS",
     "FASTMP_RANK",
     "FASTMP_SIZE",
     "FASTMP_RENDEZVOUS",
@@ -33,14 +34,30 @@ pub enum Label {
     Rank(usize),
     /// The single process of a `--device shm` job, whose ranks are threads.
     Shm,
+    /// Process `index` of a `--device hybrid` job, running ranks `first..=last` as threads.
+    Process {
+        index: usize,
+        first: usize,
+        last: usize,
+    },
 }
 
 impl Label {
-    /// The `--tag-output` prefix.
+    /// The `--tag-output` prefix: the ranks whose output it may be.
     pub fn tag(self) -> String {
         match self {
             Label::Rank(rank) => format!("[{rank}] "),
             Label::Shm => "[shm] ".into(),
+            Label::Process { first, last, .. } if first == last => format!("[{first}] "),
+            Label::Process { first, last, .. } => format!("[{first}-{last}] "),
+        }
+    }
+
+    /// What the supervisor counts when it stops the others: `rank` or `process`.
+    pub fn unit(self) -> &'static str {
+        match self {
+            Label::Rank(_) | Label::Shm => "rank",
+            Label::Process { .. } => "process",
         }
     }
 }
@@ -50,6 +67,10 @@ impl fmt::Display for Label {
         match self {
             Label::Rank(rank) => write!(formatter, "rank {rank}"),
             Label::Shm => write!(formatter, "shm job"),
+            Label::Process { index, first, last } if first == last => {
+                write!(formatter, "process {index} (rank {first})")
+            }
+            Label::Process { index, first, last } => write!(formatter, "process {index} (ranks {first}-{last})"),
         }
     }
 }
@@ -86,38 +107,70 @@ pub fn shm_process(np: usize, bind_to: Option<BindTo>) -> ProcessSpec {
     ProcessSpec { label: Label::Shm, placement: Placement::Local, env, inherit: None }
 }
 
-/// The job-wide facts every tcp rank learns from its environment.
+/// The job-wide facts every process of a tcp or hybrid job learns from its environment.
 #[derive(Debug)]
-pub struct TcpJob<'a> {
-    /// One entry per rank.
+pub struct NetworkJob<'a> {
+    /// One entry per process (per rank on tcp).
     pub placements: &'a [Placement],
     pub rendezvous: &'a str,
     pub secret: &'a str,
-    /// The rendezvous listener rank 0 inherits (all-local jobs).
+    /// The rendezvous listener process 0 inherits (all-local jobs).
     pub rank0_listener: Option<RawFd>,
     pub bind_to: Option<BindTo>,
+    /// `None`: tcp, one rank per process.
+    pub hybrid: Option<HybridShape>,
 }
 
-/// One process per rank of a `--device tcp` job.
-pub fn tcp_processes(job: &TcpJob<'_>) -> Vec<ProcessSpec> {
+/// How the ranks of a hybrid job are spread over its processes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HybridShape {
+    /// Ranks in the whole job.
+    pub np: usize,
+    /// Thread ranks per process (the last process may have fewer).
+    pub threads_per_process: usize,
+}
+
+impl HybridShape {
+    /// Processes the job needs: ceil(np / threads_per_process).
+    pub fn processes(self) -> usize {
+        self.np.div_ceil(self.threads_per_process)
+    }
+
+    /// Process `index`'s label: which ranks it runs (block-wise by process).
+    fn label(self, index: usize) -> Label {
+        let first = index * self.threads_per_process;
+        let last = (first + self.threads_per_process).min(self.np) - 1;
+        Label::Process { index, first, last }
+    }
+}
+
+/// The processes of a `--device tcp` (one per rank) or `--device hybrid` job. Process 0 plays
+/// tcp rank 0's part: it runs rank 0, which holds the rendezvous.
+pub fn network_processes(job: &NetworkJob<'_>) -> Vec<ProcessSpec> {
     let size = job.placements.len().to_string();
     job.placements
         .iter()
         .enumerate()
-        .map(|(rank, placement)| {
+        .map(|(index, placement)| {
+            let device = if job.hybrid.is_some() { "hybrid" } else { "tcp" };
             let mut env = vec![
-                ("FASTMP_DEVICE", "tcp".to_string()),
-                ("FASTMP_RANK", rank.to_string()),
+                ("FASTMP_DEVICE", device.to_string()),
+                ("FASTMP_RANK", index.to_string()),
                 ("FASTMP_SIZE", size.clone()),
                 ("FASTMP_RENDEZVOUS", job.rendezvous.to_string()),
                 ("FASTMP_JOB_SECRET", job.secret.to_string()),
             ];
+            if let Some(shape) = job.hybrid {
+                env.push(("FASTMP_NP", shape.np.to_string()));
+                env.push(("FASTMP_THREADS_PER_PROCESS", shape.threads_per_process.to_string()));
+            }
             env.extend(pin_variable(job.bind_to));
-            let inherit = job.rank0_listener.filter(|_| rank == 0);
+            let inherit = job.rank0_listener.filter(|_| index == 0);
             if let Some(fd) = inherit {
                 env.push(("FASTMP_RENDEZVOUS_FD", fd.to_string()));
             }
-            ProcessSpec { label: Label::Rank(rank), placement: placement.clone(), env, inherit }
+            let label = job.hybrid.map_or(Label::Rank(index), |shape| shape.label(index));
+            ProcessSpec { label, placement: placement.clone(), env, inherit }
         })
         .collect()
 }
@@ -177,23 +230,56 @@ mod tests {
         spec.env.iter().find(|(key, _)| *key == name).map(|(_, value)| value.as_str())
     }
 
-    #[test]
-    fn only_rank0_inherits_the_listener() {
-        let placements = [Placement::Local, Placement::Local];
-        let job = TcpJob {
-            placements: &placements,
+    fn job<'a>(placements: &'a [Placement], hybrid: Option<HybridShape>) -> NetworkJob<'a> {
+        NetworkJob {
+            placements,
             rendezvous: "127.0.0.1:5000",
             secret: "ab",
             rank0_listener: Some(7),
             bind_to: Some(BindTo::Core),
-        };
-        let specs = tcp_processes(&job);
+            hybrid,
+        }
+    }
+
+    #[test]
+    fn only_rank0_inherits_the_listener() {
+        let placements = [Placement::Local, Placement::Local];
+        let specs = network_processes(&job(&placements, None));
         assert_eq!(value(&specs[0], "FASTMP_RENDEZVOUS_FD"), Some("7"));
         assert_eq!(value(&specs[1], "FASTMP_RENDEZVOUS_FD"), None);
         assert_eq!(specs[1].inherit, None);
         assert_eq!(value(&specs[1], "FASTMP_RANK"), Some("1"));
         assert_eq!(value(&specs[1], "FASTMP_SIZE"), Some("2"));
         assert_eq!(value(&specs[1], "FASTMP_PIN"), Some("compact"));
+        assert_eq!(value(&specs[1], "FASTMP_DEVICE"), Some("tcp"));
+        assert_eq!(value(&specs[1], "FASTMP_NP"), None);
+        assert_eq!(specs[1].label, Label::Rank(1));
+    }
+
+    #[test]
+    fn hybrid_processes_run_blocks_of_ranks() {
+        let shape = HybridShape { np: 5, threads_per_process: 2 };
+        assert_eq!(shape.processes(), 3);
+        let placements = vec![Placement::Local; shape.processes()];
+        let specs = network_processes(&job(&placements, Some(shape)));
+        assert_eq!(specs.len(), 3);
+        for (index, spec) in specs.iter().enumerate() {
+            let expected = index.to_string();
+            assert_eq!(value(spec, "FASTMP_DEVICE"), Some("hybrid"));
+            assert_eq!(value(spec, "FASTMP_RANK"), Some(expected.as_str()));
+            assert_eq!(value(spec, "FASTMP_SIZE"), Some("3"));
+            assert_eq!(value(spec, "FASTMP_NP"), Some("5"));
+            assert_eq!(value(spec, "FASTMP_THREADS_PER_PROCESS"), Some("2"));
+            assert_eq!(value(spec, "FASTMP_RENDEZVOUS"), Some("127.0.0.1:5000"));
+            assert_eq!(value(spec, "FASTMP_JOB_SECRET"), Some("ab"));
+            assert_eq!(value(spec, "FASTMP_RENDEZVOUS_FD"), (index == 0).then_some("7"));
+        }
+        assert_eq!(specs[0].label, Label::Process { index: 0, first: 0, last: 1 });
+        assert_eq!(specs[2].label, Label::Process { index: 2, first: 4, last: 4 });
+        assert_eq!(specs[1].label.tag(), "[2-3] ");
+        assert_eq!(specs[2].label.tag(), "[4] ");
+        assert_eq!(specs[1].label.to_string(), "process 1 (ranks 2-3)");
+        assert_eq!(specs[2].label.to_string(), "process 2 (rank 4)");
     }
 
     #[test]
