@@ -110,8 +110,30 @@ is_uint() {
     [[ $1 =~ ^[0-9]+$ ]]
 }
 
+# fastmp_launcher DEVICE NP THREADS: the fastmprun command line the fastmp side of the uoms and
+# darray modes runs under (into the array `launcher`): nothing for shm, `--device tcp`, or
+# `--device hybrid --threads-per-process THREADS`; builds fastmprun unless FASTMPRUN_BIN is set.
+fastmp_launcher() {
+    local device=$1 np=$2 threads=$3
+    launcher=()
+    [[ $device != shm ]] || return 0
+    local fastmprun_bin=${FASTMPRUN_BIN:-target/release/fastmprun}
+    if [[ -z ${FASTMPRUN_BIN:-} ]]; then
+        note "cargo build --release -p fastmprun"
+        cargo build --release -p fastmprun >&2
+    fi
+    launcher=("$fastmprun_bin" -np "$np" --device "$device")
+    [[ $device != hybrid ]] || launcher+=(--threads-per-process "$threads")
+}
+
+# hybrid_threads_checked T: T if it is a positive integer, else the script stops.
+hybrid_threads_checked() {
+    is_uint "$1" && (($1 >= 1)) || die "--threads-per-process must be a positive integer, got '$1'"
+    echo "$1"
+}
+
 # ------------------------------------------------------------ the uoms mode
-# bench/compare.sh uoms [BENCH...] [--np N] [--tcp] [--min-size B] [--max-size B]
+# bench/compare.sh uoms [BENCH...] [--np N] [--tcp | --hybrid [--threads-per-process T]] [--min-size B] [--max-size B]
 #                       [--iterations N] [--sync-mode FLAGS] [--algorithm NAME]
 # runs `fastmp-bench uoms BENCH` (the PGAS collectives on shared arrays),
 # target/mpi_uoms BENCH (bench/mpi_uoms.c: MPI_Bcast, MPI_Scatter, ...) and
@@ -123,9 +145,11 @@ is_uint() {
 # maximum over ranks per iteration; the two-sided column is OSU's statistic
 # (the mean of the ranks' means), so it flatters the two-sided side slightly.
 # Default benchmarks: all twelve; default sizes UOMS's 4 B .. 16 MiB.
+# --hybrid: fastmp (both its sides) runs under fastmprun --device hybrid
+# --threads-per-process T (default 2), MPI over shared memory.
 uoms_main() {
     local all=(broadcast scatter gather gather_all exchange permute reduce prefix_reduce memget memput memcpy barrier)
-    local list=() np=${NP:-2} tcp=0 sizes=() sync_mode="" algorithm="" iterations=()
+    local list=() np=${NP:-2} tcp=0 device=shm threads=2 sizes=() sync_mode="" algorithm="" iterations=()
     while (($# > 0)); do
         case $1 in
             -h | --help)
@@ -139,7 +163,17 @@ uoms_main() {
                 ;;
             --tcp)
                 tcp=1
+                device=tcp
                 shift
+                ;;
+            --hybrid)
+                device=hybrid
+                shift
+                ;;
+            --threads-per-process)
+                (($# >= 2)) || die "$1 needs a value"
+                threads=$(hybrid_threads_checked "$2")
+                shift 2
                 ;;
             --min-size | --max-size)
                 (($# >= 2)) || die "$1 needs a value"
@@ -183,15 +217,9 @@ uoms_main() {
         cargo build --release -p fastmp-bench >&2
         fastmp_bin=target/release/fastmp-bench
     fi
+    ((tcp == 0)) || [[ $device != hybrid ]] || die "--tcp and --hybrid exclude each other"
     local launcher=()
-    if ((tcp)); then
-        local fastmprun_bin=${FASTMPRUN_BIN:-target/release/fastmprun}
-        if [[ -z ${FASTMPRUN_BIN:-} ]]; then
-            note "cargo build --release -p fastmprun"
-            cargo build --release -p fastmprun >&2
-        fi
-        launcher=("$fastmprun_bin" -np "$np" --device tcp)
-    fi
+    fastmp_launcher "$device" "$np" "$threads"
     local cores pin=compact mpi_bind=(--bind-to core)
     cores=$(nproc 2>/dev/null || echo 1)
     if ((np > cores)); then
@@ -274,8 +302,8 @@ uoms_main() {
         done
     done
 
-    local transport=shm
-    ((tcp == 0)) || transport=tcp
+    local transport=$device
+    [[ $device != hybrid ]] || transport="hybrid, $threads threads per process (mpi: shared memory)"
     python3 - "$results" "$np" "$repeat" "$transport" "${list[@]}" <<'PY'
 import glob
 import json
@@ -354,7 +382,7 @@ PY
 }
 
 # ---------------------------------------------------------- the darray mode
-# bench/compare.sh darray [halo] [remap] [--np N] [--tcp] [--size N] [--width W]
+# bench/compare.sh darray [halo] [remap] [--np N] [--tcp | --hybrid [--threads-per-process T]] [--size N] [--width W]
 #                         [--iterations N]
 # runs `fastmp-bench halo|remap` (fastmp-darray's write_halo and remap on an
 # N x N f64 array over the 2-D grid dims_create(np, 2) gives) and
@@ -366,9 +394,11 @@ PY
 # halo: block x block, --width W ghost cells per side (default 1); remap: rows
 # block -> cyclic, columns block. Default sizes 256 .. 4096. shm: fastmp-bench
 # --np N --pin compact against mpirun --bind-to core; --tcp: fastmprun
-# --device tcp against mpirun --mca btl tcp,self; np > cores: both unpinned.
+# --device tcp against mpirun --mca btl tcp,self; --hybrid: fastmprun --device
+# hybrid --threads-per-process T (default 2) against mpirun's shared memory;
+# np > cores: both unpinned.
 darray_main() {
-    local list=() np=${NP:-2} tcp=0 args=()
+    local list=() np=${NP:-2} tcp=0 device=shm threads=2 args=()
     while (($# > 0)); do
         case $1 in
             -h | --help)
@@ -382,7 +412,17 @@ darray_main() {
                 ;;
             --tcp)
                 tcp=1
+                device=tcp
                 shift
+                ;;
+            --hybrid)
+                device=hybrid
+                shift
+                ;;
+            --threads-per-process)
+                (($# >= 2)) || die "$1 needs a value"
+                threads=$(hybrid_threads_checked "$2")
+                shift 2
                 ;;
             --size | --width | --iterations)
                 (($# >= 2)) || die "$1 needs a value"
@@ -411,15 +451,9 @@ darray_main() {
         cargo build --release -p fastmp-bench >&2
         fastmp_bin=target/release/fastmp-bench
     fi
+    ((tcp == 0)) || [[ $device != hybrid ]] || die "--tcp and --hybrid exclude each other"
     local launcher=()
-    if ((tcp)); then
-        local fastmprun_bin=${FASTMPRUN_BIN:-target/release/fastmprun}
-        if [[ -z ${FASTMPRUN_BIN:-} ]]; then
-            note "cargo build --release -p fastmprun"
-            cargo build --release -p fastmprun >&2
-        fi
-        launcher=("$fastmprun_bin" -np "$np" --device tcp)
-    fi
+    fastmp_launcher "$device" "$np" "$threads"
     local cores pin=compact mpirun_args=(--allow-run-as-root -np "$np" --bind-to core)
     cores=$(nproc 2>/dev/null || echo 1)
     if ((np > cores)); then
@@ -471,8 +505,8 @@ darray_main() {
         done
     done
 
-    local transport=shm
-    ((tcp == 0)) || transport=tcp
+    local transport=$device
+    [[ $device != hybrid ]] || transport="hybrid, $threads threads per process (mpi: shared memory)"
     python3 - "$results" "$np" "$repeat" "$transport" "$(lscpu 2>/dev/null | sed -n 's/^Model name: *//p')" \
         "${list[@]}" <<'PY'
 import glob
