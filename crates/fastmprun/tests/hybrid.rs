@@ -165,7 +165,7 @@ fn examples_run_with_even_and_uneven_processes() {
         for (np, threads) in [(6, "3"), (5, "2")] {
             let stdout = succeeds(&format!("{name} on {np} in {threads}s"), hybrid(np, threads, &[program]));
             for rank in 0..np {
-                let report = format!("{name}: rank {rank} ");
+                let report = format!("{name}: rank {rank}/{np} ");
                 assert!(stdout.lines().any(|line| line.contains(&report)), "no `{report}` line:\n{stdout}");
             }
         }
