@@ -223,7 +223,7 @@ fn process_by_hand(index: usize, size: usize, threads: usize, rendezvous: &str, 
 }
 
 /// Without a launcher to stop it, the process that survives a killed one fails on its own, with
-/// an error naming the dead rank.
+/// an error naming a rank of the dead process.
 #[test]
 fn survivor_of_a_killed_process_fails_with_a_clear_error() {
     let rendezvous = format!("127.0.0.1:{}", free_port());
@@ -245,7 +245,9 @@ fn survivor_of_a_killed_process_fails_with_a_clear_error() {
         let prefix = format!("rank {survivor}: receive from rank 2 failed: ");
         let line = stdout.lines().find(|line| line.starts_with(&prefix));
         let line = line.unwrap_or_else(|| panic!("rank {survivor} did not report its receive: {described}"));
-        assert!(line[prefix.len()..].contains("rank 2"), "unclear error: {line}");
+        // Ranks 2 and 3 died together: the error may name either.
+        let error = &line[prefix.len()..];
+        assert!(error.contains("rank 2") || error.contains("rank 3"), "unclear error: {line}");
     }
 }
 
