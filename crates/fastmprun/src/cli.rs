@@ -64,6 +64,8 @@ struct Cli {
     timeout: Option<Duration>,
 
     /// `core` sets FASTMP_PIN=compact, `none` sets FASTMP_PIN=none; unset leaves FASTMP_PIN alone.
+    /// Hybrid processes on this machine are each bound to a block of T CPUs when they all fit,
+    /// unless `none`.
     #[arg(long, value_enum, value_name = "POLICY")]
     bind_to: Option<BindTo>,
 

@@ -33,6 +33,11 @@
 //! - `FASTMP_NP=N` (the job's ranks) and `FASTMP_THREADS_PER_PROCESS=T` (always a number: the
 //!   launcher resolves `auto`).
 //!
+//! The hybrid processes on this machine are bound, as mpirun binds its processes, each to its own
+//! block of T of the CPUs the launcher may use (so that pinning inside a process, which counts
+//! from its first allowed CPU, does not put every process's threads on the same CPUs), unless
+//! they do not all fit or `--bind-to none` is given. Remote processes are not bound.
+//!
 //! All devices: `FASTMP_PIN=compact` with `--bind-to core`, `FASTMP_PIN=none` with
 //! `--bind-to none`; without `--bind-to` an exported `FASTMP_PIN` is left as it is.
 //! The other variables above are removed from what the processes inherit, so a value
@@ -67,7 +72,7 @@ use std::io::ErrorKind;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use cli::{Device, Options, ThreadsPerProcess};
+use cli::{BindTo, Device, Options, ThreadsPerProcess};
 use hosts::{HostSlots, LocalNames, Placement};
 use rendezvous::Rendezvous;
 use spawn::{HybridShape, NetworkJob, ProcessSpec, Program};
@@ -154,9 +159,10 @@ fn plan(options: &Options) -> Result<(Vec<ProcessSpec>, Option<Rendezvous>), Str
     }
     let this_machine = LocalNames::detect();
     let host_list = options.hosts.as_ref().map(hosts::load).transpose()?;
+    let local_cpus = fastmp::affinity::allowed_cpus();
     let hybrid = options.threads_per_process.map(|choice| HybridShape {
         np: options.np,
-        threads_per_process: threads_per_process(choice, host_list.as_deref(), fastmp::affinity::allowed_cpus().len()),
+        threads_per_process: threads_per_process(choice, host_list.as_deref(), local_cpus.len()),
     });
     let processes = hybrid.map_or(options.np, HybridShape::processes);
     let placements = match &host_list {
@@ -182,6 +188,7 @@ fn plan(options: &Options) -> Result<(Vec<ProcessSpec>, Option<Rendezvous>), Str
         rank0_listener: rendezvous.listener.as_ref().map(std::os::fd::AsRawFd::as_raw_fd),
         bind_to: options.bind_to,
         hybrid,
+        local_cpus: if options.bind_to == Some(BindTo::None) { &[] } else { &local_cpus },
     };
     Ok((spawn::network_processes(&job), Some(rendezvous)))
 }

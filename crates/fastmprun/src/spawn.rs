@@ -93,6 +93,8 @@ pub struct ProcessSpec {
     pub env: Vec<(&'static str, String)>,
     /// Descriptor the process inherits under the same number (rank 0's rendezvous listener).
     pub inherit: Option<RawFd>,
+    /// CPUs the process is bound to; empty: the launcher's own.
+    pub cpus: Vec<usize>,
 }
 
 /// The one process of a `--device shm` job: ranks are `np` threads inside it.
@@ -104,7 +106,7 @@ pub fn shm_process(np: usize, bind_to: Option<BindTo>) -> ProcessSpec {
         ("FASTMP_LAUNCHER", "fastmprun".to_string()),
     ];
     env.extend(pin_variable(bind_to));
-    ProcessSpec { label: Label::Shm, placement: Placement::Local, env, inherit: None }
+    ProcessSpec { label: Label::Shm, placement: Placement::Local, env, inherit: None, cpus: Vec::new() }
 }
 
 /// The job-wide facts every process of a tcp or hybrid job learns from its environment.
@@ -119,6 +121,9 @@ pub struct NetworkJob<'a> {
     pub bind_to: Option<BindTo>,
     /// `None`: tcp, one rank per process.
     pub hybrid: Option<HybridShape>,
+    /// CPUs this machine's hybrid processes share out, a block of T each (see
+    /// [`local_cpu_blocks`]); empty: they are not bound.
+    pub local_cpus: &'a [usize],
 }
 
 /// How the ranks of a hybrid job are spread over its processes.
@@ -148,6 +153,9 @@ impl HybridShape {
 /// tcp rank 0's part: it runs rank 0, which holds the rendezvous.
 pub fn network_processes(job: &NetworkJob<'_>) -> Vec<ProcessSpec> {
     let size = job.placements.len().to_string();
+    let mut cpu_blocks = job
+        .hybrid
+        .map_or_else(Vec::new, |shape| local_cpu_blocks(job.placements, shape.threads_per_process, job.local_cpus));
     job.placements
         .iter()
         .enumerate()
@@ -170,9 +178,25 @@ pub fn network_processes(job: &NetworkJob<'_>) -> Vec<ProcessSpec> {
                 env.push(("FASTMP_RENDEZVOUS_FD", fd.to_string()));
             }
             let label = job.hybrid.map_or(Label::Rank(index), |shape| shape.label(index));
-            ProcessSpec { label, placement: placement.clone(), env, inherit }
+            let cpus = if *placement == Placement::Local && !cpu_blocks.is_empty() {
+                cpu_blocks.remove(0)
+            } else {
+                Vec::new()
+            };
+            ProcessSpec { label, placement: placement.clone(), env, inherit, cpus }
         })
         .collect()
+}
+
+/// Shares `cpus` out among the processes placed on this machine, `threads` consecutive ones
+/// each in process order, as mpirun binds its processes: without it every process would place
+/// its thread ranks on the same first CPUs. Empty (nobody bound) when they do not all fit.
+fn local_cpu_blocks(placements: &[Placement], threads: usize, cpus: &[usize]) -> Vec<Vec<usize>> {
+    let local = placements.iter().filter(|placement| **placement == Placement::Local).count();
+    if local.checked_mul(threads).is_none_or(|needed| needed > cpus.len()) {
+        return Vec::new();
+    }
+    cpus.chunks(threads).take(local).map(<[usize]>::to_vec).collect()
 }
 
 /// `FASTMP_PIN` only when `--bind-to` was given, so a value the user exported survives.
@@ -188,7 +212,7 @@ pub fn spawn(spec: &ProcessSpec, program: &Program) -> io::Result<Child> {
         Placement::Remote(host) => agent_command(spec, program, host),
     };
     command.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).process_group(0);
-    os::prepare_child(&mut command, spec.inherit)?;
+    os::prepare_child(&mut command, spec.inherit, &spec.cpus)?;
     command.spawn()
 }
 
@@ -238,6 +262,7 @@ mod tests {
             rank0_listener: Some(7),
             bind_to: Some(BindTo::Core),
             hybrid,
+            local_cpus: &[0, 1, 2, 3, 4, 5, 6],
         }
     }
 
@@ -277,9 +302,21 @@ mod tests {
         assert_eq!(specs[0].label, Label::Process { index: 0, first: 0, last: 1 });
         assert_eq!(specs[2].label, Label::Process { index: 2, first: 4, last: 4 });
         assert_eq!(specs[1].label.tag(), "[2-3] ");
+        let cpus: Vec<&[usize]> = specs.iter().map(|spec| spec.cpus.as_slice()).collect();
+        assert_eq!(cpus, [&[0, 1][..], &[2, 3], &[4, 5]], "a block of T CPUs each (the last: T as well)");
         assert_eq!(specs[2].label.tag(), "[4] ");
         assert_eq!(specs[1].label.to_string(), "process 1 (ranks 2-3)");
         assert_eq!(specs[2].label.to_string(), "process 2 (rank 4)");
+    }
+
+    #[test]
+    fn only_local_processes_that_fit_are_bound() {
+        let remote = Placement::Remote("b".into());
+        let mixed = [Placement::Local, remote.clone(), Placement::Local];
+        assert_eq!(local_cpu_blocks(&mixed, 2, &[0, 1, 2, 3]), [vec![0, 1], vec![2, 3]]);
+        assert!(local_cpu_blocks(&mixed, 2, &[0, 1, 2]).is_empty(), "oversubscribed: nobody bound");
+        assert!(local_cpu_blocks(&[remote], 2, &[0, 1]).is_empty());
+        assert!(local_cpu_blocks(&[Placement::Local], 2, &[]).is_empty());
     }
 
     #[test]
@@ -289,6 +326,7 @@ mod tests {
             placement: Placement::Remote("b".into()),
             env: vec![("FASTMP_RANK", "1".into())],
             inherit: None,
+            cpus: Vec::new(),
         };
         let program = Program {
             program: "prog".into(),

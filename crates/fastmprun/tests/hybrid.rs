@@ -111,6 +111,26 @@ fn auto_gives_each_process_the_cpus_of_this_machine() {
     assert_eq!(stdout.lines().count(), processes, "{stdout}");
 }
 
+/// The CPUs a process may run on, as Linux lists them (`0-3`, `0,2`).
+const PRINT_AFFINITY: &str = "sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' /proc/self/status";
+
+/// Processes on this machine each get CPUs of their own (one each here: T = 1), in process
+/// order, unless `--bind-to none`.
+#[test]
+fn local_processes_are_bound_to_cpus_of_their_own() {
+    let cpus = fastmp::affinity::allowed_cpus();
+    let np = cpus.len().clamp(1, 4);
+    let stdout = succeeds("affinity", hybrid(np, "1", &["sh", "-c", PRINT_AFFINITY]));
+    for (process, cpu) in cpus.iter().take(np).enumerate() {
+        let line = format!("[{process}] {cpu}");
+        assert!(stdout.lines().any(|l| l == line), "no `{line}` in\n{stdout}");
+    }
+    let own = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
+    let own = own.lines().find_map(|l| l.strip_prefix("Cpus_allowed_list:")).expect("a CPU list").trim();
+    let unbound = succeeds("unbound", hybrid(np, "1", &["--bind-to", "none", "sh", "-c", PRINT_AFFINITY]));
+    assert_eq!(unbound.lines().filter(|l| l.ends_with(&format!("] {own}"))).count(), np, "{unbound}");
+}
+
 /// A process killed from outside ends the job: the launcher names it with its ranks and the
 /// signal, and stops the other processes.
 #[test]
