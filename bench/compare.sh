@@ -1113,7 +1113,10 @@ for bench in benches:
     if crashed("mpi", bench):
         print("# mpi: crashed in at least one run (see the notes above the table)")
     algos = data["fastmp"][4]
+    hybrid_algos = data["hybrid"][4] if hybrid else {}
     algo_head = f"  {'fastmp algorithm'}" if algos else ""
+    if hybrid_algos:
+        algo_head += "  hybrid algorithm"
     if hybrid:
         print("# hybrid = fastmp on the hybrid device; h/m = hybrid/mpi, h/f = hybrid/fastmp")
         print(f"{'size':<10}{'fastmp':>16}{'hybrid':>16}{'mpi':>16}{'ratio':>10}{'h/m':>10}{'h/f':>10}{algo_head}")
@@ -1131,6 +1134,8 @@ for bench in benches:
         f, m = med["fastmp"], med["mpi"]
         ratio = quotient(f, m)
         algo = f"  {'/'.join(sorted(algos.get(size, ()))) or '-'}" if algos else ""
+        if hybrid_algos:
+            algo += f"  {'/'.join(sorted(hybrid_algos.get(size, ()))) or '-'}"
         mpi_cell = "crashed" if m is None and crashed("mpi", bench) else fmt(m, lower)
         if hybrid:
             h = med["hybrid"]
