@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Compare fastmp against the system MPI (Open MPI) on OSU-style benchmarks.
 #
-# usage: bench/compare.sh [BENCH...] [--np N] [--tcp | --mpi-device] [--min-size B]
+# usage: bench/compare.sh [BENCH...] [--np N] [--tcp | --mpi-device] [--hybrid]
+#                         [--threads-per-process T] [--max] [--min-size B]
 #                         [--max-size B] [--iterations N] [--win KIND] [--sync MODE]
 #
 #   uoms ...     the PGAS collectives (UOMS) against bench/mpi_uoms.c and fastmp's
@@ -31,6 +32,17 @@
 #   --tcp        compare over TCP: MPI runs with `--mca btl tcp,self` (one-sided
 #                benchmarks add `--mca osc pt2pt`); fastmp runs its processes
 #                through fastmprun --device tcp (built here)
+#   --hybrid     adds a third column, fastmp on the hybrid device: processes of
+#                T thread ranks (`fastmprun -np N --device hybrid
+#                --threads-per-process T`, built here), run in turn with the
+#                other two sides; ratios hybrid/mpi and hybrid/fastmp are shown
+#                beside fastmp/mpi (with --tcp: the hybrid column against the tcp
+#                device and MPI over tcp,self, the issue's comparison)
+#   --threads-per-process T
+#                hybrid thread ranks per process (default 2; needs --hybrid);
+#                np need not be a multiple of T (the last process has fewer)
+#   --max        collectives: compare the maximum latency over ranks (max_us)
+#                instead of OSU's average (avg_us)
 #   --mpi-device fastmp on its mpi device, over the same MPI as the C side:
 #                fastmp-bench built with `--features mpi` runs under the same
 #                mpirun command line as target/mpi_bench, with -x FASTMP_DEVICE=mpi
@@ -52,7 +64,8 @@
 #   SETTLE_SECONDS    pause before each run (default 1), so runs never overlap;
 #                     the table shows the median per size
 #   FASTMP_BENCH_BIN  use this fastmp-bench binary and skip `cargo build`
-#   FASTMPRUN_BIN     fastmprun launcher for --tcp (default target/release/fastmprun)
+#   FASTMPRUN_BIN     fastmprun launcher for --tcp and --hybrid (default
+#                     target/release/fastmprun)
 #   MPIRUN_ARGS       extra arguments for mpirun (word-split), e.g. "--mca btl self,vader"
 #   FASTMP_BENCH_ARGS extra arguments for fastmp-bench only (word-split), e.g.
 #                     "--algorithm mst" to compare one fastmp algorithm
@@ -67,7 +80,8 @@
 #    "pure_comm_us":1.25,"overlap_pct":0.0,"blocking_us":1.1}   (ibarrier: no "size")
 #   {"bench":"put_latency","device":"shm","np":2,"size":8,"avg_us":0.05,
 #    "win":"allocate","sync":"flush"}
-# Collectives are compared on avg_us (the average over ranks, as OSU prints);
+# Collectives are compared on avg_us (the average over ranks, as OSU prints; --max:
+# max_us, the slowest rank's);
 # the algorithm fastmp used is shown beside the ratio. Nonblocking collectives
 # show OSU's four columns (Overall, Compute, Pure Comm., Overlap %) of both
 # sides, the pure-communication ratio fastmp/mpi, and fastmp's pure
@@ -96,8 +110,30 @@ is_uint() {
     [[ $1 =~ ^[0-9]+$ ]]
 }
 
+# fastmp_launcher DEVICE NP THREADS: the fastmprun command line the fastmp side of the uoms and
+# darray modes runs under (into the array `launcher`): nothing for shm, `--device tcp`, or
+# `--device hybrid --threads-per-process THREADS`; builds fastmprun unless FASTMPRUN_BIN is set.
+fastmp_launcher() {
+    local device=$1 np=$2 threads=$3
+    launcher=()
+    [[ $device != shm ]] || return 0
+    local fastmprun_bin=${FASTMPRUN_BIN:-target/release/fastmprun}
+    if [[ -z ${FASTMPRUN_BIN:-} ]]; then
+        note "cargo build --release -p fastmprun"
+        cargo build --release -p fastmprun >&2
+    fi
+    launcher=("$fastmprun_bin" -np "$np" --device "$device")
+    [[ $device != hybrid ]] || launcher+=(--threads-per-process "$threads")
+}
+
+# hybrid_threads_checked T: T if it is a positive integer, else the script stops.
+hybrid_threads_checked() {
+    is_uint "$1" && (($1 >= 1)) || die "--threads-per-process must be a positive integer, got '$1'"
+    echo "$1"
+}
+
 # ------------------------------------------------------------ the uoms mode
-# bench/compare.sh uoms [BENCH...] [--np N] [--tcp] [--min-size B] [--max-size B]
+# bench/compare.sh uoms [BENCH...] [--np N] [--tcp | --hybrid [--threads-per-process T]] [--min-size B] [--max-size B]
 #                       [--iterations N] [--sync-mode FLAGS] [--algorithm NAME]
 # runs `fastmp-bench uoms BENCH` (the PGAS collectives on shared arrays),
 # target/mpi_uoms BENCH (bench/mpi_uoms.c: MPI_Bcast, MPI_Scatter, ...) and
@@ -109,9 +145,11 @@ is_uint() {
 # maximum over ranks per iteration; the two-sided column is OSU's statistic
 # (the mean of the ranks' means), so it flatters the two-sided side slightly.
 # Default benchmarks: all twelve; default sizes UOMS's 4 B .. 16 MiB.
+# --hybrid: fastmp (both its sides) runs under fastmprun --device hybrid
+# --threads-per-process T (default 2), MPI over shared memory.
 uoms_main() {
     local all=(broadcast scatter gather gather_all exchange permute reduce prefix_reduce memget memput memcpy barrier)
-    local list=() np=${NP:-2} tcp=0 sizes=() sync_mode="" algorithm="" iterations=()
+    local list=() np=${NP:-2} tcp=0 device=shm threads=2 sizes=() sync_mode="" algorithm="" iterations=()
     while (($# > 0)); do
         case $1 in
             -h | --help)
@@ -125,7 +163,17 @@ uoms_main() {
                 ;;
             --tcp)
                 tcp=1
+                device=tcp
                 shift
+                ;;
+            --hybrid)
+                device=hybrid
+                shift
+                ;;
+            --threads-per-process)
+                (($# >= 2)) || die "$1 needs a value"
+                threads=$(hybrid_threads_checked "$2")
+                shift 2
                 ;;
             --min-size | --max-size)
                 (($# >= 2)) || die "$1 needs a value"
@@ -169,15 +217,9 @@ uoms_main() {
         cargo build --release -p fastmp-bench >&2
         fastmp_bin=target/release/fastmp-bench
     fi
+    ((tcp == 0)) || [[ $device != hybrid ]] || die "--tcp and --hybrid exclude each other"
     local launcher=()
-    if ((tcp)); then
-        local fastmprun_bin=${FASTMPRUN_BIN:-target/release/fastmprun}
-        if [[ -z ${FASTMPRUN_BIN:-} ]]; then
-            note "cargo build --release -p fastmprun"
-            cargo build --release -p fastmprun >&2
-        fi
-        launcher=("$fastmprun_bin" -np "$np" --device tcp)
-    fi
+    fastmp_launcher "$device" "$np" "$threads"
     local cores pin=compact mpi_bind=(--bind-to core)
     cores=$(nproc 2>/dev/null || echo 1)
     if ((np > cores)); then
@@ -260,8 +302,8 @@ uoms_main() {
         done
     done
 
-    local transport=shm
-    ((tcp == 0)) || transport=tcp
+    local transport=$device
+    [[ $device != hybrid ]] || transport="hybrid, $threads threads per process (mpi: shared memory)"
     python3 - "$results" "$np" "$repeat" "$transport" "${list[@]}" <<'PY'
 import glob
 import json
@@ -340,7 +382,7 @@ PY
 }
 
 # ---------------------------------------------------------- the darray mode
-# bench/compare.sh darray [halo] [remap] [--np N] [--tcp] [--size N] [--width W]
+# bench/compare.sh darray [halo] [remap] [--np N] [--tcp | --hybrid [--threads-per-process T]] [--size N] [--width W]
 #                         [--iterations N]
 # runs `fastmp-bench halo|remap` (fastmp-darray's write_halo and remap on an
 # N x N f64 array over the 2-D grid dims_create(np, 2) gives) and
@@ -352,9 +394,11 @@ PY
 # halo: block x block, --width W ghost cells per side (default 1); remap: rows
 # block -> cyclic, columns block. Default sizes 256 .. 4096. shm: fastmp-bench
 # --np N --pin compact against mpirun --bind-to core; --tcp: fastmprun
-# --device tcp against mpirun --mca btl tcp,self; np > cores: both unpinned.
+# --device tcp against mpirun --mca btl tcp,self; --hybrid: fastmprun --device
+# hybrid --threads-per-process T (default 2) against mpirun's shared memory;
+# np > cores: both unpinned.
 darray_main() {
-    local list=() np=${NP:-2} tcp=0 args=()
+    local list=() np=${NP:-2} tcp=0 device=shm threads=2 args=()
     while (($# > 0)); do
         case $1 in
             -h | --help)
@@ -368,7 +412,17 @@ darray_main() {
                 ;;
             --tcp)
                 tcp=1
+                device=tcp
                 shift
+                ;;
+            --hybrid)
+                device=hybrid
+                shift
+                ;;
+            --threads-per-process)
+                (($# >= 2)) || die "$1 needs a value"
+                threads=$(hybrid_threads_checked "$2")
+                shift 2
                 ;;
             --size | --width | --iterations)
                 (($# >= 2)) || die "$1 needs a value"
@@ -397,15 +451,9 @@ darray_main() {
         cargo build --release -p fastmp-bench >&2
         fastmp_bin=target/release/fastmp-bench
     fi
+    ((tcp == 0)) || [[ $device != hybrid ]] || die "--tcp and --hybrid exclude each other"
     local launcher=()
-    if ((tcp)); then
-        local fastmprun_bin=${FASTMPRUN_BIN:-target/release/fastmprun}
-        if [[ -z ${FASTMPRUN_BIN:-} ]]; then
-            note "cargo build --release -p fastmprun"
-            cargo build --release -p fastmprun >&2
-        fi
-        launcher=("$fastmprun_bin" -np "$np" --device tcp)
-    fi
+    fastmp_launcher "$device" "$np" "$threads"
     local cores pin=compact mpirun_args=(--allow-run-as-root -np "$np" --bind-to core)
     cores=$(nproc 2>/dev/null || echo 1)
     if ((np > cores)); then
@@ -457,8 +505,8 @@ darray_main() {
         done
     done
 
-    local transport=shm
-    ((tcp == 0)) || transport=tcp
+    local transport=$device
+    [[ $device != hybrid ]] || transport="hybrid, $threads threads per process (mpi: shared memory)"
     python3 - "$results" "$np" "$repeat" "$transport" "$(lscpu 2>/dev/null | sed -n 's/^Model name: *//p')" \
         "${list[@]}" <<'PY'
 import glob
@@ -548,6 +596,9 @@ benches=()
 np=${NP:-2}
 tcp=0
 mpi_device=0
+hybrid=0
+hybrid_threads=""
+compare_max=0
 min_size=""
 max_size=""
 iterations=""
@@ -582,6 +633,23 @@ while (($# > 0)); do
             ;;
         --mpi-device)
             mpi_device=1
+            shift
+            ;;
+        --hybrid)
+            hybrid=1
+            shift
+            ;;
+        --threads-per-process)
+            (($# >= 2)) || die "$1 needs a value"
+            hybrid_threads=$2
+            shift 2
+            ;;
+        --threads-per-process=*)
+            hybrid_threads=${1#*=}
+            shift
+            ;;
+        --max)
+            compare_max=1
             shift
             ;;
         --min-size)
@@ -664,6 +732,12 @@ fi
 if [[ -n $iterations ]] && { ! is_uint "$iterations" || ((iterations < 1)); }; then
     die "--iterations must be a positive integer, got '$iterations'"
 fi
+if [[ -n $hybrid_threads ]]; then
+    ((hybrid)) || die "--threads-per-process applies to the hybrid column: add --hybrid"
+    is_uint "$hybrid_threads" && ((hybrid_threads >= 1)) ||
+        die "--threads-per-process must be a positive integer, got '$hybrid_threads'"
+fi
+hybrid_threads=${hybrid_threads:-2}
 repeat=${REPEAT:-3}
 if ! is_uint "$repeat" || ((repeat < 1)); then
     die "REPEAT must be a positive integer, got '$repeat'"
@@ -712,13 +786,15 @@ if ((mpi_device)); then
     fastmp_mode=mpi
 elif ((tcp)); then
     fastmp_mode=tcp
+else
+    fastmp_mode=shm
+fi
+if [[ $fastmp_mode == tcp ]] || ((hybrid)); then
     if [[ -z ${FASTMPRUN_BIN:-} ]]; then
         note "cargo build --release -p fastmprun"
         cargo build --release -p fastmprun >&2
     fi
     [[ -x $fastmprun_bin ]] || die "fastmprun launcher '$fastmprun_bin' is missing or not executable"
-else
-    fastmp_mode=shm
 fi
 
 if [[ $fastmp_mode != none ]]; then
@@ -745,12 +821,16 @@ elif ((oversubscribed)); then
     fastmp_pin=none
 fi
 
-# Command line for one fastmp run of benchmark $1 (into the array fastmp_cmd).
+# Command line for one fastmp run of benchmark $1 (into the array fastmp_cmd); $2 = hybrid: the
+# run of the hybrid column.
 fastmp_command() {
     local bench=$1
     bench_arguments "$bench"
     local args=("$bench" --np "$np" --pin "$fastmp_pin" "${bench_args[@]}" --json "${fastmp_extra[@]}")
-    if [[ $fastmp_mode == tcp ]]; then
+    if [[ ${2:-} == hybrid ]]; then
+        fastmp_cmd=("$fastmprun_bin" -np "$np" --device hybrid --threads-per-process "$hybrid_threads"
+            "$fastmp_bin" "${args[@]}")
+    elif [[ $fastmp_mode == tcp ]]; then
         fastmp_cmd=("$fastmprun_bin" -np "$np" --device tcp "$fastmp_bin" "${args[@]}")
     elif [[ $fastmp_mode == mpi ]]; then
         fastmp_cmd=(mpirun "${mpirun_args[@]}" -x FASTMP_DEVICE=mpi "$fastmp_bin" "${args[@]}")
@@ -798,7 +878,7 @@ fi
 # ------------------------------------------------------------------- the runs
 results=$(mktemp -d "${TMPDIR:-/tmp}/fastmp-compare.XXXXXX")
 trap 'rm -rf -- "$results"' EXIT
-mkdir -p "$results/fastmp" "$results/mpi"
+mkdir -p "$results/fastmp" "$results/hybrid" "$results/mpi"
 failures=0
 
 # run_one SIDE BENCH REP CMD... : run CMD, keep its JSON lines in
@@ -835,6 +915,11 @@ for bench in "${benches[@]}"; do
             settle
             run_one fastmp "$bench" "$rep" "${fastmp_cmd[@]}"
         fi
+        if ((hybrid)); then
+            fastmp_command "$bench" hybrid
+            settle
+            run_one hybrid "$bench" "$rep" "${fastmp_cmd[@]}"
+        fi
         if ((have_mpi)); then
             settle
             bench_arguments "$bench"
@@ -854,7 +939,9 @@ done
 transport=shm
 ((tcp == 0)) || transport=tcp
 ((mpi_device == 0)) || transport="mpi (fastmp's mpi device and the C benchmark on the same MPI)"
-python3 - "$results" "$np" "$repeat" "$transport" "${benches[@]}" <<'PY'
+((hybrid == 0)) || transport+=", hybrid ${hybrid_threads} threads per process"
+python3 - "$results" "$np" "$repeat" "$transport" "$hybrid" "$compare_max" \
+    "$(lscpu 2>/dev/null | sed -n 's/^Model name: *//p')" "${benches[@]}" <<'PY'
 import glob
 import json
 import os
@@ -862,11 +949,16 @@ import statistics
 import sys
 
 results, np_, repeat, transport = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
-benches = sys.argv[5:]
-SIDES = ("fastmp", "mpi")
+hybrid, compare_max, cpu = sys.argv[5] == "1", sys.argv[6] == "1", sys.argv[7]
+benches = sys.argv[8:]
+# The columns, mpi last; the ratios are each fastmp column over mpi (and hybrid over fastmp).
+SIDES = ("fastmp", "hybrid", "mpi") if hybrid else ("fastmp", "mpi")
 META = {"bench", "device", "np", "size"}
 # Preferred metric keys, in order; True means lower is better.
-KNOWN = [("avg_us", True), ("mb_s", False)]
+KNOWN = [("max_us", True)] if compare_max else []
+KNOWN += [("avg_us", True), ("mb_s", False)]
+if cpu:
+    print(f"# cpu: {cpu}")
 
 
 def pick_metric(obj):
@@ -956,9 +1048,12 @@ def print_nbc(bench, data):
     print("# pure f/m = pure comm. fastmp/mpi; pure/blk = fastmp pure comm. / fastmp blocking latency")
     columns = ["overall f", "overall m", "compute f", "compute m", "pure f", "pure m", "pure f/m",
                "ovl% f", "ovl% m", "pure/blk"]
+    if hybrid:
+        print("# h = fastmp on the hybrid device; pure h/m = its pure comm. over mpi's")
+        columns += ["overall h", "pure h", "pure h/m", "ovl% h"]
     print(f"{'size':<10}" + "".join(f"{c:>11}" for c in columns))
     short = False
-    sizes = sorted(set(data["fastmp"][0]) | set(data["mpi"][0]), key=lambda s: -1 if s is None else s)
+    sizes = sorted(set().union(*(data[s][0] for s in SIDES)), key=lambda s: -1 if s is None else s)
     for size in sizes:
         med = {}
         for side in SIDES:
@@ -974,6 +1069,10 @@ def print_nbc(bench, data):
         cells.append(quotient(med["fastmp", "pure_comm_us"], med["mpi", "pure_comm_us"]))
         cells += [fmt(med["fastmp", "overlap_pct"], False), fmt(med["mpi", "overlap_pct"], False)]
         cells.append(quotient(med["fastmp", "pure_comm_us"], med["fastmp", "blocking_us"]))
+        if hybrid:
+            cells += [fmt(med["hybrid", "overall_us"], True), fmt(med["hybrid", "pure_comm_us"], True),
+                      quotient(med["hybrid", "pure_comm_us"], med["mpi", "pure_comm_us"]),
+                      fmt(med["hybrid", "overlap_pct"], False)]
         label = "-" if size is None else str(size)
         print(f"{label:<10}" + "".join(f"{c:>11}" for c in cells))
     if not sizes:
@@ -985,36 +1084,45 @@ def print_nbc(bench, data):
 first = True
 for bench in benches:
     nbc = {side: load_nbc(side, bench) for side in SIDES}
-    if nbc["fastmp"][0] or nbc["mpi"][0]:
+    if any(nbc[side][0] for side in SIDES):
         if not first:
             print()
         first = False
         print_nbc(bench, nbc)
         continue
     data = {side: load(side, bench) for side in SIDES}
-    metric = data["fastmp"][1] or data["mpi"][1]
-    lower = data["fastmp"][2] if data["fastmp"][1] else data["mpi"][2]
+    reporting = [side for side in SIDES if data[side][1]]
+    metric = data[reporting[0]][1] if reporting else None
+    lower = data[reporting[0]][2] if reporting else None
     if not first:
         print()
     first = False
     if metric is None:
         print(f"# {bench}: no results" + ("; mpi crashed" if crashed("mpi", bench) else ""))
         continue
-    if data["fastmp"][1] and data["mpi"][1] and data["fastmp"][1] != data["mpi"][1]:
-        print(f"# {bench}: note: fastmp reports {data['fastmp'][1]}, mpi reports {data['mpi'][1]}")
+    for side in reporting:
+        if data[side][1] != metric:
+            print(f"# {bench}: note: {reporting[0]} reports {metric}, {side} reports {data[side][1]}")
     better = "lower is better" if lower else "higher is better"
     devs = ", ".join(f"{s}={'/'.join(sorted(data[s][3])) or 'n/a'}" for s in SIDES)
     print(f"# {bench}  np={np_}  transport={transport}  median of {repeat} run(s)  [{devs}]")
     print(f"# {metric}: {better}; ratio = fastmp/mpi ({better})")
-    modes = data["fastmp"][5] | data["mpi"][5]
+    modes = set().union(*(data[side][5] for side in SIDES))
     if modes:
         print(f"# one-sided: {'; '.join(sorted(modes))}")
     if crashed("mpi", bench):
         print("# mpi: crashed in at least one run (see the notes above the table)")
     algos = data["fastmp"][4]
+    hybrid_algos = data["hybrid"][4] if hybrid else {}
     algo_head = f"  {'fastmp algorithm'}" if algos else ""
-    print(f"{'size':<10}{'fastmp':>16}{'mpi':>16}{'ratio':>10}{algo_head}")
-    sizes = sorted(set(data["fastmp"][0]) | set(data["mpi"][0]))
+    if hybrid_algos:
+        algo_head += "  hybrid algorithm"
+    if hybrid:
+        print("# hybrid = fastmp on the hybrid device; h/m = hybrid/mpi, h/f = hybrid/fastmp")
+        print(f"{'size':<10}{'fastmp':>16}{'hybrid':>16}{'mpi':>16}{'ratio':>10}{'h/m':>10}{'h/f':>10}{algo_head}")
+    else:
+        print(f"{'size':<10}{'fastmp':>16}{'mpi':>16}{'ratio':>10}{algo_head}")
+    sizes = sorted(set().union(*(data[side][0] for side in SIDES)))
     short = False
     for size in sizes:
         med = {}
@@ -1024,10 +1132,17 @@ for bench in benches:
             if vals and len(vals) < repeat:
                 short = True
         f, m = med["fastmp"], med["mpi"]
-        ratio = f"{f / m:.3f}" if f is not None and m else "-"
+        ratio = quotient(f, m)
         algo = f"  {'/'.join(sorted(algos.get(size, ()))) or '-'}" if algos else ""
+        if hybrid_algos:
+            algo += f"  {'/'.join(sorted(hybrid_algos.get(size, ()))) or '-'}"
         mpi_cell = "crashed" if m is None and crashed("mpi", bench) else fmt(m, lower)
-        print(f"{size:<10}{fmt(f, lower):>16}{mpi_cell:>16}{ratio:>10}{algo}")
+        if hybrid:
+            h = med["hybrid"]
+            print(f"{size:<10}{fmt(f, lower):>16}{fmt(h, lower):>16}{mpi_cell:>16}{ratio:>10}"
+                  f"{quotient(h, m):>10}{quotient(h, f):>10}{algo}")
+        else:
+            print(f"{size:<10}{fmt(f, lower):>16}{mpi_cell:>16}{ratio:>10}{algo}")
     if short:
         print(f"# note: some sizes have fewer than {repeat} samples (failed runs)")
 PY

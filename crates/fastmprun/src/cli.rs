@@ -14,7 +14,8 @@ const DEFAULT_AGENT: &str = "ssh";
 #[command(
     name = "fastmprun",
     version,
-    about = "Run a fastmp program with N ranks (threads on `shm`, processes on `tcp`).",
+    about = "Run a fastmp program with N ranks (threads on `shm`, processes on `tcp`, processes of \
+             thread ranks on `hybrid`).",
     override_usage = "fastmprun -np N [OPTIONS] PROGRAM [ARGS]...",
     after_help = "Everything after PROGRAM is passed to it untouched. `-np N`, `-n N` and \
                   `--np N` are the same option.\n\nExit status: 0 if every rank exits 0; \
@@ -26,10 +27,20 @@ struct Cli {
     #[arg(short = 'n', long = "np", value_name = "N", value_parser = parse_rank_count)]
     np: usize,
 
-    /// `tcp`: one process per rank; `shm`: one process, ranks are threads; `mpi`: runs the
-    /// system `mpirun` (`$MPIRUN`, else `mpirun` on PATH) with `-x FASTMP_DEVICE=mpi` instead.
+    /// `tcp`: one process per rank; `shm`: one process, ranks are threads; `hybrid`: processes
+    /// of `--threads-per-process` thread ranks each, numbered block-wise by process; `mpi`: runs
+    /// the system `mpirun` (`$MPIRUN`, else `mpirun` on PATH) with `-x FASTMP_DEVICE=mpi` instead.
     #[arg(long, value_enum, default_value_t = Device::Tcp)]
     device: Device,
+
+    /// `--device hybrid`: thread ranks per process, T (default auto). The job runs ceil(N / T)
+    /// processes; process p runs ranks p*T .. min((p+1)*T, N), so only the last may have fewer.
+    /// `auto`: the CPUs this launcher may run on divided by the slots of the busiest host in
+    /// the host list (one slot without a list), at least 1; remote hosts are assumed to have as
+    /// many CPUs as this one. With 2 CPUs, `-np 8` on this machine gives T = 2, 4 processes.
+    /// Processes take host slots as tcp ranks do (one process per slot).
+    #[arg(long, value_name = "T|auto", value_parser = parse_threads_per_process)]
+    threads_per_process: Option<ThreadsPerProcess>,
 
     /// File listing hosts: `host slots=K`, `host:K` or `host` (one slot) per line; `#` starts a comment.
     #[arg(long, value_name = "FILE", conflicts_with = "hosts")]
@@ -43,7 +54,8 @@ struct Cli {
     #[arg(long)]
     oversubscribe: bool,
 
-    /// Prefix every output line with `[RANK] ` (`[shm] ` on the shm device).
+    /// Prefix every output line with `[RANK] ` (`[shm] ` on the shm device; on hybrid the
+    /// ranks of the process that printed it, `[FIRST-LAST] `, or `[RANK] ` for a one-rank process).
     #[arg(long)]
     tag_output: bool,
 
@@ -52,6 +64,8 @@ struct Cli {
     timeout: Option<Duration>,
 
     /// `core` sets FASTMP_PIN=compact, `none` sets FASTMP_PIN=none; unset leaves FASTMP_PIN alone.
+    /// Hybrid processes on this machine are each bound to a block of T CPUs when they all fit,
+    /// unless `none`.
     #[arg(long, value_enum, value_name = "POLICY")]
     bind_to: Option<BindTo>,
 
@@ -60,7 +74,7 @@ struct Cli {
     #[arg(long, value_name = "CMD")]
     agent: Option<String>,
 
-    /// Rank 0's rendezvous address. Local jobs: the launcher listens there (port 0 = any).
+    /// Rank 0's rendezvous address (on hybrid: process 0's, where rank 0 runs). Local jobs: the launcher listens there (port 0 = any).
     /// With remote hosts: rank 0 listens there (default: rank 0's host and a random port).
     #[arg(long, value_name = "HOST:PORT")]
     rendezvous: Option<String>,
@@ -74,7 +88,15 @@ struct Cli {
 pub enum Device {
     Tcp,
     Shm,
+    Hybrid,
     Mpi,
+}
+
+/// `--threads-per-process`: a count, or one derived from the CPUs (see the option's help).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ThreadsPerProcess {
+    Count(usize),
+    Auto,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -105,6 +127,8 @@ pub enum HostSource {
 pub struct Options {
     pub np: usize,
     pub device: Device,
+    /// Set exactly when `device` is [`Device::Hybrid`].
+    pub threads_per_process: Option<ThreadsPerProcess>,
     pub hosts: Option<HostSource>,
     pub oversubscribe: bool,
     pub tag_output: bool,
@@ -137,16 +161,25 @@ pub fn parse(argv: Vec<OsString>, agent_env: Option<OsString>) -> Result<Options
     if cli.device == Device::Shm {
         if hosts.is_some() {
             return Err(CliError::Invalid(
-                "--device shm runs one process on this machine; --hosts/--hostfile need --device tcp".into(),
+                "--device shm runs one process on this machine; --hosts/--hostfile need --device tcp or hybrid".into(),
             ));
         }
         if cli.rendezvous.is_some() {
-            return Err(CliError::Invalid("--rendezvous only applies to --device tcp".into()));
+            return Err(CliError::Invalid("--rendezvous only applies to --device tcp or hybrid".into()));
         }
     }
     if cli.device == Device::Mpi && cli.rendezvous.is_some() {
-        return Err(CliError::Invalid("--rendezvous only applies to --device tcp (MPI starts the mpi device)".into()));
+        return Err(CliError::Invalid(
+            "--rendezvous only applies to --device tcp or hybrid (MPI starts the mpi device)".into(),
+        ));
     }
+    let threads_per_process = match (cli.device, cli.threads_per_process) {
+        (Device::Hybrid, choice) => Some(choice.unwrap_or(ThreadsPerProcess::Auto)),
+        (_, None) => None,
+        (_, Some(_)) => {
+            return Err(CliError::Invalid("--threads-per-process only applies to --device hybrid".into()));
+        }
+    };
     if let Some(address) = &cli.rendezvous {
         check_host_port(address).map_err(CliError::Invalid)?;
     }
@@ -160,6 +193,7 @@ pub fn parse(argv: Vec<OsString>, agent_env: Option<OsString>) -> Result<Options
     Ok(Options {
         np: cli.np,
         device: cli.device,
+        threads_per_process,
         hosts,
         oversubscribe: cli.oversubscribe,
         tag_output: cli.tag_output,
@@ -236,6 +270,17 @@ fn parse_rank_count(text: &str) -> Result<usize, String> {
     Ok(count)
 }
 
+fn parse_threads_per_process(text: &str) -> Result<ThreadsPerProcess, String> {
+    if text == "auto" {
+        return Ok(ThreadsPerProcess::Auto);
+    }
+    match text.parse::<usize>() {
+        Ok(0) => Err("a process needs at least 1 thread rank".into()),
+        Ok(count) => Ok(ThreadsPerProcess::Count(count)),
+        Err(_) => Err(format!("`{text}` is neither a number of thread ranks nor `auto`")),
+    }
+}
+
 fn parse_timeout(text: &str) -> Result<Duration, String> {
     let seconds: f64 = text.parse().map_err(|_| format!("`{text}` is not a number of seconds"))?;
     if seconds.is_nan() || seconds <= 0.0 {
@@ -267,6 +312,27 @@ fn split_agent(text: &OsString) -> Result<Vec<OsString>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn threads(line: &str) -> Option<ThreadsPerProcess> {
+        parse(words(line), None).unwrap_or_else(|_| panic!("valid command line {line}")).threads_per_process
+    }
+
+    #[test]
+    fn threads_per_process_counts_and_auto() {
+        assert_eq!(
+            threads("fastmprun -np 6 --device hybrid --threads-per-process 3 prog"),
+            Some(ThreadsPerProcess::Count(3))
+        );
+        assert_eq!(
+            threads("fastmprun -np 6 --device hybrid --threads-per-process=auto prog"),
+            Some(ThreadsPerProcess::Auto)
+        );
+        assert_eq!(threads("fastmprun -np 6 --device hybrid prog"), Some(ThreadsPerProcess::Auto));
+        assert_eq!(threads("fastmprun -np 6 --device tcp prog --threads-per-process 3"), None);
+        let options = parse(words("fastmprun -np 6 --device hybrid --threads-per-process 3 prog -np 2"), None);
+        let options = options.unwrap_or_else(|_| panic!("valid command line"));
+        assert_eq!(options.args, words("-np 2"));
+    }
 
     fn words(line: &str) -> Vec<OsString> {
         line.split_whitespace().map(OsString::from).collect()
@@ -300,6 +366,11 @@ mod tests {
             "fastmprun -np 2 --rendezvous nohost prog",
             "fastmprun -np 2 --device shm --hosts a:2 prog",
             "fastmprun -np 2",
+            "fastmprun -np 4 --threads-per-process 2 prog",
+            "fastmprun -np 4 --device shm --threads-per-process 2 prog",
+            "fastmprun -np 4 --device hybrid --threads-per-process 0 prog",
+            "fastmprun -np 4 --device hybrid --threads-per-process two prog",
+            "fastmprun -np 4 --device hybrid --threads-per-process -1 prog",
         ] {
             assert!(parse(words(line), None).is_err(), "{line}");
         }

@@ -2,7 +2,7 @@
 //! supervises it.
 //!
 //! ```text
-//! fastmprun -np N [--device shm|tcp] [--hostfile F | --hosts a:2,b:2] [--oversubscribe]
+//! fastmprun -np N [--device shm|tcp|hybrid|mpi] [--threads-per-process T|auto] [--hostfile F | --hosts a:2,b:2] [--oversubscribe]
 //!           [--tag-output] [--timeout S] [--bind-to core|none] [--agent CMD]
 //!           [--rendezvous HOST:PORT] PROGRAM ARGS...
 //! ```
@@ -26,7 +26,19 @@
 //! - `FASTMP_JOB_SECRET`: 64 lowercase hex digits (32 random bytes), the same for every
 //!   rank of a job; each connection proves it knows it.
 //!
-//! Both devices: `FASTMP_PIN=compact` with `--bind-to core`, `FASTMP_PIN=none` with
+//! `--device hybrid` runs P = ceil(N / T) processes of T thread ranks each (T from
+//! `--threads-per-process`), placed on hosts as tcp ranks are (a process per slot). Process p
+//! runs ranks `p*T .. min((p+1)*T, N)` and gets what a tcp rank p of P would get (process 0
+//! plays rank 0's part at the rendezvous), with `FASTMP_DEVICE=hybrid`, plus:
+//! - `FASTMP_NP=N` (the job's ranks) and `FASTMP_THREADS_PER_PROCESS=T` (always a number: the
+//!   launcher resolves `auto`).
+//!
+//! The hybrid processes on this machine are bound, as mpirun binds its processes, each to its own
+//! block of T of the CPUs the launcher may use (so that pinning inside a process, which counts
+//! from its first allowed CPU, does not put every process's threads on the same CPUs), unless
+//! they do not all fit or `--bind-to none` is given. Remote processes are not bound.
+//!
+//! All devices: `FASTMP_PIN=compact` with `--bind-to core`, `FASTMP_PIN=none` with
 //! `--bind-to none`; without `--bind-to` an exported `FASTMP_PIN` is left as it is.
 //! The other variables above are removed from what the processes inherit, so a value
 //! from an enclosing job never leaks in. Remote ranks start as
@@ -36,7 +48,8 @@
 //! # Output and exit status
 //!
 //! Every process's stdout and stderr are forwarded line by line (`--tag-output` prefixes
-//! `[i] `; on shm all thread ranks share one stdout, so the prefix is `[shm] `). The
+//! `[i] `; on shm all thread ranks share one stdout, so the prefix is `[shm] `; on hybrid the
+//! thread ranks of a process share its stdout, so the prefix names them all, `[4-7] `). The
 //! fastmp library prints a job's failure once, in the rank that failed first (its peers, whose
 //! operations failed because of it, stay quiet), and every rank of a failed job exits with the
 //! same status under `fastmp::main`: 1, or the code a rank gave `Comm::abort` (MPI_Abort). The
@@ -59,10 +72,10 @@ use std::io::ErrorKind;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use cli::{Device, Options};
-use hosts::{LocalNames, Placement};
+use cli::{BindTo, Device, Options, ThreadsPerProcess};
+use hosts::{HostSlots, LocalNames, Placement};
 use rendezvous::Rendezvous;
-use spawn::{ProcessSpec, Program, TcpJob};
+use spawn::{HybridShape, NetworkJob, ProcessSpec, Program};
 use supervise::Supervisor;
 
 /// Exit status for command-line and configuration mistakes (as clap uses).
@@ -145,9 +158,16 @@ fn plan(options: &Options) -> Result<(Vec<ProcessSpec>, Option<Rendezvous>), Str
         return Ok((vec![spawn::shm_process(options.np, options.bind_to)], None));
     }
     let this_machine = LocalNames::detect();
-    let placements = match &options.hosts {
-        Some(source) => hosts::assign(&hosts::load(source)?, options.np, options.oversubscribe, &this_machine)?,
-        None => vec![Placement::Local; options.np],
+    let host_list = options.hosts.as_ref().map(hosts::load).transpose()?;
+    let local_cpus = fastmp::affinity::allowed_cpus();
+    let hybrid = options.threads_per_process.map(|choice| HybridShape {
+        np: options.np,
+        threads_per_process: threads_per_process(choice, host_list.as_deref(), local_cpus.len()),
+    });
+    let processes = hybrid.map_or(options.np, HybridShape::processes);
+    let placements = match &host_list {
+        Some(list) => hosts::assign(list, processes, options.oversubscribe, &this_machine)?,
+        None => vec![Placement::Local; processes],
     };
     let requested = options.rendezvous.as_deref();
     let rendezvous = if placements.iter().all(|p| *p == Placement::Local) {
@@ -161,14 +181,28 @@ fn plan(options: &Options) -> Result<(Vec<ProcessSpec>, Option<Rendezvous>), Str
         rendezvous::choose_remote(requested, rank0_host)?
     };
     let secret = rendezvous::job_secret()?;
-    let job = TcpJob {
+    let job = NetworkJob {
         placements: &placements,
         rendezvous: &rendezvous.address,
         secret: &secret,
         rank0_listener: rendezvous.listener.as_ref().map(std::os::fd::AsRawFd::as_raw_fd),
         bind_to: options.bind_to,
+        hybrid,
+        local_cpus: if options.bind_to == Some(BindTo::None) { &[] } else { &local_cpus },
     };
-    Ok((spawn::tcp_processes(&job), Some(rendezvous)))
+    Ok((spawn::network_processes(&job), Some(rendezvous)))
+}
+
+/// Resolves `--threads-per-process auto`: this machine's allowed CPUs shared by the processes
+/// of the busiest host (a process per slot; one slot without a host list), at least one each.
+fn threads_per_process(choice: ThreadsPerProcess, host_list: Option<&[HostSlots]>, local_cpus: usize) -> usize {
+    match choice {
+        ThreadsPerProcess::Count(count) => count,
+        ThreadsPerProcess::Auto => {
+            let busiest = host_list.and_then(|list| list.iter().map(|host| host.slots).max()).unwrap_or(1);
+            (local_cpus / busiest).max(1)
+        }
+    }
 }
 
 /// Shell convention: 127 for a program that does not exist, 126 for one that cannot run.
@@ -183,4 +217,23 @@ fn spawn_failure_exit(error: &std::io::Error) -> u8 {
 fn fail(message: &str, status: u8) -> u8 {
     eprintln!("fastmprun: {message}");
     status
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn slots(counts: &[usize]) -> Vec<HostSlots> {
+        counts.iter().enumerate().map(|(i, &slots)| HostSlots { name: format!("h{i}"), slots }).collect()
+    }
+
+    #[test]
+    fn auto_threads_share_the_cpus_of_the_busiest_host() {
+        assert_eq!(threads_per_process(ThreadsPerProcess::Count(3), None, 2), 3);
+        assert_eq!(threads_per_process(ThreadsPerProcess::Auto, None, 2), 2);
+        assert_eq!(threads_per_process(ThreadsPerProcess::Auto, Some(&slots(&[1, 1])), 16), 16);
+        assert_eq!(threads_per_process(ThreadsPerProcess::Auto, Some(&slots(&[2, 4])), 16), 4);
+        assert_eq!(threads_per_process(ThreadsPerProcess::Auto, Some(&slots(&[4])), 2), 1);
+        assert_eq!(threads_per_process(ThreadsPerProcess::Auto, None, 0), 1);
+    }
 }

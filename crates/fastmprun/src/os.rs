@@ -91,15 +91,22 @@ pub fn signal_group(group: u32, signal: c_int) {
 ///   otherwise be inherited through exec (std does not reset the mask here), and a rank
 ///   could then not be terminated by SIGTERM;
 /// - die with SIGKILL if the launcher dies, so even a SIGKILLed launcher leaves no orphans;
-/// - `inherit` (rank 0's rendezvous listener) loses close-on-exec so the program gets it.
-pub fn prepare_child(command: &mut Command, inherit: Option<RawFd>) -> io::Result<()> {
+/// - `inherit` (rank 0's rendezvous listener) loses close-on-exec so the program gets it;
+/// - a non-empty `cpus` becomes the child's CPU affinity (the CPUs it and its threads may use).
+pub fn prepare_child(command: &mut Command, inherit: Option<RawFd>, cpus: &[usize]) -> io::Result<()> {
     let launcher = std::process::id();
     let nothing_blocked = signal_set(&[])?;
+    let affinity = cpu_set(cpus)?;
     // SAFETY: the closure runs in the forked child before exec and only calls the
-    // async-signal-safe functions sigprocmask, prctl, getppid and fcntl; it allocates
-    // nothing and only reads values it owns.
+    // async-signal-safe functions sigprocmask, prctl, getppid, fcntl and sched_setaffinity; it
+    // allocates nothing and only reads values it owns.
     unsafe {
         command.pre_exec(move || {
+            if let Some(set) = &affinity
+                && libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), set) != 0
+            {
+                return Err(io::Error::last_os_error());
+            }
             if libc::sigprocmask(libc::SIG_SETMASK, &nothing_blocked, std::ptr::null_mut()) != 0 {
                 return Err(io::Error::last_os_error());
             }
@@ -120,6 +127,24 @@ pub fn prepare_child(command: &mut Command, inherit: Option<RawFd>) -> io::Resul
         })
     };
     Ok(())
+}
+
+/// The affinity mask of `cpus`, built before fork so the child only hands it to the kernel;
+/// `None` for no CPUs (the child keeps the launcher's affinity).
+fn cpu_set(cpus: &[usize]) -> io::Result<Option<libc::cpu_set_t>> {
+    if cpus.is_empty() {
+        return Ok(None);
+    }
+    // SAFETY: cpu_set_t is plain data and an all-zero value is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    for &cpu in cpus {
+        if cpu >= libc::CPU_SETSIZE as usize {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("CPU {cpu} is beyond CPU_SETSIZE")));
+        }
+        // SAFETY: `cpu` is below CPU_SETSIZE (checked above), so the bit lies inside `set`.
+        unsafe { libc::CPU_SET(cpu, &mut set) };
+    }
+    Ok(Some(set))
 }
 
 /// `SIGKILL`-style name for the signals worth naming in a report.

@@ -15,10 +15,11 @@ use crate::os;
 /// Variables the launcher owns. They are removed from every child's inherited
 /// environment before the launcher sets its own, so a value from an enclosing job
 /// (e.g. fastmprun started from inside a rank) never leaks into this one.
-const LAUNCHER_VARIABLES: [&str; 9] = [
+const LAUNCHER_VARIABLES: [&str; 10] = [
     "FASTMP_DEVICE",
     "FASTMP_LAUNCHER",
     "FASTMP_NP",
+    "FASTMP_THREADS_PER_PROCESS",
     "FASTMP_RANK",
     "FASTMP_SIZE",
     "FASTMP_RENDEZVOUS",
@@ -33,14 +34,30 @@ pub enum Label {
     Rank(usize),
     /// The single process of a `--device shm` job, whose ranks are threads.
     Shm,
+    /// Process `index` of a `--device hybrid` job, running ranks `first..=last` as threads.
+    Process {
+        index: usize,
+        first: usize,
+        last: usize,
+    },
 }
 
 impl Label {
-    /// The `--tag-output` prefix.
+    /// The `--tag-output` prefix: the ranks whose output it may be.
     pub fn tag(self) -> String {
         match self {
             Label::Rank(rank) => format!("[{rank}] "),
             Label::Shm => "[shm] ".into(),
+            Label::Process { first, last, .. } if first == last => format!("[{first}] "),
+            Label::Process { first, last, .. } => format!("[{first}-{last}] "),
+        }
+    }
+
+    /// What the supervisor counts when it stops the others: `rank` or `process`.
+    pub fn unit(self) -> &'static str {
+        match self {
+            Label::Rank(_) | Label::Shm => "rank",
+            Label::Process { .. } => "process",
         }
     }
 }
@@ -50,6 +67,10 @@ impl fmt::Display for Label {
         match self {
             Label::Rank(rank) => write!(formatter, "rank {rank}"),
             Label::Shm => write!(formatter, "shm job"),
+            Label::Process { index, first, last } if first == last => {
+                write!(formatter, "process {index} (rank {first})")
+            }
+            Label::Process { index, first, last } => write!(formatter, "process {index} (ranks {first}-{last})"),
         }
     }
 }
@@ -72,6 +93,8 @@ pub struct ProcessSpec {
     pub env: Vec<(&'static str, String)>,
     /// Descriptor the process inherits under the same number (rank 0's rendezvous listener).
     pub inherit: Option<RawFd>,
+    /// CPUs the process is bound to; empty: the launcher's own.
+    pub cpus: Vec<usize>,
 }
 
 /// The one process of a `--device shm` job: ranks are `np` threads inside it.
@@ -83,43 +106,97 @@ pub fn shm_process(np: usize, bind_to: Option<BindTo>) -> ProcessSpec {
         ("FASTMP_LAUNCHER", "fastmprun".to_string()),
     ];
     env.extend(pin_variable(bind_to));
-    ProcessSpec { label: Label::Shm, placement: Placement::Local, env, inherit: None }
+    ProcessSpec { label: Label::Shm, placement: Placement::Local, env, inherit: None, cpus: Vec::new() }
 }
 
-/// The job-wide facts every tcp rank learns from its environment.
+/// The job-wide facts every process of a tcp or hybrid job learns from its environment.
 #[derive(Debug)]
-pub struct TcpJob<'a> {
-    /// One entry per rank.
+pub struct NetworkJob<'a> {
+    /// One entry per process (per rank on tcp).
     pub placements: &'a [Placement],
     pub rendezvous: &'a str,
     pub secret: &'a str,
-    /// The rendezvous listener rank 0 inherits (all-local jobs).
+    /// The rendezvous listener process 0 inherits (all-local jobs).
     pub rank0_listener: Option<RawFd>,
     pub bind_to: Option<BindTo>,
+    /// `None`: tcp, one rank per process.
+    pub hybrid: Option<HybridShape>,
+    /// CPUs this machine's hybrid processes share out, a block of T each (see
+    /// [`local_cpu_blocks`]); empty: they are not bound.
+    pub local_cpus: &'a [usize],
 }
 
-/// One process per rank of a `--device tcp` job.
-pub fn tcp_processes(job: &TcpJob<'_>) -> Vec<ProcessSpec> {
+/// How the ranks of a hybrid job are spread over its processes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HybridShape {
+    /// Ranks in the whole job.
+    pub np: usize,
+    /// Thread ranks per process (the last process may have fewer).
+    pub threads_per_process: usize,
+}
+
+impl HybridShape {
+    /// Processes the job needs: ceil(np / threads_per_process).
+    pub fn processes(self) -> usize {
+        self.np.div_ceil(self.threads_per_process)
+    }
+
+    /// Process `index`'s label: which ranks it runs (block-wise by process).
+    fn label(self, index: usize) -> Label {
+        let first = index * self.threads_per_process;
+        let last = (first + self.threads_per_process).min(self.np) - 1;
+        Label::Process { index, first, last }
+    }
+}
+
+/// The processes of a `--device tcp` (one per rank) or `--device hybrid` job. Process 0 plays
+/// tcp rank 0's part: it runs rank 0, which holds the rendezvous.
+pub fn network_processes(job: &NetworkJob<'_>) -> Vec<ProcessSpec> {
     let size = job.placements.len().to_string();
+    let mut cpu_blocks = job
+        .hybrid
+        .map_or_else(Vec::new, |shape| local_cpu_blocks(job.placements, shape.threads_per_process, job.local_cpus));
     job.placements
         .iter()
         .enumerate()
-        .map(|(rank, placement)| {
+        .map(|(index, placement)| {
+            let device = if job.hybrid.is_some() { "hybrid" } else { "tcp" };
             let mut env = vec![
-                ("FASTMP_DEVICE", "tcp".to_string()),
-                ("FASTMP_RANK", rank.to_string()),
+                ("FASTMP_DEVICE", device.to_string()),
+                ("FASTMP_RANK", index.to_string()),
                 ("FASTMP_SIZE", size.clone()),
                 ("FASTMP_RENDEZVOUS", job.rendezvous.to_string()),
                 ("FASTMP_JOB_SECRET", job.secret.to_string()),
             ];
+            if let Some(shape) = job.hybrid {
+                env.push(("FASTMP_NP", shape.np.to_string()));
+                env.push(("FASTMP_THREADS_PER_PROCESS", shape.threads_per_process.to_string()));
+            }
             env.extend(pin_variable(job.bind_to));
-            let inherit = job.rank0_listener.filter(|_| rank == 0);
+            let inherit = job.rank0_listener.filter(|_| index == 0);
             if let Some(fd) = inherit {
                 env.push(("FASTMP_RENDEZVOUS_FD", fd.to_string()));
             }
-            ProcessSpec { label: Label::Rank(rank), placement: placement.clone(), env, inherit }
+            let label = job.hybrid.map_or(Label::Rank(index), |shape| shape.label(index));
+            let cpus = if *placement == Placement::Local && !cpu_blocks.is_empty() {
+                cpu_blocks.remove(0)
+            } else {
+                Vec::new()
+            };
+            ProcessSpec { label, placement: placement.clone(), env, inherit, cpus }
         })
         .collect()
+}
+
+/// Shares `cpus` out among the processes placed on this machine, `threads` consecutive ones
+/// each in process order, as mpirun binds its processes: without it every process would place
+/// its thread ranks on the same first CPUs. Empty (nobody bound) when they do not all fit.
+fn local_cpu_blocks(placements: &[Placement], threads: usize, cpus: &[usize]) -> Vec<Vec<usize>> {
+    let local = placements.iter().filter(|placement| **placement == Placement::Local).count();
+    if local.checked_mul(threads).is_none_or(|needed| needed > cpus.len()) {
+        return Vec::new();
+    }
+    cpus.chunks(threads).take(local).map(<[usize]>::to_vec).collect()
 }
 
 /// `FASTMP_PIN` only when `--bind-to` was given, so a value the user exported survives.
@@ -135,7 +212,7 @@ pub fn spawn(spec: &ProcessSpec, program: &Program) -> io::Result<Child> {
         Placement::Remote(host) => agent_command(spec, program, host),
     };
     command.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).process_group(0);
-    os::prepare_child(&mut command, spec.inherit)?;
+    os::prepare_child(&mut command, spec.inherit, &spec.cpus)?;
     command.spawn()
 }
 
@@ -177,23 +254,69 @@ mod tests {
         spec.env.iter().find(|(key, _)| *key == name).map(|(_, value)| value.as_str())
     }
 
-    #[test]
-    fn only_rank0_inherits_the_listener() {
-        let placements = [Placement::Local, Placement::Local];
-        let job = TcpJob {
-            placements: &placements,
+    fn job<'a>(placements: &'a [Placement], hybrid: Option<HybridShape>) -> NetworkJob<'a> {
+        NetworkJob {
+            placements,
             rendezvous: "127.0.0.1:5000",
             secret: "ab",
             rank0_listener: Some(7),
             bind_to: Some(BindTo::Core),
-        };
-        let specs = tcp_processes(&job);
+            hybrid,
+            local_cpus: &[0, 1, 2, 3, 4, 5, 6],
+        }
+    }
+
+    #[test]
+    fn only_rank0_inherits_the_listener() {
+        let placements = [Placement::Local, Placement::Local];
+        let specs = network_processes(&job(&placements, None));
         assert_eq!(value(&specs[0], "FASTMP_RENDEZVOUS_FD"), Some("7"));
         assert_eq!(value(&specs[1], "FASTMP_RENDEZVOUS_FD"), None);
         assert_eq!(specs[1].inherit, None);
         assert_eq!(value(&specs[1], "FASTMP_RANK"), Some("1"));
         assert_eq!(value(&specs[1], "FASTMP_SIZE"), Some("2"));
         assert_eq!(value(&specs[1], "FASTMP_PIN"), Some("compact"));
+        assert_eq!(value(&specs[1], "FASTMP_DEVICE"), Some("tcp"));
+        assert_eq!(value(&specs[1], "FASTMP_NP"), None);
+        assert_eq!(specs[1].label, Label::Rank(1));
+    }
+
+    #[test]
+    fn hybrid_processes_run_blocks_of_ranks() {
+        let shape = HybridShape { np: 5, threads_per_process: 2 };
+        assert_eq!(shape.processes(), 3);
+        let placements = vec![Placement::Local; shape.processes()];
+        let specs = network_processes(&job(&placements, Some(shape)));
+        assert_eq!(specs.len(), 3);
+        for (index, spec) in specs.iter().enumerate() {
+            let expected = index.to_string();
+            assert_eq!(value(spec, "FASTMP_DEVICE"), Some("hybrid"));
+            assert_eq!(value(spec, "FASTMP_RANK"), Some(expected.as_str()));
+            assert_eq!(value(spec, "FASTMP_SIZE"), Some("3"));
+            assert_eq!(value(spec, "FASTMP_NP"), Some("5"));
+            assert_eq!(value(spec, "FASTMP_THREADS_PER_PROCESS"), Some("2"));
+            assert_eq!(value(spec, "FASTMP_RENDEZVOUS"), Some("127.0.0.1:5000"));
+            assert_eq!(value(spec, "FASTMP_JOB_SECRET"), Some("ab"));
+            assert_eq!(value(spec, "FASTMP_RENDEZVOUS_FD"), (index == 0).then_some("7"));
+        }
+        assert_eq!(specs[0].label, Label::Process { index: 0, first: 0, last: 1 });
+        assert_eq!(specs[2].label, Label::Process { index: 2, first: 4, last: 4 });
+        assert_eq!(specs[1].label.tag(), "[2-3] ");
+        let cpus: Vec<&[usize]> = specs.iter().map(|spec| spec.cpus.as_slice()).collect();
+        assert_eq!(cpus, [&[0, 1][..], &[2, 3], &[4, 5]], "a block of T CPUs each (the last: T as well)");
+        assert_eq!(specs[2].label.tag(), "[4] ");
+        assert_eq!(specs[1].label.to_string(), "process 1 (ranks 2-3)");
+        assert_eq!(specs[2].label.to_string(), "process 2 (rank 4)");
+    }
+
+    #[test]
+    fn only_local_processes_that_fit_are_bound() {
+        let remote = Placement::Remote("b".into());
+        let mixed = [Placement::Local, remote.clone(), Placement::Local];
+        assert_eq!(local_cpu_blocks(&mixed, 2, &[0, 1, 2, 3]), [vec![0, 1], vec![2, 3]]);
+        assert!(local_cpu_blocks(&mixed, 2, &[0, 1, 2]).is_empty(), "oversubscribed: nobody bound");
+        assert!(local_cpu_blocks(&[remote], 2, &[0, 1]).is_empty());
+        assert!(local_cpu_blocks(&[Placement::Local], 2, &[]).is_empty());
     }
 
     #[test]
@@ -203,6 +326,7 @@ mod tests {
             placement: Placement::Remote("b".into()),
             env: vec![("FASTMP_RANK", "1".into())],
             inherit: None,
+            cpus: Vec::new(),
         };
         let program = Program {
             program: "prog".into(),

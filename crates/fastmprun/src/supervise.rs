@@ -252,15 +252,21 @@ impl Supervisor {
         eprintln!("fastmprun: {} (pid {pid}) {how}", process.label);
         let others = self.signal_running(libc::SIGTERM);
         if others > 0 {
-            eprintln!("fastmprun: terminating {}", count_ranks(others, "other "));
+            eprintln!("fastmprun: terminating {}", self.count(others, "other "));
         }
         Stopping::new(outcome.exit_code(), Some(index))
+    }
+
+    /// [`count_units`] of what this job's processes are: ranks, or processes of thread ranks.
+    fn count(&self, count: usize, qualifier: &str) -> String {
+        let unit = self.processes.first().map_or("rank", |process| process.label.unit());
+        count_units(count, qualifier, unit)
     }
 
     fn stop_after_timeout(&self) -> Stopping {
         let running = self.signal_running(libc::SIGTERM);
         let seconds = self.timeout.unwrap_or_default().as_secs_f64();
-        eprintln!("fastmprun: timed out after {seconds} s; terminated {}", count_ranks(running, ""));
+        eprintln!("fastmprun: timed out after {seconds} s; terminated {}", self.count(running, ""));
         Stopping::new(TIMEOUT_EXIT, None)
     }
 
@@ -269,7 +275,7 @@ impl Supervisor {
         eprintln!(
             "fastmprun: received signal {}; forwarded it to {}",
             os::describe_signal(signal),
-            count_ranks(running, "")
+            self.count(running, "")
         );
         Stopping::new(signal_exit_code(signal), None)
     }
@@ -285,10 +291,14 @@ fn culprit(ended: impl Iterator<Item = (usize, Outcome)>) -> Option<usize> {
         .map(|(index, _)| index)
 }
 
-/// `1 rank`, `3 other ranks`.
-fn count_ranks(count: usize, qualifier: &str) -> String {
-    let plural = if count == 1 { "" } else { "s" };
-    format!("{count} {qualifier}rank{plural}")
+/// `1 rank`, `3 other ranks`, `2 other processes`.
+fn count_units(count: usize, qualifier: &str, unit: &str) -> String {
+    let plural = match (count, unit) {
+        (1, _) => "",
+        (_, "process") => "es",
+        _ => "s",
+    };
+    format!("{count} {qualifier}{unit}{plural}")
 }
 
 #[cfg(test)]
@@ -314,5 +324,12 @@ mod tests {
             Some(4)
         );
         assert_eq!(culprit([(0, Outcome::Exited(0))].into_iter()), None);
+    }
+
+    #[test]
+    fn counts_name_ranks_or_processes() {
+        assert_eq!(count_units(1, "other ", "rank"), "1 other rank");
+        assert_eq!(count_units(3, "", "rank"), "3 ranks");
+        assert_eq!(count_units(2, "other ", "process"), "2 other processes");
     }
 }

@@ -14,6 +14,14 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
+#[path = "support/namespaces.rs"]
+mod namespaces;
+#[path = "support/ring.rs"]
+mod ring;
+
+use namespaces::{NAMESPACE_ADDRESSES, NamespacePair};
+use ring::ring_checksum;
+
 const LAUNCHER: &str = env!("CARGO_BIN_EXE_fastmprun");
 const TESTPROG: &str = env!("CARGO_BIN_EXE_fastmp-testprog");
 
@@ -271,22 +279,6 @@ fn finish_all(ranks: Vec<Running>) -> Vec<Finished> {
     ranks.into_iter().map(Running::finish).collect()
 }
 
-/// The job-wide checksum of a `ring` run, after checking that each of the `size` ranks printed it
-/// (with the output tag `tag(rank)` in front).
-fn ring_checksum(job: &Finished, size: usize, tag: impl Fn(usize) -> String) -> String {
-    let mut checksums: Vec<String> = (0..size)
-        .map(|rank| {
-            let prefix = format!("{}rank {rank} of {size} ok ", tag(rank));
-            let line = job.stdout.lines().find(|line| line.starts_with(&prefix));
-            let line = line.unwrap_or_else(|| panic!("{}: no `{prefix}...` line in\n{}", job.name, job.stdout));
-            line[prefix.len()..].to_string()
-        })
-        .collect();
-    checksums.dedup();
-    assert_eq!(checksums.len(), 1, "{}: ranks disagree on the checksum: {checksums:?}", job.name);
-    checksums.remove(0)
-}
-
 // ---------------------------------------------------------------------------------------------
 // fastmprun
 // ---------------------------------------------------------------------------------------------
@@ -300,14 +292,14 @@ fn ring_runs_unchanged_on_tcp_and_shm() {
             &mut fastmprun(&["-np", &np_text, "--device", "tcp", "--tag-output", TESTPROG, "ring"]),
         );
         tcp.assert_success();
-        let tcp_sum = ring_checksum(&tcp, np, |rank| format!("[{rank}] "));
+        let tcp_sum = ring_checksum(&tcp.name, &tcp.stdout, np, |rank| format!("[{rank}] "));
 
         let shm = run(
             &format!("shm ring of {np}"),
             &mut fastmprun(&["-np", &np_text, "--device", "shm", "--tag-output", TESTPROG, "ring"]),
         );
         shm.assert_success();
-        let shm_sum = ring_checksum(&shm, np, |_| "[shm] ".to_string());
+        let shm_sum = ring_checksum(&shm.name, &shm.stdout, np, |_| "[shm] ".to_string());
         assert_eq!(tcp_sum, shm_sum, "the same program computed different data on tcp and shm ({np} ranks)");
     }
 }
@@ -505,7 +497,7 @@ fn mpirun_starts_a_tcp_job() {
                 job.assert_stdout_has(&format!("rank {rank} of 2 device tcp rank-from OMPI_COMM_WORLD_RANK"));
             }
         } else {
-            ring_checksum(&job, 2, |_| String::new());
+            ring_checksum(&job.name, &job.stdout, 2, |_| String::new());
         }
     }
 }
@@ -525,53 +517,6 @@ fn slurm_and_hydra_variables_start_a_job_without_any_launcher() {
 // Several hosts: network namespaces
 // ---------------------------------------------------------------------------------------------
 
-/// Two network namespaces joined by a veth pair; deleted again on drop.
-struct NamespacePair {
-    names: [String; 2],
-}
-
-/// Addresses of the two ends of the veth pair.
-const NAMESPACE_ADDRESSES: [&str; 2] = ["10.77.0.1", "10.77.0.2"];
-
-fn ip(args: &[&str]) -> Result<(), String> {
-    let output = Command::new("ip").args(args).stdin(Stdio::null()).output();
-    match output {
-        Ok(output) if output.status.success() => Ok(()),
-        Ok(output) => Err(format!("ip {}: {}", args.join(" "), String::from_utf8_lossy(&output.stderr).trim())),
-        Err(e) => Err(format!("ip {}: {e}", args.join(" "))),
-    }
-}
-
-impl NamespacePair {
-    /// `None` (with the reason) where namespaces cannot be made: not root, or no iproute2.
-    fn create() -> Result<Self, String> {
-        let tag = std::process::id();
-        let names = [format!("fmpA{tag}"), format!("fmpB{tag}")];
-        ip(&["netns", "add", &names[0]])?;
-        // From here on the guard deletes whatever exists.
-        let pair = NamespacePair { names };
-        ip(&["netns", "add", &pair.names[1]])?;
-        let ends = [format!("fmpva{tag}"), format!("fmpvb{tag}")];
-        ip(&["link", "add", &ends[0], "type", "veth", "peer", "name", &ends[1]])?;
-        for ((name, end), address) in pair.names.iter().zip(&ends).zip(NAMESPACE_ADDRESSES) {
-            ip(&["link", "set", end, "netns", name])?;
-            ip(&["-n", name, "addr", "add", &format!("{address}/24"), "dev", end])?;
-            ip(&["-n", name, "link", "set", end, "up"])?;
-            ip(&["-n", name, "link", "set", "lo", "up"])?;
-        }
-        Ok(pair)
-    }
-}
-
-impl Drop for NamespacePair {
-    fn drop(&mut self) {
-        // Deleting a namespace also deletes the veth end inside it, and with it the pair.
-        for name in &self.names {
-            let _ = ip(&["netns", "del", name]);
-        }
-    }
-}
-
 #[test]
 fn ranks_on_two_hosts_in_network_namespaces() {
     let namespaces = match NamespacePair::create() {
@@ -590,7 +535,7 @@ fn ranks_on_two_hosts_in_network_namespaces() {
     launch.args([TESTPROG, "ring"]);
     let job = run("ring across namespaces", &mut launch);
     job.assert_success();
-    ring_checksum(&job, 4, |rank| format!("[{rank}] "));
+    ring_checksum(&job.name, &job.stdout, 4, |rank| format!("[{rank}] "));
     drop(namespaces);
 }
 

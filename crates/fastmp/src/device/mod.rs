@@ -6,6 +6,7 @@
 
 pub(crate) mod collectives;
 pub(crate) mod failure;
+pub(crate) mod hybrid;
 pub(crate) mod locality;
 pub(crate) mod matching;
 #[cfg(feature = "mpi")]

@@ -156,6 +156,38 @@ fn launcher_place() -> Result<Option<(ProcessPlace, &'static str)>> {
     Ok(None)
 }
 
+/// `FASTMP_THREADS_PER_PROCESS`: a number, or `auto` (the CPUs this process may run on).
+fn threads_per_process_from_env() -> Result<Option<usize>> {
+    match std::env::var("FASTMP_THREADS_PER_PROCESS") {
+        Ok(v) if v.trim() == "auto" => Ok(Some(affinity::allowed_cpus().len().max(1))),
+        Ok(_) => env_parse::<usize>("FASTMP_THREADS_PER_PROCESS"),
+        Err(_) => Ok(None),
+    }
+}
+
+/// Total ranks of a launcher's hybrid job in which this process is process `place.rank` of
+/// `place.size`: `FASTMP_NP`, or every process full. Processes must match the ranks exactly.
+fn hybrid_job_size(place: ProcessPlace, threads: Option<usize>) -> Result<usize> {
+    let t = threads.ok_or_else(|| {
+        Error::InvalidArgument(
+            "FASTMP_DEVICE=hybrid under a launcher needs FASTMP_THREADS_PER_PROCESS (a number, or auto)".into(),
+        )
+    })?;
+    if t == 0 {
+        return Err(Error::InvalidArgument("FASTMP_THREADS_PER_PROCESS must be at least 1".into()));
+    }
+    let np = env_parse::<usize>("FASTMP_NP")?.unwrap_or(place.size * t);
+    if np.div_ceil(t) != place.size {
+        return Err(Error::InvalidArgument(format!(
+            "hybrid job of FASTMP_NP={np} ranks at {t} threads per process needs {} processes, but the launcher \
+             started {}",
+            np.div_ceil(t),
+            place.size
+        )));
+    }
+    Ok(np)
+}
+
 /// Set by `fastmprun` for the one process of a `--device shm` job (whose ranks are its threads).
 const LAUNCHER_MARK: &str = "FASTMP_LAUNCHER";
 
@@ -167,6 +199,14 @@ pub(crate) fn for_run(np: usize) -> Result<Config> {
     let place = launcher_place()?;
     let (size, started_as) = match place {
         Some((place, "SLURM_PROCID")) if place.size == 1 => return Ok(Config::new().np(np)),
+        Some((place, rank_var)) if std::env::var("FASTMP_DEVICE").is_ok_and(|d| d == "hybrid") => {
+            let size = hybrid_job_size(place, threads_per_process_from_env()?)?;
+            let how = format!(
+                "as process {} of a {}-process hybrid job of {size} ranks ({rank_var})",
+                place.rank, place.size
+            );
+            (size, how)
+        }
         Some((place, rank_var)) => {
             (place.size, format!("as rank {} of a {}-process job ({rank_var})", place.rank, place.size))
         }
@@ -223,7 +263,9 @@ impl Config {
 
     /// Reads the launch environment: `FASTMP_NP` (without it and without a launcher, one rank
     /// per CPU this process may run on, as `mpiexec` without `-n` fills the machine),
-    /// `FASTMP_DEVICE` (`shm`/`tcp`),
+    /// `FASTMP_DEVICE` (`shm`/`tcp`/`hybrid`, with `FASTMP_THREADS_PER_PROCESS`: a number or
+    /// `auto`; under a launcher each process is one process of the hybrid job, whose size is
+    /// `FASTMP_NP` or processes × threads),
     /// `FASTMP_EAGER_LIMIT` (bytes), `FASTMP_PIN` (`compact`/`scatter`/`numa`/`none`),
     /// `FASTMP_STACK_SIZE` (bytes per rank thread), `FASTMP_TCP_SNDBUF`/`FASTMP_TCP_RCVBUF`
     /// (socket buffer bytes), `FASTMP_PROGRESS_THREAD` (`1`: see [`Config::progress_thread`]).
@@ -249,6 +291,12 @@ impl Config {
         }
         if let Ok(device) = std::env::var("FASTMP_DEVICE") {
             c.device = device.parse()?;
+        }
+        if c.device == DeviceKind::Hybrid {
+            c.threads_per_process = threads_per_process_from_env()?;
+            if let Some(place) = c.process {
+                c.np = hybrid_job_size(place, c.threads_per_process)?;
+            }
         }
         if c.device == DeviceKind::Shm && c.process.is_some_and(|p| p.size > 1) {
             return Err(Error::InvalidArgument(

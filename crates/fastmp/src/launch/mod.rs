@@ -3,6 +3,7 @@
 mod abort;
 pub(crate) mod affinity;
 pub(crate) mod config;
+mod hybrid;
 mod info;
 #[cfg(feature = "mpi")]
 mod mpi;
@@ -153,7 +154,8 @@ impl Config {
             (DeviceKind::Tcp, None) => self.run_tcp_threads(&f),
             #[cfg(feature = "mpi")]
             (DeviceKind::Mpi, _) => self.run_mpi_process(&f),
-            (DeviceKind::Hybrid, _) => Err(Error::InvalidArgument("the hybrid device is not built yet".into())),
+            (DeviceKind::Hybrid, Some(place)) => self.run_hybrid_process(place, &f),
+            (DeviceKind::Hybrid, None) => self.run_hybrid_threads(&f),
         }
     }
 
@@ -164,8 +166,20 @@ impl Config {
         rank_main: &(dyn Fn(usize) -> Result<R> + Sync),
         start_failed: impl Fn(usize, String),
     ) -> Vec<Result<R>> {
+        self.run_threads_of(0..self.np, rank_main, start_failed)
+    }
+
+    /// As [`Config::run_rank_threads`] for the world ranks `ranks` only (this process's part of
+    /// a hybrid job).
+    pub(crate) fn run_threads_of<R: Send>(
+        &self,
+        ranks: std::ops::Range<usize>,
+        rank_main: &(dyn Fn(usize) -> Result<R> + Sync),
+        start_failed: impl Fn(usize, String),
+    ) -> Vec<Result<R>> {
+        let first = ranks.start;
         std::thread::scope(|s| {
-            let handles: Vec<_> = (0..self.np)
+            let handles: Vec<_> = ranks
                 .map(|rank| {
                     let mut builder = std::thread::Builder::new().name(format!("fastmp-rank-{rank}"));
                     if let Some(bytes) = self.stack_size {
@@ -177,6 +191,7 @@ impl Config {
             handles
                 .into_iter()
                 .enumerate()
+                .map(|(i, h)| (first + i, h))
                 .map(|(rank, h)| match h {
                     Ok(h) => h.join().unwrap_or_else(|_| {
                         Err(Error::RankFailed { rank, cause: "rank thread could not be joined".into() })

@@ -14,27 +14,45 @@ use crate::comm::Comm;
 use crate::device::tcp::TcpEndpoint;
 use crate::device::tcp::bootstrap::{Bootstrap, Rendezvous, Site};
 use crate::device::tcp::handshake::JobSecret;
-use crate::device::{Failure, lock_ignoring_poison};
+use crate::device::{Device, Failure, lock_ignoring_poison};
 use crate::error::{Error, Result};
 
 /// Start-up timeout unless `FASTMP_CONNECT_TIMEOUT` (seconds) says otherwise.
 const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// The first failure of a job, as `run` reports it.
-type FirstFailure = Mutex<Option<Failure>>;
+pub(super) type FirstFailure = Mutex<Option<Failure>>;
 
 /// Which rank runs, and where its job records failures.
-struct Place<'a> {
-    rank: usize,
-    first: &'a FirstFailure,
+pub(super) struct Place<'a> {
+    pub rank: usize,
+    pub first: &'a FirstFailure,
+}
+
+/// How a rank's endpoint ends: after success (`finish`: a clean shutdown) or after a failure
+/// already recorded with `abort_job` (`fail`: the peers are told, the connections closed).
+pub(super) trait RankEnd: Device {
+    fn finish(&self) -> Result<()>;
+    fn fail(&self, job: Failure);
+}
+
+impl RankEnd for TcpEndpoint {
+    fn finish(&self) -> Result<()> {
+        self.shutdown()
+    }
+
+    fn fail(&self, job: Failure) {
+        self.abort(job);
+    }
 }
 
 /// Runs one rank's program on its endpoint and ends the rank: a clean shutdown after success,
 /// an abort (telling every peer about the job's failure) after an error, a panic or
 /// `Comm::abort`. A failed rank returns the job's error: its own failure, or the earlier one
 /// of another rank that it ran into.
-fn run_rank<F, R>(place: Place<'_>, endpoint: TcpEndpoint, tuning: Arc<Tuning>, f: &F) -> Result<R>
+pub(super) fn run_rank<D, F, R>(place: Place<'_>, endpoint: D, tuning: Arc<Tuning>, f: &F) -> Result<R>
 where
+    D: RankEnd + 'static,
     F: Fn(Comm) -> Result<R>,
 {
     let Place { rank, first } = place;
@@ -42,7 +60,7 @@ where
     let outcome = catch_unwind(AssertUnwindSafe(|| f(Comm::world(endpoint.clone(), tuning))));
     let own = match outcome {
         Ok(Ok(value)) => {
-            endpoint.shutdown()?;
+            endpoint.finish()?;
             return Ok(value);
         }
         Ok(Err(e)) => rank_failure(rank, Ok(e)),
@@ -50,8 +68,62 @@ where
     };
     let job = super::abort_job(&*endpoint, own);
     lock_ignoring_poison(first).get_or_insert_with(|| job.clone());
-    endpoint.abort(job.clone());
+    endpoint.fail(job.clone());
     Err(job.job_error())
+}
+
+/// Ranks `0..np` as threads of this process joined over loopback TCP: one rendezvous, each
+/// thread pinned to `cpu_of(rank)` (before its endpoint's input thread starts, which inherits
+/// it) and connected, then handed to `rank_main` with its endpoint. Results in rank order, or
+/// the job's first failure.
+pub(super) fn run_loopback_mesh<R: Send>(
+    config: &Config,
+    cpu_of: &(dyn Fn(usize) -> Option<usize> + Sync),
+    rank_main: &(dyn Fn(Place<'_>, TcpEndpoint) -> Result<R> + Sync),
+) -> Result<Vec<R>> {
+    let secret = JobSecret::random()?;
+    // Every thread rank is in this process, so they all report its site.
+    let site = Site::of_this_process()?;
+    let listener =
+        TcpListener::bind(("127.0.0.1", 0)).map_err(|e| Error::other(format!("tcp: binding the rendezvous: {e}")))?;
+    let address = listener.local_addr().map_err(|e| Error::other(format!("tcp: rendezvous address: {e}")))?;
+    let rank0_listener = Mutex::new(Some(listener));
+    let deadline = Instant::now() + connect_timeout()?;
+    let first: FirstFailure = Mutex::new(None);
+    let thread_main = |rank: usize| -> Result<R> {
+        if let Some(cpu) = cpu_of(rank) {
+            affinity::pin_current_thread(cpu)?;
+        }
+        let listener = if rank == 0 { lock_ignoring_poison(&rank0_listener).take() } else { None };
+        let rendezvous = match listener {
+            Some(l) => Rendezvous::Listen(l),
+            None => Rendezvous::Connect(address),
+        };
+        let bootstrap = Bootstrap {
+            rank,
+            size: config.np,
+            rendezvous,
+            secret: secret.clone(),
+            deadline,
+            sockets: config.sockets,
+            site: site.clone(),
+        };
+        let endpoint = bootstrap.connect().and_then(|mesh| TcpEndpoint::new(rank, mesh, config.tcp_options()));
+        match endpoint {
+            Ok(endpoint) => rank_main(Place { rank, first: &first }, endpoint),
+            Err(e) => {
+                lock_ignoring_poison(&first).get_or_insert_with(|| Failure::of_error(rank, &e));
+                Err(e)
+            }
+        }
+    };
+    let results = config.run_rank_threads(&thread_main, |rank, cause| {
+        lock_ignoring_poison(&first).get_or_insert(Failure { rank, cause, code: None });
+    });
+    if let Some(failure) = lock_ignoring_poison(&first).take() {
+        return Err(failure.job_error());
+    }
+    results.into_iter().collect()
 }
 
 impl Config {
@@ -62,50 +134,9 @@ impl Config {
         R: Send,
     {
         let tuning = Arc::new(self.resolved_tuning()?);
-        let secret = JobSecret::random()?;
-        // Every thread rank is in this process, so they all report its site.
-        let site = Site::of_this_process()?;
-        let listener = TcpListener::bind(("127.0.0.1", 0))
-            .map_err(|e| Error::other(format!("tcp: binding the rendezvous: {e}")))?;
-        let address = listener.local_addr().map_err(|e| Error::other(format!("tcp: rendezvous address: {e}")))?;
-        let rank0_listener = Mutex::new(Some(listener));
-        let deadline = Instant::now() + connect_timeout()?;
-        let first: FirstFailure = Mutex::new(None);
         let cpus = if self.pin == Pin::None { Vec::new() } else { affinity::allowed_cpus() };
-        let rank_main = |rank: usize| -> Result<R> {
-            if let Some(cpu) = affinity::cpu_for(self.pin, rank, self.np, &cpus) {
-                affinity::pin_current_thread(cpu)?;
-            }
-            let listener = if rank == 0 { lock_ignoring_poison(&rank0_listener).take() } else { None };
-            let rendezvous = match listener {
-                Some(l) => Rendezvous::Listen(l),
-                None => Rendezvous::Connect(address),
-            };
-            let bootstrap = Bootstrap {
-                rank,
-                size: self.np,
-                rendezvous,
-                secret: secret.clone(),
-                deadline,
-                sockets: self.sockets,
-                site: site.clone(),
-            };
-            let endpoint = bootstrap.connect().and_then(|mesh| TcpEndpoint::new(rank, mesh, self.tcp_options()));
-            match endpoint {
-                Ok(endpoint) => run_rank(Place { rank, first: &first }, endpoint, tuning.clone(), f),
-                Err(e) => {
-                    lock_ignoring_poison(&first).get_or_insert_with(|| Failure::of_error(rank, &e));
-                    Err(e)
-                }
-            }
-        };
-        let results = self.run_rank_threads(&rank_main, |rank, cause| {
-            lock_ignoring_poison(&first).get_or_insert(Failure { rank, cause, code: None });
-        });
-        if let Some(failure) = lock_ignoring_poison(&first).take() {
-            return Err(failure.job_error());
-        }
-        results.into_iter().collect()
+        let cpu_of = |rank: usize| affinity::cpu_for(self.pin, rank, self.np, &cpus);
+        run_loopback_mesh(self, &cpu_of, &|place, endpoint| run_rank(place, endpoint, tuning.clone(), f))
     }
 
     /// This process is rank `place.rank` of a multi-process job: join the mesh through the
@@ -122,6 +153,18 @@ impl Config {
                 affinity::pin_current_thread(cpu)?;
             }
         }
+        let endpoint = self.tcp_endpoint_from_env(place)?;
+        let first = Mutex::new(None);
+        super::ONE_RANK_PER_PROCESS.store(true, std::sync::atomic::Ordering::Release);
+        run_rank(Place { rank: place.rank, first: &first }, endpoint, tuning, f).map(|value| vec![value])
+    }
+}
+
+impl Config {
+    /// The tcp endpoint of rank `place.rank` of `place.size`, joined through the rendezvous the
+    /// launcher's environment names (call it on the thread that will run the rank: its input
+    /// thread inherits the thread's pinning).
+    pub(super) fn tcp_endpoint_from_env(&self, place: ProcessPlace) -> Result<TcpEndpoint> {
         let bootstrap = Bootstrap {
             rank: place.rank,
             size: place.size,
@@ -132,10 +175,7 @@ impl Config {
             site: Site::of_this_process()?,
         };
         let mesh = bootstrap.connect()?;
-        let endpoint = TcpEndpoint::new(place.rank, mesh, self.tcp_options())?;
-        let first = Mutex::new(None);
-        super::ONE_RANK_PER_PROCESS.store(true, std::sync::atomic::Ordering::Release);
-        run_rank(Place { rank: place.rank, first: &first }, endpoint, tuning, f).map(|value| vec![value])
+        TcpEndpoint::new(place.rank, mesh, self.tcp_options())
     }
 }
 

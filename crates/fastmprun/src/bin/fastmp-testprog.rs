@@ -18,6 +18,9 @@
 //!                             rank R kills itself with SIGKILL; the others keep fetch_and_op +
 //!                             flush on R's part until one fails, then print that error and a
 //!                             later one-sided operation's and fail (one process per rank)
+//! fastmp-testprog kill R      after a barrier rank R kills its whole process with SIGKILL (on
+//!                             hybrid: with the thread ranks beside it); the others block in a
+//!                             receive from R, print the error they get and fail
 //! fastmp-testprog hang        every rank waits for a message nobody sends (for --timeout)
 //! fastmp-testprog env         after an allreduce, every rank prints its rank, size, device and
 //!                             which launcher variable its rank came from
@@ -46,7 +49,7 @@ use fastmp::op::Sum;
 use fastmp::window::Assert;
 use fastmp::{ANY_SOURCE, Comm, Error, Result};
 
-const USAGE: &str = "usage: fastmp-testprog [--main] ring | fail RANK | die RANK [MIB] | rma-die RANK | hang | env | placement \
+const USAGE: &str = "usage: fastmp-testprog [--main] ring | fail RANK | die RANK [MIB] | rma-die RANK | kill RANK | hang | env | placement \
                      | run NP | abort RANK CODE | size";
 
 /// Message sizes of the ring: empty, tiny, around the default 8 KiB eager limit, and a few MiB.
@@ -78,6 +81,7 @@ enum Mode {
     Fail { rank: usize },
     Die { rank: usize, bytes: usize },
     RmaDie { rank: usize },
+    Kill { rank: usize },
     Hang,
     Env,
     Placement,
@@ -136,6 +140,7 @@ fn parse(args: Vec<OsString>) -> std::result::Result<Mode, String> {
             Ok(Mode::Die { rank: number(rank, "rank")?, bytes })
         }
         ["rma-die", rank] => Ok(Mode::RmaDie { rank: number(rank, "rank")? }),
+        ["kill", rank] => Ok(Mode::Kill { rank: number(rank, "rank")? }),
         ["hang"] => Ok(Mode::Hang),
         ["env"] => Ok(Mode::Env),
         ["placement"] => Ok(Mode::Placement),
@@ -173,6 +178,7 @@ impl Mode {
             Mode::Fail { rank } => fail(world, checked_rank(world, rank)?),
             Mode::Die { rank, bytes } => die(world, checked_rank(world, rank)?, bytes),
             Mode::RmaDie { rank } => rma_die(world, checked_rank(world, rank)?),
+            Mode::Kill { rank } => kill(world, checked_rank(world, rank)?),
             Mode::Hang => hang(world),
             Mode::Env => env(world),
             Mode::Placement => placement(world),
@@ -309,6 +315,20 @@ fn fail(world: &Comm, failing: usize) -> Result<()> {
     let mut never = [0u8; 1];
     let outcome = world.recv(&mut never, failing, NEVER_SENT).map(drop);
     report_failure(rank, &format!("receive from rank {failing}"), outcome)
+}
+
+/// A process killed between operations: ranks elsewhere must fail, not hang, when they wait for
+/// one of its ranks.
+fn kill(world: &Comm, victim: usize) -> Result<()> {
+    let rank = world.rank();
+    barrier_all_left(world, victim)?;
+    if rank == victim {
+        say(&format!("rank {rank}: killing its process with SIGKILL"));
+        kill_self()
+    }
+    let mut never = [0u8; 1];
+    let outcome = world.recv(&mut never, victim, NEVER_SENT).map(drop);
+    report_failure(rank, &format!("receive from rank {victim}"), outcome)
 }
 
 fn abort(world: &Comm, aborting: usize, code: i32) -> Result<()> {

@@ -182,8 +182,19 @@ impl ShmEndpoint {
         ShmEndpoint { world, rank, finalized: Cell::new(false), blocked: Cell::new(false), st: RefCell::new(st) }
     }
 
+    /// Marks the rank as inside a wait made elsewhere (a hybrid rank's), so requests that can
+    /// no longer complete fail as in this endpoint's own waits; returns the previous value.
+    pub(crate) fn set_blocked(&self, blocked: bool) -> bool {
+        self.blocked.replace(blocked)
+    }
+
+    /// Whether the rank has sends waiting for ring space (nobody signals space: don't park).
+    pub(crate) fn has_queued_sends(&self) -> bool {
+        self.st.try_borrow().is_ok_and(|st| st.pending_count > 0)
+    }
+
     /// The job's shared state (the one-sided windows reach peers' parts through it).
-    pub(super) fn world(&self) -> &Arc<ShmWorld> {
+    pub(crate) fn world(&self) -> &Arc<ShmWorld> {
         &self.world
     }
 

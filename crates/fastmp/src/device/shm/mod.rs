@@ -166,6 +166,16 @@ impl ShmWorld {
         lock_ignoring_poison(&self.first_failure).as_ref().map(|(failure, _)| failure.clone())
     }
 
+    /// Wakes `rank` if it is parked (a hybrid rank's tcp side heard something for it).
+    pub fn notify(&self, rank: usize) {
+        self.ranks[rank].parker.notify();
+    }
+
+    /// Parks `rank`'s thread (the caller must be it) unless `ready`, as its own waits do.
+    pub fn park(&self, rank: usize, ready: &mut dyn FnMut() -> bool) {
+        self.ranks[rank].parker.park(ready);
+    }
+
     fn wake_all(&self) {
         for r in self.ranks.iter() {
             r.parker.notify();

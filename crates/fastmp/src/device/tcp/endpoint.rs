@@ -111,6 +111,7 @@ impl TcpEndpoint {
             placement,
             windows: Default::default(),
             rma_served: AtomicU64::new(0),
+            waker: std::sync::OnceLock::new(),
         });
         let input_shared = shared.clone();
         let input = std::thread::Builder::new()
@@ -165,6 +166,31 @@ impl TcpEndpoint {
             Some(Req::Recv(r)) => matches!(r.phase, RecvPhase::Done(_)),
             Some(Req::Send(s)) => matches!(s.phase, SendPhase::Done(_)),
         }
+    }
+
+    /// Registers the hybrid rank's [`super::Waker`] (once; later calls are ignored).
+    pub(crate) fn set_waker(&self, waker: super::Waker) {
+        let _ = self.shared.waker.set(waker);
+    }
+
+    /// `Device::test` as a blocked waiter sees it: a request that can no longer complete (its
+    /// peer exited) fails instead of staying in flight. For a hybrid rank waiting in
+    /// [`TcpEndpoint::wait_until_parking`].
+    pub(crate) fn test_blocked(&self, id: ReqId) -> Result<Option<RawStatus>> {
+        self.check_live()?;
+        self.shared.user_progress();
+        self.try_complete(id, true)
+    }
+
+    /// `Device::wait_until` that parks with `park` instead of this endpoint's condition
+    /// variable (the hybrid device parks on its shm parker, woken by thread peers and by the
+    /// [`super::Waker`]). `park` gets the readiness check to re-run after announcing itself.
+    pub(crate) fn wait_until_parking(
+        &self,
+        park: &dyn Fn(&mut dyn FnMut() -> bool),
+        poll: &mut dyn FnMut() -> Result<bool>,
+    ) -> Result<()> {
+        self.shared.wait_until_with(Some(park), poll)
     }
 
     pub(super) fn shared(&self) -> &Shared {
@@ -524,7 +550,7 @@ impl Device for TcpEndpoint {
     }
 
     fn wait_until(&self, poll: &mut dyn FnMut() -> Result<bool>) -> Result<()> {
-        self.shared.wait_until(poll)
+        self.shared.wait_until_with(None, poll)
     }
 
     fn progress(&self) {

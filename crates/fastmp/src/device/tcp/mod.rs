@@ -109,7 +109,14 @@ struct Shared {
     windows: one_sided::Windows,
     /// One-sided requests served so far (the input thread keeps polling while they come).
     rma_served: AtomicU64,
+    /// Who else to tell when waiters are woken (see [`Waker`]); set once, by a hybrid rank.
+    waker: std::sync::OnceLock<Waker>,
 }
+
+/// Told whenever the endpoint wakes its waiters: with the job's failure once it is aborted.
+/// A hybrid rank parks on its shm parker, not on this endpoint's condition variable, so its
+/// waker unparks it (and puts a remote failure on record in its shm world).
+pub(crate) type Waker = Box<dyn Fn(Option<&crate::device::Failure>) + Send + Sync>;
 
 impl Shared {
     /// Whether only the rank's own thread can call in (no thread handles are out).

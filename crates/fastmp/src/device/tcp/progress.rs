@@ -59,6 +59,9 @@ impl Shared {
         if self.parked.load(Ordering::SeqCst) > 0 {
             *lock(&self.epoch) += 1;
             self.woken.notify_all();
+            if let Some(waker) = self.waker.get() {
+                waker(None);
+            }
         }
     }
 
@@ -145,6 +148,10 @@ impl Shared {
     pub(super) fn wake_waiters_always(&self) {
         *lock(&self.epoch) += 1;
         self.woken.notify_all();
+        if let Some(waker) = self.waker.get() {
+            let failure = lock(&self.state).aborted.clone();
+            waker(failure.as_ref());
+        }
     }
 
     /// Whether the connection to `p` is finished: `p` said `Bye`, everything we owe it is
@@ -223,8 +230,13 @@ impl Shared {
     }
 
     /// Waits until `poll` says done: spins and yields while polling the connections itself, then
-    /// parks and lets the input thread progress (the device's blocking policy).
-    pub(super) fn wait_until(&self, poll: &mut dyn FnMut() -> Result<bool>) -> Result<()> {
+    /// parks and lets the input thread progress (the device's blocking policy). `park`, if given,
+    /// replaces the sleep on `woken` (see `TcpEndpoint::wait_until_parking`).
+    pub(super) fn wait_until_with(
+        &self,
+        park: Option<&dyn Fn(&mut dyn FnMut() -> bool)>,
+        poll: &mut dyn FnMut() -> Result<bool>,
+    ) -> Result<()> {
         let sh = self;
         struct Active<'a>(&'a AtomicUsize);
         impl Drop for Active<'_> {
@@ -256,13 +268,26 @@ impl Shared {
                     sh.active.fetch_sub(1, Ordering::AcqRel);
                     sh.parked.fetch_add(1, Ordering::SeqCst);
                     sh.kick_input();
-                    let done = poll();
-                    if matches!(done, Ok(false)) {
-                        let guard = lock(&sh.epoch);
-                        if *guard == seen {
-                            let _ = sh.woken.wait_timeout(guard, PARK_TIMEOUT);
+                    let done = match park {
+                        None => {
+                            let done = poll();
+                            if matches!(done, Ok(false)) {
+                                let guard = lock(&sh.epoch);
+                                if *guard == seen {
+                                    let _ = sh.woken.wait_timeout(guard, PARK_TIMEOUT);
+                                }
+                            }
+                            done
                         }
-                    }
+                        Some(park) => {
+                            let mut done = Ok(false);
+                            park(&mut || {
+                                done = poll();
+                                !matches!(done, Ok(false)) || lock(&sh.state).aborted.is_some()
+                            });
+                            done
+                        }
+                    };
                     sh.parked.fetch_sub(1, Ordering::SeqCst);
                     sh.active.fetch_add(1, Ordering::AcqRel);
                     if !matches!(done, Ok(false)) {

@@ -1,0 +1,469 @@
+//! The `hybrid` device: a job of processes whose ranks are threads. Each rank routes over two
+//! endpoints: its process's shm world (thread peers, single-copy protocols) and its own tcp
+//! endpoint in a mesh of all world ranks (everyone else).
+//!
+//! - Ranks are world ranks; the process's shm world numbers its ranks `0..T`, so `base` (the
+//!   process's first world rank) translates both ways, statuses and errors included.
+//! - Sends, and receives and probes from a named source, go to that rank's transport: one branch
+//!   on the hot path, no table, no lock (request handles carry their route, see `handles`).
+//! - `ANY_SOURCE` receives are held at this level and matched in posting order by matched probes
+//!   on both transports (`queue`).
+//! - Waiting spins, yields and parks on the rank's shm parker; the tcp endpoint's waker unparks it
+//!   too, and puts a failure heard over the network on record in the shm world, so a rank
+//!   blocked on either transport hears of a failure anywhere in bounded time.
+//!
+//! v1 limits: every rank has tcp connections to every other, also to its thread peers (never
+//! used for messages, only for start-up, failure notices and shutdown); no one-sided windows.
+
+mod handles;
+mod queue;
+
+use std::cell::{Cell, RefCell};
+use std::sync::Arc;
+
+use super::collectives::Collectives;
+use super::shm::ShmEndpoint;
+use super::tcp::TcpEndpoint;
+use super::{
+    ContextId, Device, Failure, MatchSpec, MessageId, Placement, RawStatus, ReqId, SendMode, ShmWorld, Source, Started,
+};
+use crate::error::{Error, Result};
+use handles::{Via, stale, tag, tag_message, untag};
+use queue::{Queue, Stage};
+
+/// The hybrid [`Device`] of one rank (its rank's thread only, like shm's).
+pub(crate) struct HybridEndpoint {
+    rank: usize,
+    size: usize,
+    /// World rank of the process's local rank 0.
+    base: usize,
+    /// Ranks of this process.
+    local_size: usize,
+    shm: ShmEndpoint,
+    tcp: TcpEndpoint,
+    placement: Placement,
+    queue: RefCell<Queue>,
+    /// Which transport a wildcard probe tries first next time.
+    remote_first: Cell<bool>,
+    /// Inside `wait_until`: tcp requests are tested as a blocked waiter's.
+    waiting: Cell<bool>,
+    finalized: Cell<bool>,
+}
+
+impl HybridEndpoint {
+    /// World rank `rank` of `size`, over its process's shm endpoint (local rank `rank - base`)
+    /// and its tcp endpoint. Registers the tcp waker, so call it on the rank's thread.
+    pub(crate) fn new(rank: usize, base: usize, shm: ShmEndpoint, tcp: TcpEndpoint, placement: Placement) -> Self {
+        let world: Arc<ShmWorld> = shm.world().clone();
+        let local = rank - base;
+        tcp.set_waker(Box::new(move |failure| match failure {
+            Some(failure) => world.mark_failed(local, failure.clone()),
+            None => world.notify(local),
+        }));
+        HybridEndpoint {
+            rank,
+            size: tcp.size(),
+            base,
+            local_size: shm.size(),
+            shm,
+            tcp,
+            placement,
+            queue: RefCell::default(),
+            remote_first: Cell::new(false),
+            waiting: Cell::new(false),
+            finalized: Cell::new(false),
+        }
+    }
+
+    /// The tcp side, for the runner's shutdown and abort.
+    pub(crate) fn tcp(&self) -> &TcpEndpoint {
+        &self.tcp
+    }
+
+    /// The process's shm world and this rank's place in it.
+    pub(crate) fn local(&self) -> (&Arc<ShmWorld>, usize) {
+        (self.shm.world(), self.rank - self.base)
+    }
+
+    #[inline]
+    fn is_local(&self, rank: usize) -> bool {
+        rank.wrapping_sub(self.base) < self.local_size
+    }
+
+    #[inline]
+    fn via(&self, rank: usize) -> Via {
+        if self.is_local(rank) { Via::Local } else { Via::Remote }
+    }
+
+    /// `spec` in the shm world's numbering.
+    #[inline]
+    fn local_spec(&self, spec: MatchSpec) -> MatchSpec {
+        match spec.source {
+            Source::Rank(r) => MatchSpec { source: Source::Rank(r - self.base), ..spec },
+            Source::Any => spec,
+        }
+    }
+
+    #[inline]
+    fn world_status(&self, via: Via, mut status: RawStatus) -> RawStatus {
+        if via == Via::Local {
+            status.source += self.base;
+        }
+        status
+    }
+
+    /// An error of the shm side in world numbering.
+    fn world_error(&self, via: Via, e: Error) -> Error {
+        if via != Via::Local {
+            return e;
+        }
+        match e {
+            Error::Truncated { message_bytes, capacity, source_rank, tag } => {
+                Error::Truncated { message_bytes, capacity, source_rank: source_rank + self.base, tag }
+            }
+            Error::PeerExited { rank } => Error::PeerExited { rank: rank + self.base },
+            Error::Deadlock { rank, reason } => Error::Deadlock { rank: rank + self.base, reason },
+            other => other,
+        }
+    }
+
+    #[inline]
+    fn world_result(&self, via: Via, r: Result<RawStatus>) -> Result<RawStatus> {
+        match r {
+            Ok(status) => Ok(self.world_status(via, status)),
+            Err(e) => Err(self.world_error(via, e)),
+        }
+    }
+
+    /// A transport's start as the hybrid device's.
+    #[inline]
+    fn routed(&self, via: Via, started: Result<Started>) -> Result<Started> {
+        match started {
+            Ok(Started::Complete(r)) => Ok(Started::Complete(self.world_result(via, r))),
+            Ok(Started::Pending(id)) => Ok(Started::Pending(tag(via, id)?)),
+            Err(e) => Err(self.world_error(via, e)),
+        }
+    }
+
+    fn check_live(&self) -> Result<()> {
+        if self.finalized.get() { Err(Error::Finalized("device")) } else { Ok(()) }
+    }
+
+    fn check_source(&self, spec: MatchSpec) -> Result<()> {
+        match spec.source {
+            Source::Rank(r) if r >= self.size => Err(Error::RankOutOfRange { rank: r, size: self.size }),
+            _ => Ok(()),
+        }
+    }
+
+    fn improbe_on(&self, via: Via, spec: MatchSpec) -> Result<Option<(MessageId, RawStatus)>> {
+        let found = match via {
+            Via::Local => self.shm.improbe(self.local_spec(spec)),
+            _ => self.tcp.improbe(spec),
+        };
+        match found {
+            Ok(Some((msg, status))) => Ok(Some((tag_message(via, msg)?, self.world_status(via, status)))),
+            Ok(None) => Ok(None),
+            Err(e) => Err(self.world_error(via, e)),
+        }
+    }
+
+    fn iprobe_on(&self, via: Via, spec: MatchSpec) -> Result<Option<RawStatus>> {
+        let found = match via {
+            Via::Local => self.shm.iprobe(self.local_spec(spec)),
+            _ => self.tcp.iprobe(spec),
+        };
+        match found {
+            Ok(status) => Ok(status.map(|s| self.world_status(via, s))),
+            Err(e) => Err(self.world_error(via, e)),
+        }
+    }
+
+    /// Whether a transport's "no such message can come" for an `ANY_SOURCE` probe holds for the
+    /// whole job: tcp's does (every rank is its peer), shm's only once the job is aborted (remote
+    /// ranks may still send).
+    fn any_source_verdict(&self, via: Via) -> bool {
+        via == Via::Remote || self.shm.world().first_failure().is_some()
+    }
+
+    /// Tests a routed (transport) request.
+    fn test_routed(&self, via: Via, id: ReqId) -> Result<Option<RawStatus>> {
+        let r = match via {
+            Via::Local => self.shm.test(id),
+            _ if self.waiting.get() => self.tcp.test_blocked(id),
+            _ => self.tcp.test(id),
+        };
+        match r {
+            Ok(Some(status)) => Ok(Some(self.world_status(via, status))),
+            Ok(None) => Ok(None),
+            Err(e) => Err(self.world_error(via, e)),
+        }
+    }
+
+    fn test_held(&self, id: ReqId) -> Result<Option<RawStatus>> {
+        self.advance_queue()?;
+        let stage = {
+            let mut q = self.queue.borrow_mut();
+            let held = q.held.get_mut(id)?;
+            match &held.stage {
+                Stage::Waiting => return Ok(None),
+                Stage::Routed(routed) => Stage::Routed(*routed),
+                Stage::Done(_) => std::mem::replace(&mut held.stage, Stage::Waiting),
+            }
+        };
+        let result = match stage {
+            Stage::Routed(routed) => {
+                let (via, inner) = untag(routed).ok_or_else(stale)?;
+                match self.test_routed(via, inner) {
+                    Ok(None) => return Ok(None),
+                    r => r,
+                }
+            }
+            Stage::Done(r) => r.map(Some),
+            Stage::Waiting => unreachable!("returned above"),
+        };
+        self.queue.borrow_mut().held.remove(id);
+        result
+    }
+}
+
+impl Device for HybridEndpoint {
+    fn rank(&self) -> usize {
+        self.rank
+    }
+
+    fn size(&self) -> usize {
+        self.size
+    }
+
+    unsafe fn isend(
+        &self,
+        buf: *const u8,
+        len: usize,
+        dest: usize,
+        tag: i32,
+        context: ContextId,
+        mode: SendMode,
+    ) -> Result<Started> {
+        self.check_live()?;
+        if dest >= self.size {
+            return Err(Error::RankOutOfRange { rank: dest, size: self.size });
+        }
+        if self.is_local(dest) {
+            // SAFETY: forwarded caller contract.
+            let started = unsafe { self.shm.isend(buf, len, dest - self.base, tag, context, mode) };
+            // A send's status names this rank: its world number.
+            let started = match started {
+                Ok(Started::Complete(Ok(status))) => {
+                    Ok(Started::Complete(Ok(RawStatus { source: self.rank, ..status })))
+                }
+                other => other,
+            };
+            self.routed(Via::Local, started)
+        } else {
+            // SAFETY: forwarded caller contract.
+            self.routed(Via::Remote, unsafe { self.tcp.isend(buf, len, dest, tag, context, mode) })
+        }
+    }
+
+    unsafe fn irecv(&self, buf: *mut u8, capacity: usize, spec: MatchSpec) -> Result<Started> {
+        self.check_live()?;
+        self.check_source(spec)?;
+        if self.queue.borrow().blocks(spec.context) {
+            return self.hold(spec, buf, capacity);
+        }
+        match spec.source {
+            Source::Rank(r) if self.is_local(r) => {
+                // SAFETY: forwarded caller contract.
+                self.routed(Via::Local, unsafe { self.shm.irecv(buf, capacity, self.local_spec(spec)) })
+            }
+            // SAFETY: forwarded caller contract.
+            Source::Rank(_) => self.routed(Via::Remote, unsafe { self.tcp.irecv(buf, capacity, spec) }),
+            Source::Any => match self.take_message(spec)? {
+                Some((_, msg, _)) => self.receive_taken(msg, buf, capacity),
+                None => self.hold(spec, buf, capacity),
+            },
+        }
+    }
+
+    unsafe fn recv(&self, buf: *mut u8, capacity: usize, spec: MatchSpec) -> Result<RawStatus> {
+        // The intra-process ping-pong path: straight to shm's blocking receive (its wait hears
+        // of remote failures through the tcp waker).
+        if let Source::Rank(r) = spec.source
+            && self.is_local(r)
+            && !self.finalized.get()
+            && !self.queue.borrow().blocks(spec.context)
+        {
+            // SAFETY: forwarded caller contract.
+            let r = unsafe { self.shm.recv(buf, capacity, self.local_spec(spec)) };
+            return self.world_result(Via::Local, r);
+        }
+        // SAFETY: forwarded caller contract.
+        let started = unsafe { self.irecv(buf, capacity, spec)? };
+        self.complete(started)
+    }
+
+    fn iprobe(&self, spec: MatchSpec) -> Result<Option<RawStatus>> {
+        self.check_live()?;
+        self.check_source(spec)?;
+        match spec.source {
+            Source::Rank(r) => self.iprobe_on(self.via(r), spec),
+            Source::Any => {
+                let local_first = !self.remote_first.replace(!self.remote_first.get());
+                let order = if local_first { [Via::Local, Via::Remote] } else { [Via::Remote, Via::Local] };
+                let mut hopeless = None;
+                for via in order {
+                    match self.iprobe_on(via, spec) {
+                        Ok(Some(status)) => return Ok(Some(status)),
+                        Ok(None) => {}
+                        Err(e) if self.any_source_verdict(via) => hopeless = Some(e),
+                        Err(_) => {}
+                    }
+                }
+                hopeless.map_or(Ok(None), Err)
+            }
+        }
+    }
+
+    fn test(&self, req: ReqId) -> Result<Option<RawStatus>> {
+        self.check_live()?;
+        match untag(req).ok_or_else(stale)? {
+            (Via::Queued, id) => self.test_held(id),
+            (via, id) => self.test_routed(via, id),
+        }
+    }
+
+    fn cancel(&self, req: ReqId) -> Result<()> {
+        self.check_live()?;
+        match untag(req).ok_or_else(stale)? {
+            (Via::Local, id) => self.shm.cancel(id),
+            (Via::Remote, id) => self.tcp.cancel(id),
+            (Via::Queued, id) => {
+                let routed = {
+                    let mut q = self.queue.borrow_mut();
+                    let held = q.held.get_mut(id)?;
+                    match held.stage {
+                        Stage::Waiting => {
+                            let cancelled = RawStatus { source: self.rank, tag: 0, bytes: 0, cancelled: true };
+                            held.stage = Stage::Done(Ok(cancelled));
+                            q.unlink(id);
+                            return Ok(());
+                        }
+                        Stage::Routed(routed) => routed,
+                        Stage::Done(_) => return Ok(()),
+                    }
+                };
+                self.cancel(routed)
+            }
+        }
+    }
+
+    fn release(&self, req: ReqId) {
+        match untag(req) {
+            Some((Via::Local, id)) => self.shm.release(id),
+            Some((Via::Remote, id)) => self.tcp.release(id),
+            Some((Via::Queued, id)) => {
+                let held = {
+                    let mut q = self.queue.borrow_mut();
+                    q.unlink(id);
+                    q.held.remove(id)
+                };
+                if let Some(held) = held
+                    && let Stage::Routed(routed) = held.stage
+                {
+                    self.release(routed);
+                }
+            }
+            None => {}
+        }
+    }
+
+    fn wait_until(&self, poll: &mut dyn FnMut() -> Result<bool>) -> Result<()> {
+        struct Restore<'a>(&'a HybridEndpoint, bool, bool);
+        impl Drop for Restore<'_> {
+            fn drop(&mut self) {
+                self.0.shm.set_blocked(self.1);
+                self.0.waiting.set(self.2);
+            }
+        }
+        let _restore = Restore(self, self.shm.set_blocked(true), self.waiting.replace(true));
+        let (world, local) = self.local();
+        let park = |ready: &mut dyn FnMut() -> bool| {
+            if self.shm.has_queued_sends() {
+                // Sends waiting for ring space: nobody signals space, so keep yielding.
+                if !ready() {
+                    std::thread::yield_now();
+                }
+            } else {
+                world.park(local, ready);
+            }
+        };
+        self.tcp.wait_until_parking(&park, &mut || {
+            self.shm.progress();
+            self.advance_queue()?;
+            if poll()? {
+                return Ok(true);
+            }
+            match world.first_failure() {
+                Some(failure) => Err(failure.peer_error()),
+                None => Ok(false),
+            }
+        })
+    }
+
+    fn progress(&self) {
+        self.shm.progress();
+        self.tcp.progress();
+    }
+
+    fn finalize(&self) {
+        self.finalized.set(true);
+        self.shm.finalize();
+        self.tcp.finalize();
+    }
+
+    fn is_finalized(&self) -> bool {
+        self.finalized.get()
+    }
+
+    fn placement(&self) -> &Placement {
+        &self.placement
+    }
+
+    fn name(&self) -> &'static str {
+        "hybrid"
+    }
+
+    fn abort_job(&self, failure: Failure) -> Failure {
+        let (world, local) = self.local();
+        let job = self.job_failure().unwrap_or(failure);
+        world.mark_failed(local, job.clone());
+        self.tcp.abort_job(job)
+    }
+
+    /// The shm world's record first: a thread peer's failure is there at once, and a remote one
+    /// is copied there by the tcp waker.
+    fn job_failure(&self) -> Option<Failure> {
+        self.shm.world().first_failure().or_else(|| self.tcp.job_failure())
+    }
+
+    /// The shm native collectives for communicators inside this process (members translated to
+    /// the shm world's numbering); message-based algorithms for the others.
+    fn collectives(&self, context: ContextId, members: &[usize]) -> Option<Collectives> {
+        if !members.iter().all(|&m| self.is_local(m)) {
+            return None;
+        }
+        let local: Vec<usize> = members.iter().map(|&m| m - self.base).collect();
+        self.shm.collectives(context, &local)
+    }
+
+    fn improbe(&self, spec: MatchSpec) -> Result<Option<(MessageId, RawStatus)>> {
+        self.check_live()?;
+        self.check_source(spec)?;
+        Ok(self.take_message(spec)?.map(|(_, msg, status)| (msg, status)))
+    }
+
+    unsafe fn mrecv(&self, msg: MessageId, buf: *mut u8, capacity: usize) -> Result<Started> {
+        self.receive_taken(msg, buf, capacity)
+    }
+}

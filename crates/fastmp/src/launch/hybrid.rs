@@ -1,0 +1,161 @@
+//! Running a job on the hybrid device: as process `p` of a launcher's job (its thread ranks
+//! `p*T ..`), or every process's thread group inside this one process over loopback TCP (no
+//! launcher: tests and single-process use).
+
+use std::sync::{Arc, Mutex};
+
+use super::affinity;
+use super::config::{Config, DEFAULT_EAGER_LIMIT, Pin, ProcessPlace};
+use super::tcp::{FirstFailure, Place, RankEnd, run_loopback_mesh, run_rank};
+use crate::comm::Comm;
+use crate::device::hybrid::HybridEndpoint;
+use crate::device::tcp::TcpEndpoint;
+use crate::device::{Device, Failure, Placement, ShmWorld, lock_ignoring_poison};
+use crate::error::{Error, Result};
+
+impl RankEnd for HybridEndpoint {
+    /// Leaves the shm world (thread peers see it exited), then the tcp mesh.
+    fn finish(&self) -> Result<()> {
+        let (world, local) = self.local();
+        world.mark_exited(local);
+        self.tcp().shutdown()
+    }
+
+    /// `abort_job` put the failure on record in the shm world already; tell the network.
+    fn fail(&self, job: Failure) {
+        self.tcp().abort(job);
+    }
+}
+
+/// How a hybrid job's ranks fall into processes: `per_process` thread ranks each, block-wise.
+#[derive(Clone, Copy, Debug)]
+struct Blocks {
+    np: usize,
+    per_process: usize,
+}
+
+impl Blocks {
+    fn processes(self) -> usize {
+        self.np.div_ceil(self.per_process)
+    }
+
+    fn ranks_of(self, process: usize) -> std::ops::Range<usize> {
+        process * self.per_process..((process + 1) * self.per_process).min(self.np)
+    }
+}
+
+impl Config {
+    /// Thread ranks per process of this hybrid job: as configured, else two processes' worth.
+    fn hybrid_blocks(&self) -> Blocks {
+        Blocks { np: self.np, per_process: self.threads_per_process.unwrap_or(self.np.div_ceil(2)).max(1) }
+    }
+
+    /// One shm world per process's thread group (local numbering `0..T`).
+    fn hybrid_world(&self, blocks: Blocks, process: usize) -> Arc<ShmWorld> {
+        let n = blocks.ranks_of(process).len();
+        let eager = self.eager_limit.unwrap_or(DEFAULT_EAGER_LIMIT);
+        ShmWorld::with_placement(n, eager, Placement::single_process(n))
+    }
+
+    /// Pins the calling thread (world rank `rank`) by its place among its process's threads.
+    fn pin_hybrid_rank(&self, blocks: Blocks, rank: usize, cpus: &[usize]) -> Result<()> {
+        let local = rank % blocks.per_process;
+        if let Some(cpu) = affinity::cpu_for(self.pin, local, blocks.per_process, cpus) {
+            affinity::pin_current_thread(cpu)?;
+        }
+        Ok(())
+    }
+
+    /// Every process's thread group as threads of this process, joined over loopback TCP.
+    pub(super) fn run_hybrid_threads<F, R>(&self, f: &F) -> Result<Vec<R>>
+    where
+        F: Fn(Comm) -> Result<R> + Sync,
+        R: Send,
+    {
+        let tuning = Arc::new(self.resolved_tuning()?);
+        let blocks = self.hybrid_blocks();
+        let worlds: Vec<Arc<ShmWorld>> = (0..blocks.processes()).map(|p| self.hybrid_world(blocks, p)).collect();
+        let placement = Placement::blocks(self.np, blocks.per_process);
+        let cpus = if self.pin == Pin::None { Vec::new() } else { affinity::allowed_cpus() };
+        let cpu_of = |rank: usize| affinity::cpu_for(self.pin, rank % blocks.per_process, blocks.per_process, &cpus);
+        run_loopback_mesh(self, &cpu_of, &|place, tcp| {
+            let world = &worlds[place.rank / blocks.per_process];
+            let endpoint = hybrid_endpoint(blocks, place.rank, world, tcp, placement.clone(), &place)?;
+            run_rank(place, endpoint, tuning.clone(), f)
+        })
+    }
+
+    /// This process is process `place.rank` of `place.size` of a launcher's hybrid job: it runs
+    /// its thread ranks, each with its own tcp endpoint joined through the environment's
+    /// rendezvous, and returns their results in rank order.
+    pub(super) fn run_hybrid_process<F, R>(&self, place: ProcessPlace, f: &F) -> Result<Vec<R>>
+    where
+        F: Fn(Comm) -> Result<R> + Sync,
+        R: Send,
+    {
+        let tuning = Arc::new(self.resolved_tuning()?);
+        let blocks = self.hybrid_blocks();
+        if blocks.processes() != place.size {
+            return Err(Error::InvalidArgument(format!(
+                "hybrid device: {} ranks at {} threads per process need {} processes, but the launcher started {}",
+                self.np,
+                blocks.per_process,
+                blocks.processes(),
+                place.size
+            )));
+        }
+        let world = self.hybrid_world(blocks, place.rank);
+        let cpus = if self.pin == Pin::None { Vec::new() } else { affinity::allowed_cpus() };
+        let first: FirstFailure = Mutex::new(None);
+        super::ONE_RANK_PER_PROCESS.store(true, std::sync::atomic::Ordering::Release);
+        let rank_main = |rank: usize| -> Result<R> {
+            let place = Place { rank, first: &first };
+            let connected = self
+                .pin_hybrid_rank(blocks, rank, &cpus)
+                .and_then(|()| self.tcp_endpoint_from_env(ProcessPlace { rank, size: self.np }));
+            let tcp = match connected {
+                Ok(tcp) => tcp,
+                Err(e) => {
+                    lock_ignoring_poison(&first).get_or_insert_with(|| Failure::of_error(rank, &e));
+                    return Err(e);
+                }
+            };
+            // Processes block-wise; nodes as the tcp sites reported them.
+            let nodes: Vec<usize> = (0..self.np).map(|r| tcp.placement().node_of(r)).collect();
+            let processes: Vec<usize> = (0..self.np).map(|r| r / blocks.per_process).collect();
+            let placement = Placement::from_keys(&processes, &nodes);
+            let endpoint = hybrid_endpoint(blocks, rank, &world, tcp, placement, &place)?;
+            run_rank(place, endpoint, tuning.clone(), f)
+        };
+        let results = self.run_threads_of(blocks.ranks_of(place.rank), &rank_main, |rank, cause| {
+            lock_ignoring_poison(&first).get_or_insert(Failure { rank, cause, code: None });
+        });
+        if let Some(failure) = lock_ignoring_poison(&first).take() {
+            return Err(failure.job_error());
+        }
+        results.into_iter().collect()
+    }
+}
+
+/// World rank `rank`'s hybrid endpoint (on its own thread: the shm endpoint binds its parker
+/// to it). A rank that cannot take its shm endpoint fails the job through its tcp endpoint.
+fn hybrid_endpoint(
+    blocks: Blocks,
+    rank: usize,
+    world: &Arc<ShmWorld>,
+    tcp: TcpEndpoint,
+    placement: Placement,
+    place: &Place<'_>,
+) -> Result<HybridEndpoint> {
+    let base = rank - rank % blocks.per_process;
+    match world.endpoint(rank - base) {
+        Ok(shm) => Ok(HybridEndpoint::new(rank, base, shm, tcp, placement)),
+        Err(e) => {
+            let job = tcp.abort_job(Failure::of_error(rank, &e));
+            lock_ignoring_poison(place.first).get_or_insert_with(|| job.clone());
+            world.mark_failed(rank - base, job.clone());
+            tcp.abort(job);
+            Err(e)
+        }
+    }
+}
