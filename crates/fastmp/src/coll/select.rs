@@ -75,6 +75,38 @@ pub enum Algorithm {
     /// The device's own collectives: shared-memory copies on the shm device, the MPI library's
     /// collectives on the mpi device.
     Native,
+    /// Two levels: the members inside each process (the device's native collectives there),
+    /// and one leader per process over the network, pipelined in chunks. Only for
+    /// communicators spanning several processes with several members in some process.
+    Hierarchical,
+}
+
+/// Where a communicator's members run, as a selection rule's optional `"locality"` field
+/// names it: a rule with one applies only to communicators of that locality.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CommLocality {
+    /// Every member is a thread of one process.
+    Process,
+    /// Several processes, all on one node.
+    Node,
+    /// Several nodes.
+    Network,
+}
+
+impl CommLocality {
+    /// The locality of a communicator whose members are the world ranks `members`.
+    pub(crate) fn of(placement: &crate::Placement, members: &[usize]) -> CommLocality {
+        let Some(&first) = members.first() else { return CommLocality::Process };
+        let (process, node) = (placement.process_of(first), placement.node_of(first));
+        if members.iter().any(|&m| placement.node_of(m) != node) {
+            CommLocality::Network
+        } else if members.iter().any(|&m| placement.process_of(m) != process) {
+            CommLocality::Node
+        } else {
+            CommLocality::Process
+        }
+    }
 }
 
 impl Collective {
@@ -128,15 +160,17 @@ impl Collective {
     pub fn algorithms(self) -> &'static [Algorithm] {
         use Algorithm::*;
         match self {
-            Collective::Barrier => &[GatherBcast, Bt, Bde, Native],
-            Collective::Bcast => &[Bft, Nbft, Fat, Mst, Bt, ScatterAllgather, Native],
+            Collective::Barrier => &[GatherBcast, Bt, Bde, Native, Hierarchical],
+            Collective::Bcast => &[Bft, Nbft, Fat, Mst, Bt, ScatterAllgather, Native, Hierarchical],
             Collective::Scatter | Collective::Gather => &[Bft, Nbft, Mst, Native],
             Collective::Scatterv | Collective::Gatherv => &[Bft, Nbft, Mst, Native],
             Collective::Allgather => &[Nbft, Bt, Bde, Bkt, GatherBcast, Native],
             Collective::Allgatherv => &[Nbft, Bt, Bde, Bkt, GatherBcast, Native],
             Collective::Alltoall | Collective::Alltoallv => &[Bft, Nbft, Nb1ft, Nb2ft, Native],
-            Collective::Reduce => &[Bft, Nbft, Mst, Native],
-            Collective::Allreduce => &[Nbft, Bt, Bde, Bkt, ReduceBcast, Rabenseifner, RingSegmented, Native],
+            Collective::Reduce => &[Bft, Nbft, Mst, Native, Hierarchical],
+            Collective::Allreduce => {
+                &[Nbft, Bt, Bde, Bkt, ReduceBcast, Rabenseifner, RingSegmented, Native, Hierarchical]
+            }
             Collective::ReduceScatter => &[Bde, Bkt, ReduceScatter, Native],
             Collective::Scan => &[Nbft, Linear, Bde, Native],
         }
@@ -205,12 +239,13 @@ impl Algorithm {
             Algorithm::ReduceScatter => "reduce_scatter",
             Algorithm::Linear => "linear",
             Algorithm::Native => "native",
+            Algorithm::Hierarchical => "hierarchical",
         }
     }
 
     /// Parses a name (case-insensitive); the thesis' long names are accepted too.
     pub fn from_name(name: &str) -> Result<Algorithm> {
-        const ALL: [Algorithm; 17] = [
+        const ALL: [Algorithm; 18] = [
             Algorithm::Bft,
             Algorithm::Nbft,
             Algorithm::Nb1ft,
@@ -228,6 +263,7 @@ impl Algorithm {
             Algorithm::ReduceScatter,
             Algorithm::Linear,
             Algorithm::Native,
+            Algorithm::Hierarchical,
         ];
         let lower = name.trim().to_ascii_lowercase().replace(['-', '+'], "_");
         let canonical = match lower.as_str() {
@@ -237,6 +273,7 @@ impl Algorithm {
             "ring" | "bucket" => "bkt",
             "segmented_ring" | "pipelined_ring" => "ring_segmented",
             "flat" => "bft",
+            "hier" | "hierarchy" | "two_level" => "hierarchical",
             other => other,
         };
         ALL.into_iter()
@@ -251,25 +288,31 @@ impl fmt::Display for Algorithm {
     }
 }
 
-/// One selection rule: used when the process count is at most `max_np` and the message size
-/// (bytes per rank, see the collective's docs) at most `max_bytes`. `None` means unbounded.
+/// One selection rule: used when the process count is at most `max_np`, the message size
+/// (bytes per rank, see the collective's docs) at most `max_bytes`, and the communicator's
+/// members are spread as `locality` says. `None` means unbounded (any locality).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Rule {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_np: Option<usize>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_bytes: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub locality: Option<CommLocality>,
     pub algorithm: Algorithm,
 }
 
 impl Rule {
     /// A rule that always applies.
     pub fn always(algorithm: Algorithm) -> Rule {
-        Rule { max_np: None, max_bytes: None, algorithm }
+        Rule { max_np: None, max_bytes: None, locality: None, algorithm }
     }
 
-    fn applies(&self, np: usize, bytes: usize) -> bool {
-        self.max_np.is_none_or(|m| np <= m) && self.max_bytes.is_none_or(|m| bytes <= m)
+    fn applies(&self, np: usize, bytes: usize, locality: CommLocality) -> bool {
+        self.max_np.is_none_or(|m| np <= m)
+            && self.max_bytes.is_none_or(|m| bytes <= m)
+            && self.locality.is_none_or(|l| l == locality)
     }
 }
 
@@ -299,10 +342,20 @@ pub struct Tuning {
     rules: [Vec<Rule>; Collective::ALL.len()],
     /// Children per node of the k-ary tree (`fat`): four by default, as in the thesis.
     kary_arity: usize,
+    /// Bytes per chunk of the `hierarchical` algorithms' pipeline between the levels.
+    hierarchical_chunk: usize,
 }
 
 /// Tuning-file key (and `FASTMP_KARY_ARITY`) for the arity of the k-ary tree.
 const KARY_ARITY_KEY: &str = "kary_arity";
+
+/// Tuning-file key (and `FASTMP_HIERARCHICAL_CHUNK`) for the chunk size of the `hierarchical`
+/// algorithms' pipeline.
+const HIERARCHICAL_CHUNK_KEY: &str = "hierarchical_chunk";
+
+/// Default chunk of the hierarchical pipeline: large enough that a chunk's per-message costs
+/// are small beside its transfer, small enough that a 1 MiB bcast has 16 chunks to overlap.
+const DEFAULT_HIERARCHICAL_CHUNK: usize = 64 << 10;
 
 /// Tuning-file key of free text saying how the table was made; ignored when loading.
 const COMMENT_KEY: &str = "comment";
@@ -338,7 +391,11 @@ impl Tuning {
             // processes is tcp's.
             DeviceKind::Hybrid => TCP_DEFAULTS,
         };
-        let empty = Tuning { rules: Collective::ALL.map(|c| vec![Rule::always(c.fallback())]), kary_arity: 4 };
+        let empty = Tuning {
+            rules: Collective::ALL.map(|c| vec![Rule::always(c.fallback())]),
+            kary_arity: 4,
+            hierarchical_chunk: DEFAULT_HIERARCHICAL_CHUNK,
+        };
         empty.with_json(text).expect("built-in default tuning files are valid")
     }
 
@@ -365,6 +422,13 @@ impl Tuning {
                 value.trim().parse().map_err(|e| Error::InvalidArgument(format!("FASTMP_KARY_ARITY={value}: {e}")))?;
             tuning = tuning.with_kary_arity(arity)?;
         }
+        if let Ok(value) = std::env::var("FASTMP_HIERARCHICAL_CHUNK") {
+            let bytes = value
+                .trim()
+                .parse()
+                .map_err(|e| Error::InvalidArgument(format!("FASTMP_HIERARCHICAL_CHUNK={value}: {e}")))?;
+            tuning = tuning.with_hierarchical_chunk(bytes)?;
+        }
         for coll in Collective::ALL {
             let var = format!("FASTMP_{}_ALGORITHM", coll.name().to_ascii_uppercase());
             if let Ok(name) = std::env::var(&var) {
@@ -389,6 +453,8 @@ impl Tuning {
         for (name, value) in parsed {
             if name == KARY_ARITY_KEY {
                 self = self.with_kary_arity(serde_json::from_value(value).map_err(bad)?)?;
+            } else if name == HIERARCHICAL_CHUNK_KEY {
+                self = self.with_hierarchical_chunk(serde_json::from_value(value).map_err(bad)?)?;
             } else if name != COMMENT_KEY {
                 self.set_rules(Collective::from_name(&name)?, serde_json::from_value(value).map_err(bad)?)?;
             }
@@ -403,6 +469,7 @@ impl Tuning {
             .map(|c| (c.name(), serde_json::to_value(self.rules(*c)).expect("rules serialize")))
             .collect();
         map.insert(KARY_ARITY_KEY, self.kary_arity.into());
+        map.insert(HIERARCHICAL_CHUNK_KEY, self.hierarchical_chunk.into());
         serde_json::to_string_pretty(&map).expect("rules serialize")
     }
 
@@ -417,6 +484,20 @@ impl Tuning {
     /// Children per node of the k-ary tree (`fat`).
     pub fn kary_arity(&self) -> usize {
         self.kary_arity
+    }
+
+    /// Uses chunks of `bytes` (at least 1) in the `hierarchical` algorithms' pipeline between
+    /// the levels (64 KiB by default).
+    pub fn with_hierarchical_chunk(self, bytes: usize) -> Result<Tuning> {
+        if bytes == 0 {
+            return Err(Error::InvalidArgument("the hierarchical chunk needs at least 1 byte".into()));
+        }
+        Ok(Tuning { hierarchical_chunk: bytes, ..self })
+    }
+
+    /// Bytes per chunk of the `hierarchical` algorithms' pipeline.
+    pub fn hierarchical_chunk(&self) -> usize {
+        self.hierarchical_chunk
     }
 
     /// Uses `algorithm` for every call of `coll`.
@@ -438,7 +519,7 @@ impl Tuning {
             )));
         }
         match rules.last() {
-            Some(last) if last.max_np.is_none() && last.max_bytes.is_none() => {}
+            Some(last) if last.max_np.is_none() && last.max_bytes.is_none() && last.locality.is_none() => {}
             _ => return Err(Error::InvalidArgument(format!("the last {coll} rule must have no limits"))),
         }
         self.rules[coll as usize] = rules;
@@ -450,26 +531,44 @@ impl Tuning {
         &self.rules[coll as usize]
     }
 
-    /// The algorithm the rules give for `np` processes and `bytes` per rank, whether or not it
-    /// can run. Allocation-free.
+    /// The algorithm the rules give for `np` processes and `bytes` per rank on a communicator
+    /// inside one process, whether or not it can run. Allocation-free.
     pub fn select(&self, coll: Collective, np: usize, bytes: usize) -> Algorithm {
-        self.select_usable(coll, np, bytes, |_| true)
+        self.select_where(coll, np, bytes, CommLocality::Process)
     }
 
-    /// The algorithm of the first rule that applies to `np` processes and `bytes` per rank and
-    /// names an algorithm `usable` accepts; the collective's [`Collective::fallback`] if there
-    /// is none. So a rule for an algorithm the device lacks (`native` on tcp) or the operation
-    /// rules out (a commutative-only one) passes the call on to the next rule that applies.
-    /// Allocation-free.
+    /// [`Tuning::select`] for a communicator of `locality`.
+    pub fn select_where(&self, coll: Collective, np: usize, bytes: usize, locality: CommLocality) -> Algorithm {
+        self.select_usable(coll, np, bytes, locality, |_| true)
+    }
+
+    /// The algorithm of the first rule that applies to `np` processes, `bytes` per rank and a
+    /// communicator of `locality`, and names an algorithm `usable` accepts; the collective's
+    /// [`Collective::fallback`] if there is none. So a rule for an algorithm the device lacks
+    /// (`native` on tcp) or the operation rules out (a commutative-only one) passes the call on
+    /// to the next rule that applies. Allocation-free.
     pub fn select_usable(
         &self,
         coll: Collective,
         np: usize,
         bytes: usize,
+        locality: CommLocality,
         usable: impl Fn(Algorithm) -> bool,
     ) -> Algorithm {
+        self.select_rule(coll, np, bytes, locality, usable).unwrap_or(coll.fallback())
+    }
+
+    /// [`Tuning::select_usable`] without the fallback: `None` when no usable rule applies.
+    pub(crate) fn select_rule(
+        &self,
+        coll: Collective,
+        np: usize,
+        bytes: usize,
+        locality: CommLocality,
+        usable: impl Fn(Algorithm) -> bool,
+    ) -> Option<Algorithm> {
         let rules = self.rules(coll);
-        rules.iter().find(|r| r.applies(np, bytes) && usable(r.algorithm)).map_or(coll.fallback(), |r| r.algorithm)
+        rules.iter().find(|r| r.applies(np, bytes, locality) && usable(r.algorithm)).map(|r| r.algorithm)
     }
 }
 

@@ -1,0 +1,237 @@
+//! The `hierarchical` algorithms: a collective over the members inside each process (the local
+//! level, where the device's native collectives run) and over one leader per process (the
+//! network level), for communicators that span several processes (`Levels`).
+//!
+//! Each level's steps are ordinary collectives on the level's communicator, dispatched through
+//! its own selection. Their operation numbers are taken when the hierarchical operation starts
+//! ([`LevelRuns`]), so every member of a level numbers them alike however the parent's
+//! nonblocking operations interleave. Long vectors move in chunks (`Tuning::hierarchical_chunk`)
+//! through a two-stage pipeline: the stage that produces chunk k (a local reduce, a network
+//! bcast) runs ahead while the other stage consumes chunk k - 1, so the network and the local
+//! copies overlap. Pipelined levels run nonblocking (their steps yield), which is what lets the
+//! two stages interleave inside a blocking call too.
+
+use std::cell::Cell;
+use std::future::{Future, poll_fn};
+use std::pin::pin;
+use std::task::Poll;
+
+use bytemuck::Pod;
+
+use super::fold::zeroed;
+use super::hierarchy::Levels;
+use super::op::Op;
+use super::select::{Collective, Pick};
+use super::transport::{LevelRuns, Run};
+use crate::error::{Error, Result};
+
+/// The levels of `run`'s communicator (selection picks this algorithm only where they exist).
+fn levels<'c>(run: &Run<'c>) -> Result<&'c Levels> {
+    run.comm().levels().map(|levels| &**levels).ok_or_else(|| {
+        Error::InvalidArgument(
+            "the hierarchical algorithm needs a communicator spanning several processes, one of them with several members"
+                .into(),
+        )
+    })
+}
+
+/// Chunks of `len` elements of `elem_size` bytes: the pipeline's unit, at least one element.
+fn chunk_len(run: &Run<'_>, elem_size: usize) -> usize {
+    (run.tuning.hierarchical_chunk() / elem_size.max(1)).max(1)
+}
+
+pub(super) async fn barrier(run: &Run<'_>) -> Result<()> {
+    let levels = levels(run)?;
+    let local = levels.local(&run.tuning);
+    let leaders = levels.leaders(&run.tuning);
+    let blocking = run.is_blocking();
+    let local_runs = LevelRuns::take(&local, 2, blocking);
+    let leader_runs = leaders.as_ref().map(|leaders| LevelRuns::take(leaders, 1, blocking));
+    local_runs.next()?.barrier().await?;
+    if let Some(leader_runs) = &leader_runs {
+        leader_runs.next()?.barrier().await?;
+    }
+    local_runs.next()?.barrier().await
+}
+
+/// In the root's process the local bcast (from the root) produces each chunk and its leader
+/// forwards it to the other leaders; elsewhere the leader receives each chunk from the network
+/// and the local bcast (from the leader) passes it on.
+pub(super) async fn bcast(run: &Run<'_>, buf: &mut [u8], root: usize) -> Result<()> {
+    if buf.is_empty() {
+        return Ok(());
+    }
+    let levels = levels(run)?;
+    let processes = &levels.processes;
+    let (me, chunk) = (run.rank(), chunk_len(run, 1));
+    let chunks = buf.len().div_ceil(chunk) as u64;
+    let root_process = processes.group_of(root);
+    let in_root_process = processes.group_of(me) == root_process;
+    let local_root = if in_root_process { processes.rank_in_group(root) } else { 0 };
+    let local = levels.local(&run.tuning);
+    let leaders = levels.leaders(&run.tuning);
+    let local_runs = (local.size() > 1).then(|| LevelRuns::take(&local, chunks, false));
+    let leader_runs = leaders.as_ref().map(|leaders| LevelRuns::take(leaders, chunks, false));
+    let local_step = local_runs.as_ref().map(|runs| {
+        async move |c: &mut [u8]| runs.next()?.dispatch_bcast(c, local_root, Pick::Tuned).await
+    });
+    let network_step = leader_runs.as_ref().map(|runs| {
+        async move |c: &mut [u8]| runs.next()?.dispatch_bcast(c, root_process, Pick::Tuned).await
+    });
+    let slots: Vec<Cell<Option<&mut [u8]>>> = buf.chunks_mut(chunk).map(|c| Cell::new(Some(c))).collect();
+    if in_root_process { pipeline(&slots, local_step, network_step).await } else { pipeline(&slots, network_step, local_step).await }
+}
+
+/// Local reduce of each chunk to the leader, leaders' allreduce of it, local bcast of the
+/// result: three stages, the first running ahead of the other two.
+pub(super) async fn allreduce<T: Pod>(
+    run: &Run<'_>,
+    send: Option<&[T]>,
+    recv: &mut [T],
+    op: &dyn Op<T>,
+) -> Result<()> {
+    if recv.is_empty() {
+        return Ok(());
+    }
+    let copy;
+    let send = match send {
+        Some(send) => send,
+        None => {
+            copy = recv.to_vec();
+            &copy
+        }
+    };
+    let levels = levels(run)?;
+    let chunk = chunk_len(run, size_of::<T>());
+    let chunks = recv.len().div_ceil(chunk) as u64;
+    let local = levels.local(&run.tuning);
+    let leaders = levels.leaders(&run.tuning);
+    // The local level's reduces take their numbers before its bcasts, on every member.
+    let reduces = (local.size() > 1).then(|| LevelRuns::take(&local, chunks, false));
+    let bcasts = (local.size() > 1).then(|| LevelRuns::take(&local, chunks, false));
+    let leader_runs = leaders.as_ref().map(|leaders| LevelRuns::take(leaders, chunks, false));
+    let next_send = Cell::new(0);
+    let reduce_step = async |c: &mut [T]| {
+        let start = next_send.replace(next_send.get() + c.len());
+        let mine = &send[start..start + c.len()];
+        match &reduces {
+            Some(runs) => runs.next()?.dispatch_reduce(mine, c, op, 0, Pick::Tuned).await,
+            None => {
+                c.copy_from_slice(mine);
+                Ok(())
+            }
+        }
+    };
+    let share_step = async |c: &mut [T]| {
+        if let Some(runs) = &leader_runs {
+            runs.next()?.dispatch_allreduce(None, c, op).await?;
+        }
+        match &bcasts {
+            Some(runs) => runs.next()?.dispatch_bcast(bytemuck::cast_slice_mut(c), 0, Pick::Tuned).await,
+            None => Ok(()),
+        }
+    };
+    let slots: Vec<Cell<Option<&mut [T]>>> = recv.chunks_mut(chunk).map(|c| Cell::new(Some(c))).collect();
+    pipeline(&slots, Some(reduce_step), Some(share_step)).await
+}
+
+/// Local reduce to each process's leader, leaders' reduce to the root's leader, which hands the
+/// result to the root if that is another rank.
+pub(super) async fn reduce<T: Pod>(
+    run: &Run<'_>,
+    send: &[T],
+    recv: &mut [T],
+    op: &dyn Op<T>,
+    root: usize,
+) -> Result<()> {
+    let levels = levels(run)?;
+    let processes = &levels.processes;
+    let me = run.rank();
+    let root_process = processes.group_of(root);
+    let root_leader = processes.members(root_process)[0];
+    let local = levels.local(&run.tuning);
+    let leaders = levels.leaders(&run.tuning);
+    let blocking = run.is_blocking();
+    let local_runs = (local.size() > 1).then(|| LevelRuns::take(&local, 1, blocking));
+    let leader_runs = leaders.as_ref().map(|leaders| LevelRuns::take(leaders, 1, blocking));
+    let Some(leader_runs) = leader_runs else {
+        if let Some(runs) = &local_runs {
+            runs.next()?.dispatch_reduce(send, &mut [], op, 0, Pick::Tuned).await?;
+        }
+        if me == root {
+            run.coll_recv(bytemuck::cast_slice_mut(recv), root_leader, Collective::Reduce).await?;
+        }
+        return Ok(());
+    };
+    let mut partial = zeroed::<T>(send.len());
+    match &local_runs {
+        Some(runs) => runs.next()?.dispatch_reduce(send, &mut partial, op, 0, Pick::Tuned).await?,
+        None => partial.copy_from_slice(send),
+    }
+    if me == root {
+        return leader_runs.next()?.dispatch_reduce(&partial, recv, op, root_process, Pick::Tuned).await;
+    }
+    let mut result = zeroed::<T>(if me == root_leader { send.len() } else { 0 });
+    leader_runs.next()?.dispatch_reduce(&partial, &mut result, op, root_process, Pick::Tuned).await?;
+    if me == root_leader {
+        run.coll_send(bytemuck::cast_slice(&result), root, Collective::Reduce).await?;
+    }
+    Ok(())
+}
+
+/// Runs `first` then `second` on every chunk in order; `second` of chunk k overlaps `first` of
+/// the chunks after it. A missing stage passes chunks straight on. The first error ends both.
+async fn pipeline<T>(
+    chunks: &[Cell<Option<&mut [T]>>],
+    first: Option<impl AsyncFn(&mut [T]) -> Result<()>>,
+    second: Option<impl AsyncFn(&mut [T]) -> Result<()>>,
+) -> Result<()> {
+    let produced = Cell::new(0);
+    let producer = async {
+        for slot in chunks {
+            if let Some(first) = &first {
+                run_on(slot, first).await?;
+            }
+            produced.set(produced.get() + 1);
+        }
+        Ok(())
+    };
+    let consumer = async {
+        let Some(second) = &second else { return Ok(()) };
+        for (k, slot) in chunks.iter().enumerate() {
+            poll_fn(|_| if produced.get() > k { Poll::Ready(()) } else { Poll::Pending }).await;
+            run_on(slot, second).await?;
+        }
+        Ok(())
+    };
+    join(producer, consumer).await
+}
+
+/// Runs `step` on the chunk in `slot`, which is back in its slot when this returns.
+async fn run_on<T>(slot: &Cell<Option<&mut [T]>>, step: &impl AsyncFn(&mut [T]) -> Result<()>) -> Result<()> {
+    let chunk = slot.take().expect("a chunk is in one stage at a time");
+    let outcome = step(&mut *chunk).await;
+    slot.set(Some(chunk));
+    outcome
+}
+
+/// Both futures to their ends (each polled once more after the other, so progress of one is
+/// seen by the other in the same poll); the first error wins at once.
+async fn join(a: impl Future<Output = Result<()>>, b: impl Future<Output = Result<()>>) -> Result<()> {
+    let (mut a, mut b) = (pin!(a), pin!(b));
+    let (mut a_done, mut b_done) = (false, false);
+    poll_fn(|cx| {
+        for _ in 0..2 {
+            if !a_done && let Poll::Ready(result) = a.as_mut().poll(cx) {
+                result?;
+                a_done = true;
+            }
+            if !b_done && let Poll::Ready(result) = b.as_mut().poll(cx) {
+                result?;
+                b_done = true;
+            }
+        }
+        if a_done && b_done { Poll::Ready(Ok(())) } else { Poll::Pending }
+    })
+    .await
+}
