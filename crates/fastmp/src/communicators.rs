@@ -108,7 +108,9 @@ impl Comm {
         let exhausted = || Error::InvalidArgument("communicator contexts exhausted".into());
         let next = comms
             .checked_mul(u64::from(CONTEXTS_PER_COMM))
-            .and_then(|count| agreed.checked_add(count)).and_then(|n| ContextId::try_from(n).ok()).ok_or_else(exhausted)?;
+            .and_then(|count| agreed.checked_add(count))
+            .and_then(|n| ContextId::try_from(n).ok())
+            .ok_or_else(exhausted)?;
         self.process.next_context.set(next);
         Ok(agreed as ContextId)
     }

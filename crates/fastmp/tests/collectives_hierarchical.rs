@@ -19,7 +19,8 @@ const CHUNK: usize = 64;
 /// (ranks, ranks per process).
 const LAYOUTS: [(usize, usize); 4] = [(6, 3), (5, 2), (4, 2), (7, 3)];
 
-const HIERARCHICAL: [Collective; 4] = [Collective::Barrier, Collective::Bcast, Collective::Reduce, Collective::Allreduce];
+const HIERARCHICAL: [Collective; 4] =
+    [Collective::Barrier, Collective::Bcast, Collective::Reduce, Collective::Allreduce];
 
 /// `hierarchical` for every collective that has it.
 fn forced() -> Tuning {
@@ -80,8 +81,11 @@ fn sizes(elem: usize) -> [usize; 5] {
     [0, 1, per_chunk - 1, per_chunk + 1, per_chunk * 5 + 3]
 }
 
-/// Affine maps x ↦ a·x + b composed: associative, not commutative.
-fn compose(l: [u64; 2], r: [u64; 2]) -> [u64; 2] {
+/// An affine map x ↦ a·x + b as [a, b].
+type Affine = [u64; 2];
+
+/// Affine maps composed: associative, not commutative.
+fn compose(l: Affine, r: Affine) -> Affine {
     [l[0].wrapping_mul(r[0]), l[0].wrapping_mul(r[1]).wrapping_add(l[1])]
 }
 
@@ -92,21 +96,18 @@ fn affine(rank: usize, n: usize) -> Vec<[u64; 2]> {
 /// The sequential fold of every rank's `affine` vector, in rank order (ranks given as world ranks
 /// in communicator order).
 fn affine_fold(ranks: &[usize], n: usize) -> Vec<[u64; 2]> {
-    (0..n)
-        .map(|i| ranks.iter().map(|&r| affine(r, n)[i]).reduce(compose).expect("at least one rank"))
-        .collect()
+    (0..n).map(|i| ranks.iter().map(|&r| affine(r, n)[i]).reduce(compose).expect("at least one rank")).collect()
 }
 
 fn values(rank: usize, n: usize) -> Vec<u64> {
     (0..n).map(|i| (rank as u64 + 1) * 1000 + i as u64).collect()
 }
 
-fn matmul() -> UserOp<impl Fn(&[[u64; 2]], &mut [[u64; 2]])> {
-    UserOp::non_commutative(|input: &[[u64; 2]], inout: &mut [[u64; 2]]| {
-        for (l, r) in input.iter().zip(inout.iter_mut()) {
-            *r = compose(*l, *r);
-        }
-    })
+/// Composes every input map with the map it is combined into: `inout = input ∘ inout`.
+fn compose_into(input: &[Affine], inout: &mut [Affine]) {
+    for (l, r) in input.iter().zip(inout.iter_mut()) {
+        *r = compose(*l, *r);
+    }
 }
 
 fn bcast_every_root_and_size(device: DeviceKind) {
@@ -147,7 +148,7 @@ fn allreduce_sum_and_non_commutative(device: DeviceKind) {
         }
         for n in sizes(16) {
             let mut got = vec![[0; 2]; n];
-            world.allreduce(&affine(me, n), &mut got, matmul())?;
+            world.allreduce(&affine(me, n), &mut got, UserOp::non_commutative(compose_into))?;
             assert_eq!(got, affine_fold(&ranks, n), "non-commutative allreduce of {n}");
         }
         Ok(())
@@ -167,7 +168,7 @@ fn reduce_every_root(device: DeviceKind) {
                 let mine = values(me, n);
                 world.scope(|s| s.ireduce(&mine, &mut igot, Sum, root)?.wait().map(drop))?;
                 let mut ordered = vec![[0; 2]; if me == root { n } else { 0 }];
-                world.reduce(&affine(me, n), &mut ordered, matmul(), root)?;
+                world.reduce(&affine(me, n), &mut ordered, UserOp::non_commutative(compose_into), root)?;
                 if me == root {
                     assert_eq!(got, want, "reduce to {root}");
                     assert_eq!(igot, want, "ireduce to {root}");
@@ -264,7 +265,7 @@ fn non_contiguous_processes(device: DeviceKind) {
         mixed.allreduce(&values(world.rank(), n), &mut got, Sum)?;
         assert_eq!(got, want, "sum over interleaved processes");
         let mut got = vec![[0; 2]; n];
-        mixed.allreduce(&affine(world.rank(), n), &mut got, matmul())?;
+        mixed.allreduce(&affine(world.rank(), n), &mut got, UserOp::non_commutative(compose_into))?;
         assert_eq!(got, affine_fold(&members, n), "non-commutative allreduce over interleaved processes");
         let root = mixed.size() - 1;
         let mut buf: Vec<u8> = if mixed.rank() == root { (0..n).map(|i| byte(9, i)).collect() } else { vec![0; n] };

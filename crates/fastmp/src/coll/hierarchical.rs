@@ -72,24 +72,23 @@ pub(super) async fn bcast(run: &Run<'_>, buf: &mut [u8], root: usize) -> Result<
     let leaders = levels.leaders(&run.tuning);
     let local_runs = (local.size() > 1).then(|| LevelRuns::take(&local, chunks, false));
     let leader_runs = leaders.as_ref().map(|leaders| LevelRuns::take(leaders, chunks, false));
-    let local_step = local_runs.as_ref().map(|runs| {
-        async move |c: &mut [u8]| runs.next()?.dispatch_bcast(c, local_root, Pick::Tuned).await
-    });
-    let network_step = leader_runs.as_ref().map(|runs| {
-        async move |c: &mut [u8]| runs.next()?.dispatch_bcast(c, root_process, Pick::Tuned).await
-    });
+    let local_step = local_runs
+        .as_ref()
+        .map(|runs| async move |c: &mut [u8]| runs.next()?.dispatch_bcast(c, local_root, Pick::Tuned).await);
+    let network_step = leader_runs
+        .as_ref()
+        .map(|runs| async move |c: &mut [u8]| runs.next()?.dispatch_bcast(c, root_process, Pick::Tuned).await);
     let slots: Vec<Cell<Option<&mut [u8]>>> = buf.chunks_mut(chunk).map(|c| Cell::new(Some(c))).collect();
-    if in_root_process { pipeline(&slots, local_step, network_step).await } else { pipeline(&slots, network_step, local_step).await }
+    if in_root_process {
+        pipeline(&slots, local_step, network_step).await
+    } else {
+        pipeline(&slots, network_step, local_step).await
+    }
 }
 
 /// Local reduce of each chunk to the leader, leaders' allreduce of it, local bcast of the
 /// result: three stages, the first running ahead of the other two.
-pub(super) async fn allreduce<T: Pod>(
-    run: &Run<'_>,
-    send: Option<&[T]>,
-    recv: &mut [T],
-    op: &dyn Op<T>,
-) -> Result<()> {
+pub(super) async fn allreduce<T: Pod>(run: &Run<'_>, send: Option<&[T]>, recv: &mut [T], op: &dyn Op<T>) -> Result<()> {
     if recv.is_empty() {
         return Ok(());
     }

@@ -110,7 +110,11 @@ impl Comm {
             Pick::Fixed(algorithm) => return algorithm,
         };
         chosen.unwrap_or_else(|| {
-            if level && self.can_run(coll, Algorithm::Native, commutative) { Algorithm::Native } else { coll.fallback() }
+            if level && self.can_run(coll, Algorithm::Native, commutative) {
+                Algorithm::Native
+            } else {
+                coll.fallback()
+            }
         })
     }
 

@@ -1,6 +1,7 @@
 //! Run-time algorithm selection: per collective, rules on (process count, message size) pick an
 //! algorithm. Each device has its own defaults (`default_tuning_shm.json`,
 //! `default_tuning_tcp.json`, measured with `fastmp-bench tune` on that device;
+//! `default_tuning_hybrid.json`, composed from those two plus `hierarchical` across processes;
 //! `default_tuning_mpi.json`, the MPI library's own collectives throughout); a tuning file
 //! and `FASTMP_<COLLECTIVE>_ALGORITHM` variables override them at init. A rule whose algorithm
 //! cannot run (no native support on the device, a commutative-only algorithm with a
@@ -366,6 +367,10 @@ const SHM_DEFAULTS: &str = include_str!("default_tuning_shm.json");
 /// Measured defaults of the tcp device (see its `comment` for how they were measured).
 const TCP_DEFAULTS: &str = include_str!("default_tuning_tcp.json");
 
+/// Defaults of the hybrid device: shm's rules inside a process, `hierarchical` across
+/// processes, tcp's for the leaders (see its `comment`).
+const HYBRID_DEFAULTS: &str = include_str!("default_tuning_hybrid.json");
+
 /// Defaults of the mpi device: every collective is the MPI library's (`native`).
 #[cfg(feature = "mpi")]
 const MPI_DEFAULTS: &str = include_str!("default_tuning_mpi.json");
@@ -387,9 +392,7 @@ impl Tuning {
             DeviceKind::Tcp => TCP_DEFAULTS,
             #[cfg(feature = "mpi")]
             DeviceKind::Mpi => MPI_DEFAULTS,
-            // Until the hybrid device has its own measured table: its traffic between
-            // processes is tcp's.
-            DeviceKind::Hybrid => TCP_DEFAULTS,
+            DeviceKind::Hybrid => HYBRID_DEFAULTS,
         };
         let empty = Tuning {
             rules: Collective::ALL.map(|c| vec![Rule::always(c.fallback())]),
@@ -618,8 +621,8 @@ mod tests {
         t.set_rules(
             Collective::Bcast,
             vec![
-                Rule { max_np: Some(4), max_bytes: Some(1024), algorithm: Algorithm::Bt },
-                Rule { max_np: None, max_bytes: Some(1 << 16), algorithm: Algorithm::Fat },
+                Rule { max_np: Some(4), max_bytes: Some(1024), locality: None, algorithm: Algorithm::Bt },
+                Rule { max_np: None, max_bytes: Some(1 << 16), locality: None, algorithm: Algorithm::Fat },
                 Rule::always(Algorithm::ScatterAllgather),
             ],
         )
@@ -636,7 +639,7 @@ mod tests {
     #[test]
     fn an_unusable_rule_passes_the_call_to_the_next_rule_that_applies() {
         let mut t = Tuning::defaults();
-        let rule = |max_np, max_bytes, algorithm| Rule { max_np, max_bytes, algorithm };
+        let rule = |max_np, max_bytes, algorithm| Rule { max_np, max_bytes, locality: None, algorithm };
         t.set_rules(
             Collective::Allreduce,
             vec![
@@ -650,11 +653,19 @@ mod tests {
         let coll = Collective::Allreduce;
         let no_native = |a| a != Algorithm::Native;
         assert_eq!(t.select(coll, 2, 1 << 20), Algorithm::Native);
-        assert_eq!(t.select_usable(coll, 2, 1 << 20, no_native), Algorithm::Bkt);
-        assert_eq!(t.select_usable(coll, 2, 8, no_native), Algorithm::Nbft, "the first usable rule wins");
-        assert_eq!(t.select_usable(coll, 4, 1 << 20, no_native), coll.fallback(), "no usable rule applies");
+        assert_eq!(t.select_usable(coll, 2, 1 << 20, CommLocality::Process, no_native), Algorithm::Bkt);
+        assert_eq!(
+            t.select_usable(coll, 2, 8, CommLocality::Process, no_native),
+            Algorithm::Nbft,
+            "the first usable rule wins"
+        );
+        assert_eq!(
+            t.select_usable(coll, 4, 1 << 20, CommLocality::Process, no_native),
+            coll.fallback(),
+            "no usable rule applies"
+        );
         let no_ring = |a| no_native(a) && !coll.needs_commutative(a);
-        assert_eq!(t.select_usable(coll, 2, 1 << 20, no_ring), coll.fallback());
+        assert_eq!(t.select_usable(coll, 2, 1 << 20, CommLocality::Process, no_ring), coll.fallback());
     }
 
     #[test]
@@ -681,7 +692,68 @@ mod tests {
         let forced = mpi.force(Collective::Bcast, Algorithm::Bt).unwrap();
         assert_eq!(forced.select(Collective::Bcast, 4, 1 << 20), Algorithm::Bt, "fastmp algorithms stay selectable");
         let no_native = |a| a != Algorithm::Native;
-        assert_eq!(forced.select_usable(Collective::Allreduce, 4, 8, no_native), Collective::Allreduce.fallback());
+        assert_eq!(
+            forced.select_usable(Collective::Allreduce, 4, 8, CommLocality::Node, no_native),
+            Collective::Allreduce.fallback()
+        );
+    }
+
+    #[test]
+    fn locality_rules_apply_only_to_communicators_of_that_locality() {
+        let t = Tuning::defaults()
+            .with_json(
+                r#"{"bcast": [{"locality": "process", "algorithm": "native"},
+                              {"locality": "network", "max_bytes": 64, "algorithm": "bt"},
+                              {"locality": "node", "algorithm": "hierarchical"},
+                              {"algorithm": "mst"}]}"#,
+            )
+            .unwrap();
+        let select = |locality, bytes| t.select_where(Collective::Bcast, 8, bytes, locality);
+        assert_eq!(select(CommLocality::Process, 1 << 20), Algorithm::Native);
+        assert_eq!(select(CommLocality::Node, 8), Algorithm::Hierarchical);
+        assert_eq!(select(CommLocality::Network, 8), Algorithm::Bt);
+        assert_eq!(select(CommLocality::Network, 1 << 20), Algorithm::Mst);
+        assert_eq!(t.select(Collective::Bcast, 8, 8), Algorithm::Native, "plain select: one process");
+        let no_hierarchy = |a| a != Algorithm::Hierarchical;
+        assert_eq!(t.select_usable(Collective::Bcast, 8, 8, CommLocality::Node, no_hierarchy), Algorithm::Mst);
+        assert_eq!(Tuning::from_json(&t.to_json()).unwrap(), t, "locality round-trips through JSON");
+    }
+
+    #[test]
+    fn bad_locality_rules_are_clear_errors() {
+        let err = Tuning::from_json(r#"{"bcast": [{"locality": "rack", "algorithm": "bt"}, {"algorithm": "bt"}]}"#)
+            .unwrap_err();
+        assert!(err.to_string().contains("rack"), "{err}");
+        let err = Tuning::from_json(r#"{"bcast": [{"localty": "node", "algorithm": "bt"}, {"algorithm": "bt"}]}"#)
+            .unwrap_err();
+        assert!(err.to_string().contains("localty"), "{err}");
+        let err = Tuning::from_json(r#"{"bcast": [{"locality": "node", "algorithm": "bt"}]}"#).unwrap_err();
+        assert!(err.to_string().contains("last bcast rule must have no limits"), "{err}");
+        assert!(Tuning::defaults().force(Collective::Scan, Algorithm::Hierarchical).is_err());
+        assert!(Tuning::defaults().with_hierarchical_chunk(0).is_err());
+        assert_eq!(Tuning::from_json(r#"{"hierarchical_chunk": 4096}"#).unwrap().hierarchical_chunk(), 4096);
+    }
+
+    #[test]
+    fn the_hybrid_table_is_shm_inside_a_process_and_hierarchical_across() {
+        let (hybrid, shm, tcp) =
+            (Tuning::defaults_for(DeviceKind::Hybrid), Tuning::defaults(), Tuning::defaults_for(DeviceKind::Tcp));
+        let no_hierarchy = |a| a != Algorithm::Hierarchical;
+        for coll in Collective::ALL {
+            for np in [2, 4, 16] {
+                for bytes in [0, 64, 1 << 16, 1 << 20] {
+                    let inside = hybrid.select_where(coll, np, bytes, CommLocality::Process);
+                    assert_eq!(inside, shm.select(coll, np, bytes), "{coll} np {np} {bytes} B");
+                    for across in [CommLocality::Node, CommLocality::Network] {
+                        let picked = hybrid.select_where(coll, np, bytes, across);
+                        let hierarchical = coll.algorithms().contains(&Algorithm::Hierarchical);
+                        assert_eq!(picked == Algorithm::Hierarchical, hierarchical, "{coll} np {np} {bytes} B");
+                        let leaders = hybrid.select_usable(coll, np, bytes, across, no_hierarchy);
+                        assert_eq!(leaders, tcp.select_where(coll, np, bytes, across), "{coll} np {np} {bytes} B");
+                    }
+                }
+            }
+        }
     }
 
     #[test]
