@@ -37,12 +37,20 @@ fn message_levels() -> Tuning {
                 {{"algorithm": "hierarchical"}}]"#
         )
     };
+    // The leaders' gatherv and allgatherv have no hierarchical form: message-based across.
+    let levels_only =
+        |leaders: &str| format!(r#"[{{"locality": "process", "algorithm": "native"}}, {{"algorithm": "{leaders}"}}]"#);
     let json = format!(
-        r#"{{"barrier": {}, "bcast": {}, "reduce": {}, "allreduce": {}, "hierarchical_chunk": {CHUNK}}}"#,
+        r#"{{"barrier": {}, "bcast": {}, "gather": {}, "allgather": {}, "reduce": {}, "allreduce": {},
+            "gatherv": {}, "allgatherv": {}, "hierarchical_chunk": {CHUNK}}}"#,
         rules("bde"),
         rules("bt"),
         rules("mst"),
-        rules("bde")
+        rules("bkt"),
+        rules("mst"),
+        rules("bde"),
+        levels_only("nbft"),
+        levels_only("bkt"),
     );
     Tuning::from_json(&json).unwrap()
 }
@@ -180,6 +188,41 @@ fn reduce_every_root(device: DeviceKind) {
     });
 }
 
+fn gathers_every_root_and_size(device: DeviceKind) {
+    each_job(device, |world| {
+        let (me, np) = (world.rank(), world.size());
+        for coll in [Collective::Gather, Collective::Allgather, Collective::Reduce, Collective::Barrier] {
+            assert_eq!(world.algorithm_for(coll, 8, true), Algorithm::Hierarchical, "{coll}");
+        }
+        for n in sizes(1) {
+            let block = |r: usize| (0..n).map(|i| byte(r + 1, i)).collect::<Vec<u8>>();
+            let want: Vec<u8> = (0..np).flat_map(block).collect();
+            let mut got = vec![0; n * np];
+            world.allgather(&block(me), &mut got)?;
+            assert_eq!(got, want, "allgather of {n}");
+            let mut got = vec![0; n * np];
+            got[me * n..(me + 1) * n].copy_from_slice(&block(me));
+            world.allgather_in_place(&mut got)?;
+            assert_eq!(got, want, "allgather_in_place of {n}");
+            let mine = block(me);
+            let mut got = vec![0; n * np];
+            world.scope(|s| s.iallgather(&mine, &mut got)?.wait().map(drop))?;
+            assert_eq!(got, want, "iallgather of {n}");
+            for root in 0..np {
+                let mut got = vec![0; if me == root { n * np } else { 0 }];
+                world.gather(&mine, &mut got, root)?;
+                let mut igot = vec![0; if me == root { n * np } else { 0 }];
+                world.scope(|s| s.igather(&mine, &mut igot, root)?.wait().map(drop))?;
+                if me == root {
+                    assert_eq!(got, want, "gather of {n} to {root}");
+                    assert_eq!(igot, want, "igather of {n} to {root}");
+                }
+            }
+        }
+        Ok(())
+    });
+}
+
 fn barrier_holds_every_rank(device: DeviceKind) {
     for (np, t) in LAYOUTS {
         for (name, tuning) in tables() {
@@ -267,7 +310,16 @@ fn non_contiguous_processes(device: DeviceKind) {
         let mut got = vec![[0; 2]; n];
         mixed.allreduce(&affine(world.rank(), n), &mut got, UserOp::non_commutative(compose_into))?;
         assert_eq!(got, affine_fold(&members, n), "non-commutative allreduce over interleaved processes");
+        let mut all = vec![0u8; mixed.size() * 3];
+        mixed.allgather(&[world.rank() as u8; 3], &mut all)?;
+        let want: Vec<u8> = members.iter().flat_map(|&r| [r as u8; 3]).collect();
+        assert_eq!(all, want, "allgather over interleaved processes");
         let root = mixed.size() - 1;
+        let mut gathered = vec![0u8; if mixed.rank() == root { mixed.size() * 3 } else { 0 }];
+        mixed.gather(&[world.rank() as u8; 3], &mut gathered, root)?;
+        if mixed.rank() == root {
+            assert_eq!(gathered, want, "gather over interleaved processes");
+        }
         let mut buf: Vec<u8> = if mixed.rank() == root { (0..n).map(|i| byte(9, i)).collect() } else { vec![0; n] };
         mixed.bcast(&mut buf, root)?;
         assert!(buf.iter().enumerate().all(|(i, &b)| b == byte(9, i)));
@@ -304,6 +356,7 @@ device_suite!(
     bcast_every_root_and_size,
     allreduce_sum_and_non_commutative,
     reduce_every_root,
+    gathers_every_root_and_size,
     barrier_holds_every_rank,
     nonblocking_operations_interleave,
     non_contiguous_processes,

@@ -19,10 +19,11 @@ use std::task::Poll;
 use bytemuck::Pod;
 
 use super::fold::zeroed;
-use super::hierarchy::Levels;
+use super::hierarchy::{Grouping, Levels};
 use super::op::Op;
 use super::select::{Collective, Pick};
 use super::transport::{LevelRuns, Run};
+use super::vector::Layout;
 use crate::error::{Error, Result};
 
 /// The levels of `run`'s communicator (selection picks this algorithm only where they exist).
@@ -176,6 +177,91 @@ pub(super) async fn reduce<T: Pod>(
         run.coll_send(bytemuck::cast_slice(&result), root, Collective::Reduce).await?;
     }
     Ok(())
+}
+
+/// Local gather to each leader, leaders' allgatherv of the processes' blocks, local bcast of the
+/// whole result (reordered into rank order on the leaders). `send` is `None` in place.
+pub(super) async fn allgather(run: &Run<'_>, send: Option<&[u8]>, recv: &mut [u8]) -> Result<()> {
+    let levels = levels(run)?;
+    let block = recv.len() / run.size();
+    let me = run.rank();
+    let mine = send.map_or_else(|| recv[me * block..(me + 1) * block].to_vec(), <[u8]>::to_vec);
+    let local = levels.local(&run.tuning);
+    let leaders = levels.leaders(&run.tuning);
+    let blocking = run.is_blocking();
+    let local_runs = (local.size() > 1).then(|| LevelRuns::take(&local, 2, blocking));
+    let leader_runs = leaders.as_ref().map(|leaders| LevelRuns::take(leaders, 1, blocking));
+    let mut ours = vec![0u8; if leader_runs.is_some() { local.size() * block } else { 0 }];
+    match &local_runs {
+        Some(runs) => runs.next()?.dispatch_gather(&mine, &mut ours, 0, Pick::Tuned).await?,
+        None => ours.copy_from_slice(&mine),
+    }
+    if let (Some(runs), Some(leaders)) = (&leader_runs, &leaders) {
+        let layout = process_layout(leaders, &levels.processes, block)?;
+        let mut by_process = vec![0u8; recv.len()];
+        runs.next()?.dispatch_allgatherv(Some(&ours), &mut by_process, &layout, Pick::Tuned).await?;
+        into_rank_order(&levels.processes, &by_process, recv, block);
+    }
+    match &local_runs {
+        Some(runs) => runs.next()?.dispatch_bcast(recv, 0, Pick::Tuned).await,
+        None => Ok(()),
+    }
+}
+
+/// Local gather to each leader, leaders' gatherv to the root's leader, which reorders the
+/// blocks into rank order and hands them to the root if that is another rank.
+pub(super) async fn gather(run: &Run<'_>, send: &[u8], recv: &mut [u8], root: usize) -> Result<()> {
+    let levels = levels(run)?;
+    let processes = &levels.processes;
+    let (me, block) = (run.rank(), send.len());
+    let root_process = processes.group_of(root);
+    let root_leader = processes.members(root_process)[0];
+    let local = levels.local(&run.tuning);
+    let leaders = levels.leaders(&run.tuning);
+    let blocking = run.is_blocking();
+    let local_runs = (local.size() > 1).then(|| LevelRuns::take(&local, 1, blocking));
+    let leader_runs = leaders.as_ref().map(|leaders| LevelRuns::take(leaders, 1, blocking));
+    let mut ours = vec![0u8; if leader_runs.is_some() { local.size() * block } else { 0 }];
+    match &local_runs {
+        Some(runs) => runs.next()?.dispatch_gather(send, &mut ours, 0, Pick::Tuned).await?,
+        None => ours.copy_from_slice(send),
+    }
+    if let (Some(runs), Some(leaders)) = (&leader_runs, &leaders) {
+        let total = block * run.size();
+        let layout = (me == root_leader).then(|| process_layout(leaders, processes, block)).transpose()?;
+        let mut by_process = vec![0u8; if me == root_leader { total } else { 0 }];
+        runs.next()?.dispatch_gatherv(&ours, &mut by_process, layout.as_ref(), root_process, Pick::Tuned).await?;
+        if me == root_leader {
+            if me == root {
+                into_rank_order(processes, &by_process, recv, block);
+            } else {
+                let mut ordered = vec![0u8; total];
+                into_rank_order(processes, &by_process, &mut ordered, block);
+                run.coll_send(&ordered, root, Collective::Gather).await?;
+            }
+        }
+    }
+    if me == root && me != root_leader {
+        run.coll_recv(recv, root_leader, Collective::Gather).await?;
+    }
+    Ok(())
+}
+
+/// The leaders' layout of the processes' blocks: each process's members' blocks of `block`
+/// bytes, one after another in process order.
+fn process_layout(leaders: &crate::comm::Comm, processes: &Grouping, block: usize) -> Result<Layout> {
+    let counts: Vec<usize> = (0..processes.groups()).map(|p| processes.members(p).len() * block).collect();
+    let displs: Vec<usize> = counts.iter().scan(0, |at, &c| Some(std::mem::replace(at, *at + c))).collect();
+    Layout::new::<u8>(leaders, "hierarchical process blocks", &counts, &displs, counts.iter().sum())
+}
+
+/// Copies blocks gathered process by process (each process's members in rank order) to their
+/// members' places in `ordered`.
+fn into_rank_order(processes: &Grouping, by_process: &[u8], ordered: &mut [u8], block: usize) {
+    let members = (0..processes.groups()).flat_map(|p| processes.members(p).iter().copied());
+    for (from, member) in by_process.chunks_exact(block.max(1)).zip(members) {
+        ordered[member * block..(member + 1) * block].copy_from_slice(from);
+    }
 }
 
 /// Runs `first` then `second` on every chunk in order; `second` of chunk k overlaps `first` of

@@ -456,6 +456,7 @@ impl Run<'_> {
     async fn dispatch_allgather(&self, send: Option<&[u8]>, recv: &mut [u8]) -> Result<()> {
         match self.chose_for(Collective::Allgather, recv.len() / self.size(), true) {
             Algorithm::Native => native::allgather(self, send, recv).await,
+            Algorithm::Hierarchical => Box::pin(hierarchical::allgather(self, send, recv)).await,
             algorithm => allgather::allgather(self, send, recv, algorithm).await,
         }
     }
@@ -641,6 +642,7 @@ impl Run<'_> {
     pub(super) async fn dispatch_gather(&self, send: &[u8], recv: &mut [u8], root: usize, pick: Pick) -> Result<()> {
         match self.chose_pick(Collective::Gather, send.len(), true, pick) {
             Algorithm::Native => native::gather(self, send, recv, root).await,
+            Algorithm::Hierarchical => Box::pin(hierarchical::gather(self, send, recv, root)).await,
             algorithm => scatter_gather::gather(self, send, recv, root, algorithm).await,
         }
     }

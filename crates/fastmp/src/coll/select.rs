@@ -163,9 +163,10 @@ impl Collective {
         match self {
             Collective::Barrier => &[GatherBcast, Bt, Bde, Native, Hierarchical],
             Collective::Bcast => &[Bft, Nbft, Fat, Mst, Bt, ScatterAllgather, Native, Hierarchical],
-            Collective::Scatter | Collective::Gather => &[Bft, Nbft, Mst, Native],
+            Collective::Scatter => &[Bft, Nbft, Mst, Native],
+            Collective::Gather => &[Bft, Nbft, Mst, Native, Hierarchical],
             Collective::Scatterv | Collective::Gatherv => &[Bft, Nbft, Mst, Native],
-            Collective::Allgather => &[Nbft, Bt, Bde, Bkt, GatherBcast, Native],
+            Collective::Allgather => &[Nbft, Bt, Bde, Bkt, GatherBcast, Native, Hierarchical],
             Collective::Allgatherv => &[Nbft, Bt, Bde, Bkt, GatherBcast, Native],
             Collective::Alltoall | Collective::Alltoallv => &[Bft, Nbft, Nb1ft, Nb2ft, Native],
             Collective::Reduce => &[Bft, Nbft, Mst, Native, Hierarchical],
