@@ -19,8 +19,14 @@ const CHUNK: usize = 64;
 /// (ranks, ranks per process).
 const LAYOUTS: [(usize, usize); 4] = [(6, 3), (5, 2), (4, 2), (7, 3)];
 
-const HIERARCHICAL: [Collective; 4] =
-    [Collective::Barrier, Collective::Bcast, Collective::Reduce, Collective::Allreduce];
+const HIERARCHICAL: [Collective; 6] = [
+    Collective::Barrier,
+    Collective::Bcast,
+    Collective::Gather,
+    Collective::Allgather,
+    Collective::Reduce,
+    Collective::Allreduce,
+];
 
 /// `hierarchical` for every collective that has it.
 fn forced() -> Tuning {
