@@ -289,6 +289,36 @@ fn nonblocking_operations_interleave(device: DeviceKind) {
     });
 }
 
+/// MPI allows `ibcast(); recv()` on one rank against `send(); ibcast()` on another: starting
+/// a hierarchical operation, even the first on a communicator (whose levels are built then),
+/// must not wait for other ranks (the synchronous send below completes only once rank 0 has
+/// started its ibcast and reached its receive).
+fn a_nonblocking_start_never_blocks(device: DeviceKind) {
+    each_job(device, |world| {
+        let fresh = world.dup()?;
+        let n = CHUNK * 2 + 1;
+        let mut buf: Vec<u8> = if fresh.rank() == 0 { (0..n).map(|i| byte(4, i)).collect() } else { vec![0; n] };
+        let last = fresh.size() - 1;
+        fresh.scope(|s| {
+            let mut token = [0u8];
+            let request = if fresh.rank() == last {
+                fresh.ssend(&[7u8], 0, 3)?;
+                s.ibcast(&mut buf, 0)?
+            } else {
+                let request = s.ibcast(&mut buf, 0)?;
+                if fresh.rank() == 0 {
+                    fresh.recv(&mut token, last, 3)?;
+                    assert_eq!(token, [7]);
+                }
+                request
+            };
+            request.wait().map(drop)
+        })?;
+        assert!(buf.iter().enumerate().all(|(i, &b)| b == byte(4, i)), "ibcast after a crossed send");
+        Ok(())
+    });
+}
+
 /// Processes interleaved in communicator order (a split by rank within the process): sums run
 /// hierarchically, a non-commutative op cannot and falls to the next rule — right either way.
 fn non_contiguous_processes(device: DeviceKind) {
@@ -365,6 +395,7 @@ device_suite!(
     gathers_every_root_and_size,
     barrier_holds_every_rank,
     nonblocking_operations_interleave,
+    a_nonblocking_start_never_blocks,
     non_contiguous_processes,
     one_process_falls_back,
 );

@@ -12,10 +12,11 @@
 // Dependency order (each module uses only those listed before it, plus the dispatcher in this
 // file, which composite algorithms call back into through `Run`):
 //   select, op, vector                      names, tables, operations, block layouts
-//   transport                               point-to-point of a `Run` (and native bookkeeping)
+//   transport, hierarchy                    point-to-point of a `Run` (and native bookkeeping);
+//                                           the levels of hierarchical collectives
 //   fold, tree, pattern                     reduction building blocks, trees, rings/hypercube
 //   barrier, bcast, scatter_gather, allgather, alltoall, reduce, allreduce, reduce_scatter,
-//   scan, native                            the algorithms: none imports another
+//   scan, native, hierarchical              the algorithms: none imports another
 //   objects, nonblocking                    serde objects, the `Scope::i*` entry points
 //   neighbor                                neighbourhood collectives (own entry points, both twins)
 mod allgather;
