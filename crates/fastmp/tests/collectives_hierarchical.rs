@@ -19,9 +19,10 @@ const CHUNK: usize = 64;
 /// (ranks, ranks per process).
 const LAYOUTS: [(usize, usize); 4] = [(6, 3), (5, 2), (4, 2), (7, 3)];
 
-const HIERARCHICAL: [Collective; 6] = [
+const HIERARCHICAL: [Collective; 7] = [
     Collective::Barrier,
     Collective::Bcast,
+    Collective::Scatter,
     Collective::Gather,
     Collective::Allgather,
     Collective::Reduce,
@@ -48,7 +49,7 @@ fn message_levels() -> Tuning {
         |leaders: &str| format!(r#"[{{"locality": "process", "algorithm": "native"}}, {{"algorithm": "{leaders}"}}]"#);
     let json = format!(
         r#"{{"barrier": {}, "bcast": {}, "gather": {}, "allgather": {}, "reduce": {}, "allreduce": {},
-            "gatherv": {}, "allgatherv": {}, "hierarchical_chunk": {CHUNK}}}"#,
+            "gatherv": {}, "allgatherv": {}, "scatter": {}, "scatterv": {}, "hierarchical_chunk": {CHUNK}}}"#,
         rules("bde"),
         rules("bt"),
         rules("mst"),
@@ -57,6 +58,8 @@ fn message_levels() -> Tuning {
         rules("bde"),
         levels_only("nbft"),
         levels_only("bkt"),
+        rules("mst"),
+        levels_only("mst"),
     );
     Tuning::from_json(&json).unwrap()
 }
@@ -194,10 +197,10 @@ fn reduce_every_root(device: DeviceKind) {
     });
 }
 
-fn gathers_every_root_and_size(device: DeviceKind) {
+fn gathers_and_scatters_every_root_and_size(device: DeviceKind) {
     each_job(device, |world| {
         let (me, np) = (world.rank(), world.size());
-        for coll in [Collective::Gather, Collective::Allgather, Collective::Reduce, Collective::Barrier] {
+        for coll in [Collective::Scatter, Collective::Gather, Collective::Allgather, Collective::Reduce] {
             assert_eq!(world.algorithm_for(coll, 8, true), Algorithm::Hierarchical, "{coll}");
         }
         for n in sizes(1) {
@@ -223,6 +226,13 @@ fn gathers_every_root_and_size(device: DeviceKind) {
                     assert_eq!(got, want, "gather of {n} to {root}");
                     assert_eq!(igot, want, "igather of {n} to {root}");
                 }
+                let all = if me == root { want.clone() } else { Vec::new() };
+                let mut got = vec![0; n];
+                world.scatter(&all, &mut got, root)?;
+                assert_eq!(got, block(me), "scatter of {n} from {root}");
+                let mut got = vec![0; n];
+                world.scope(|s| s.iscatter(&all, &mut got, root)?.wait().map(drop))?;
+                assert_eq!(got, block(me), "iscatter of {n} from {root}");
             }
         }
         Ok(())
@@ -356,6 +366,9 @@ fn non_contiguous_processes(device: DeviceKind) {
         if mixed.rank() == root {
             assert_eq!(gathered, want, "gather over interleaved processes");
         }
+        let mut mine = [0u8; 3];
+        mixed.scatter(&gathered, &mut mine, root)?;
+        assert_eq!(mine, [world.rank() as u8; 3], "scatter over interleaved processes");
         let mut buf: Vec<u8> = if mixed.rank() == root { (0..n).map(|i| byte(9, i)).collect() } else { vec![0; n] };
         mixed.bcast(&mut buf, root)?;
         assert!(buf.iter().enumerate().all(|(i, &b)| b == byte(9, i)));
@@ -392,7 +405,7 @@ device_suite!(
     bcast_every_root_and_size,
     allreduce_sum_and_non_commutative,
     reduce_every_root,
-    gathers_every_root_and_size,
+    gathers_and_scatters_every_root_and_size,
     barrier_holds_every_rank,
     nonblocking_operations_interleave,
     a_nonblocking_start_never_blocks,

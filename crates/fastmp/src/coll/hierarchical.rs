@@ -247,6 +247,43 @@ pub(super) async fn gather(run: &Run<'_>, send: &[u8], recv: &mut [u8], root: us
     Ok(())
 }
 
+/// The mirror of [`gather`]: the root puts its blocks in process order and hands them to its
+/// leader (unless it is the leader), leaders' scatterv of the processes' blocks, local scatter.
+pub(super) async fn scatter(run: &Run<'_>, send: &[u8], recv: &mut [u8], root: usize) -> Result<()> {
+    let levels = levels(run)?;
+    let processes = &levels.processes;
+    let (me, block) = (run.rank(), recv.len());
+    let root_process = processes.group_of(root);
+    let root_leader = processes.members(root_process)[0];
+    let local = levels.local(&run.tuning);
+    let leaders = levels.leaders(&run.tuning);
+    let blocking = run.is_blocking();
+    let local_runs = (local.size() > 1).then(|| LevelRuns::take(&local, 1, blocking));
+    let leader_runs = leaders.as_ref().map(|leaders| LevelRuns::take(leaders, 1, blocking));
+    let total = block * run.size();
+    let mut by_process = vec![0u8; if me == root || me == root_leader { total } else { 0 }];
+    if me == root {
+        into_process_order(processes, send, &mut by_process, block);
+        if me != root_leader {
+            run.coll_send(&by_process, root_leader, Collective::Scatter).await?;
+        }
+    } else if me == root_leader {
+        run.coll_recv(&mut by_process, root, Collective::Scatter).await?;
+    }
+    let mut ours = vec![0u8; if leader_runs.is_some() { local.size() * block } else { 0 }];
+    if let (Some(runs), Some(leaders)) = (&leader_runs, &leaders) {
+        let layout = (me == root_leader).then(|| process_layout(leaders, processes, block)).transpose()?;
+        runs.next()?.dispatch_scatterv(&by_process, layout.as_ref(), &mut ours, root_process, Pick::Tuned).await?;
+    }
+    match &local_runs {
+        Some(runs) => runs.next()?.scatter(&ours, recv, 0).await,
+        None => {
+            recv.copy_from_slice(&ours);
+            Ok(())
+        }
+    }
+}
+
 /// The leaders' layout of the processes' blocks: each process's members' blocks of `block`
 /// bytes, one after another in process order.
 fn process_layout(leaders: &crate::comm::Comm, processes: &Grouping, block: usize) -> Result<Layout> {
@@ -261,6 +298,15 @@ fn into_rank_order(processes: &Grouping, by_process: &[u8], ordered: &mut [u8], 
     let members = (0..processes.groups()).flat_map(|p| processes.members(p).iter().copied());
     for (from, member) in by_process.chunks_exact(block.max(1)).zip(members) {
         ordered[member * block..(member + 1) * block].copy_from_slice(from);
+    }
+}
+
+/// The inverse of [`into_rank_order`]: every member's block of `ordered` to its place in
+/// process order.
+fn into_process_order(processes: &Grouping, ordered: &[u8], by_process: &mut [u8], block: usize) {
+    let members = (0..processes.groups()).flat_map(|p| processes.members(p).iter().copied());
+    for (to, member) in by_process.chunks_exact_mut(block.max(1)).zip(members) {
+        to.copy_from_slice(&ordered[member * block..(member + 1) * block]);
     }
 }
 

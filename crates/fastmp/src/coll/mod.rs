@@ -377,6 +377,7 @@ impl Run<'_> {
         let (send, recv): (&[u8], &mut [u8]) = (bytemuck::cast_slice(send), bytemuck::cast_slice_mut(recv));
         match self.chose_for(Collective::Scatter, recv.len(), true) {
             Algorithm::Native => native::scatter(self, send, recv, root).await,
+            Algorithm::Hierarchical => Box::pin(hierarchical::scatter(self, send, recv, root)).await,
             algorithm => scatter_gather::scatter(self, send, recv, root, algorithm).await,
         }
     }

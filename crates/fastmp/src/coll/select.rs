@@ -163,7 +163,7 @@ impl Collective {
         match self {
             Collective::Barrier => &[GatherBcast, Bt, Bde, Native, Hierarchical],
             Collective::Bcast => &[Bft, Nbft, Fat, Mst, Bt, ScatterAllgather, Native, Hierarchical],
-            Collective::Scatter => &[Bft, Nbft, Mst, Native],
+            Collective::Scatter => &[Bft, Nbft, Mst, Native, Hierarchical],
             Collective::Gather => &[Bft, Nbft, Mst, Native, Hierarchical],
             Collective::Scatterv | Collective::Gatherv => &[Bft, Nbft, Mst, Native],
             Collective::Allgather => &[Nbft, Bt, Bde, Bkt, GatherBcast, Native, Hierarchical],
