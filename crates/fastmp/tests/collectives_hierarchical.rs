@@ -19,7 +19,8 @@ const CHUNK: usize = 64;
 /// (ranks, ranks per process).
 const LAYOUTS: [(usize, usize); 4] = [(6, 3), (5, 2), (4, 2), (7, 3)];
 
-const HIERARCHICAL: [Collective; 7] = [
+const HIERARCHICAL: [Collective; 8] = [
+    Collective::Scan,
     Collective::Barrier,
     Collective::Bcast,
     Collective::Scatter,
@@ -49,7 +50,7 @@ fn message_levels() -> Tuning {
         |leaders: &str| format!(r#"[{{"locality": "process", "algorithm": "native"}}, {{"algorithm": "{leaders}"}}]"#);
     let json = format!(
         r#"{{"barrier": {}, "bcast": {}, "gather": {}, "allgather": {}, "reduce": {}, "allreduce": {},
-            "gatherv": {}, "allgatherv": {}, "scatter": {}, "scatterv": {}, "hierarchical_chunk": {CHUNK}}}"#,
+            "gatherv": {}, "allgatherv": {}, "scatter": {}, "scatterv": {}, "scan": {}, "hierarchical_chunk": {CHUNK}}}"#,
         rules("bde"),
         rules("bt"),
         rules("mst"),
@@ -60,6 +61,7 @@ fn message_levels() -> Tuning {
         levels_only("bkt"),
         rules("mst"),
         levels_only("mst"),
+        rules("linear"),
     );
     Tuning::from_json(&json).unwrap()
 }
@@ -239,6 +241,38 @@ fn gathers_and_scatters_every_root_and_size(device: DeviceKind) {
     });
 }
 
+fn scans_keep_rank_order(device: DeviceKind) {
+    each_job(device, |world| {
+        let (me, np) = (world.rank(), world.size());
+        assert_eq!(world.algorithm_for(Collective::Scan, 8, false), Algorithm::Hierarchical);
+        let ranks: Vec<usize> = (0..np).collect();
+        for n in [1, 5] {
+            let prefix =
+                |upto: usize| -> Vec<u64> { (0..n).map(|i| (0..upto).map(|r| values(r, n)[i]).sum()).collect() };
+            let mut got = vec![0; n];
+            world.scan(&values(me, n), &mut got, Sum)?;
+            assert_eq!(got, prefix(me + 1), "scan of {n}");
+            let sentinel = vec![u64::MAX; n];
+            let mut got = sentinel.clone();
+            world.exscan(&values(me, n), &mut got, Sum)?;
+            assert_eq!(got, if me == 0 { sentinel.clone() } else { prefix(me) }, "exscan of {n}");
+            let mine = values(me, n);
+            let mut got = vec![0; n];
+            world.scope(|s| s.iscan(&mine, &mut got, Sum)?.wait().map(drop))?;
+            assert_eq!(got, prefix(me + 1), "iscan of {n}");
+            let mut got = vec![[0; 2]; n];
+            world.scan(&affine(me, n), &mut got, UserOp::non_commutative(compose_into))?;
+            assert_eq!(got, affine_fold(&ranks[..=me], n), "non-commutative scan of {n}");
+            let mut got = vec![[0; 2]; n];
+            world.exscan(&affine(me, n), &mut got, UserOp::non_commutative(compose_into))?;
+            if me > 0 {
+                assert_eq!(got, affine_fold(&ranks[..me], n), "non-commutative exscan of {n}");
+            }
+        }
+        Ok(())
+    });
+}
+
 fn barrier_holds_every_rank(device: DeviceKind) {
     for (np, t) in LAYOUTS {
         for (name, tuning) in tables() {
@@ -366,6 +400,13 @@ fn non_contiguous_processes(device: DeviceKind) {
         if mixed.rank() == root {
             assert_eq!(gathered, want, "gather over interleaved processes");
         }
+        if interleaved {
+            assert_ne!(mixed.algorithm_for(Collective::Scan, 8, true), Algorithm::Hierarchical);
+        }
+        let mut prefix = [0u64];
+        mixed.scan(&[world.rank() as u64], &mut prefix, Sum)?;
+        let upto: u64 = members[..=mixed.rank()].iter().map(|&r| r as u64).sum();
+        assert_eq!(prefix, [upto], "scan over interleaved processes");
         let mut mine = [0u8; 3];
         mixed.scatter(&gathered, &mut mine, root)?;
         assert_eq!(mine, [world.rank() as u8; 3], "scatter over interleaved processes");
@@ -405,6 +446,7 @@ device_suite!(
     bcast_every_root_and_size,
     allreduce_sum_and_non_commutative,
     reduce_every_root,
+    scans_keep_rank_order,
     gathers_and_scatters_every_root_and_size,
     barrier_holds_every_rank,
     nonblocking_operations_interleave,

@@ -247,6 +247,72 @@ pub(super) async fn gather(run: &Run<'_>, send: &[u8], recv: &mut [u8], root: us
     Ok(())
 }
 
+/// Local scan (or exscan) inside each process, leaders' exscan of the processes' totals (the
+/// last member's inclusive prefix, handed to its leader), local bcast of what precedes the
+/// process, combined in front. Needs every process's members to be consecutive ranks.
+pub(super) async fn scan<T: Pod>(
+    run: &Run<'_>,
+    send: &[T],
+    recv: &mut [T],
+    op: &dyn Op<T>,
+    exclusive: bool,
+) -> Result<()> {
+    let levels = levels(run)?;
+    let processes = &levels.processes;
+    let me = run.rank();
+    let process = processes.group_of(me);
+    let members = processes.members(process);
+    let (leader, last) = (members[0], members[members.len() - 1]);
+    let local = levels.local(&run.tuning);
+    let leaders = levels.leaders(&run.tuning);
+    let blocking = run.is_blocking();
+    let local_runs = (local.size() > 1).then(|| LevelRuns::take(&local, 2, blocking));
+    let leader_runs = leaders.as_ref().map(|leaders| LevelRuns::take(leaders, 1, blocking));
+    // This rank's prefix inside its process (undefined for the first member of an exscan).
+    let mut part = zeroed::<T>(send.len());
+    match &local_runs {
+        Some(runs) if exclusive => runs.next()?.exscan(send, &mut part, op).await?,
+        Some(runs) => runs.next()?.scan(send, &mut part, op).await?,
+        None => part.copy_from_slice(send),
+    }
+    let mut total = zeroed::<T>(if me == leader || me == last { send.len() } else { 0 });
+    if me == last {
+        total.copy_from_slice(&part);
+        if exclusive && me != leader {
+            total.copy_from_slice(send);
+            op.combine(&part, &mut total);
+        }
+        if me != leader {
+            run.coll_send(bytemuck::cast_slice(&total), leader, Collective::Scan).await?;
+        }
+    } else if me == leader {
+        run.coll_recv(bytemuck::cast_slice_mut(&mut total), last, Collective::Scan).await?;
+    }
+    // What precedes this process (nothing for the first).
+    let mut before = zeroed::<T>(if process > 0 { send.len() } else { 0 });
+    if let Some(runs) = &leader_runs {
+        let mut exscanned = zeroed::<T>(send.len());
+        runs.next()?.exscan(&total, &mut exscanned, op).await?;
+        if process > 0 {
+            before.copy_from_slice(&exscanned);
+        }
+    }
+    if let (Some(runs), true) = (&local_runs, process > 0) {
+        runs.next()?.dispatch_bcast(bytemuck::cast_slice_mut(&mut before), 0, Pick::Tuned).await?;
+    }
+    let first_of_exscan = exclusive && me == leader;
+    match (process > 0, first_of_exscan) {
+        (false, true) => {}
+        (false, false) => recv.copy_from_slice(&part),
+        (true, true) => recv.copy_from_slice(&before),
+        (true, false) => {
+            recv.copy_from_slice(&part);
+            op.combine(&before, recv);
+        }
+    }
+    Ok(())
+}
+
 /// The mirror of [`gather`]: the root puts its blocks in process order and hands them to its
 /// leader (unless it is the leader), leaders' scatterv of the processes' blocks, local scatter.
 pub(super) async fn scatter(run: &Run<'_>, send: &[u8], recv: &mut [u8], root: usize) -> Result<()> {

@@ -85,14 +85,15 @@ impl Comm {
     }
 
     /// Whether a call of `coll` on this communicator can run `algorithm`: `native` needs the
-    /// device's collectives, `hierarchical` levels (and, for a non-commutative operation,
-    /// processes whose members are consecutive ranks).
+    /// device's collectives, `hierarchical` levels (and, for a non-commutative operation or a
+    /// scan, processes whose members are consecutive ranks).
     fn can_run(&self, coll: Collective, algorithm: Algorithm, commutative: bool) -> bool {
         match algorithm {
             Algorithm::Native => self.collectives.is_some(),
-            Algorithm::Hierarchical => {
-                self.levels().is_some_and(|levels| commutative || levels.processes.is_contiguous())
-            }
+            // A scan's prefixes follow rank order whatever the operation.
+            Algorithm::Hierarchical => self
+                .levels()
+                .is_some_and(|levels| (commutative && coll != Collective::Scan) || levels.processes.is_contiguous()),
             _ => commutative || !coll.needs_commutative(algorithm),
         }
     }
@@ -609,6 +610,7 @@ impl Run<'_> {
         )?;
         match self.chose_for(Collective::Scan, size_of_val(send), op.is_commutative()) {
             Algorithm::Native => native::scan(self, Some(send), recv, op, exclusive).await,
+            Algorithm::Hierarchical => Box::pin(hierarchical::scan(self, send, recv, op, exclusive)).await,
             algorithm => scan::scan(self, send, recv, op, exclusive, algorithm).await,
         }
     }

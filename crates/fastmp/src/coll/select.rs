@@ -174,7 +174,7 @@ impl Collective {
                 &[Nbft, Bt, Bde, Bkt, ReduceBcast, Rabenseifner, RingSegmented, Native, Hierarchical]
             }
             Collective::ReduceScatter => &[Bde, Bkt, ReduceScatter, Native],
-            Collective::Scan => &[Nbft, Linear, Bde, Native],
+            Collective::Scan => &[Nbft, Linear, Bde, Native, Hierarchical],
         }
     }
 
@@ -730,7 +730,7 @@ mod tests {
         assert!(err.to_string().contains("localty"), "{err}");
         let err = Tuning::from_json(r#"{"bcast": [{"locality": "node", "algorithm": "bt"}]}"#).unwrap_err();
         assert!(err.to_string().contains("last bcast rule must have no limits"), "{err}");
-        assert!(Tuning::defaults().force(Collective::Scan, Algorithm::Hierarchical).is_err());
+        assert!(Tuning::defaults().force(Collective::Alltoall, Algorithm::Hierarchical).is_err());
         assert!(Tuning::defaults().with_hierarchical_chunk(0).is_err());
         assert_eq!(Tuning::from_json(r#"{"hierarchical_chunk": 4096}"#).unwrap().hierarchical_chunk(), 4096);
     }
