@@ -417,6 +417,25 @@ fn non_contiguous_processes(device: DeviceKind) {
     });
 }
 
+/// A rank that fails instead of joining fails the others' hierarchical operations (blocking and
+/// nonblocking, leaders and not) instead of leaving them waiting.
+fn a_failed_rank_fails_the_others(device: DeviceKind) {
+    for failing in [3, 4] {
+        let outcome = job(device, 6, 3, forced()).run(|world| {
+            if world.rank() == failing {
+                return Err(fastmp::Error::other("this rank gives up"));
+            }
+            let mut buf = vec![world.rank() as u8; CHUNK * 3];
+            world.bcast(&mut buf, 0)?;
+            let mut sum = vec![0u64; 40];
+            world.scope(|s| s.iallreduce(&[1u64; 40], &mut sum, Sum)?.wait().map(drop))?;
+            Ok(())
+        });
+        let err = outcome.expect_err("the job fails");
+        assert!(err.to_string().contains("gives up"), "rank {failing}: {err}");
+    }
+}
+
 /// A communicator inside one process has no levels: `hierarchical` falls to the next rule, and
 /// the communicator's locality is `process`.
 fn one_process_falls_back(device: DeviceKind) {
@@ -453,4 +472,5 @@ device_suite!(
     a_nonblocking_start_never_blocks,
     non_contiguous_processes,
     one_process_falls_back,
+    a_failed_rank_fails_the_others,
 );
