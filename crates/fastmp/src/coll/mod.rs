@@ -80,6 +80,16 @@ impl Comm {
     }
 
     /// Where this communicator's members run, as selection rules' `locality` names it.
+    ///
+    /// ```
+    /// use fastmp::coll::CommLocality;
+    /// fastmp::run(2, |world| {
+    ///     // Thread ranks of one process (the shm device).
+    ///     assert_eq!(world.comm_locality(), CommLocality::Process);
+    ///     Ok(())
+    /// })?;
+    /// # Ok::<(), fastmp::Error>(())
+    /// ```
     pub fn comm_locality(&self) -> CommLocality {
         self.spread_locality()
     }

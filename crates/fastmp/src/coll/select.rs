@@ -323,8 +323,10 @@ impl Rule {
 ///
 /// Tuning files are JSON maps from collective name to rules, for example
 /// `{"bcast": [{"max_bytes": 8192, "algorithm": "bt"}, {"algorithm": "native"}]}`, plus an
-/// optional `"kary_arity"` (children per node of the `fat` tree, 4 by default); collectives not
-/// named keep their defaults.
+/// optional `"kary_arity"` (children per node of the `fat` tree, 4 by default) and
+/// `"hierarchical_chunk"` (bytes per chunk of the `hierarchical` pipeline, 64 KiB by default);
+/// collectives not named keep their defaults. A rule may name a `"locality"` (`"process"`,
+/// `"node"`, `"network"`: see [`CommLocality`]) to apply only to communicators spread so.
 ///
 /// ```
 /// use fastmp::coll::{Algorithm, Collective, Tuning};
