@@ -19,7 +19,8 @@ const CHUNK: usize = 64;
 /// (ranks, ranks per process).
 const LAYOUTS: [(usize, usize); 4] = [(6, 3), (5, 2), (4, 2), (7, 3)];
 
-const HIERARCHICAL: [Collective; 8] = [
+const HIERARCHICAL: [Collective; 9] = [
+    Collective::Allgatherv,
     Collective::Scan,
     Collective::Barrier,
     Collective::Bcast,
@@ -45,7 +46,7 @@ fn message_levels() -> Tuning {
                 {{"algorithm": "hierarchical"}}]"#
         )
     };
-    // The leaders' gatherv and allgatherv have no hierarchical form: message-based across.
+    // gatherv and scatterv have no hierarchical form: message-based across.
     let levels_only =
         |leaders: &str| format!(r#"[{{"locality": "process", "algorithm": "native"}}, {{"algorithm": "{leaders}"}}]"#);
     let json = format!(
@@ -58,7 +59,7 @@ fn message_levels() -> Tuning {
         rules("mst"),
         rules("bde"),
         levels_only("nbft"),
-        levels_only("bkt"),
+        rules("bkt"),
         rules("mst"),
         levels_only("mst"),
         rules("linear"),
@@ -236,6 +237,37 @@ fn gathers_and_scatters_every_root_and_size(device: DeviceKind) {
                 world.scope(|s| s.iscatter(&all, &mut got, root)?.wait().map(drop))?;
                 assert_eq!(got, block(me), "iscatter of {n} from {root}");
             }
+        }
+        Ok(())
+    });
+}
+
+/// Uneven blocks with gaps between them (which must stay untouched), out of rank order.
+fn allgatherv_keeps_gaps(device: DeviceKind) {
+    each_job(device, |world| {
+        let (me, np) = (world.rank(), world.size());
+        assert_eq!(world.algorithm_for(Collective::Allgatherv, 8, true), Algorithm::Hierarchical);
+        for scale in [0, 1, CHUNK / 4] {
+            let counts: Vec<usize> = (0..np).map(|r| (r % 3) * scale + r % 2).collect();
+            // Blocks in reverse rank order, two bytes apart.
+            let mut displs = vec![0; np];
+            let mut at = 0;
+            for r in (0..np).rev() {
+                displs[r] = at;
+                at += counts[r] + 2;
+            }
+            let block = |r: usize| (0..counts[r]).map(|i| byte(r + 7, i)).collect::<Vec<u8>>();
+            let mut want = vec![0xEEu8; at];
+            for r in 0..np {
+                want[displs[r]..displs[r] + counts[r]].copy_from_slice(&block(r));
+            }
+            let mut got = vec![0xEEu8; at];
+            world.allgatherv(&block(me), &mut got, &counts, &displs)?;
+            assert_eq!(got, want, "allgatherv, scale {scale}");
+            let mut got = vec![0xEEu8; at];
+            got[displs[me]..displs[me] + counts[me]].copy_from_slice(&block(me));
+            world.allgatherv_in_place(&mut got, &counts, &displs)?;
+            assert_eq!(got, want, "allgatherv_in_place, scale {scale}");
         }
         Ok(())
     });
@@ -466,6 +498,7 @@ device_suite!(
     allreduce_sum_and_non_commutative,
     reduce_every_root,
     scans_keep_rank_order,
+    allgatherv_keeps_gaps,
     gathers_and_scatters_every_root_and_size,
     barrier_holds_every_rank,
     nonblocking_operations_interleave,

@@ -208,6 +208,55 @@ pub(super) async fn allgather(run: &Run<'_>, send: Option<&[u8]>, recv: &mut [u8
     }
 }
 
+/// [`allgather`] with per-rank blocks (every rank knows them all): local gatherv to the leader,
+/// leaders' allgatherv of the processes' blocks, local bcast of them packed in process order,
+/// which every rank unpacks into its blocks (a bcast of `recv` itself would overwrite the gaps
+/// between blocks). `send` is `None` in place.
+pub(super) async fn allgatherv(run: &Run<'_>, send: Option<&[u8]>, recv: &mut [u8], layout: &Layout) -> Result<()> {
+    let levels = levels(run)?;
+    let processes = &levels.processes;
+    let me = run.rank();
+    let mine = send.map_or_else(|| recv[layout.block(me)].to_vec(), <[u8]>::to_vec);
+    let local = levels.local(&run.tuning);
+    let leaders = levels.leaders(&run.tuning);
+    let blocking = run.is_blocking();
+    let local_runs = (local.size() > 1).then(|| LevelRuns::take(&local, 2, blocking));
+    let leader_runs = leaders.as_ref().map(|leaders| LevelRuns::take(leaders, 1, blocking));
+    let members = processes.members(processes.group_of(me));
+    let lens = |ranks: &[usize]| ranks.iter().map(|&r| layout.block(r).len()).collect::<Vec<_>>();
+    let mut ours = vec![0u8; if leader_runs.is_some() { lens(members).iter().sum() } else { 0 }];
+    match &local_runs {
+        Some(runs) => {
+            let local_layout = leader_runs.is_some().then(|| packed_layout(&local, &lens(members))).transpose()?;
+            runs.next()?.dispatch_gatherv(&mine, &mut ours, local_layout.as_ref(), 0, Pick::Tuned).await?
+        }
+        None => ours.copy_from_slice(&mine),
+    }
+    let per_process: Vec<usize> = (0..processes.groups()).map(|p| lens(processes.members(p)).iter().sum()).collect();
+    let mut by_process = vec![0u8; per_process.iter().sum()];
+    if let (Some(runs), Some(leaders)) = (&leader_runs, &leaders) {
+        let process_layout = packed_layout(leaders, &per_process)?;
+        runs.next()?.dispatch_allgatherv(Some(&ours), &mut by_process, &process_layout, Pick::Tuned).await?;
+    }
+    if let Some(runs) = &local_runs {
+        runs.next()?.dispatch_bcast(&mut by_process, 0, Pick::Tuned).await?;
+    }
+    let members = (0..processes.groups()).flat_map(|p| processes.members(p).iter().copied());
+    let mut at = 0;
+    for member in members {
+        let block = layout.block(member);
+        recv[block.clone()].copy_from_slice(&by_process[at..at + block.len()]);
+        at += block.len();
+    }
+    Ok(())
+}
+
+/// Blocks of `counts` bytes one after another, as a layout of `comm`'s ranks.
+fn packed_layout(comm: &crate::comm::Comm, counts: &[usize]) -> Result<Layout> {
+    let displs: Vec<usize> = counts.iter().scan(0, |at, &c| Some(std::mem::replace(at, *at + c))).collect();
+    Layout::new::<u8>(comm, "hierarchical blocks", counts, &displs, counts.iter().sum())
+}
+
 /// Local gather to each leader, leaders' gatherv to the root's leader, which reorders the
 /// blocks into rank order and hands them to the root if that is another rank.
 pub(super) async fn gather(run: &Run<'_>, send: &[u8], recv: &mut [u8], root: usize) -> Result<()> {
@@ -354,8 +403,7 @@ pub(super) async fn scatter(run: &Run<'_>, send: &[u8], recv: &mut [u8], root: u
 /// bytes, one after another in process order.
 fn process_layout(leaders: &crate::comm::Comm, processes: &Grouping, block: usize) -> Result<Layout> {
     let counts: Vec<usize> = (0..processes.groups()).map(|p| processes.members(p).len() * block).collect();
-    let displs: Vec<usize> = counts.iter().scan(0, |at, &c| Some(std::mem::replace(at, *at + c))).collect();
-    Layout::new::<u8>(leaders, "hierarchical process blocks", &counts, &displs, counts.iter().sum())
+    packed_layout(leaders, &counts)
 }
 
 /// Copies blocks gathered process by process (each process's members in rank order) to their

@@ -686,6 +686,7 @@ impl Run<'_> {
     ) -> Result<()> {
         match self.chose_pick(Collective::Allgatherv, layout.total_bytes() / self.size(), true, pick) {
             Algorithm::Native => native::allgatherv(self, send, recv, layout).await,
+            Algorithm::Hierarchical => Box::pin(hierarchical::allgatherv(self, send, recv, layout)).await,
             algorithm => allgather::allgatherv(self, send, recv, layout, algorithm).await,
         }
     }

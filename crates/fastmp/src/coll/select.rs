@@ -167,7 +167,7 @@ impl Collective {
             Collective::Gather => &[Bft, Nbft, Mst, Native, Hierarchical],
             Collective::Scatterv | Collective::Gatherv => &[Bft, Nbft, Mst, Native],
             Collective::Allgather => &[Nbft, Bt, Bde, Bkt, GatherBcast, Native, Hierarchical],
-            Collective::Allgatherv => &[Nbft, Bt, Bde, Bkt, GatherBcast, Native],
+            Collective::Allgatherv => &[Nbft, Bt, Bde, Bkt, GatherBcast, Native, Hierarchical],
             Collective::Alltoall | Collective::Alltoallv => &[Bft, Nbft, Nb1ft, Nb2ft, Native],
             Collective::Reduce => &[Bft, Nbft, Mst, Native, Hierarchical],
             Collective::Allreduce => {
