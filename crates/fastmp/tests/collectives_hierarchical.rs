@@ -19,7 +19,8 @@ const CHUNK: usize = 64;
 /// (ranks, ranks per process).
 const LAYOUTS: [(usize, usize); 4] = [(6, 3), (5, 2), (4, 2), (7, 3)];
 
-const HIERARCHICAL: [Collective; 9] = [
+const HIERARCHICAL: [Collective; 10] = [
+    Collective::Alltoall,
     Collective::Allgatherv,
     Collective::Scan,
     Collective::Barrier,
@@ -46,12 +47,13 @@ fn message_levels() -> Tuning {
                 {{"algorithm": "hierarchical"}}]"#
         )
     };
-    // gatherv and scatterv have no hierarchical form: message-based across.
+    // gatherv, scatterv and alltoallv have no hierarchical form: message-based across.
     let levels_only =
         |leaders: &str| format!(r#"[{{"locality": "process", "algorithm": "native"}}, {{"algorithm": "{leaders}"}}]"#);
     let json = format!(
         r#"{{"barrier": {}, "bcast": {}, "gather": {}, "allgather": {}, "reduce": {}, "allreduce": {},
-            "gatherv": {}, "allgatherv": {}, "scatter": {}, "scatterv": {}, "scan": {}, "hierarchical_chunk": {CHUNK}}}"#,
+            "gatherv": {}, "allgatherv": {}, "scatter": {}, "scatterv": {}, "scan": {}, "alltoall": {}, "alltoallv": {},
+            "hierarchical_chunk": {CHUNK}}}"#,
         rules("bde"),
         rules("bt"),
         rules("mst"),
@@ -63,6 +65,8 @@ fn message_levels() -> Tuning {
         rules("mst"),
         levels_only("mst"),
         rules("linear"),
+        rules("bft"),
+        levels_only("nbft"),
     );
     Tuning::from_json(&json).unwrap()
 }
@@ -273,6 +277,26 @@ fn allgatherv_keeps_gaps(device: DeviceKind) {
     });
 }
 
+fn alltoall_every_size(device: DeviceKind) {
+    each_job(device, |world| {
+        let (me, np) = (world.rank(), world.size());
+        assert_eq!(world.algorithm_for(Collective::Alltoall, 8, true), Algorithm::Hierarchical);
+        for block in [0, 1, 5] {
+            // Byte i of the block from rank s to rank d.
+            let b = |s: usize, d: usize, i: usize| byte(s * 31 + d, i);
+            let send: Vec<u8> = (0..np).flat_map(|d| (0..block).map(move |i| b(me, d, i))).collect();
+            let want: Vec<u8> = (0..np).flat_map(|s| (0..block).map(move |i| b(s, me, i))).collect();
+            let mut got = vec![0; np * block];
+            world.alltoall(&send, &mut got)?;
+            assert_eq!(got, want, "alltoall of {block}-byte blocks");
+            let mut got = vec![0; np * block];
+            world.scope(|s| s.ialltoall(&send, &mut got)?.wait().map(drop))?;
+            assert_eq!(got, want, "ialltoall of {block}-byte blocks");
+        }
+        Ok(())
+    });
+}
+
 fn scans_keep_rank_order(device: DeviceKind) {
     each_job(device, |world| {
         let (me, np) = (world.rank(), world.size());
@@ -439,6 +463,11 @@ fn non_contiguous_processes(device: DeviceKind) {
         mixed.scan(&[world.rank() as u64], &mut prefix, Sum)?;
         let upto: u64 = members[..=mixed.rank()].iter().map(|&r| r as u64).sum();
         assert_eq!(prefix, [upto], "scan over interleaved processes");
+        let send: Vec<u8> = (0..mixed.size()).map(|d| (world.rank() * 16 + d) as u8).collect();
+        let mut got = vec![0u8; mixed.size()];
+        mixed.alltoall(&send, &mut got)?;
+        let expected: Vec<u8> = members.iter().map(|&s| (s * 16 + mixed.rank()) as u8).collect();
+        assert_eq!(got, expected, "alltoall over interleaved processes");
         let mut mine = [0u8; 3];
         mixed.scatter(&gathered, &mut mine, root)?;
         assert_eq!(mine, [world.rank() as u8; 3], "scatter over interleaved processes");
@@ -498,6 +527,7 @@ device_suite!(
     allreduce_sum_and_non_commutative,
     reduce_every_root,
     scans_keep_rank_order,
+    alltoall_every_size,
     allgatherv_keeps_gaps,
     gathers_and_scatters_every_root_and_size,
     barrier_holds_every_rank,

@@ -251,6 +251,64 @@ pub(super) async fn allgatherv(run: &Run<'_>, send: Option<&[u8]>, recv: &mut [u
     Ok(())
 }
 
+/// Local gather of every member's `np` blocks to the leader, leaders' alltoallv of the blocks
+/// between their processes (to process `q`: from each of our members, the blocks for each of
+/// `q`'s members), local scatter of each member's `np` received blocks, in source rank order.
+/// Every block crosses the levels three times, so it pays only where the network's
+/// per-message cost dominates (small blocks, many ranks per process).
+pub(super) async fn alltoall(run: &Run<'_>, send: &[u8], recv: &mut [u8]) -> Result<()> {
+    let levels = levels(run)?;
+    let processes = &levels.processes;
+    let (me, np) = (run.rank(), run.size());
+    let block = send.len() / np;
+    let ours_members = processes.members(processes.group_of(me));
+    let local = levels.local(&run.tuning);
+    let leaders = levels.leaders(&run.tuning);
+    let blocking = run.is_blocking();
+    let local_runs = (local.size() > 1).then(|| LevelRuns::take(&local, 2, blocking));
+    let leader_runs = leaders.as_ref().map(|leaders| LevelRuns::take(leaders, 1, blocking));
+    let row = np * block;
+    let mut ours = vec![0u8; if leader_runs.is_some() { local.size() * row } else { 0 }];
+    match &local_runs {
+        Some(runs) => runs.next()?.dispatch_gather(send, &mut ours, 0, Pick::Tuned).await?,
+        None => ours.copy_from_slice(send),
+    }
+    // Each member's `np` received blocks, in source rank order (on the leader).
+    let mut theirs = vec![0u8; ours.len()];
+    if let Some(runs) = &leader_runs {
+        let count = |p: usize| ours_members.len() * processes.members(p).len() * block;
+        let counts: Vec<usize> = (0..processes.groups()).map(count).collect();
+        let displs: Vec<usize> = counts.iter().scan(0, |at, &c| Some(std::mem::replace(at, *at + c))).collect();
+        let mut outgoing = Vec::with_capacity(ours.len());
+        for p in 0..processes.groups() {
+            for i in 0..ours_members.len() {
+                for &to in processes.members(p) {
+                    outgoing.extend_from_slice(&ours[i * row + to * block..i * row + (to + 1) * block]);
+                }
+            }
+        }
+        let mut incoming = vec![0u8; ours.len()];
+        runs.next()?.alltoallv(&outgoing, &counts, &displs, &mut incoming, &counts, &displs).await?;
+        let mut at = 0;
+        for p in 0..processes.groups() {
+            for &from in processes.members(p) {
+                for i in 0..ours_members.len() {
+                    theirs[i * row + from * block..i * row + (from + 1) * block]
+                        .copy_from_slice(&incoming[at..at + block]);
+                    at += block;
+                }
+            }
+        }
+    }
+    match &local_runs {
+        Some(runs) => runs.next()?.scatter(&theirs, recv, 0).await,
+        None => {
+            recv.copy_from_slice(&theirs);
+            Ok(())
+        }
+    }
+}
+
 /// Blocks of `counts` bytes one after another, as a layout of `comm`'s ranks.
 fn packed_layout(comm: &crate::comm::Comm, counts: &[usize]) -> Result<Layout> {
     let displs: Vec<usize> = counts.iter().scan(0, |at, &c| Some(std::mem::replace(at, *at + c))).collect();

@@ -519,6 +519,7 @@ impl Run<'_> {
         let (send, recv): (&[u8], &mut [u8]) = (bytemuck::cast_slice(send), bytemuck::cast_slice_mut(recv));
         match self.chose_for(Collective::Alltoall, send.len() / self.size(), true) {
             Algorithm::Native => native::alltoall(self, Some(send), recv).await,
+            Algorithm::Hierarchical => Box::pin(hierarchical::alltoall(self, send, recv)).await,
             algorithm => alltoall::alltoall(self, send, recv, algorithm).await,
         }
     }

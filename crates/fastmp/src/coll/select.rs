@@ -168,7 +168,8 @@ impl Collective {
             Collective::Scatterv | Collective::Gatherv => &[Bft, Nbft, Mst, Native],
             Collective::Allgather => &[Nbft, Bt, Bde, Bkt, GatherBcast, Native, Hierarchical],
             Collective::Allgatherv => &[Nbft, Bt, Bde, Bkt, GatherBcast, Native, Hierarchical],
-            Collective::Alltoall | Collective::Alltoallv => &[Bft, Nbft, Nb1ft, Nb2ft, Native],
+            Collective::Alltoall => &[Bft, Nbft, Nb1ft, Nb2ft, Native, Hierarchical],
+            Collective::Alltoallv => &[Bft, Nbft, Nb1ft, Nb2ft, Native],
             Collective::Reduce => &[Bft, Nbft, Mst, Native, Hierarchical],
             Collective::Allreduce => {
                 &[Nbft, Bt, Bde, Bkt, ReduceBcast, Rabenseifner, RingSegmented, Native, Hierarchical]
@@ -732,7 +733,7 @@ mod tests {
         assert!(err.to_string().contains("localty"), "{err}");
         let err = Tuning::from_json(r#"{"bcast": [{"locality": "node", "algorithm": "bt"}]}"#).unwrap_err();
         assert!(err.to_string().contains("last bcast rule must have no limits"), "{err}");
-        assert!(Tuning::defaults().force(Collective::Alltoall, Algorithm::Hierarchical).is_err());
+        assert!(Tuning::defaults().force(Collective::Alltoallv, Algorithm::Hierarchical).is_err());
         assert!(Tuning::defaults().with_hierarchical_chunk(0).is_err());
         assert_eq!(Tuning::from_json(r#"{"hierarchical_chunk": 4096}"#).unwrap().hierarchical_chunk(), 4096);
     }
@@ -749,7 +750,8 @@ mod tests {
                     assert_eq!(inside, shm.select(coll, np, bytes), "{coll} np {np} {bytes} B");
                     for across in [CommLocality::Node, CommLocality::Network] {
                         let picked = hybrid.select_where(coll, np, bytes, across);
-                        let hierarchical = coll.algorithms().contains(&Algorithm::Hierarchical);
+                        let hierarchical = coll.algorithms().contains(&Algorithm::Hierarchical)
+                            && (coll != Collective::Alltoall || bytes <= 1024);
                         assert_eq!(picked == Algorithm::Hierarchical, hierarchical, "{coll} np {np} {bytes} B");
                         let leaders = hybrid.select_usable(coll, np, bytes, across, no_hierarchy);
                         assert_eq!(leaders, tcp.select_where(coll, np, bytes, across), "{coll} np {np} {bytes} B");
