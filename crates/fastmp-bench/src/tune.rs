@@ -318,7 +318,7 @@ fn compress(coll: Collective, winners: &[(usize, Vec<(usize, Algorithm)>)]) -> V
             for (i, &(size, algorithm)) in w.iter().enumerate() {
                 let last_of_run = w.get(i + 1).is_none_or(|next| next.1 != algorithm);
                 if last_of_run {
-                    rules.push(Rule { max_np: None, max_bytes: Some(size), algorithm });
+                    rules.push(Rule { max_np: None, max_bytes: Some(size), locality: None, algorithm });
                 }
             }
             if let Some(last) = rules.last_mut() {
@@ -363,7 +363,7 @@ mod tests {
             (8, vec![(1, Mst), (2, Native), (4, Native), (8, Native)]),
         ];
         let rules = compress(Collective::Bcast, &winners);
-        let rule = |max_np, max_bytes, algorithm| Rule { max_np, max_bytes, algorithm };
+        let rule = |max_np, max_bytes, algorithm| Rule { max_np, max_bytes, locality: None, algorithm };
         assert_eq!(
             rules,
             [
@@ -394,7 +394,10 @@ mod tests {
         assert_eq!(fastest(Collective::Alltoallv, &points), [(0, Algorithm::Nbft)]);
         assert_eq!(
             compress(Collective::Alltoallv, &[(2, fastest(Collective::Alltoallv, &points))]),
-            [Rule { max_np: Some(2), max_bytes: None, algorithm: Algorithm::Nbft }, Rule::always(Algorithm::Nbft)]
+            [
+                Rule { max_np: Some(2), max_bytes: None, locality: None, algorithm: Algorithm::Nbft },
+                Rule::always(Algorithm::Nbft)
+            ]
         );
     }
 

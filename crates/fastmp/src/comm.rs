@@ -17,6 +17,12 @@ use crate::progress::{Engine, Progressing};
 /// consecutive contexts: an even one for point-to-point and the next for collective traffic.
 pub(crate) const WORLD_CONTEXT: ContextId = 0;
 
+/// Contexts each communicator takes at creation: its own pair (point-to-point, collectives),
+/// then one pair per level of its hierarchical collectives (the members in this process, and
+/// one leader per process). Reserving the levels' pairs up front lets every member build them
+/// later, locally, without communicating (a nonblocking collective's start must not block).
+pub(crate) const CONTEXTS_PER_COMM: ContextId = 6;
+
 /// A communicator: the ranks of a job plus a private matching context (MPI's `MPI_Comm`).
 ///
 /// Cheap to clone (clones share the rank's endpoint). Not `Send`: a communicator belongs to the
@@ -51,6 +57,9 @@ pub struct Comm {
     pub(crate) coll_seq: Rc<Cell<u64>>,
     /// Name and attributes of this handle (shared by its clones).
     pub(crate) info: Rc<crate::attributes::Info>,
+    /// Where the members run and the levels of hierarchical collectives, computed on first use
+    /// (shared by its clones).
+    pub(crate) spread: Rc<crate::coll::hierarchy::LevelCache>,
 }
 
 /// State of one process (rank thread) shared by all its communicators.
@@ -143,7 +152,7 @@ impl Comm {
         let engine = Rc::new(Engine::default());
         let dev: Rc<dyn Device> = Rc::new(Progressing::new(dev, engine.clone()));
         let process = Rc::new(ProcessState {
-            next_context: Cell::new(WORLD_CONTEXT + 2),
+            next_context: Cell::new(WORLD_CONTEXT + CONTEXTS_PER_COMM),
             engine,
             last_scope: Cell::new(0),
             request_lists: RefCell::default(),
@@ -164,7 +173,18 @@ impl Comm {
     ) -> Self {
         let rank = group.rank().expect("a communicator's group contains its process");
         let collectives = dev.collectives(context, group.members()).map(Rc::new);
-        Comm { dev, context, group, rank, tuning, process, collectives, coll_seq: Rc::default(), info: Rc::default() }
+        Comm {
+            dev,
+            context,
+            group,
+            rank,
+            tuning,
+            process,
+            collectives,
+            coll_seq: Rc::default(),
+            info: Rc::default(),
+            spread: Rc::default(),
+        }
     }
 
     /// This rank's number, `0..size()`.

@@ -4,7 +4,7 @@
 use std::rc::Rc;
 
 use crate::coll::op::Max;
-use crate::comm::Comm;
+use crate::comm::{CONTEXTS_PER_COMM, Comm};
 use crate::device::requests::{self, InFlight};
 use crate::device::{ContextId, Device, Locality, MatchSpec, RawStatus, SendMode, Source, TAG_UB};
 use crate::error::{Error, Result};
@@ -131,13 +131,18 @@ impl Comm {
     fn agree_context_vetoed(&self, veto: u64) -> Result<(ContextId, u64)> {
         let mut agreed = [0u64; 2];
         self.allreduce(&[u64::from(self.process.next_context.get()), veto], &mut agreed, Max)?;
-        Ok((self.take_contexts(agreed[0], 2)?, agreed[1]))
+        Ok((self.take_contexts(agreed[0], 1)?, agreed[1]))
     }
 
-    /// Claims `count` contexts from `agreed` (a maximum of next free contexts) for this process.
-    pub(crate) fn take_contexts(&self, agreed: u64, count: u64) -> Result<ContextId> {
+    /// Claims the contexts of `comms` communicators ([`CONTEXTS_PER_COMM`] each) from `agreed`
+    /// (a maximum of next free contexts) for this process; the first is returned.
+    pub(crate) fn take_contexts(&self, agreed: u64, comms: u64) -> Result<ContextId> {
         let exhausted = || Error::InvalidArgument("communicator contexts exhausted".into());
-        let next = agreed.checked_add(count).and_then(|n| ContextId::try_from(n).ok()).ok_or_else(exhausted)?;
+        let next = comms
+            .checked_mul(u64::from(CONTEXTS_PER_COMM))
+            .and_then(|count| agreed.checked_add(count))
+            .and_then(|n| ContextId::try_from(n).ok())
+            .ok_or_else(exhausted)?;
         self.process.next_context.set(next);
         Ok(agreed as ContextId)
     }
@@ -365,7 +370,7 @@ impl Comm {
         if agreed[1] != digest || !agreed[2] != digest {
             return Err(Error::InvalidArgument("create_group: the members passed different groups".into()));
         }
-        let context = self.take_contexts(agreed[0], 2)?;
+        let context = self.take_contexts(agreed[0], 1)?;
         Ok(self.derived(context, group.clone()))
     }
 

@@ -12,7 +12,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::coll::op::{Max, Op};
-use crate::comm::{Comm, Status};
+use crate::comm::{CONTEXTS_PER_COMM, Comm, Status};
 use crate::communicators::{Reserved, exchange, expect_bytes, reserved_tag};
 use crate::device::{MatchSpec, SendMode, Source, requests};
 use crate::error::{Error, Result};
@@ -126,16 +126,17 @@ impl Comm {
             }
         };
         let remote_group = Group::from_members(members, self.dev.size(), self.dev.rank())?;
-        // Four contexts: the intercommunicator's pair, then the local group's own pair (the
+        // Two communicators' contexts: the intercommunicator's, then the local group's own (the
         // remote group uses the same numbers for its own; disjoint, so they never meet).
-        let base = self.take_contexts(agreed, 4)?;
-        let local = self.derived(base + 2, self.group.clone());
+        let base = self.take_contexts(agreed, 2)?;
+        let local = self.derived(base + CONTEXTS_PER_COMM, self.group.clone());
         let remote = Comm {
             context: base,
             group: remote_group,
             collectives: None,
             coll_seq: Default::default(),
             info: Default::default(),
+            spread: Default::default(),
             ..local.clone()
         };
         Ok(InterComm { local, remote })
@@ -387,7 +388,7 @@ impl InterComm {
         let (first, second) =
             if we_first { (&self.local.group, &self.remote.group) } else { (&self.remote.group, &self.local.group) };
         let members = first.members().iter().chain(second.members()).copied().collect();
-        let context = self.local.take_contexts(ours[2].max(theirs[2]), 2)?;
+        let context = self.local.take_contexts(ours[2].max(theirs[2]), 1)?;
         let group = Group::from_members(members, self.local.dev.size(), self.local.dev.rank())?;
         Ok(self.local.derived(context, group))
     }

@@ -25,7 +25,7 @@ fn a_job_starts_with_its_devices_table() {
 
 #[test]
 fn an_unusable_rule_hands_the_call_to_the_next_rule() {
-    let rule = |max_np, max_bytes, algorithm| Rule { max_np, max_bytes, algorithm };
+    let rule = |max_np, max_bytes, algorithm| Rule { max_np, max_bytes, locality: None, algorithm };
     let mut tuning = Tuning::defaults_for(DeviceKind::Tcp);
     tuning
         .set_rules(

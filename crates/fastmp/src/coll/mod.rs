@@ -12,10 +12,11 @@
 // Dependency order (each module uses only those listed before it, plus the dispatcher in this
 // file, which composite algorithms call back into through `Run`):
 //   select, op, vector                      names, tables, operations, block layouts
-//   transport                               point-to-point of a `Run` (and native bookkeeping)
+//   transport, hierarchy                    point-to-point of a `Run` (and native bookkeeping);
+//                                           the levels of hierarchical collectives
 //   fold, tree, pattern                     reduction building blocks, trees, rings/hypercube
 //   barrier, bcast, scatter_gather, allgather, alltoall, reduce, allreduce, reduce_scatter,
-//   scan, native                            the algorithms: none imports another
+//   scan, native, hierarchical              the algorithms: none imports another
 //   objects, nonblocking                    serde objects, the `Scope::i*` entry points
 //   neighbor                                neighbourhood collectives (own entry points, both twins)
 mod allgather;
@@ -24,6 +25,8 @@ mod alltoall;
 mod barrier;
 mod bcast;
 mod fold;
+mod hierarchical;
+pub(crate) mod hierarchy;
 mod in_place;
 mod native;
 mod neighbor;
@@ -47,7 +50,7 @@ use bytemuck::Pod;
 
 pub use neighbor::NeighborTopology;
 pub(crate) use neighbor::{Adjacency, Topology};
-pub use select::{Algorithm, Collective, Rule, TUNING_FILE_VAR, Tuning};
+pub use select::{Algorithm, Collective, CommLocality, Rule, TUNING_FILE_VAR, Tuning};
 
 use crate::comm::Comm;
 use crate::error::{Error, Result};
@@ -73,25 +76,58 @@ impl Comm {
     /// native support, not a commutative-only algorithm for a non-commutative operation), else
     /// the collective's fallback.
     pub fn algorithm_for(&self, coll: Collective, bytes: usize, commutative: bool) -> Algorithm {
-        self.choose(coll, bytes, commutative, Pick::Tuned)
+        self.choose(coll, bytes, commutative, Pick::Tuned, false)
     }
 
-    /// Whether a call of `coll` on this communicator can run `algorithm`.
+    /// Where this communicator's members run, as selection rules' `locality` names it.
+    ///
+    /// ```
+    /// use fastmp::coll::CommLocality;
+    /// fastmp::run(2, |world| {
+    ///     // Thread ranks of one process (the shm device).
+    ///     assert_eq!(world.comm_locality(), CommLocality::Process);
+    ///     Ok(())
+    /// })?;
+    /// # Ok::<(), fastmp::Error>(())
+    /// ```
+    pub fn comm_locality(&self) -> CommLocality {
+        self.spread_locality()
+    }
+
+    /// Whether a call of `coll` on this communicator can run `algorithm`: `native` needs the
+    /// device's collectives, `hierarchical` levels (and, for a non-commutative operation or a
+    /// scan, processes whose members are consecutive ranks).
     fn can_run(&self, coll: Collective, algorithm: Algorithm, commutative: bool) -> bool {
-        (algorithm != Algorithm::Native || self.collectives.is_some())
-            && (commutative || !coll.needs_commutative(algorithm))
+        match algorithm {
+            Algorithm::Native => self.collectives.is_some(),
+            // A scan's prefixes follow rank order whatever the operation.
+            Algorithm::Hierarchical => self
+                .levels()
+                .is_some_and(|levels| (commutative && coll != Collective::Scan) || levels.processes.is_contiguous()),
+            _ => commutative || !coll.needs_commutative(algorithm),
+        }
     }
 
-    /// The algorithm of one dispatch (see [`Pick`]). Allocation-free.
-    fn choose(&self, coll: Collective, bytes: usize, commutative: bool, pick: Pick) -> Algorithm {
-        let np = self.size();
-        match pick {
-            Pick::Tuned => self.tuning.select_usable(coll, np, bytes, |a| self.can_run(coll, a, commutative)),
+    /// The algorithm of one dispatch (see [`Pick`]); on a `level` of a hierarchical operation,
+    /// the device's own collectives where no usable rule applies (a table forcing
+    /// `hierarchical` names nothing a level can run). Allocation-free.
+    fn choose(&self, coll: Collective, bytes: usize, commutative: bool, pick: Pick, level: bool) -> Algorithm {
+        let (np, locality) = (self.size(), self.spread_locality());
+        let usable = |a| self.can_run(coll, a, commutative);
+        let chosen = match pick {
+            Pick::Tuned => self.tuning.select_rule(coll, np, bytes, locality, usable),
             Pick::Excluding(excluded) => {
-                self.tuning.select_usable(coll, np, bytes, |a| a != excluded && self.can_run(coll, a, commutative))
+                self.tuning.select_rule(coll, np, bytes, locality, |a| a != excluded && usable(a))
             }
-            Pick::Fixed(algorithm) => algorithm,
-        }
+            Pick::Fixed(algorithm) => return algorithm,
+        };
+        chosen.unwrap_or_else(|| {
+            if level && self.can_run(coll, Algorithm::Native, commutative) {
+                Algorithm::Native
+            } else {
+                coll.fallback()
+            }
+        })
     }
 
     fn check_root(&self, root: usize) -> Result<()> {
@@ -316,12 +352,12 @@ impl Comm {
 impl Run<'_> {
     /// [`Comm::algorithm_for`], counted as one of this operation's choices ([`Run::chose`]).
     fn chose_for(&self, coll: Collective, bytes: usize, commutative: bool) -> Algorithm {
-        self.chose(self.choose(coll, bytes, commutative, Pick::Tuned))
+        self.chose_pick(coll, bytes, commutative, Pick::Tuned)
     }
 
     /// [`Comm::choose`], counted as one of this operation's choices.
     fn chose_pick(&self, coll: Collective, bytes: usize, commutative: bool, pick: Pick) -> Algorithm {
-        self.chose(self.choose(coll, bytes, commutative, pick))
+        self.chose(self.choose(coll, bytes, commutative, pick, self.is_level()))
     }
 }
 
@@ -334,6 +370,7 @@ impl Run<'_> {
         self.check_live()?;
         match self.chose_for(Collective::Barrier, 0, true) {
             Algorithm::Native => native::barrier(self).await,
+            Algorithm::Hierarchical => Box::pin(hierarchical::barrier(self)).await,
             algorithm => barrier::barrier(self, algorithm).await,
         }
     }
@@ -351,6 +388,7 @@ impl Run<'_> {
         let (send, recv): (&[u8], &mut [u8]) = (bytemuck::cast_slice(send), bytemuck::cast_slice_mut(recv));
         match self.chose_for(Collective::Scatter, recv.len(), true) {
             Algorithm::Native => native::scatter(self, send, recv, root).await,
+            Algorithm::Hierarchical => Box::pin(hierarchical::scatter(self, send, recv, root)).await,
             algorithm => scatter_gather::scatter(self, send, recv, root, algorithm).await,
         }
     }
@@ -431,6 +469,7 @@ impl Run<'_> {
     async fn dispatch_allgather(&self, send: Option<&[u8]>, recv: &mut [u8]) -> Result<()> {
         match self.chose_for(Collective::Allgather, recv.len() / self.size(), true) {
             Algorithm::Native => native::allgather(self, send, recv).await,
+            Algorithm::Hierarchical => Box::pin(hierarchical::allgather(self, send, recv)).await,
             algorithm => allgather::allgather(self, send, recv, algorithm).await,
         }
     }
@@ -480,6 +519,7 @@ impl Run<'_> {
         let (send, recv): (&[u8], &mut [u8]) = (bytemuck::cast_slice(send), bytemuck::cast_slice_mut(recv));
         match self.chose_for(Collective::Alltoall, send.len() / self.size(), true) {
             Algorithm::Native => native::alltoall(self, Some(send), recv).await,
+            Algorithm::Hierarchical => Box::pin(hierarchical::alltoall(self, send, recv)).await,
             algorithm => alltoall::alltoall(self, send, recv, algorithm).await,
         }
     }
@@ -524,9 +564,16 @@ impl Run<'_> {
     }
 
     /// `send` is `None` in place; arguments checked.
-    async fn dispatch_allreduce<T: Pod>(&self, send: Option<&[T]>, recv: &mut [T], op: &dyn Op<T>) -> Result<()> {
+    pub(super) async fn dispatch_allreduce<T: Pod>(
+        &self,
+        send: Option<&[T]>,
+        recv: &mut [T],
+        op: &dyn Op<T>,
+    ) -> Result<()> {
         match self.chose_for(Collective::Allreduce, size_of_val(recv), op.is_commutative()) {
             Algorithm::Native => native::allreduce(self, send, recv, op).await,
+            // Boxed here and below: a level's collective comes back through this dispatch.
+            Algorithm::Hierarchical => Box::pin(hierarchical::allreduce(self, send, recv, op)).await,
             algorithm => allreduce::allreduce(self, send, recv, op, algorithm).await,
         }
     }
@@ -574,6 +621,7 @@ impl Run<'_> {
         )?;
         match self.chose_for(Collective::Scan, size_of_val(send), op.is_commutative()) {
             Algorithm::Native => native::scan(self, Some(send), recv, op, exclusive).await,
+            Algorithm::Hierarchical => Box::pin(hierarchical::scan(self, send, recv, op, exclusive)).await,
             algorithm => scan::scan(self, send, recv, op, exclusive, algorithm).await,
         }
     }
@@ -586,6 +634,7 @@ impl Run<'_> {
     pub(super) async fn dispatch_bcast(&self, buf: &mut [u8], root: usize, pick: Pick) -> Result<()> {
         match self.chose_pick(Collective::Bcast, buf.len(), true, pick) {
             Algorithm::Native => native::bcast(self, buf, root).await,
+            Algorithm::Hierarchical => Box::pin(hierarchical::bcast(self, buf, root)).await,
             algorithm => bcast::bcast(self, buf, root, algorithm).await,
         }
     }
@@ -608,6 +657,7 @@ impl Run<'_> {
     pub(super) async fn dispatch_gather(&self, send: &[u8], recv: &mut [u8], root: usize, pick: Pick) -> Result<()> {
         match self.chose_pick(Collective::Gather, send.len(), true, pick) {
             Algorithm::Native => native::gather(self, send, recv, root).await,
+            Algorithm::Hierarchical => Box::pin(hierarchical::gather(self, send, recv, root)).await,
             algorithm => scatter_gather::gather(self, send, recv, root, algorithm).await,
         }
     }
@@ -637,6 +687,7 @@ impl Run<'_> {
     ) -> Result<()> {
         match self.chose_pick(Collective::Allgatherv, layout.total_bytes() / self.size(), true, pick) {
             Algorithm::Native => native::allgatherv(self, send, recv, layout).await,
+            Algorithm::Hierarchical => Box::pin(hierarchical::allgatherv(self, send, recv, layout)).await,
             algorithm => allgather::allgatherv(self, send, recv, layout, algorithm).await,
         }
     }
@@ -651,6 +702,7 @@ impl Run<'_> {
     ) -> Result<()> {
         match self.chose_pick(Collective::Reduce, size_of_val(send), op.is_commutative(), pick) {
             Algorithm::Native => native::reduce(self, Some(send), recv, op, root).await,
+            Algorithm::Hierarchical => Box::pin(hierarchical::reduce(self, send, recv, op, root)).await,
             algorithm => reduce::reduce(self, send, recv, op, root, algorithm).await,
         }
     }

@@ -1,6 +1,7 @@
 //! Run-time algorithm selection: per collective, rules on (process count, message size) pick an
 //! algorithm. Each device has its own defaults (`default_tuning_shm.json`,
 //! `default_tuning_tcp.json`, measured with `fastmp-bench tune` on that device;
+//! `default_tuning_hybrid.json`, composed from those two plus `hierarchical` across processes;
 //! `default_tuning_mpi.json`, the MPI library's own collectives throughout); a tuning file
 //! and `FASTMP_<COLLECTIVE>_ALGORITHM` variables override them at init. A rule whose algorithm
 //! cannot run (no native support on the device, a commutative-only algorithm with a
@@ -75,6 +76,38 @@ pub enum Algorithm {
     /// The device's own collectives: shared-memory copies on the shm device, the MPI library's
     /// collectives on the mpi device.
     Native,
+    /// Two levels: the members inside each process (the device's native collectives there),
+    /// and one leader per process over the network, pipelined in chunks. Only for
+    /// communicators spanning several processes with several members in some process.
+    Hierarchical,
+}
+
+/// Where a communicator's members run, as a selection rule's optional `"locality"` field
+/// names it: a rule with one applies only to communicators of that locality.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CommLocality {
+    /// Every member is a thread of one process.
+    Process,
+    /// Several processes, all on one node.
+    Node,
+    /// Several nodes.
+    Network,
+}
+
+impl CommLocality {
+    /// The locality of a communicator whose members are the world ranks `members`.
+    pub(crate) fn of(placement: &crate::Placement, members: &[usize]) -> CommLocality {
+        let Some(&first) = members.first() else { return CommLocality::Process };
+        let (process, node) = (placement.process_of(first), placement.node_of(first));
+        if members.iter().any(|&m| placement.node_of(m) != node) {
+            CommLocality::Network
+        } else if members.iter().any(|&m| placement.process_of(m) != process) {
+            CommLocality::Node
+        } else {
+            CommLocality::Process
+        }
+    }
 }
 
 impl Collective {
@@ -128,17 +161,21 @@ impl Collective {
     pub fn algorithms(self) -> &'static [Algorithm] {
         use Algorithm::*;
         match self {
-            Collective::Barrier => &[GatherBcast, Bt, Bde, Native],
-            Collective::Bcast => &[Bft, Nbft, Fat, Mst, Bt, ScatterAllgather, Native],
-            Collective::Scatter | Collective::Gather => &[Bft, Nbft, Mst, Native],
+            Collective::Barrier => &[GatherBcast, Bt, Bde, Native, Hierarchical],
+            Collective::Bcast => &[Bft, Nbft, Fat, Mst, Bt, ScatterAllgather, Native, Hierarchical],
+            Collective::Scatter => &[Bft, Nbft, Mst, Native, Hierarchical],
+            Collective::Gather => &[Bft, Nbft, Mst, Native, Hierarchical],
             Collective::Scatterv | Collective::Gatherv => &[Bft, Nbft, Mst, Native],
-            Collective::Allgather => &[Nbft, Bt, Bde, Bkt, GatherBcast, Native],
-            Collective::Allgatherv => &[Nbft, Bt, Bde, Bkt, GatherBcast, Native],
-            Collective::Alltoall | Collective::Alltoallv => &[Bft, Nbft, Nb1ft, Nb2ft, Native],
-            Collective::Reduce => &[Bft, Nbft, Mst, Native],
-            Collective::Allreduce => &[Nbft, Bt, Bde, Bkt, ReduceBcast, Rabenseifner, RingSegmented, Native],
+            Collective::Allgather => &[Nbft, Bt, Bde, Bkt, GatherBcast, Native, Hierarchical],
+            Collective::Allgatherv => &[Nbft, Bt, Bde, Bkt, GatherBcast, Native, Hierarchical],
+            Collective::Alltoall => &[Bft, Nbft, Nb1ft, Nb2ft, Native, Hierarchical],
+            Collective::Alltoallv => &[Bft, Nbft, Nb1ft, Nb2ft, Native],
+            Collective::Reduce => &[Bft, Nbft, Mst, Native, Hierarchical],
+            Collective::Allreduce => {
+                &[Nbft, Bt, Bde, Bkt, ReduceBcast, Rabenseifner, RingSegmented, Native, Hierarchical]
+            }
             Collective::ReduceScatter => &[Bde, Bkt, ReduceScatter, Native],
-            Collective::Scan => &[Nbft, Linear, Bde, Native],
+            Collective::Scan => &[Nbft, Linear, Bde, Native, Hierarchical],
         }
     }
 
@@ -205,12 +242,13 @@ impl Algorithm {
             Algorithm::ReduceScatter => "reduce_scatter",
             Algorithm::Linear => "linear",
             Algorithm::Native => "native",
+            Algorithm::Hierarchical => "hierarchical",
         }
     }
 
     /// Parses a name (case-insensitive); the thesis' long names are accepted too.
     pub fn from_name(name: &str) -> Result<Algorithm> {
-        const ALL: [Algorithm; 17] = [
+        const ALL: [Algorithm; 18] = [
             Algorithm::Bft,
             Algorithm::Nbft,
             Algorithm::Nb1ft,
@@ -228,6 +266,7 @@ impl Algorithm {
             Algorithm::ReduceScatter,
             Algorithm::Linear,
             Algorithm::Native,
+            Algorithm::Hierarchical,
         ];
         let lower = name.trim().to_ascii_lowercase().replace(['-', '+'], "_");
         let canonical = match lower.as_str() {
@@ -237,6 +276,7 @@ impl Algorithm {
             "ring" | "bucket" => "bkt",
             "segmented_ring" | "pipelined_ring" => "ring_segmented",
             "flat" => "bft",
+            "hier" | "hierarchy" | "two_level" => "hierarchical",
             other => other,
         };
         ALL.into_iter()
@@ -251,25 +291,31 @@ impl fmt::Display for Algorithm {
     }
 }
 
-/// One selection rule: used when the process count is at most `max_np` and the message size
-/// (bytes per rank, see the collective's docs) at most `max_bytes`. `None` means unbounded.
+/// One selection rule: used when the process count is at most `max_np`, the message size
+/// (bytes per rank, see the collective's docs) at most `max_bytes`, and the communicator's
+/// members are spread as `locality` says. `None` means unbounded (any locality).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Rule {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_np: Option<usize>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_bytes: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub locality: Option<CommLocality>,
     pub algorithm: Algorithm,
 }
 
 impl Rule {
     /// A rule that always applies.
     pub fn always(algorithm: Algorithm) -> Rule {
-        Rule { max_np: None, max_bytes: None, algorithm }
+        Rule { max_np: None, max_bytes: None, locality: None, algorithm }
     }
 
-    fn applies(&self, np: usize, bytes: usize) -> bool {
-        self.max_np.is_none_or(|m| np <= m) && self.max_bytes.is_none_or(|m| bytes <= m)
+    fn applies(&self, np: usize, bytes: usize, locality: CommLocality) -> bool {
+        self.max_np.is_none_or(|m| np <= m)
+            && self.max_bytes.is_none_or(|m| bytes <= m)
+            && self.locality.is_none_or(|l| l == locality)
     }
 }
 
@@ -278,8 +324,10 @@ impl Rule {
 ///
 /// Tuning files are JSON maps from collective name to rules, for example
 /// `{"bcast": [{"max_bytes": 8192, "algorithm": "bt"}, {"algorithm": "native"}]}`, plus an
-/// optional `"kary_arity"` (children per node of the `fat` tree, 4 by default); collectives not
-/// named keep their defaults.
+/// optional `"kary_arity"` (children per node of the `fat` tree, 4 by default) and
+/// `"hierarchical_chunk"` (bytes per chunk of the `hierarchical` pipeline, 64 KiB by default);
+/// collectives not named keep their defaults. A rule may name a `"locality"` (`"process"`,
+/// `"node"`, `"network"`: see [`CommLocality`]) to apply only to communicators spread so.
 ///
 /// ```
 /// use fastmp::coll::{Algorithm, Collective, Tuning};
@@ -299,10 +347,20 @@ pub struct Tuning {
     rules: [Vec<Rule>; Collective::ALL.len()],
     /// Children per node of the k-ary tree (`fat`): four by default, as in the thesis.
     kary_arity: usize,
+    /// Bytes per chunk of the `hierarchical` algorithms' pipeline between the levels.
+    hierarchical_chunk: usize,
 }
 
 /// Tuning-file key (and `FASTMP_KARY_ARITY`) for the arity of the k-ary tree.
 const KARY_ARITY_KEY: &str = "kary_arity";
+
+/// Tuning-file key (and `FASTMP_HIERARCHICAL_CHUNK`) for the chunk size of the `hierarchical`
+/// algorithms' pipeline.
+const HIERARCHICAL_CHUNK_KEY: &str = "hierarchical_chunk";
+
+/// Default chunk of the hierarchical pipeline: large enough that a chunk's per-message costs
+/// are small beside its transfer, small enough that a 1 MiB bcast has 16 chunks to overlap.
+const DEFAULT_HIERARCHICAL_CHUNK: usize = 64 << 10;
 
 /// Tuning-file key of free text saying how the table was made; ignored when loading.
 const COMMENT_KEY: &str = "comment";
@@ -312,6 +370,10 @@ const SHM_DEFAULTS: &str = include_str!("default_tuning_shm.json");
 
 /// Measured defaults of the tcp device (see its `comment` for how they were measured).
 const TCP_DEFAULTS: &str = include_str!("default_tuning_tcp.json");
+
+/// Defaults of the hybrid device: shm's rules inside a process, `hierarchical` across
+/// processes, tcp's for the leaders (see its `comment`).
+const HYBRID_DEFAULTS: &str = include_str!("default_tuning_hybrid.json");
 
 /// Defaults of the mpi device: every collective is the MPI library's (`native`).
 #[cfg(feature = "mpi")]
@@ -334,11 +396,13 @@ impl Tuning {
             DeviceKind::Tcp => TCP_DEFAULTS,
             #[cfg(feature = "mpi")]
             DeviceKind::Mpi => MPI_DEFAULTS,
-            // Until the hybrid device has its own measured table: its traffic between
-            // processes is tcp's.
-            DeviceKind::Hybrid => TCP_DEFAULTS,
+            DeviceKind::Hybrid => HYBRID_DEFAULTS,
         };
-        let empty = Tuning { rules: Collective::ALL.map(|c| vec![Rule::always(c.fallback())]), kary_arity: 4 };
+        let empty = Tuning {
+            rules: Collective::ALL.map(|c| vec![Rule::always(c.fallback())]),
+            kary_arity: 4,
+            hierarchical_chunk: DEFAULT_HIERARCHICAL_CHUNK,
+        };
         empty.with_json(text).expect("built-in default tuning files are valid")
     }
 
@@ -365,6 +429,13 @@ impl Tuning {
                 value.trim().parse().map_err(|e| Error::InvalidArgument(format!("FASTMP_KARY_ARITY={value}: {e}")))?;
             tuning = tuning.with_kary_arity(arity)?;
         }
+        if let Ok(value) = std::env::var("FASTMP_HIERARCHICAL_CHUNK") {
+            let bytes = value
+                .trim()
+                .parse()
+                .map_err(|e| Error::InvalidArgument(format!("FASTMP_HIERARCHICAL_CHUNK={value}: {e}")))?;
+            tuning = tuning.with_hierarchical_chunk(bytes)?;
+        }
         for coll in Collective::ALL {
             let var = format!("FASTMP_{}_ALGORITHM", coll.name().to_ascii_uppercase());
             if let Ok(name) = std::env::var(&var) {
@@ -389,6 +460,8 @@ impl Tuning {
         for (name, value) in parsed {
             if name == KARY_ARITY_KEY {
                 self = self.with_kary_arity(serde_json::from_value(value).map_err(bad)?)?;
+            } else if name == HIERARCHICAL_CHUNK_KEY {
+                self = self.with_hierarchical_chunk(serde_json::from_value(value).map_err(bad)?)?;
             } else if name != COMMENT_KEY {
                 self.set_rules(Collective::from_name(&name)?, serde_json::from_value(value).map_err(bad)?)?;
             }
@@ -403,6 +476,7 @@ impl Tuning {
             .map(|c| (c.name(), serde_json::to_value(self.rules(*c)).expect("rules serialize")))
             .collect();
         map.insert(KARY_ARITY_KEY, self.kary_arity.into());
+        map.insert(HIERARCHICAL_CHUNK_KEY, self.hierarchical_chunk.into());
         serde_json::to_string_pretty(&map).expect("rules serialize")
     }
 
@@ -417,6 +491,20 @@ impl Tuning {
     /// Children per node of the k-ary tree (`fat`).
     pub fn kary_arity(&self) -> usize {
         self.kary_arity
+    }
+
+    /// Uses chunks of `bytes` (at least 1) in the `hierarchical` algorithms' pipeline between
+    /// the levels (64 KiB by default).
+    pub fn with_hierarchical_chunk(self, bytes: usize) -> Result<Tuning> {
+        if bytes == 0 {
+            return Err(Error::InvalidArgument("the hierarchical chunk needs at least 1 byte".into()));
+        }
+        Ok(Tuning { hierarchical_chunk: bytes, ..self })
+    }
+
+    /// Bytes per chunk of the `hierarchical` algorithms' pipeline.
+    pub fn hierarchical_chunk(&self) -> usize {
+        self.hierarchical_chunk
     }
 
     /// Uses `algorithm` for every call of `coll`.
@@ -438,7 +526,7 @@ impl Tuning {
             )));
         }
         match rules.last() {
-            Some(last) if last.max_np.is_none() && last.max_bytes.is_none() => {}
+            Some(last) if last.max_np.is_none() && last.max_bytes.is_none() && last.locality.is_none() => {}
             _ => return Err(Error::InvalidArgument(format!("the last {coll} rule must have no limits"))),
         }
         self.rules[coll as usize] = rules;
@@ -450,26 +538,44 @@ impl Tuning {
         &self.rules[coll as usize]
     }
 
-    /// The algorithm the rules give for `np` processes and `bytes` per rank, whether or not it
-    /// can run. Allocation-free.
+    /// The algorithm the rules give for `np` processes and `bytes` per rank on a communicator
+    /// inside one process, whether or not it can run. Allocation-free.
     pub fn select(&self, coll: Collective, np: usize, bytes: usize) -> Algorithm {
-        self.select_usable(coll, np, bytes, |_| true)
+        self.select_where(coll, np, bytes, CommLocality::Process)
     }
 
-    /// The algorithm of the first rule that applies to `np` processes and `bytes` per rank and
-    /// names an algorithm `usable` accepts; the collective's [`Collective::fallback`] if there
-    /// is none. So a rule for an algorithm the device lacks (`native` on tcp) or the operation
-    /// rules out (a commutative-only one) passes the call on to the next rule that applies.
-    /// Allocation-free.
+    /// [`Tuning::select`] for a communicator of `locality`.
+    pub fn select_where(&self, coll: Collective, np: usize, bytes: usize, locality: CommLocality) -> Algorithm {
+        self.select_usable(coll, np, bytes, locality, |_| true)
+    }
+
+    /// The algorithm of the first rule that applies to `np` processes, `bytes` per rank and a
+    /// communicator of `locality`, and names an algorithm `usable` accepts; the collective's
+    /// [`Collective::fallback`] if there is none. So a rule for an algorithm the device lacks
+    /// (`native` on tcp) or the operation rules out (a commutative-only one) passes the call on
+    /// to the next rule that applies. Allocation-free.
     pub fn select_usable(
         &self,
         coll: Collective,
         np: usize,
         bytes: usize,
+        locality: CommLocality,
         usable: impl Fn(Algorithm) -> bool,
     ) -> Algorithm {
+        self.select_rule(coll, np, bytes, locality, usable).unwrap_or(coll.fallback())
+    }
+
+    /// [`Tuning::select_usable`] without the fallback: `None` when no usable rule applies.
+    pub(crate) fn select_rule(
+        &self,
+        coll: Collective,
+        np: usize,
+        bytes: usize,
+        locality: CommLocality,
+        usable: impl Fn(Algorithm) -> bool,
+    ) -> Option<Algorithm> {
         let rules = self.rules(coll);
-        rules.iter().find(|r| r.applies(np, bytes) && usable(r.algorithm)).map_or(coll.fallback(), |r| r.algorithm)
+        rules.iter().find(|r| r.applies(np, bytes, locality) && usable(r.algorithm)).map(|r| r.algorithm)
     }
 }
 
@@ -519,8 +625,8 @@ mod tests {
         t.set_rules(
             Collective::Bcast,
             vec![
-                Rule { max_np: Some(4), max_bytes: Some(1024), algorithm: Algorithm::Bt },
-                Rule { max_np: None, max_bytes: Some(1 << 16), algorithm: Algorithm::Fat },
+                Rule { max_np: Some(4), max_bytes: Some(1024), locality: None, algorithm: Algorithm::Bt },
+                Rule { max_np: None, max_bytes: Some(1 << 16), locality: None, algorithm: Algorithm::Fat },
                 Rule::always(Algorithm::ScatterAllgather),
             ],
         )
@@ -537,7 +643,7 @@ mod tests {
     #[test]
     fn an_unusable_rule_passes_the_call_to_the_next_rule_that_applies() {
         let mut t = Tuning::defaults();
-        let rule = |max_np, max_bytes, algorithm| Rule { max_np, max_bytes, algorithm };
+        let rule = |max_np, max_bytes, algorithm| Rule { max_np, max_bytes, locality: None, algorithm };
         t.set_rules(
             Collective::Allreduce,
             vec![
@@ -551,11 +657,19 @@ mod tests {
         let coll = Collective::Allreduce;
         let no_native = |a| a != Algorithm::Native;
         assert_eq!(t.select(coll, 2, 1 << 20), Algorithm::Native);
-        assert_eq!(t.select_usable(coll, 2, 1 << 20, no_native), Algorithm::Bkt);
-        assert_eq!(t.select_usable(coll, 2, 8, no_native), Algorithm::Nbft, "the first usable rule wins");
-        assert_eq!(t.select_usable(coll, 4, 1 << 20, no_native), coll.fallback(), "no usable rule applies");
+        assert_eq!(t.select_usable(coll, 2, 1 << 20, CommLocality::Process, no_native), Algorithm::Bkt);
+        assert_eq!(
+            t.select_usable(coll, 2, 8, CommLocality::Process, no_native),
+            Algorithm::Nbft,
+            "the first usable rule wins"
+        );
+        assert_eq!(
+            t.select_usable(coll, 4, 1 << 20, CommLocality::Process, no_native),
+            coll.fallback(),
+            "no usable rule applies"
+        );
         let no_ring = |a| no_native(a) && !coll.needs_commutative(a);
-        assert_eq!(t.select_usable(coll, 2, 1 << 20, no_ring), coll.fallback());
+        assert_eq!(t.select_usable(coll, 2, 1 << 20, CommLocality::Process, no_ring), coll.fallback());
     }
 
     #[test]
@@ -582,7 +696,69 @@ mod tests {
         let forced = mpi.force(Collective::Bcast, Algorithm::Bt).unwrap();
         assert_eq!(forced.select(Collective::Bcast, 4, 1 << 20), Algorithm::Bt, "fastmp algorithms stay selectable");
         let no_native = |a| a != Algorithm::Native;
-        assert_eq!(forced.select_usable(Collective::Allreduce, 4, 8, no_native), Collective::Allreduce.fallback());
+        assert_eq!(
+            forced.select_usable(Collective::Allreduce, 4, 8, CommLocality::Node, no_native),
+            Collective::Allreduce.fallback()
+        );
+    }
+
+    #[test]
+    fn locality_rules_apply_only_to_communicators_of_that_locality() {
+        let t = Tuning::defaults()
+            .with_json(
+                r#"{"bcast": [{"locality": "process", "algorithm": "native"},
+                              {"locality": "network", "max_bytes": 64, "algorithm": "bt"},
+                              {"locality": "node", "algorithm": "hierarchical"},
+                              {"algorithm": "mst"}]}"#,
+            )
+            .unwrap();
+        let select = |locality, bytes| t.select_where(Collective::Bcast, 8, bytes, locality);
+        assert_eq!(select(CommLocality::Process, 1 << 20), Algorithm::Native);
+        assert_eq!(select(CommLocality::Node, 8), Algorithm::Hierarchical);
+        assert_eq!(select(CommLocality::Network, 8), Algorithm::Bt);
+        assert_eq!(select(CommLocality::Network, 1 << 20), Algorithm::Mst);
+        assert_eq!(t.select(Collective::Bcast, 8, 8), Algorithm::Native, "plain select: one process");
+        let no_hierarchy = |a| a != Algorithm::Hierarchical;
+        assert_eq!(t.select_usable(Collective::Bcast, 8, 8, CommLocality::Node, no_hierarchy), Algorithm::Mst);
+        assert_eq!(Tuning::from_json(&t.to_json()).unwrap(), t, "locality round-trips through JSON");
+    }
+
+    #[test]
+    fn bad_locality_rules_are_clear_errors() {
+        let err = Tuning::from_json(r#"{"bcast": [{"locality": "rack", "algorithm": "bt"}, {"algorithm": "bt"}]}"#)
+            .unwrap_err();
+        assert!(err.to_string().contains("rack"), "{err}");
+        let err = Tuning::from_json(r#"{"bcast": [{"localty": "node", "algorithm": "bt"}, {"algorithm": "bt"}]}"#)
+            .unwrap_err();
+        assert!(err.to_string().contains("localty"), "{err}");
+        let err = Tuning::from_json(r#"{"bcast": [{"locality": "node", "algorithm": "bt"}]}"#).unwrap_err();
+        assert!(err.to_string().contains("last bcast rule must have no limits"), "{err}");
+        assert!(Tuning::defaults().force(Collective::Alltoallv, Algorithm::Hierarchical).is_err());
+        assert!(Tuning::defaults().with_hierarchical_chunk(0).is_err());
+        assert_eq!(Tuning::from_json(r#"{"hierarchical_chunk": 4096}"#).unwrap().hierarchical_chunk(), 4096);
+    }
+
+    #[test]
+    fn the_hybrid_table_is_shm_inside_a_process_and_hierarchical_across() {
+        let (hybrid, shm, tcp) =
+            (Tuning::defaults_for(DeviceKind::Hybrid), Tuning::defaults(), Tuning::defaults_for(DeviceKind::Tcp));
+        let no_hierarchy = |a| a != Algorithm::Hierarchical;
+        for coll in Collective::ALL {
+            for np in [2, 4, 16] {
+                for bytes in [0, 64, 1 << 16, 1 << 20] {
+                    let inside = hybrid.select_where(coll, np, bytes, CommLocality::Process);
+                    assert_eq!(inside, shm.select(coll, np, bytes), "{coll} np {np} {bytes} B");
+                    for across in [CommLocality::Node, CommLocality::Network] {
+                        let picked = hybrid.select_where(coll, np, bytes, across);
+                        let hierarchical = coll.algorithms().contains(&Algorithm::Hierarchical)
+                            && (coll != Collective::Alltoall || bytes <= 1024);
+                        assert_eq!(picked == Algorithm::Hierarchical, hierarchical, "{coll} np {np} {bytes} B");
+                        let leaders = hybrid.select_usable(coll, np, bytes, across, no_hierarchy);
+                        assert_eq!(leaders, tcp.select_where(coll, np, bytes, across), "{coll} np {np} {bytes} B");
+                    }
+                }
+            }
+        }
     }
 
     #[test]

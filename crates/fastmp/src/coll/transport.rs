@@ -40,6 +40,9 @@ pub(crate) struct Run<'c> {
     blocking: bool,
     /// Algorithm choices made so far in this operation (see `Operation::dispatch`).
     dispatches: Cell<u64>,
+    /// A level of a hierarchical operation (`Levels`): where no rule applies, the device's
+    /// own collectives run if it has them.
+    level: bool,
 }
 
 /// The operation is over however it ends (finished, failed, or its future dropped): a device
@@ -121,8 +124,28 @@ impl<'c> Run<'c> {
         }
         let seq = comm.coll_seq.get();
         comm.coll_seq.set(seq + 1);
+        Ok(Run::numbered(comm, seq, blocking, false))
+    }
+
+    fn numbered(comm: &'c Comm, seq: u64, blocking: bool, level: bool) -> Self {
         let tag_base = ((seq as u32 & SEQ_MASK) << COLL_BITS) as i32;
-        Ok(Run { comm, collectives, seq, tag_base, blocking, dispatches: Cell::new(0) })
+        let collectives = comm.collectives.as_deref();
+        Run { comm, collectives, seq, tag_base, blocking, dispatches: Cell::new(0), level }
+    }
+
+    /// The communicator of the operation, for as long as it lives.
+    pub(crate) fn comm(&self) -> &'c Comm {
+        self.comm
+    }
+
+    /// Whether this operation finishes each step in place (a blocking call).
+    pub(crate) fn is_blocking(&self) -> bool {
+        self.blocking
+    }
+
+    /// Whether this operation is a level of a hierarchical one.
+    pub(crate) fn is_level(&self) -> bool {
+        self.level
     }
 
     /// The device's collectives for the communicator, if it has its own.
@@ -257,6 +280,48 @@ impl<'c> Run<'c> {
     /// A batch of operations started together and finished together (a non-dependent stage).
     pub(crate) fn batch<'a>(&'a self) -> Batch<'a> {
         Batch { run: self, reqs: Vec::new(), failed: None }
+    }
+}
+
+/// `count` operation numbers of a level communicator, taken together when a hierarchical
+/// operation starts, so that every member numbers the level's operations alike however the
+/// parent's nonblocking operations interleave. Each becomes a [`Run`] when its step starts;
+/// numbers never used are reported finished on drop (a failed or abandoned operation), so the
+/// device's collectives never wait for them.
+pub(crate) struct LevelRuns<'c> {
+    comm: &'c Comm,
+    blocking: bool,
+    next: Cell<u64>,
+    end: u64,
+}
+
+impl<'c> LevelRuns<'c> {
+    /// The next `count` operations on `comm`, finishing steps in place when `blocking`.
+    pub(crate) fn take(comm: &'c Comm, count: u64, blocking: bool) -> Self {
+        let next = comm.coll_seq.get();
+        comm.coll_seq.set(next + count);
+        LevelRuns { comm, blocking, next: Cell::new(next), end: next + count }
+    }
+
+    /// The next of these operations, started.
+    pub(crate) fn next(&self) -> Result<Run<'c>> {
+        let seq = self.next.get();
+        if seq == self.end {
+            return Err(Error::InvalidArgument("a hierarchical collective ran more level steps than it took".into()));
+        }
+        if let Some(collectives) = self.comm.collectives.as_deref() {
+            collectives.provider().may_start()?;
+        }
+        self.next.set(seq + 1);
+        Ok(Run::numbered(self.comm, seq, self.blocking, true))
+    }
+}
+
+impl Drop for LevelRuns<'_> {
+    fn drop(&mut self) {
+        if let Some(collectives) = self.comm.collectives.as_deref() {
+            (self.next.get()..self.end).for_each(|seq| collectives.provider().finished(seq));
+        }
     }
 }
 

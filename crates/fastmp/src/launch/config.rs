@@ -317,6 +317,12 @@ impl Config {
         if let Some(on) = env_parse::<u8>("FASTMP_PROGRESS_THREAD")? {
             c.progress_thread = on != 0;
         }
+        // Undocumented, like `simulate_processes`: measuring locality-driven algorithms on shm.
+        if c.device == DeviceKind::Shm
+            && let Some(t) = env_parse::<usize>("FASTMP_SIMULATE_PROCESSES")?
+        {
+            c = c.simulate_processes(t);
+        }
         c.validate()?;
         Ok(c)
     }

@@ -430,7 +430,12 @@ impl Tunings {
             Tunings::Default => None,
             Tunings::Native => Some(Algorithm::Native),
             Tunings::P2p => {
-                let p2p: Vec<Algorithm> = c.algorithms().iter().copied().filter(|&a| a != Algorithm::Native).collect();
+                let p2p: Vec<Algorithm> = c
+                    .algorithms()
+                    .iter()
+                    .copied()
+                    .filter(|&a| !matches!(a, Algorithm::Native | Algorithm::Hierarchical))
+                    .collect();
                 Some(p2p[k % p2p.len()])
             }
         };

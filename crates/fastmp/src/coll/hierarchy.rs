@@ -1,0 +1,172 @@
+//! The levels of a communicator's hierarchical collectives: the members inside this process
+//! (the local level) and one leader per process (the leaders' level), computed from the
+//! device's placement and built on first use, locally, on contexts the communicator reserved
+//! at creation (`CONTEXTS_PER_COMM`), so building them never communicates.
+
+use std::cell::OnceCell;
+use std::rc::Rc;
+use std::sync::Arc;
+
+use super::select::{CommLocality, Tuning};
+use crate::comm::Comm;
+use crate::group::Group;
+
+/// Offsets, from a communicator's own context, of its levels' context pairs.
+const LOCAL_LEVEL_CONTEXT: u32 = 2;
+const LEADERS_LEVEL_CONTEXT: u32 = 4;
+
+/// A communicator's members grouped by a key (their process, or their NUMA node inside one
+/// process): groups are numbered in the order of their lowest member, members keep their order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Grouping {
+    /// Group of each member.
+    group_of: Box<[usize]>,
+    /// Members of each group, ascending; the first is the group's leader.
+    members: Box<[Box<[usize]>]>,
+    /// Whether every group's members are consecutive ranks, so that concatenating the groups in
+    /// leader order is rank order (what non-commutative reductions over the levels need).
+    contiguous: bool,
+}
+
+impl Grouping {
+    /// Groups members `0..keys.len()` by `keys[member]`; `None` unless that gives a hierarchy:
+    /// at least two groups, and some group with at least two members.
+    pub(crate) fn by_key(keys: &[usize]) -> Option<Grouping> {
+        let mut firsts: Vec<usize> = Vec::new();
+        let mut members: Vec<Vec<usize>> = Vec::new();
+        let group_of: Box<[usize]> = keys
+            .iter()
+            .enumerate()
+            .map(|(member, key)| {
+                let group = firsts.iter().position(|&f| keys[f] == *key).unwrap_or_else(|| {
+                    firsts.push(member);
+                    members.push(Vec::new());
+                    firsts.len() - 1
+                });
+                members[group].push(member);
+                group
+            })
+            .collect();
+        if members.len() < 2 || members.iter().all(|m| m.len() < 2) {
+            return None;
+        }
+        let contiguous = members.iter().all(|m| m.windows(2).all(|w| w[1] == w[0] + 1));
+        Some(Grouping { group_of, members: members.into_iter().map(Vec::into_boxed_slice).collect(), contiguous })
+    }
+
+    /// The group of `member`.
+    pub(crate) fn group_of(&self, member: usize) -> usize {
+        self.group_of[member]
+    }
+
+    /// Members of `group`, ascending.
+    pub(crate) fn members(&self, group: usize) -> &[usize] {
+        &self.members[group]
+    }
+
+    /// Number of groups.
+    pub(crate) fn groups(&self) -> usize {
+        self.members.len()
+    }
+
+    /// `member`'s position inside its group (0 for the leader).
+    pub(crate) fn rank_in_group(&self, member: usize) -> usize {
+        let members = self.members(self.group_of(member));
+        members.iter().position(|&m| m == member).expect("a member is in its group")
+    }
+
+    /// Whether every group is a run of consecutive members.
+    pub(crate) fn is_contiguous(&self) -> bool {
+        self.contiguous
+    }
+}
+
+/// The two levels of one communicator, as seen from this rank.
+pub(crate) struct Levels {
+    /// The communicator's members grouped by process.
+    pub(crate) processes: Grouping,
+    /// The members in this process, in communicator order (the device's native collectives).
+    local: Comm,
+    /// One leader per process, in process order; only on leaders.
+    leaders: Option<Comm>,
+}
+
+impl Levels {
+    /// The local level, selecting algorithms from `tuning` (the parent operation's).
+    pub(crate) fn local(&self, tuning: &Arc<Tuning>) -> Comm {
+        Comm { tuning: tuning.clone(), ..self.local.clone() }
+    }
+
+    /// The leaders' level, selecting algorithms from `tuning`; `None` on a non-leader.
+    pub(crate) fn leaders(&self, tuning: &Arc<Tuning>) -> Option<Comm> {
+        self.leaders.as_ref().map(|leaders| Comm { tuning: tuning.clone(), ..leaders.clone() })
+    }
+}
+
+/// What a communicator computes once about its spread (shared by its clones).
+#[derive(Default)]
+pub(crate) struct LevelCache {
+    locality: OnceCell<CommLocality>,
+    levels: OnceCell<Option<Rc<Levels>>>,
+}
+
+impl Comm {
+    /// Where this communicator's members run (for the selection rules' `locality`).
+    pub(crate) fn spread_locality(&self) -> CommLocality {
+        *self.spread.locality.get_or_init(|| CommLocality::of(self.placement(), self.group.members()))
+    }
+
+    /// The levels of this communicator's hierarchical collectives, if its members span several
+    /// processes and some process holds several of them. Built on first use without
+    /// communicating: every member derives the same levels from the placement.
+    pub(crate) fn levels(&self) -> Option<&Rc<Levels>> {
+        self.spread.levels.get_or_init(|| self.build_levels().map(Rc::new)).as_ref()
+    }
+
+    fn build_levels(&self) -> Option<Levels> {
+        let placement = self.placement();
+        let keys: Vec<usize> = self.group.members().iter().map(|&w| placement.process_of(w)).collect();
+        let processes = Grouping::by_key(&keys)?;
+        let world = |ranks: &[usize]| ranks.iter().map(|&r| self.group.world_rank(r)).collect::<Vec<_>>();
+        let group = |members: Vec<usize>| {
+            Group::from_members(members, self.dev.size(), self.dev.rank()).expect("level members are distinct ranks")
+        };
+        let mine = processes.group_of(self.rank);
+        let local = self.derived(self.context + LOCAL_LEVEL_CONTEXT, group(world(processes.members(mine))));
+        let leaders = (processes.rank_in_group(self.rank) == 0).then(|| {
+            let leaders: Vec<usize> = (0..processes.groups()).map(|p| processes.members(p)[0]).collect();
+            self.derived(self.context + LEADERS_LEVEL_CONTEXT, group(world(&leaders)))
+        });
+        Some(Levels { processes, local, leaders })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn members_group_by_key_in_order_of_their_lowest_member() {
+        let g = Grouping::by_key(&[0, 0, 0, 1, 1, 1]).unwrap();
+        assert_eq!((g.groups(), g.members(1), g.group_of(4), g.rank_in_group(4)), (2, &[3, 4, 5][..], 1, 1));
+        assert!(g.is_contiguous());
+        let g = Grouping::by_key(&[7, 3, 7, 3, 9]).unwrap();
+        assert_eq!((g.groups(), g.members(0), g.members(1), g.members(2)), (3, &[0, 2][..], &[1, 3][..], &[4][..]));
+        assert!(!g.is_contiguous(), "interleaved processes are not in rank order");
+    }
+
+    #[test]
+    fn no_hierarchy_without_two_groups_and_a_shared_one() {
+        assert_eq!(Grouping::by_key(&[4, 4, 4]), None, "one process");
+        assert_eq!(Grouping::by_key(&[0, 1, 2]), None, "one member per process");
+        assert_eq!(Grouping::by_key(&[]), None);
+        assert!(Grouping::by_key(&[0, 1, 1]).is_some());
+    }
+
+    #[test]
+    fn a_numa_level_groups_one_process_by_node() {
+        // The same computation splits a process's members by NUMA node (2 sockets, 2 + 3 ranks).
+        let g = Grouping::by_key(&[0, 0, 1, 1, 1]).unwrap();
+        assert_eq!((g.groups(), g.rank_in_group(2), g.members(0)), (2, 0, &[0, 1][..]));
+    }
+}
