@@ -160,7 +160,7 @@ impl HybridEndpoint {
     fn finish_held(&self, id: ReqId, stage: Stage) {
         let mut q = self.queue.borrow_mut();
         q.unlink(id);
-        if let Some(h) = q.held.get_mut(id).ok() {
+        if let Ok(h) = q.held.get_mut(id) {
             h.stage = stage;
         }
     }
