@@ -256,3 +256,27 @@ fn large_messages_between_thread_peers_complete() {
     })
     .unwrap();
 }
+
+/// Collectives over both transports (message-based on the world), and the shm native ones on a
+/// per-process communicator (every member a thread peer), with a process of 3 and one of 2.
+#[test]
+fn collectives_on_the_world_and_on_per_process_communicators() {
+    use fastmp::{SplitType, op::Sum};
+    run(5, 3, |world| {
+        let me = world.rank();
+        let mut sum = [0u64; 2];
+        world.allreduce(&[me as u64, 1], &mut sum, Sum)?;
+        assert_eq!(sum, [10, 5]);
+        let mut data = if me == 4 { [7u32, 8, 9] } else { [0; 3] };
+        world.bcast(&mut data, 4)?;
+        assert_eq!(data, [7, 8, 9]);
+        let local = world.split_type(SplitType::SharedProcess, 0)?;
+        assert_eq!(local.size(), if me < 3 { 3 } else { 2 });
+        let mut local_sum = [0u64];
+        local.allreduce(&[me as u64], &mut local_sum, Sum)?;
+        assert_eq!(local_sum[0], if me < 3 { 3 } else { 7 });
+        local.barrier()?;
+        world.barrier()
+    })
+    .unwrap();
+}
