@@ -280,3 +280,53 @@ fn collectives_on_the_world_and_on_per_process_communicators() {
     })
     .unwrap();
 }
+
+/// A remote failure reaches ranks blocked in a shm native collective of their own process, not
+/// only ranks blocked on the network.
+#[test]
+fn a_remote_failure_fails_a_per_process_collective() {
+    use fastmp::SplitType;
+    let err = run(5, 3, |world| {
+        let me = world.rank();
+        let local = world.split_type(SplitType::SharedProcess, 0)?;
+        if me == 4 {
+            return Err(Error::InvalidArgument("rank 4 gives up".into()));
+        }
+        if me == 2 {
+            // Joins its process's barrier only once the failure has reached this process.
+            while world.iprobe(4, 99).is_ok() {
+                std::thread::yield_now();
+            }
+        }
+        match local.barrier() {
+            Err(Error::PeerFailed { rank: 4, .. }) => Ok(()),
+            other if me == 3 => other, // process 1's other rank: its barrier partner failed
+            other => panic!("rank {me}: expected PeerFailed from rank 4, got {other:?}"),
+        }
+    })
+    .expect_err("the job failed");
+    assert!(matches!(err, Error::RankFailed { rank: 4, .. }), "{err:?}");
+}
+
+/// Thread peers blocked on each other in shm's own blocking receive (which never looks at the
+/// network) fail when a remote rank fails: the tcp side's waker puts the failure on record in
+/// their shm world. Without it this job would hang.
+#[test]
+fn a_remote_failure_wakes_thread_peers_blocked_on_each_other() {
+    let err = run(4, 2, |world| {
+        let me = world.rank();
+        match me {
+            3 => Err(Error::InvalidArgument("rank 3 gives up".into())),
+            0 | 1 => match world.recv(&mut [0u8; 1], me ^ 1, 5) {
+                Err(Error::PeerFailed { rank: 3, .. }) => Ok(()),
+                other => panic!("rank {me}: expected PeerFailed from rank 3, got {other:?}"),
+            },
+            _ => match world.recv(&mut [0u8; 1], 3, 5) {
+                Err(Error::PeerFailed { rank: 3, .. }) => Ok(()),
+                other => panic!("rank {me}: expected PeerFailed from rank 3, got {other:?}"),
+            },
+        }
+    })
+    .expect_err("the job failed");
+    assert!(matches!(err, Error::RankFailed { rank: 3, .. }), "{err:?}");
+}
