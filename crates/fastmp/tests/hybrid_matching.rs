@@ -256,3 +256,77 @@ fn large_messages_between_thread_peers_complete() {
     })
     .unwrap();
 }
+
+/// Collectives over both transports (message-based on the world), and the shm native ones on a
+/// per-process communicator (every member a thread peer), with a process of 3 and one of 2.
+#[test]
+fn collectives_on_the_world_and_on_per_process_communicators() {
+    use fastmp::{SplitType, op::Sum};
+    run(5, 3, |world| {
+        let me = world.rank();
+        let mut sum = [0u64; 2];
+        world.allreduce(&[me as u64, 1], &mut sum, Sum)?;
+        assert_eq!(sum, [10, 5]);
+        let mut data = if me == 4 { [7u32, 8, 9] } else { [0; 3] };
+        world.bcast(&mut data, 4)?;
+        assert_eq!(data, [7, 8, 9]);
+        let local = world.split_type(SplitType::SharedProcess, 0)?;
+        assert_eq!(local.size(), if me < 3 { 3 } else { 2 });
+        let mut local_sum = [0u64];
+        local.allreduce(&[me as u64], &mut local_sum, Sum)?;
+        assert_eq!(local_sum[0], if me < 3 { 3 } else { 7 });
+        local.barrier()?;
+        world.barrier()
+    })
+    .unwrap();
+}
+
+/// A remote failure reaches ranks blocked in a shm native collective of their own process, not
+/// only ranks blocked on the network.
+#[test]
+fn a_remote_failure_fails_a_per_process_collective() {
+    use fastmp::SplitType;
+    let err = run(5, 3, |world| {
+        let me = world.rank();
+        let local = world.split_type(SplitType::SharedProcess, 0)?;
+        if me == 4 {
+            return Err(Error::InvalidArgument("rank 4 gives up".into()));
+        }
+        if me == 2 {
+            // Joins its process's barrier only once the failure has reached this process.
+            while world.iprobe(4, 99).is_ok() {
+                std::thread::yield_now();
+            }
+        }
+        match local.barrier() {
+            Err(Error::PeerFailed { rank: 4, .. }) => Ok(()),
+            other if me == 3 => other, // process 1's other rank: its barrier partner failed
+            other => panic!("rank {me}: expected PeerFailed from rank 4, got {other:?}"),
+        }
+    })
+    .expect_err("the job failed");
+    assert!(matches!(err, Error::RankFailed { rank: 4, .. }), "{err:?}");
+}
+
+/// Thread peers blocked on each other in shm's own blocking receive (which never looks at the
+/// network) fail when a remote rank fails: the tcp side's waker puts the failure on record in
+/// their shm world. Without it this job would hang.
+#[test]
+fn a_remote_failure_wakes_thread_peers_blocked_on_each_other() {
+    let err = run(4, 2, |world| {
+        let me = world.rank();
+        match me {
+            3 => Err(Error::InvalidArgument("rank 3 gives up".into())),
+            0 | 1 => match world.recv(&mut [0u8; 1], me ^ 1, 5) {
+                Err(Error::PeerFailed { rank: 3, .. }) => Ok(()),
+                other => panic!("rank {me}: expected PeerFailed from rank 3, got {other:?}"),
+            },
+            _ => match world.recv(&mut [0u8; 1], 3, 5) {
+                Err(Error::PeerFailed { rank: 3, .. }) => Ok(()),
+                other => panic!("rank {me}: expected PeerFailed from rank 3, got {other:?}"),
+            },
+        }
+    })
+    .expect_err("the job failed");
+    assert!(matches!(err, Error::RankFailed { rank: 3, .. }), "{err:?}");
+}

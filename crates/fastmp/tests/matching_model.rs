@@ -27,7 +27,7 @@
 //!
 //! Every received message is also checked for its payload, length, source and tag.
 //!
-//! Both devices run it (`shm::<name>`, `tcp::<name>`). One difference is allowed: on tcp a
+//! Every device runs it (`shm::<name>`, `tcp::<name>`, `hybrid::<name>`). One difference is allowed: on tcp (and hybrid between processes) a
 //! receive matched by a rendezvous message may still wait for the payload's round trip when
 //! the phase ends, so cancelling it has no effect and it completes; shm completes it on arrival.
 
@@ -287,7 +287,7 @@ fn receiver(dev: DeviceKind, world: &Comm, markers: &Comm, plan: &Plan) -> fastm
                     None => {
                         req.cancel()?;
                         let status = req.wait()?;
-                        if dev == DeviceKind::Tcp && !status.cancelled {
+                        if dev != DeviceKind::Shm && !status.cancelled {
                             // Matched, its rendezvous payload was still on the way (see the top).
                             completed.push((r, slot, status));
                         } else {

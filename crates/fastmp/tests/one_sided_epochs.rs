@@ -491,6 +491,7 @@ fn uneven_parts_and_two_windows(dev: DeviceKind) {
 }
 
 device_suite! {
+    all_hybrid_ignored: "the hybrid device has no one-sided windows yet (v1)",
     both: [
         fence_put_get_accumulate,
         fence_assertions_open_and_close_epochs,

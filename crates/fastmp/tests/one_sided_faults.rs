@@ -257,6 +257,7 @@ fn forgetting_windows_guards_and_requests(dev: DeviceKind) {
 }
 
 device_suite! {
+    all_hybrid_ignored: "the hybrid device has no one-sided windows yet (v1)",
     both: [
         target_sleeping_in_user_code_serves_operations,
         origin_failing_while_holding_an_exclusive_lock,

@@ -28,6 +28,7 @@ pub use tcp::fuzzing::fuzz_decode_frames;
 use crate::error::Result;
 use collectives::Collectives;
 pub use failure::Failure;
+pub(crate) use hybrid::HybridEndpoint;
 pub use locality::{Locality, Placement};
 use one_sided::OneSided;
 pub(crate) use shm::ShmWorld;

@@ -8,9 +8,8 @@ use super::affinity;
 use super::config::{Config, DEFAULT_EAGER_LIMIT, Pin, ProcessPlace};
 use super::tcp::{FirstFailure, Place, RankEnd, run_loopback_mesh, run_rank};
 use crate::comm::Comm;
-use crate::device::hybrid::HybridEndpoint;
 use crate::device::tcp::TcpEndpoint;
-use crate::device::{Device, Failure, Placement, ShmWorld, lock_ignoring_poison};
+use crate::device::{Device, Failure, HybridEndpoint, Placement, ShmWorld, lock_ignoring_poison};
 use crate::error::{Error, Result};
 
 impl RankEnd for HybridEndpoint {

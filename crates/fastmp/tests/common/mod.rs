@@ -82,22 +82,29 @@ pub fn assert_bytes_eq(got: &[u8], want: &[u8], what: &str) {
 }
 
 /// Generates the `#[test]` wrappers of a suite whose test bodies take the device as a parameter:
-/// `shm::name` runs `name(DeviceKind::Shm)` and `tcp::name` runs `name(DeviceKind::Tcp)`, so one
-/// body serves both devices. Tests under `tcp_ignored` (grouped by reason) run on shm and are
-/// ignored on tcp with that reason: known tcp device defects, to be un-ignored once fixed. An
-/// optional leading `all_tcp_ignored: "reason",` ignores every tcp test (a defect that can hit
-/// any job).
+/// `shm::name` runs `name(DeviceKind::Shm)`, `tcp::name` runs `name(DeviceKind::Tcp)` and
+/// `hybrid::name` runs `name(DeviceKind::Hybrid)` (two processes of thread ranks, see
+/// `Config::threads_per_process`), so one body serves every device. Tests under `tcp_ignored`
+/// (grouped by reason) run on shm and are ignored on tcp and hybrid (which uses tcp between
+/// processes) with that reason: known tcp device defects, to be un-ignored once fixed. An
+/// optional leading `all_tcp_ignored: "reason",` ignores every tcp and hybrid test (a defect
+/// that can hit any job); `all_hybrid_ignored: "reason",` every hybrid test (a feature the
+/// hybrid device does not have yet).
 #[allow(unused_macros)]
 macro_rules! device_suite {
     (
         $(all_tcp_ignored: $all:literal,)?
+        $(all_hybrid_ignored: $hall:literal,)?
         both: $both:tt,
         tcp_ignored: $ignored:tt $(,)?
     ) => {
-        crate::common::device_suite!(@suite { $(#[ignore = $all])? } both: $both, tcp_ignored: $ignored);
+        crate::common::device_suite!(
+            @suite { $(#[ignore = $all])? } { $(#[ignore = $all])? $(#[ignore = $hall])? }
+            both: $both, tcp_ignored: $ignored
+        );
     };
     (
-        @suite $tcp_attrs:tt
+        @suite $tcp_attrs:tt $hybrid_attrs:tt
         both: [$($both:ident),* $(,)?],
         tcp_ignored: [$($reason:literal => [$($ignored:ident),* $(,)?]),* $(,)?]
     ) => {
@@ -106,15 +113,19 @@ macro_rules! device_suite {
             $( $( #[test] fn $ignored() { super::$ignored(fastmp::DeviceKind::Shm) } )* )*
         }
         mod tcp {
-            $( crate::common::device_suite!(@tcp $tcp_attrs $both); )*
-            $( $( crate::common::device_suite!(@tcp { #[ignore = $reason] } $ignored); )* )*
+            $( crate::common::device_suite!(@on Tcp $tcp_attrs $both); )*
+            $( $( crate::common::device_suite!(@on Tcp { #[ignore = $reason] } $ignored); )* )*
+        }
+        mod hybrid {
+            $( crate::common::device_suite!(@on Hybrid $hybrid_attrs $both); )*
+            $( $( crate::common::device_suite!(@on Hybrid { #[ignore = $reason] } $ignored); )* )*
         }
     };
-    (@tcp { $(#[$attr:meta])* } $name:ident) => {
+    (@on $device:ident { $(#[$attr:meta])* } $name:ident) => {
         #[test]
         $(#[$attr])*
         fn $name() {
-            super::$name(fastmp::DeviceKind::Tcp)
+            super::$name(fastmp::DeviceKind::$device)
         }
     };
 }

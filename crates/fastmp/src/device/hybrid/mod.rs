@@ -43,8 +43,6 @@ pub(crate) struct HybridEndpoint {
     tcp: TcpEndpoint,
     placement: Placement,
     queue: RefCell<Queue>,
-    /// Which transport a wildcard probe tries first next time.
-    remote_first: Cell<bool>,
     /// Inside `wait_until`: tcp requests are tested as a blocked waiter's.
     waiting: Cell<bool>,
     finalized: Cell<bool>,
@@ -69,7 +67,6 @@ impl HybridEndpoint {
             tcp,
             placement,
             queue: RefCell::default(),
-            remote_first: Cell::new(false),
             waiting: Cell::new(false),
             finalized: Cell::new(false),
         }
@@ -179,11 +176,33 @@ impl HybridEndpoint {
         }
     }
 
-    /// Whether a transport's "no such message can come" for an `ANY_SOURCE` probe holds for the
-    /// whole job: tcp's does (every rank is its peer), shm's only once the job is aborted (remote
-    /// ranks may still send).
-    fn any_source_verdict(&self, via: Via) -> bool {
-        via == Via::Remote || self.shm.world().first_failure().is_some()
+    /// Asks both transports for an `ANY_SOURCE` message with `probe`, thread peers first: a
+    /// fixed order, so repeated probes agree on which message is first (as one arrival order
+    /// would). It can never come only when both say so (thread peers and remote ranks are all
+    /// gone), or when the job is aborted.
+    fn probe_both<T>(&self, probe: impl Fn(Via) -> Result<Option<T>>) -> Result<Option<T>> {
+        let order = [Via::Local, Via::Remote];
+        let mut hopeless = [None, None];
+        for (i, via) in order.into_iter().enumerate() {
+            match probe(via) {
+                Ok(Some(found)) => return Ok(Some(found)),
+                Ok(None) => {}
+                Err(e @ Error::PeerFailed { .. }) => return Err(e),
+                Err(e) => hopeless[i] = Some(e),
+            }
+        }
+        match hopeless {
+            // tcp's reason names the job's ranks (every rank is its peer).
+            [Some(_), Some(remote)] => Err(remote),
+            _ => Ok(None),
+        }
+    }
+
+    /// Whether a held receive still waiting (stalled behind an earlier one of its context) is
+    /// owed the message `status` describes.
+    fn owed(&self, context: ContextId, status: &RawStatus) -> bool {
+        let q = self.queue.borrow();
+        q.order.iter().any(|&id| q.held.get(id).is_some_and(|h| h.spec.matches(context, status.source, status.tag)))
     }
 
     /// Tests a routed (transport) request.
@@ -252,13 +271,6 @@ impl Device for HybridEndpoint {
         if self.is_local(dest) {
             // SAFETY: forwarded caller contract.
             let started = unsafe { self.shm.isend(buf, len, dest - self.base, tag, context, mode) };
-            // A send's status names this rank: its world number.
-            let started = match started {
-                Ok(Started::Complete(Ok(status))) => {
-                    Ok(Started::Complete(Ok(RawStatus { source: self.rank, ..status })))
-                }
-                other => other,
-            };
             self.routed(Via::Local, started)
         } else {
             // SAFETY: forwarded caller contract.
@@ -280,7 +292,7 @@ impl Device for HybridEndpoint {
             // SAFETY: forwarded caller contract.
             Source::Rank(_) => self.routed(Via::Remote, unsafe { self.tcp.irecv(buf, capacity, spec) }),
             Source::Any => match self.take_message(spec)? {
-                Some((_, msg, _)) => self.receive_taken(msg, buf, capacity),
+                Some((msg, _)) => self.receive_taken(msg, buf, capacity),
                 None => self.hold(spec, buf, capacity),
             },
         }
@@ -303,26 +315,17 @@ impl Device for HybridEndpoint {
         self.complete(started)
     }
 
+    /// Held receives take what has arrived first, as they would have on arrival: a probe
+    /// never reports a message an earlier receive is owed.
     fn iprobe(&self, spec: MatchSpec) -> Result<Option<RawStatus>> {
         self.check_live()?;
         self.check_source(spec)?;
-        match spec.source {
-            Source::Rank(r) => self.iprobe_on(self.via(r), spec),
-            Source::Any => {
-                let local_first = !self.remote_first.replace(!self.remote_first.get());
-                let order = if local_first { [Via::Local, Via::Remote] } else { [Via::Remote, Via::Local] };
-                let mut hopeless = None;
-                for via in order {
-                    match self.iprobe_on(via, spec) {
-                        Ok(Some(status)) => return Ok(Some(status)),
-                        Ok(None) => {}
-                        Err(e) if self.any_source_verdict(via) => hopeless = Some(e),
-                        Err(_) => {}
-                    }
-                }
-                hopeless.map_or(Ok(None), Err)
-            }
-        }
+        self.advance_queue()?;
+        let found = match spec.source {
+            Source::Rank(r) => self.iprobe_on(self.via(r), spec)?,
+            Source::Any => self.probe_both(|via| self.iprobe_on(via, spec))?,
+        };
+        Ok(found.filter(|status| !self.owed(spec.context, status)))
     }
 
     fn test(&self, req: ReqId) -> Result<Option<RawStatus>> {
@@ -460,7 +463,11 @@ impl Device for HybridEndpoint {
     fn improbe(&self, spec: MatchSpec) -> Result<Option<(MessageId, RawStatus)>> {
         self.check_live()?;
         self.check_source(spec)?;
-        Ok(self.take_message(spec)?.map(|(_, msg, status)| (msg, status)))
+        // Only a message no held receive is owed (`iprobe` checks) may be taken.
+        if self.iprobe(spec)?.is_none() {
+            return Ok(None);
+        }
+        self.take_message(spec)
     }
 
     unsafe fn mrecv(&self, msg: MessageId, buf: *mut u8, capacity: usize) -> Result<Started> {

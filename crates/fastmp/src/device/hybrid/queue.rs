@@ -64,28 +64,11 @@ impl HybridEndpoint {
         Ok(Started::Pending(tag(Via::Queued, id)?))
     }
 
-    /// Takes the first message matching `spec` off whichever transport has one (a wildcard
-    /// alternates which goes first, so neither side starves the other).
-    pub(super) fn take_message(&self, spec: MatchSpec) -> Result<Option<(Via, MessageId, RawStatus)>> {
+    /// Takes the first message matching `spec` off whichever transport has one.
+    pub(super) fn take_message(&self, spec: MatchSpec) -> Result<Option<(MessageId, RawStatus)>> {
         match spec.source {
-            Source::Rank(r) => {
-                let via = self.via(r);
-                Ok(self.improbe_on(via, spec)?.map(|(m, s)| (via, m, s)))
-            }
-            Source::Any => {
-                let local_first = !self.remote_first.replace(!self.remote_first.get());
-                let order = if local_first { [Via::Local, Via::Remote] } else { [Via::Remote, Via::Local] };
-                let mut hopeless = None;
-                for via in order {
-                    match self.improbe_on(via, spec) {
-                        Ok(Some((m, s))) => return Ok(Some((via, m, s))),
-                        Ok(None) => {}
-                        Err(e) if self.any_source_verdict(via) => hopeless = Some(e),
-                        Err(_) => {}
-                    }
-                }
-                hopeless.map_or(Ok(None), Err)
-            }
+            Source::Rank(r) => self.improbe_on(self.via(r), spec),
+            Source::Any => self.probe_both(|via| self.improbe_on(via, spec)),
         }
     }
 
@@ -104,51 +87,80 @@ impl HybridEndpoint {
         self.routed(via, started)
     }
 
-    /// Matches the waiting receives in posting order, as far as messages have arrived; a receive
-    /// that finds none stops the later ones of its context.
+    /// Matches the waiting receives in posting order, as far as messages have arrived.
+    ///
+    /// A message found for one receive may have arrived after an earlier receive looked, and
+    /// then it, or an even earlier message of its source, is that earlier receive's: so the
+    /// owner is followed down to the earliest waiting receive, which takes the first message of
+    /// that source it matches (sources deliver in order, so nothing overtakes).
     pub(super) fn advance_queue(&self) -> Result<()> {
-        if self.queue.borrow().order.is_empty() {
-            return Ok(());
-        }
         let mut i = 0;
-        loop {
-            let (id, spec, buf, capacity, stalled) = {
-                let q = self.queue.borrow();
-                let Some(&id) = q.order.get(i) else { return Ok(()) };
-                let held = q.held.get(id).expect("queued receives are live");
-                let stalled =
-                    q.order.iter().take(i).any(|&e| q.held.get(e).is_some_and(|h| h.spec.context == held.spec.context));
-                (id, held.spec, held.buf, held.capacity, stalled)
+        while let Some((id, spec)) = self.waiting(i) {
+            let found = match spec.source {
+                Source::Rank(r) => self.iprobe_on(self.via(r), spec),
+                Source::Any => self.probe_both(|via| self.iprobe_on(via, spec)),
             };
-            if stalled {
-                i += 1;
-                continue;
-            }
-            let found = match self.take_message(spec) {
-                Ok(found) => found,
+            let mut status = match found {
+                Ok(Some(status)) => status,
+                Ok(None) => {
+                    i += 1;
+                    continue;
+                }
                 Err(e) => {
                     self.finish_held(id, Stage::Done(Err(e)));
                     continue;
                 }
             };
-            let Some((_, msg, _)) = found else {
+            let (mut owner, mut owner_spec, mut before) = (id, spec, i);
+            while let Some((k, earlier, earlier_spec)) = self.earliest_owed(before, spec.context, &status) {
+                let from_source = MatchSpec { source: Source::Rank(status.source), ..earlier_spec };
+                let Some(first) = self.iprobe_on(self.via(status.source), from_source)? else { break };
+                (owner, owner_spec, before, status) = (earlier, earlier_spec, k, first);
+            }
+            let from_source = MatchSpec { source: Source::Rank(status.source), ..owner_spec };
+            let Some((msg, _)) = self.improbe_on(self.via(status.source), from_source)? else {
                 i += 1;
                 continue;
+            };
+            let (buf, capacity) = {
+                let q = self.queue.borrow();
+                let held = q.held.get(owner).expect("queued receives are live");
+                (held.buf, held.capacity)
             };
             let stage = match self.receive_taken(msg, buf, capacity) {
                 Ok(Started::Complete(result)) => Stage::Done(result),
                 Ok(Started::Pending(routed)) => Stage::Routed(routed),
                 Err(e) => Stage::Done(Err(e)),
             };
-            self.finish_held(id, stage);
+            self.finish_held(owner, stage);
+            // Look again from the start (the queue is short).
+            i = 0;
         }
+        Ok(())
+    }
+
+    /// The `i`-th waiting receive.
+    fn waiting(&self, i: usize) -> Option<(ReqId, MatchSpec)> {
+        let q = self.queue.borrow();
+        let id = *q.order.get(i)?;
+        Some((id, q.held.get(id).expect("queued receives are live").spec))
+    }
+
+    /// The earliest of the first `before` waiting receives that matches `status`: its position,
+    /// handle and spec.
+    fn earliest_owed(&self, before: usize, context: u32, status: &RawStatus) -> Option<(usize, ReqId, MatchSpec)> {
+        let q = self.queue.borrow();
+        q.order.iter().take(before).enumerate().find_map(|(k, &id)| {
+            let spec = q.held.get(id)?.spec;
+            spec.matches(context, status.source, status.tag).then_some((k, id, spec))
+        })
     }
 
     /// A held receive leaves the waiting order with `stage`.
     fn finish_held(&self, id: ReqId, stage: Stage) {
         let mut q = self.queue.borrow_mut();
         q.unlink(id);
-        if let Some(h) = q.held.get_mut(id).ok() {
+        if let Ok(h) = q.held.get_mut(id) {
             h.stage = stage;
         }
     }

@@ -187,7 +187,7 @@ impl TcpEndpoint {
     /// [`super::Waker`]). `park` gets the readiness check to re-run after announcing itself.
     pub(crate) fn wait_until_parking(
         &self,
-        park: &dyn Fn(&mut dyn FnMut() -> bool),
+        park: super::Park<'_>,
         poll: &mut dyn FnMut() -> Result<bool>,
     ) -> Result<()> {
         self.shared.wait_until_with(Some(park), poll)

@@ -118,6 +118,10 @@ struct Shared {
 /// waker unparks it (and puts a remote failure on record in its shm world).
 pub(crate) type Waker = Box<dyn Fn(Option<&crate::device::Failure>) + Send + Sync>;
 
+/// Parks the waiting thread unless the readiness check it is given says done (see
+/// `TcpEndpoint::wait_until_parking`).
+pub(crate) type Park<'a> = &'a dyn Fn(&mut dyn FnMut() -> bool);
+
 impl Shared {
     /// Whether only the rank's own thread can call in (no thread handles are out).
     fn single_threaded(&self) -> bool {

@@ -234,7 +234,7 @@ impl Shared {
     /// replaces the sleep on `woken` (see `TcpEndpoint::wait_until_parking`).
     pub(super) fn wait_until_with(
         &self,
-        park: Option<&dyn Fn(&mut dyn FnMut() -> bool)>,
+        park: Option<super::Park<'_>>,
         poll: &mut dyn FnMut() -> Result<bool>,
     ) -> Result<()> {
         let sh = self;
