@@ -49,11 +49,33 @@ impl Config {
         Blocks { np: self.np, per_process: self.threads_per_process.unwrap_or(self.np.div_ceil(2)).max(1) }
     }
 
-    /// One shm world per process's thread group (local numbering `0..T`).
-    fn hybrid_world(&self, blocks: Blocks, process: usize) -> Arc<ShmWorld> {
+    /// One shm world per process's thread group (local numbering `0..T`); `competing` ranks
+    /// share its cores.
+    fn hybrid_world(&self, blocks: Blocks, process: usize, competing: usize) -> Arc<ShmWorld> {
         let n = blocks.ranks_of(process).len();
         let eager = self.eager_limit.unwrap_or(DEFAULT_EAGER_LIMIT);
-        ShmWorld::with_placement(n, eager, Placement::single_process(n))
+        ShmWorld::with_placement(n, eager, Placement::single_process(n), competing)
+    }
+
+    /// Ranks competing for the cores of this process when it is one of `processes` launched
+    /// ones: only its own threads where the launcher bound it to a part of the machine (it then
+    /// has those CPUs to itself, as fastmprun and `mpirun --bind-to` arrange), otherwise every
+    /// rank of the processes on this node (from the launcher's local size, else all of them).
+    /// Spinning while the awaited rank of another process has no core starves it: 2 processes
+    /// x 2 threads on 2 cores took 400 µs instead of 50 µs per 64 KiB bcast.
+    fn competing_ranks(&self, blocks: Blocks, processes: usize) -> Result<usize> {
+        let bound = affinity::allowed_cpus().len() < crate::machine::topology().cpus().len();
+        if bound {
+            return Ok(blocks.per_process);
+        }
+        let mut local = None;
+        for var in ["FASTMP_LOCAL_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"] {
+            if let Some(n) = super::config::env_parse::<usize>(var)? {
+                local = Some(n);
+                break;
+            }
+        }
+        Ok(blocks.per_process * local.unwrap_or(processes).clamp(1, processes))
     }
 
     /// Pins the calling thread (world rank `rank`) by its place among its process's threads.
@@ -73,7 +95,8 @@ impl Config {
     {
         let tuning = Arc::new(self.resolved_tuning()?);
         let blocks = self.hybrid_blocks();
-        let worlds: Vec<Arc<ShmWorld>> = (0..blocks.processes()).map(|p| self.hybrid_world(blocks, p)).collect();
+        let worlds: Vec<Arc<ShmWorld>> =
+            (0..blocks.processes()).map(|p| self.hybrid_world(blocks, p, self.np)).collect();
         let placement = Placement::blocks(self.np, blocks.per_process);
         let cpus = if self.pin == Pin::None { Vec::new() } else { affinity::allowed_cpus() };
         let cpu_of = |rank: usize| affinity::cpu_for(self.pin, rank % blocks.per_process, blocks.per_process, &cpus);
@@ -103,7 +126,7 @@ impl Config {
                 place.size
             )));
         }
-        let world = self.hybrid_world(blocks, place.rank);
+        let world = self.hybrid_world(blocks, place.rank, self.competing_ranks(blocks, place.size)?);
         let cpus = if self.pin == Pin::None { Vec::new() } else { affinity::allowed_cpus() };
         let first: FirstFailure = Mutex::new(None);
         super::ONE_RANK_PER_PROCESS.store(true, std::sync::atomic::Ordering::Release);

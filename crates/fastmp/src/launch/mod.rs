@@ -218,7 +218,7 @@ impl Config {
         };
         let cpus = if self.pin == Pin::None { Vec::new() } else { affinity::allowed_cpus() };
         let placement = placement.with_numa(affinity::numa_of_ranks(self.pin, self.np, &cpus));
-        let world = ShmWorld::with_placement(self.np, self.effective_eager_limit(), placement);
+        let world = ShmWorld::with_placement(self.np, self.effective_eager_limit(), placement, self.np);
         let rank_main = |rank: usize| -> Result<R> {
             let outcome = catch_unwind(AssertUnwindSafe(|| {
                 if let Some(cpu) = affinity::cpu_for(self.pin, rank, self.np, &cpus) {

@@ -82,18 +82,26 @@ pub(crate) struct ShmWorld {
 impl ShmWorld {
     #[cfg(test)]
     pub fn new(np: usize, eager_limit: usize) -> Arc<Self> {
-        Self::with_placement(np, eager_limit, super::Placement::single_process(np))
+        Self::with_placement(np, eager_limit, super::Placement::single_process(np), np)
     }
 
     /// A world whose `placement()` reports `placement` (block-wise simulated processes, or the
-    /// local part of a hybrid job) instead of one process.
-    pub fn with_placement(np: usize, eager_limit: usize, placement: super::Placement) -> Arc<Self> {
+    /// local part of a hybrid job) instead of one process. `competing_ranks` is how many ranks
+    /// share this process's cores (its own, plus other processes' where they are not bound
+    /// elsewhere): it sizes the spin phase of every wait, because a rank that spins while the
+    /// rank it waits for has no core starves it.
+    pub fn with_placement(
+        np: usize,
+        eager_limit: usize,
+        placement: super::Placement,
+        competing_ranks: usize,
+    ) -> Arc<Self> {
         assert_eq!(placement.size(), np, "one placement entry per rank");
         super::wait::init_barriers();
         Arc::new(ShmWorld {
             np,
             eager_limit,
-            policy: WaitPolicy::for_ranks(np),
+            policy: WaitPolicy::for_ranks(competing_ranks.max(np)),
             rings: (0..np * np).map(|_| Ring::new()).collect(),
             ranks: (0..np).map(|_| RankShared::default()).collect(),
             placement,
