@@ -325,7 +325,8 @@ impl Rule {
 /// Tuning files are JSON maps from collective name to rules, for example
 /// `{"bcast": [{"max_bytes": 8192, "algorithm": "bt"}, {"algorithm": "native"}]}`, plus an
 /// optional `"kary_arity"` (children per node of the `fat` tree, 4 by default) and
-/// `"hierarchical_chunk"` (bytes per chunk of the `hierarchical` pipeline, 64 KiB by default);
+/// `"hierarchical_chunk"` (bytes per chunk of the `hierarchical` pipeline, 64 KiB by default;
+/// the hybrid device's table sets 1 MiB, measured on 2 cores);
 /// collectives not named keep their defaults. A rule may name a `"locality"` (`"process"`,
 /// `"node"`, `"network"`: see [`CommLocality`]) to apply only to communicators spread so.
 ///
@@ -749,12 +750,20 @@ mod tests {
                     let inside = hybrid.select_where(coll, np, bytes, CommLocality::Process);
                     assert_eq!(inside, shm.select(coll, np, bytes), "{coll} np {np} {bytes} B");
                     for across in [CommLocality::Node, CommLocality::Network] {
+                        // Measured on one node at np 4 (the table's comment): flat algorithms
+                        // for allreduce, and for bcast up to 64 KiB.
+                        let measured_flat = across == CommLocality::Node
+                            && np <= 4
+                            && (coll == Collective::Allreduce || (coll == Collective::Bcast && bytes <= 1 << 16));
                         let picked = hybrid.select_where(coll, np, bytes, across);
                         let hierarchical = coll.algorithms().contains(&Algorithm::Hierarchical)
-                            && (coll != Collective::Alltoall || bytes <= 1024);
+                            && (coll != Collective::Alltoall || bytes <= 1024)
+                            && !measured_flat;
                         assert_eq!(picked == Algorithm::Hierarchical, hierarchical, "{coll} np {np} {bytes} B");
-                        let leaders = hybrid.select_usable(coll, np, bytes, across, no_hierarchy);
-                        assert_eq!(leaders, tcp.select_where(coll, np, bytes, across), "{coll} np {np} {bytes} B");
+                        if !measured_flat {
+                            let leaders = hybrid.select_usable(coll, np, bytes, across, no_hierarchy);
+                            assert_eq!(leaders, tcp.select_where(coll, np, bytes, across), "{coll} np {np} {bytes} B");
+                        }
                     }
                 }
             }

@@ -25,7 +25,10 @@ pub(crate) struct WaitPolicy {
 
 impl WaitPolicy {
     /// Ranks ≤ cores: spin ~tens of µs (cheaper than a ~20 µs futex round trip); oversubscribed:
-    /// spin a little, then give the core away.
+    /// give the core away at once (yield), and park only after many fruitless yields. Spinning
+    /// at all while oversubscribed only delays the rank that is awaited: on 2 cores, 4 ranks
+    /// with 64 spins first took 9.5 µs per 8-byte shm allreduce and 50 µs per 64 KiB tcp bcast,
+    /// against 3.2 and 27 µs when yielding at once.
     pub fn for_ranks(np: usize) -> Self {
         Self::for_ranks_on(np, std::thread::available_parallelism().map_or(1, |n| n.get()))
     }
@@ -33,7 +36,7 @@ impl WaitPolicy {
     /// As [`WaitPolicy::for_ranks`] for `np` ranks sharing `cores` (process ranks bound to one
     /// core each see one core of their own, but share the node's).
     pub fn for_ranks_on(np: usize, cores: usize) -> Self {
-        if np <= cores { WaitPolicy { spins: 20_000, yields: 200 } } else { WaitPolicy { spins: 64, yields: 64 } }
+        if np <= cores { WaitPolicy { spins: 20_000, yields: 200 } } else { WaitPolicy { spins: 0, yields: 128 } }
     }
 }
 
