@@ -1,7 +1,7 @@
 //! The `hierarchical` collectives (a local level inside each process, one leader per process
 //! between them) on jobs whose ranks span several processes: shm worlds that report simulated
-//! processes (`Config::simulate_processes`), so far. Every test body takes the device, so the
-//! hybrid device is one more line in `device_suite!`.
+//! processes (`Config::simulate_processes`), and the hybrid device (thread groups joined over
+//! loopback tcp, the intra-process level on the shm native collectives).
 //!
 //! Layouts: 6 as 2×3, 5 as 2+2+1, 4 as 2×2, 7 as 3+3+1. Two tables: `hierarchical` forced
 //! (the levels then run the device's native collectives), and one whose rules send the levels
@@ -518,6 +518,9 @@ macro_rules! device_suite {
     ($($name:ident),* $(,)?) => {
         mod shm {
             $(#[test] fn $name() { super::$name(fastmp::DeviceKind::Shm) })*
+        }
+        mod hybrid {
+            $(#[test] fn $name() { super::$name(fastmp::DeviceKind::Hybrid) })*
         }
     };
 }
