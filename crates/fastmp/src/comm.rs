@@ -18,10 +18,10 @@ use crate::progress::{Engine, Progressing};
 pub(crate) const WORLD_CONTEXT: ContextId = 0;
 
 /// Contexts each communicator takes at creation: its own pair (point-to-point, collectives),
-/// then one pair per level of its hierarchical collectives (the members in this process, and
-/// one leader per process). Reserving the levels' pairs up front lets every member build them
-/// later, locally, without communicating (a nonblocking collective's start must not block).
-pub(crate) const CONTEXTS_PER_COMM: ContextId = 6;
+/// then one pair per level of its hierarchical collectives (`coll::hierarchy`). Reserving the
+/// levels' pairs up front lets every member build them later, locally, without communicating
+/// (a nonblocking collective's start must not block).
+pub(crate) const CONTEXTS_PER_COMM: ContextId = 2 + crate::coll::hierarchy::LEVEL_CONTEXTS;
 
 /// A communicator: the ranks of a job plus a private matching context (MPI's `MPI_Comm`).
 ///

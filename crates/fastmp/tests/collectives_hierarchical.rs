@@ -1,9 +1,11 @@
 //! The `hierarchical` collectives (a local level inside each process, one leader per process
 //! between them) on jobs whose ranks span several processes: shm worlds that report simulated
 //! processes (`Config::simulate_processes`), and the hybrid device (thread groups joined over
-//! loopback tcp, the intra-process level on the shm native collectives).
+//! loopback tcp, the intra-process level on the shm native collectives). On shm, also with
+//! simulated NUMA nodes inside each process (`Config::simulate_numa`), which adds the NUMA level.
 //!
-//! Layouts: 6 as 2×3, 5 as 2+2+1, 4 as 2×2, 7 as 3+3+1. Two tables: `hierarchical` forced
+//! Layouts: 6 as 2×3, 5 as 2+2+1, 4 as 2×2, 7 as 3+3+1; with NUMA nodes (shm only): 6 as 2×3
+//! on 2 nodes each (2+1 members), 9 as 4+4+1 on 3 nodes each (2+1+1). Two tables: `hierarchical` forced
 //! (the levels then run the device's native collectives), and one whose rules send the levels
 //! to message-based algorithms (`locality` rules), with a chunk of 64 bytes so that small
 //! vectors already cross several chunks.
@@ -16,10 +18,17 @@ use fastmp::{Comm, Config, DeviceKind, Result};
 
 const CHUNK: usize = 64;
 
-/// (ranks, ranks per process).
-const LAYOUTS: [(usize, usize); 4] = [(6, 3), (5, 2), (4, 2), (7, 3)];
+/// (ranks, ranks per process, NUMA nodes per process).
+const LAYOUTS: [(usize, usize, usize); 4] = [(6, 3, 1), (5, 2, 1), (4, 2, 1), (7, 3, 1)];
 
-const HIERARCHICAL: [Collective; 10] = [
+/// Layouts whose processes span several simulated NUMA nodes (shm only).
+const NUMA_LAYOUTS: [(usize, usize, usize); 2] = [(6, 3, 2), (9, 4, 3)];
+
+const HIERARCHICAL: [Collective; 14] = [
+    Collective::Gatherv,
+    Collective::Scatterv,
+    Collective::Alltoallv,
+    Collective::ReduceScatter,
     Collective::Alltoall,
     Collective::Allgatherv,
     Collective::Scan,
@@ -47,26 +56,24 @@ fn message_levels() -> Tuning {
                 {{"algorithm": "hierarchical"}}]"#
         )
     };
-    // gatherv, scatterv and alltoallv have no hierarchical form: message-based across.
-    let levels_only =
-        |leaders: &str| format!(r#"[{{"locality": "process", "algorithm": "native"}}, {{"algorithm": "{leaders}"}}]"#);
     let json = format!(
         r#"{{"barrier": {}, "bcast": {}, "gather": {}, "allgather": {}, "reduce": {}, "allreduce": {},
             "gatherv": {}, "allgatherv": {}, "scatter": {}, "scatterv": {}, "scan": {}, "alltoall": {}, "alltoallv": {},
-            "hierarchical_chunk": {CHUNK}}}"#,
+            "reduce_scatter": {}, "hierarchical_chunk": {CHUNK}}}"#,
         rules("bde"),
         rules("bt"),
         rules("mst"),
         rules("bkt"),
         rules("mst"),
         rules("bde"),
-        levels_only("nbft"),
+        rules("nbft"),
         rules("bkt"),
         rules("mst"),
-        levels_only("mst"),
+        rules("mst"),
         rules("linear"),
         rules("bft"),
-        levels_only("nbft"),
+        rules("nb1ft"),
+        rules("bde"),
     );
     Tuning::from_json(&json).unwrap()
 }
@@ -75,22 +82,30 @@ fn tables() -> [(&'static str, Tuning); 2] {
     [("forced", forced()), ("message levels", message_levels())]
 }
 
-/// A job of `np` ranks in processes of `per_process` ranks on `device`.
-fn job(device: DeviceKind, np: usize, per_process: usize, tuning: Tuning) -> Config {
+/// A job of `np` ranks in processes of `per_process` ranks, each on `numa` NUMA nodes, on
+/// `device`.
+fn job(device: DeviceKind, (np, per_process, numa): (usize, usize, usize), tuning: Tuning) -> Config {
     let config = Config::new().np(np).tuning(tuning);
     match device {
+        DeviceKind::Shm if numa > 1 => config.simulate_processes(per_process).simulate_numa(numa),
         DeviceKind::Shm => config.simulate_processes(per_process),
         other => config.device(other).threads_per_process(per_process),
     }
 }
 
+/// The layouts `device` can run: the NUMA ones where NUMA nodes can be simulated.
+fn layouts(device: DeviceKind) -> Vec<(usize, usize, usize)> {
+    let numa: &[_] = if device == DeviceKind::Shm { &NUMA_LAYOUTS } else { &[] };
+    LAYOUTS.iter().chain(numa).copied().collect()
+}
+
 /// Runs `body` on every layout and table, naming them in any error.
 fn each_job(device: DeviceKind, body: impl Fn(&Comm) -> Result<()> + Sync) {
-    for (np, t) in LAYOUTS {
+    for layout @ (np, t, numa) in layouts(device) {
         for (name, tuning) in tables() {
-            job(device, np, t, tuning)
+            job(device, layout, tuning)
                 .run(|world| body(&world))
-                .unwrap_or_else(|e| panic!("np {np} in processes of {t}, {name}: {e}"));
+                .unwrap_or_else(|e| panic!("np {np} in processes of {t} on {numa} NUMA nodes, {name}: {e}"));
         }
     }
 }
@@ -329,11 +344,133 @@ fn scans_keep_rank_order(device: DeviceKind) {
     });
 }
 
+/// Per-rank blocks of `count(r)` bytes in reverse rank order with gaps, which must stay
+/// untouched.
+struct Uneven {
+    counts: Vec<usize>,
+    displs: Vec<usize>,
+    len: usize,
+}
+
+impl Uneven {
+    fn new(np: usize, count: impl Fn(usize) -> usize) -> Uneven {
+        let counts: Vec<usize> = (0..np).map(count).collect();
+        let mut displs = vec![0; np];
+        let mut at = 1;
+        for r in (0..np).rev() {
+            displs[r] = at;
+            at += counts[r] + 2;
+        }
+        Uneven { counts, displs, len: at }
+    }
+
+    /// A buffer of `GAP` bytes with `block(r)` at rank `r`'s place, for every rank in `ranks`.
+    fn fill(&self, ranks: impl IntoIterator<Item = usize>, block: impl Fn(usize) -> Vec<u8>) -> Vec<u8> {
+        let mut buf = vec![GAP; self.len];
+        for r in ranks {
+            buf[self.displs[r]..self.displs[r] + self.counts[r]].copy_from_slice(&block(r));
+        }
+        buf
+    }
+}
+
+const GAP: u8 = 0xEE;
+
+fn vector_gathers_and_scatters_every_root(device: DeviceKind) {
+    each_job(device, |world| {
+        let (me, np) = (world.rank(), world.size());
+        for coll in [Collective::Gatherv, Collective::Scatterv] {
+            assert_eq!(world.algorithm_for(coll, 8, true), Algorithm::Hierarchical, "{coll}");
+        }
+        for scale in [0, 1, CHUNK / 3] {
+            let layout = Uneven::new(np, |r| (r % 3) * scale + r % 2);
+            let block = |r: usize| (0..layout.counts[r]).map(|i| byte(r + 11, i)).collect::<Vec<u8>>();
+            let want = layout.fill(0..np, block);
+            let mine = block(me);
+            for root in 0..np {
+                let at_root = |buf: Vec<u8>| if me == root { buf } else { Vec::new() };
+                let mut got = at_root(vec![GAP; layout.len]);
+                world.gatherv(&mine, &mut got, &layout.counts, &layout.displs, root)?;
+                let mut igot = at_root(vec![GAP; layout.len]);
+                world.scope(|s| s.igatherv(&mine, &mut igot, &layout.counts, &layout.displs, root)?.wait().map(drop))?;
+                if me == root {
+                    assert_eq!(got, want, "gatherv to {root}, scale {scale}");
+                    assert_eq!(igot, want, "igatherv to {root}, scale {scale}");
+                }
+                let all = at_root(want.clone());
+                let mut got = vec![0; layout.counts[me]];
+                world.scatterv(&all, &layout.counts, &layout.displs, &mut got, root)?;
+                assert_eq!(got, mine, "scatterv from {root}, scale {scale}");
+                let mut got = vec![0; layout.counts[me]];
+                world.scope(|s| s.iscatterv(&all, &layout.counts, &layout.displs, &mut got, root)?.wait().map(drop))?;
+                assert_eq!(got, mine, "iscatterv from {root}, scale {scale}");
+            }
+        }
+        Ok(())
+    });
+}
+
+/// Blocks whose size depends on both ends (some empty), gaps between them on both sides.
+fn alltoallv_uneven_blocks(device: DeviceKind) {
+    each_job(device, |world| {
+        let (me, np) = (world.rank(), world.size());
+        assert_eq!(world.algorithm_for(Collective::Alltoallv, 0, true), Algorithm::Hierarchical);
+        for scale in [0, 1, 7] {
+            let count = |s: usize, d: usize| ((s + 2 * d) % 3) * scale + (s + d) % 2;
+            let b = |s: usize, d: usize| (0..count(s, d)).map(|i| byte(s * 31 + d, i)).collect::<Vec<u8>>();
+            let sends = Uneven::new(np, |d| count(me, d));
+            let recvs = Uneven::new(np, |s| count(s, me));
+            let send = sends.fill(0..np, |d| b(me, d));
+            let want = recvs.fill(0..np, |s| b(s, me));
+            let mut got = vec![GAP; recvs.len];
+            world.alltoallv(&send, &sends.counts, &sends.displs, &mut got, &recvs.counts, &recvs.displs)?;
+            assert_eq!(got, want, "alltoallv, scale {scale}");
+            let mut got = vec![GAP; recvs.len];
+            world.scope(|s| {
+                s.ialltoallv(&send, &sends.counts, &sends.displs, &mut got, &recvs.counts, &recvs.displs)?.wait().map(drop)
+            })?;
+            assert_eq!(got, want, "ialltoallv, scale {scale}");
+        }
+        Ok(())
+    });
+}
+
+fn reduce_scatter_uneven_counts(device: DeviceKind) {
+    each_job(device, |world| {
+        let (me, np) = (world.rank(), world.size());
+        let ranks: Vec<usize> = (0..np).collect();
+        assert_eq!(world.algorithm_for(Collective::ReduceScatter, 8, true), Algorithm::Hierarchical);
+        for scale in [0, 1, CHUNK / 8 + 1] {
+            let counts: Vec<usize> = (0..np).map(|r| ((r + 1) % 3) * scale + r % 2).collect();
+            let total: usize = counts.iter().sum();
+            let start: usize = counts[..me].iter().sum();
+            let mine = start..start + counts[me];
+            let sum: Vec<u64> = (0..total).map(|i| (0..np).map(|r| values(r, total)[i]).sum()).collect();
+            let mut got = vec![0; counts[me]];
+            world.reduce_scatter(&values(me, total), &mut got, &counts, Sum)?;
+            assert_eq!(got, sum[mine.clone()], "reduce_scatter, scale {scale}");
+            let send = values(me, total);
+            let mut got = vec![0; counts[me]];
+            world.scope(|s| s.ireduce_scatter(&send, &mut got, &counts, Sum)?.wait().map(drop))?;
+            assert_eq!(got, sum[mine.clone()], "ireduce_scatter, scale {scale}");
+            let mut got = vec![[0; 2]; counts[me]];
+            world.reduce_scatter(&affine(me, total), &mut got, &counts, UserOp::non_commutative(compose_into))?;
+            assert_eq!(got, affine_fold(&ranks, total)[mine], "non-commutative reduce_scatter, scale {scale}");
+            let block = scale + 1;
+            let sum: Vec<u64> = (0..block * np).map(|i| (0..np).map(|r| values(r, block * np)[i]).sum()).collect();
+            let mut got = vec![0; block];
+            world.reduce_scatter_block(&values(me, block * np), &mut got, Sum)?;
+            assert_eq!(got, sum[me * block..(me + 1) * block], "reduce_scatter_block of {block}");
+        }
+        Ok(())
+    });
+}
+
 fn barrier_holds_every_rank(device: DeviceKind) {
-    for (np, t) in LAYOUTS {
+    for layout @ (np, t, numa) in layouts(device) {
         for (name, tuning) in tables() {
             let arrived = AtomicUsize::new(0);
-            job(device, np, t, tuning)
+            job(device, layout, tuning)
                 .run(|world| {
                     for round in 1..=4 {
                         arrived.fetch_add(1, Ordering::SeqCst);
@@ -348,7 +485,7 @@ fn barrier_holds_every_rank(device: DeviceKind) {
                     }
                     Ok(())
                 })
-                .unwrap_or_else(|e| panic!("np {np} in processes of {t}, {name}: {e}"));
+                .unwrap_or_else(|e| panic!("np {np} in processes of {t} on {numa} NUMA nodes, {name}: {e}"));
         }
     }
 }
@@ -481,8 +618,8 @@ fn non_contiguous_processes(device: DeviceKind) {
 /// A rank that fails instead of joining fails the others' hierarchical operations (blocking and
 /// nonblocking, leaders and not) instead of leaving them waiting.
 fn a_failed_rank_fails_the_others(device: DeviceKind) {
-    for failing in [3, 4] {
-        let outcome = job(device, 6, 3, forced()).run(|world| {
+    for (failing, layout) in [(3, (6, 3, 1)), (4, (6, 3, 1)), (1, (6, 3, 2)), (2, (6, 3, 2))] {
+        let outcome = job(device, layout, forced()).run(|world| {
             if world.rank() == failing {
                 return Err(fastmp::Error::other("this rank gives up"));
             }
@@ -493,14 +630,14 @@ fn a_failed_rank_fails_the_others(device: DeviceKind) {
             Ok(())
         });
         let err = outcome.expect_err("the job fails");
-        assert!(err.to_string().contains("gives up"), "rank {failing}: {err}");
+        assert!(err.to_string().contains("gives up"), "rank {failing}, {layout:?}: {err}");
     }
 }
 
 /// A communicator inside one process has no levels: `hierarchical` falls to the next rule, and
 /// the communicator's locality is `process`.
 fn one_process_falls_back(device: DeviceKind) {
-    job(device, 6, 3, forced())
+    job(device, (6, 3, 1), forced())
         .run(|world| {
             assert_eq!(world.comm_locality(), CommLocality::Node);
             let local = world.split_type(fastmp::SplitType::SharedProcess, 0)?;
@@ -531,6 +668,9 @@ device_suite!(
     reduce_every_root,
     scans_keep_rank_order,
     alltoall_every_size,
+    alltoallv_uneven_blocks,
+    vector_gathers_and_scatters_every_root,
+    reduce_scatter_uneven_counts,
     allgatherv_keeps_gaps,
     gathers_and_scatters_every_root_and_size,
     barrier_holds_every_rank,

@@ -1,7 +1,9 @@
 //! The levels of a communicator's hierarchical collectives: the members inside this process
-//! (the local level) and one leader per process (the leaders' level), computed from the
-//! device's placement and built on first use, locally, on contexts the communicator reserved
-//! at creation (`CONTEXTS_PER_COMM`), so building them never communicates.
+//! (the local level) and one leader per process (the leaders' level), and, where this
+//! process's members span several NUMA nodes, the local level split once more: the members on
+//! this NUMA node, and one leader per NUMA node inside the process. Computed from the device's
+//! placement and built on first use, locally, on contexts the communicator reserved at
+//! creation ([`LEVEL_CONTEXTS`]), so building them never communicates.
 
 use std::cell::OnceCell;
 use std::rc::Rc;
@@ -9,11 +11,19 @@ use std::sync::Arc;
 
 use super::select::{CommLocality, Tuning};
 use crate::comm::Comm;
+use crate::device::ContextId;
 use crate::group::Group;
 
-/// Offsets, from a communicator's own context, of its levels' context pairs.
-const LOCAL_LEVEL_CONTEXT: u32 = 2;
-const LEADERS_LEVEL_CONTEXT: u32 = 4;
+/// Offsets, from a communicator's own context, of its levels' context pairs (the
+/// communicator's own pair comes first).
+const LOCAL_LEVEL_CONTEXT: ContextId = 2;
+const LEADERS_LEVEL_CONTEXT: ContextId = 4;
+const NUMA_NODE_LEVEL_CONTEXT: ContextId = 6;
+const NUMA_LEADERS_LEVEL_CONTEXT: ContextId = 8;
+
+/// Contexts a communicator reserves for its levels, after its own pair (`CONTEXTS_PER_COMM`
+/// is built from this, so adding a level changes one place).
+pub(crate) const LEVEL_CONTEXTS: ContextId = NUMA_LEADERS_LEVEL_CONTEXT + 2 - LOCAL_LEVEL_CONTEXT;
 
 /// A communicator's members grouped by a key (their process, or their NUMA node inside one
 /// process): groups are numbered in the order of their lowest member, members keep their order.
@@ -64,6 +74,11 @@ impl Grouping {
         &self.members[group]
     }
 
+    /// The groups' leaders (lowest members), in group order.
+    pub(crate) fn leaders(&self) -> Vec<usize> {
+        self.members.iter().map(|m| m[0]).collect()
+    }
+
     /// Number of groups.
     pub(crate) fn groups(&self) -> usize {
         self.members.len()
@@ -81,7 +96,7 @@ impl Grouping {
     }
 }
 
-/// The two levels of one communicator, as seen from this rank.
+/// The levels of one communicator, as seen from this rank.
 pub(crate) struct Levels {
     /// The communicator's members grouped by process.
     pub(crate) processes: Grouping,
@@ -89,6 +104,31 @@ pub(crate) struct Levels {
     local: Comm,
     /// One leader per process, in process order; only on leaders.
     leaders: Option<Comm>,
+    /// The local level split by NUMA node, where this process's members span several.
+    pub(crate) numa: Option<NumaLevels>,
+}
+
+/// The local level of a process whose members span several NUMA nodes, as seen from this rank.
+pub(crate) struct NumaLevels {
+    /// The local level's members (local ranks) grouped by NUMA node.
+    pub(crate) nodes: Grouping,
+    /// The members of this process on this rank's NUMA node, in communicator order.
+    node: Comm,
+    /// One leader per NUMA node of this process, in node order; only on node leaders. The
+    /// first is the process's leader (local rank 0, the lowest member of the first node).
+    node_leaders: Option<Comm>,
+}
+
+impl NumaLevels {
+    /// The members on this rank's NUMA node, selecting algorithms from `tuning`.
+    pub(crate) fn node(&self, tuning: &Arc<Tuning>) -> Comm {
+        Comm { tuning: tuning.clone(), ..self.node.clone() }
+    }
+
+    /// The NUMA nodes' leaders, selecting algorithms from `tuning`; `None` on other members.
+    pub(crate) fn node_leaders(&self, tuning: &Arc<Tuning>) -> Option<Comm> {
+        self.node_leaders.as_ref().map(|leaders| Comm { tuning: tuning.clone(), ..leaders.clone() })
+    }
 }
 
 impl Levels {
@@ -131,13 +171,20 @@ impl Comm {
         let group = |members: Vec<usize>| {
             Group::from_members(members, self.dev.size(), self.dev.rank()).expect("level members are distinct ranks")
         };
-        let mine = processes.group_of(self.rank);
-        let local = self.derived(self.context + LOCAL_LEVEL_CONTEXT, group(world(processes.members(mine))));
-        let leaders = (processes.rank_in_group(self.rank) == 0).then(|| {
-            let leaders: Vec<usize> = (0..processes.groups()).map(|p| processes.members(p)[0]).collect();
-            self.derived(self.context + LEADERS_LEVEL_CONTEXT, group(world(&leaders)))
+        let level = |members: &[usize], offset: ContextId| self.derived(self.context + offset, group(world(members)));
+        let ours = processes.members(processes.group_of(self.rank));
+        let local_rank = processes.rank_in_group(self.rank);
+        let local = level(ours, LOCAL_LEVEL_CONTEXT);
+        let leaders = (local_rank == 0).then(|| level(&processes.leaders(), LEADERS_LEVEL_CONTEXT));
+        let numa_keys: Option<Vec<usize>> = ours.iter().map(|&r| placement.numa_of(self.group.world_rank(r))).collect();
+        let numa = numa_keys.and_then(|keys| Grouping::by_key(&keys)).map(|nodes| {
+            let in_comm = |locals: &[usize]| locals.iter().map(|&l| ours[l]).collect::<Vec<_>>();
+            let node = level(&in_comm(nodes.members(nodes.group_of(local_rank))), NUMA_NODE_LEVEL_CONTEXT);
+            let node_leaders = (nodes.rank_in_group(local_rank) == 0)
+                .then(|| level(&in_comm(&nodes.leaders()), NUMA_LEADERS_LEVEL_CONTEXT));
+            NumaLevels { nodes, node, node_leaders }
         });
-        Some(Levels { processes, local, leaders })
+        Some(Levels { processes, local, leaders, numa })
     }
 }
 
@@ -161,6 +208,36 @@ mod tests {
         assert_eq!(Grouping::by_key(&[0, 1, 2]), None, "one member per process");
         assert_eq!(Grouping::by_key(&[]), None);
         assert!(Grouping::by_key(&[0, 1, 1]).is_some());
+    }
+
+    /// 9 ranks in processes of 4, 4 and 1, with 3 simulated NUMA nodes per process: nodes of
+    /// 2, 1 and 1 members in the first two processes, and none split in the last.
+    #[test]
+    fn processes_spanning_numa_nodes_get_a_numa_level() {
+        let seen = crate::Config::new()
+            .np(9)
+            .simulate_processes(4)
+            .simulate_numa(3)
+            .run(|world| {
+                let levels = world.levels().expect("several processes").clone();
+                let numa = levels.numa.as_ref().map(|numa| {
+                    let tuning = world.tuning.clone();
+                    let nodes: Vec<Vec<usize>> = (0..numa.nodes.groups()).map(|g| numa.nodes.members(g).to_vec()).collect();
+                    (nodes, numa.node(&tuning).size(), numa.node_leaders(&tuning).map(|l| l.size()))
+                });
+                Ok(numa)
+            })
+            .unwrap();
+        let split = vec![vec![0, 1], vec![2], vec![3]];
+        for rank in 0..8 {
+            let (nodes, node_size, leaders) = seen[rank].clone().expect("a NUMA level");
+            assert_eq!(nodes, split, "rank {rank}");
+            assert_eq!(node_size, if rank % 4 < 2 { 2 } else { 1 }, "rank {rank}");
+            assert_eq!(leaders, (rank % 4 != 1).then_some(3), "rank {rank}");
+        }
+        assert!(seen[8].is_none(), "a process of one member has no NUMA level");
+        let flat = crate::Config::new().np(6).simulate_processes(3).run(|world| Ok(world.levels().unwrap().numa.is_none()));
+        assert_eq!(flat.unwrap(), [true; 6], "one NUMA node: no NUMA level");
     }
 
     #[test]

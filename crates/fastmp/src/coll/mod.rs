@@ -540,6 +540,9 @@ impl Run<'_> {
         let (send, recv): (&[u8], &mut [u8]) = (bytemuck::cast_slice(send), bytemuck::cast_slice_mut(recv));
         match self.chose_for(Collective::Alltoallv, 0, true) {
             Algorithm::Native => native::alltoallv(self, Some(send), &send_layout, recv, &recv_layout).await,
+            Algorithm::Hierarchical => {
+                Box::pin(hierarchical::alltoallv(self, send, &send_layout, recv, &recv_layout)).await
+            }
             algorithm => alltoall::alltoallv(self, send, &send_layout, recv, &recv_layout, algorithm).await,
         }
     }
@@ -593,6 +596,7 @@ impl Run<'_> {
         self.check_len("reduce_scatter receive buffer", recv.len(), counts[self.rank()])?;
         match self.chose_for(Collective::ReduceScatter, size_of_val(send), op.is_commutative()) {
             Algorithm::Native => native::reduce_scatter(self, send, recv, counts, op).await,
+            Algorithm::Hierarchical => Box::pin(hierarchical::reduce_scatter(self, send, recv, counts, op)).await,
             algorithm => reduce_scatter::reduce_scatter(self, send, recv, counts, op, algorithm).await,
         }
     }
@@ -650,6 +654,7 @@ impl Run<'_> {
     ) -> Result<()> {
         match self.chose_pick(Collective::Scatterv, 0, true, pick) {
             Algorithm::Native => native::scatterv(self, send, layout, recv, root).await,
+            Algorithm::Hierarchical => Box::pin(hierarchical::scatterv(self, send, layout, recv, root)).await,
             algorithm => scatter_gather::scatterv(self, send, layout, recv, root, algorithm).await,
         }
     }
@@ -673,6 +678,7 @@ impl Run<'_> {
     ) -> Result<()> {
         match self.chose_pick(Collective::Gatherv, 0, true, pick) {
             Algorithm::Native => native::gatherv(self, send, recv, layout, root).await,
+            Algorithm::Hierarchical => Box::pin(hierarchical::gatherv(self, send, recv, layout, root)).await,
             algorithm => scatter_gather::gatherv(self, send, recv, layout, root, algorithm).await,
         }
     }

@@ -165,16 +165,16 @@ impl Collective {
             Collective::Bcast => &[Bft, Nbft, Fat, Mst, Bt, ScatterAllgather, Native, Hierarchical],
             Collective::Scatter => &[Bft, Nbft, Mst, Native, Hierarchical],
             Collective::Gather => &[Bft, Nbft, Mst, Native, Hierarchical],
-            Collective::Scatterv | Collective::Gatherv => &[Bft, Nbft, Mst, Native],
+            Collective::Scatterv | Collective::Gatherv => &[Bft, Nbft, Mst, Native, Hierarchical],
             Collective::Allgather => &[Nbft, Bt, Bde, Bkt, GatherBcast, Native, Hierarchical],
             Collective::Allgatherv => &[Nbft, Bt, Bde, Bkt, GatherBcast, Native, Hierarchical],
             Collective::Alltoall => &[Bft, Nbft, Nb1ft, Nb2ft, Native, Hierarchical],
-            Collective::Alltoallv => &[Bft, Nbft, Nb1ft, Nb2ft, Native],
+            Collective::Alltoallv => &[Bft, Nbft, Nb1ft, Nb2ft, Native, Hierarchical],
             Collective::Reduce => &[Bft, Nbft, Mst, Native, Hierarchical],
             Collective::Allreduce => {
                 &[Nbft, Bt, Bde, Bkt, ReduceBcast, Rabenseifner, RingSegmented, Native, Hierarchical]
             }
-            Collective::ReduceScatter => &[Bde, Bkt, ReduceScatter, Native],
+            Collective::ReduceScatter => &[Bde, Bkt, ReduceScatter, Native, Hierarchical],
             Collective::Scan => &[Nbft, Linear, Bde, Native, Hierarchical],
         }
     }
@@ -734,7 +734,8 @@ mod tests {
         assert!(err.to_string().contains("localty"), "{err}");
         let err = Tuning::from_json(r#"{"bcast": [{"locality": "node", "algorithm": "bt"}]}"#).unwrap_err();
         assert!(err.to_string().contains("last bcast rule must have no limits"), "{err}");
-        assert!(Tuning::defaults().force(Collective::Alltoallv, Algorithm::Hierarchical).is_err());
+        assert!(Tuning::defaults().force(Collective::Alltoallv, Algorithm::Hierarchical).is_ok());
+        assert!(Tuning::defaults().force(Collective::Alltoallv, Algorithm::RingSegmented).is_err());
         assert!(Tuning::defaults().with_hierarchical_chunk(0).is_err());
         assert_eq!(Tuning::from_json(r#"{"hierarchical_chunk": 4096}"#).unwrap().hierarchical_chunk(), 4096);
     }

@@ -118,6 +118,9 @@ pub struct Config {
     pub(crate) threads_per_process: Option<usize>,
     /// Whether a shm world reports block-wise simulated processes.
     pub(crate) simulate_processes: bool,
+    /// NUMA nodes a shm world reports inside each (simulated) process
+    /// ([`Config::simulate_numa`]); `None`: the ranks' real nodes where they are pinned.
+    pub(crate) simulate_numa: Option<usize>,
 }
 
 /// Rank and size of this process, as a launcher told it.
@@ -258,6 +261,7 @@ impl Config {
             progress_thread: false,
             threads_per_process: None,
             simulate_processes: false,
+            simulate_numa: None,
         }
     }
 
@@ -323,6 +327,11 @@ impl Config {
         {
             c = c.simulate_processes(t);
         }
+        if c.device == DeviceKind::Shm
+            && let Some(k) = env_parse::<usize>("FASTMP_SIMULATE_NUMA")?
+        {
+            c = c.simulate_numa(k);
+        }
         c.validate()?;
         Ok(c)
     }
@@ -362,6 +371,30 @@ impl Config {
         self.threads_per_process = Some(t);
         self.simulate_processes = true;
         self
+    }
+
+    /// Testing and tuning aid, beside [`Config::simulate_processes`]: a shm job whose
+    /// `placement()` reports `k` NUMA nodes inside each process, its members split block-wise
+    /// (process members `i` of `t` on node `i * k / t`, so uneven where `k` does not divide
+    /// `t`), so the NUMA level of hierarchical collectives runs on a machine with one node.
+    #[doc(hidden)]
+    pub fn simulate_numa(mut self, k: usize) -> Self {
+        self.simulate_numa = Some(k);
+        self
+    }
+
+    /// The NUMA node of every rank of `placement` that [`Config::simulate_numa`] asks for.
+    pub(crate) fn simulated_numa(&self, placement: &crate::Placement) -> Option<Vec<Option<usize>>> {
+        let k = self.simulate_numa?;
+        let members = |p| (0..placement.size()).filter(move |&r| placement.process_of(r) == p);
+        let numa = (0..placement.size())
+            .map(|rank| {
+                let process = members(placement.process_of(rank));
+                let (index, count) = process.clone().fold((0, 0), |(i, n), r| (i + usize::from(r < rank), n + 1));
+                Some(index * k / count)
+            })
+            .collect();
+        Some(numa)
     }
 
     pub fn device(mut self, device: DeviceKind) -> Self {
@@ -451,6 +484,9 @@ impl Config {
         }
         if self.np > 4096 {
             return Err(Error::InvalidArgument(format!("np = {} exceeds fastmp's limit of 4096 ranks", self.np)));
+        }
+        if self.simulate_numa == Some(0) {
+            return Err(Error::InvalidArgument("a simulated process needs at least 1 NUMA node".into()));
         }
         if self.threads_per_process == Some(0) {
             return Err(Error::InvalidArgument("threads per process must be at least 1".into()));

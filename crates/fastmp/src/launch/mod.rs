@@ -217,7 +217,8 @@ impl Config {
             _ => Placement::single_process(self.np),
         };
         let cpus = if self.pin == Pin::None { Vec::new() } else { affinity::allowed_cpus() };
-        let placement = placement.with_numa(affinity::numa_of_ranks(self.pin, self.np, &cpus));
+        let numa = self.simulated_numa(&placement).unwrap_or_else(|| affinity::numa_of_ranks(self.pin, self.np, &cpus));
+        let placement = placement.with_numa(numa);
         let world = ShmWorld::with_placement(self.np, self.effective_eager_limit(), placement, self.np);
         let rank_main = |rank: usize| -> Result<R> {
             let outcome = catch_unwind(AssertUnwindSafe(|| {

@@ -1,0 +1,313 @@
+//! Hierarchical gathers, scatters and allgathers. The blocks keep the flat local level (every
+//! block must reach its destination anyway: NUMA leaders would add a copy without saving a
+//! crossing), except the allgathers' final bcast of the whole result, NUMA-local first.
+
+use super::super::hierarchy::Grouping;
+use super::super::select::{Collective, Pick};
+use super::super::transport::{LevelRuns, Run};
+use super::super::vector::Layout;
+use super::local::LocalLevel;
+use super::{into_process_order, into_rank_order, levels, packed_layout, process_layout};
+use crate::error::Result;
+
+/// Local gather to each leader, leaders' allgatherv of the processes' blocks, local bcast of the
+/// whole result (reordered into rank order on the leaders), NUMA-local first. `send` is
+/// `None` in place.
+pub(in crate::coll) async fn allgather(run: &Run<'_>, send: Option<&[u8]>, recv: &mut [u8]) -> Result<()> {
+    let levels = levels(run)?;
+    let block = recv.len() / run.size();
+    let me = run.rank();
+    let mine = send.map_or_else(|| recv[me * block..(me + 1) * block].to_vec(), <[u8]>::to_vec);
+    let level = LocalLevel::new(levels, &run.tuning);
+    let local = level.flat();
+    let leaders = levels.leaders(&run.tuning);
+    let blocking = run.is_blocking();
+    let local_runs = (local.size() > 1).then(|| LevelRuns::take(local, 1, blocking));
+    let bcasts = level.runs(1, blocking, true);
+    let leader_runs = leaders.as_ref().map(|leaders| LevelRuns::take(leaders, 1, blocking));
+    let mut ours = vec![0u8; if leader_runs.is_some() { local.size() * block } else { 0 }];
+    match &local_runs {
+        Some(runs) => runs.next()?.dispatch_gather(&mine, &mut ours, 0, Pick::Tuned).await?,
+        None => ours.copy_from_slice(&mine),
+    }
+    if let (Some(runs), Some(leaders)) = (&leader_runs, &leaders) {
+        let layout = process_layout(leaders, &levels.processes, block)?;
+        let mut by_process = vec![0u8; recv.len()];
+        runs.next()?.dispatch_allgatherv(Some(&ours), &mut by_process, &layout, Pick::Tuned).await?;
+        into_rank_order(&levels.processes, &by_process, recv, block);
+    }
+    bcasts.bcast(recv, 0).await
+}
+
+/// [`allgather`] with per-rank blocks (every rank knows them all): local gatherv to the leader,
+/// leaders' allgatherv of the processes' blocks, local bcast (NUMA-local first) of them packed in process order,
+/// which every rank unpacks into its blocks (a bcast of `recv` itself would overwrite the gaps
+/// between blocks). `send` is `None` in place.
+pub(in crate::coll) async fn allgatherv(run: &Run<'_>, send: Option<&[u8]>, recv: &mut [u8], layout: &Layout) -> Result<()> {
+    let levels = levels(run)?;
+    let processes = &levels.processes;
+    let me = run.rank();
+    let mine = send.map_or_else(|| recv[layout.block(me)].to_vec(), <[u8]>::to_vec);
+    let level = LocalLevel::new(levels, &run.tuning);
+    let local = level.flat();
+    let leaders = levels.leaders(&run.tuning);
+    let blocking = run.is_blocking();
+    let local_runs = (local.size() > 1).then(|| LevelRuns::take(local, 1, blocking));
+    let bcasts = level.runs(1, blocking, true);
+    let leader_runs = leaders.as_ref().map(|leaders| LevelRuns::take(leaders, 1, blocking));
+    let members = processes.members(processes.group_of(me));
+    let lens = |ranks: &[usize]| ranks.iter().map(|&r| layout.block(r).len()).collect::<Vec<_>>();
+    let mut ours = vec![0u8; if leader_runs.is_some() { lens(members).iter().sum() } else { 0 }];
+    match &local_runs {
+        Some(runs) => {
+            let local_layout = leader_runs.is_some().then(|| packed_layout(local, &lens(members))).transpose()?;
+            runs.next()?.dispatch_gatherv(&mine, &mut ours, local_layout.as_ref(), 0, Pick::Tuned).await?
+        }
+        None => ours.copy_from_slice(&mine),
+    }
+    let per_process: Vec<usize> = (0..processes.groups()).map(|p| lens(processes.members(p)).iter().sum()).collect();
+    let mut by_process = vec![0u8; per_process.iter().sum()];
+    if let (Some(runs), Some(leaders)) = (&leader_runs, &leaders) {
+        let process_layout = packed_layout(leaders, &per_process)?;
+        runs.next()?.dispatch_allgatherv(Some(&ours), &mut by_process, &process_layout, Pick::Tuned).await?;
+    }
+    bcasts.bcast(&mut by_process, 0).await?;
+    let members = (0..processes.groups()).flat_map(|p| processes.members(p).iter().copied());
+    let mut at = 0;
+    for member in members {
+        let block = layout.block(member);
+        recv[block.clone()].copy_from_slice(&by_process[at..at + block.len()]);
+        at += block.len();
+    }
+    Ok(())
+}
+
+/// Local gather to each leader, leaders' gatherv to the root's leader, which reorders the
+/// blocks into rank order and hands them to the root if that is another rank.
+pub(in crate::coll) async fn gather(run: &Run<'_>, send: &[u8], recv: &mut [u8], root: usize) -> Result<()> {
+    let levels = levels(run)?;
+    let processes = &levels.processes;
+    let (me, block) = (run.rank(), send.len());
+    let root_process = processes.group_of(root);
+    let root_leader = processes.members(root_process)[0];
+    let local = levels.local(&run.tuning);
+    let leaders = levels.leaders(&run.tuning);
+    let blocking = run.is_blocking();
+    let local_runs = (local.size() > 1).then(|| LevelRuns::take(&local, 1, blocking));
+    let leader_runs = leaders.as_ref().map(|leaders| LevelRuns::take(leaders, 1, blocking));
+    let mut ours = vec![0u8; if leader_runs.is_some() { local.size() * block } else { 0 }];
+    match &local_runs {
+        Some(runs) => runs.next()?.dispatch_gather(send, &mut ours, 0, Pick::Tuned).await?,
+        None => ours.copy_from_slice(send),
+    }
+    if let (Some(runs), Some(leaders)) = (&leader_runs, &leaders) {
+        let total = block * run.size();
+        let layout = (me == root_leader).then(|| process_layout(leaders, processes, block)).transpose()?;
+        let mut by_process = vec![0u8; if me == root_leader { total } else { 0 }];
+        runs.next()?.dispatch_gatherv(&ours, &mut by_process, layout.as_ref(), root_process, Pick::Tuned).await?;
+        if me == root_leader {
+            if me == root {
+                into_rank_order(processes, &by_process, recv, block);
+            } else {
+                let mut ordered = vec![0u8; total];
+                into_rank_order(processes, &by_process, &mut ordered, block);
+                run.coll_send(&ordered, root, Collective::Gather).await?;
+            }
+        }
+    }
+    if me == root && me != root_leader {
+        run.coll_recv(recv, root_leader, Collective::Gather).await?;
+    }
+    Ok(())
+}
+
+/// [`gather`] with per-rank blocks, which only the root knows: each leader first gathers its
+/// members' block lengths, the root hands its layout's lengths to its leader (unless it is the
+/// leader); then local gatherv to each leader, leaders' gatherv to the root's leader, which
+/// hands the blocks, packed process by process, to the root to unpack. `layout` is the root's.
+pub(in crate::coll) async fn gatherv(
+    run: &Run<'_>,
+    send: &[u8],
+    recv: &mut [u8],
+    layout: Option<&Layout>,
+    root: usize,
+) -> Result<()> {
+    let levels = levels(run)?;
+    let processes = &levels.processes;
+    let me = run.rank();
+    let root_process = processes.group_of(root);
+    let root_leader = processes.members(root_process)[0];
+    let local = levels.local(&run.tuning);
+    let leaders = levels.leaders(&run.tuning);
+    let blocking = run.is_blocking();
+    let local_runs = (local.size() > 1).then(|| LevelRuns::take(&local, 2, blocking));
+    let leader_runs = leaders.as_ref().map(|leaders| LevelRuns::take(leaders, 1, blocking));
+    let members = processes.members(processes.group_of(me));
+    let lens = local_lengths(local_runs.as_ref().map(|runs| (runs, leader_runs.is_some())), send.len(), members.len())
+        .await?;
+    let mut ours = vec![0u8; lens.iter().sum()];
+    match &local_runs {
+        Some(runs) => {
+            let local_layout = leader_runs.is_some().then(|| packed_layout(&local, &lens)).transpose()?;
+            runs.next()?.dispatch_gatherv(send, &mut ours, local_layout.as_ref(), 0, Pick::Tuned).await?
+        }
+        None => ours.copy_from_slice(send),
+    }
+    let all_lens = root_lengths(run, layout, root, root_leader, Collective::Gatherv).await?;
+    let per_process = process_totals(processes, &all_lens);
+    let mut by_process = vec![0u8; per_process.iter().sum()];
+    if let (Some(runs), Some(leaders)) = (&leader_runs, &leaders) {
+        let process_layout = (me == root_leader).then(|| packed_layout(leaders, &per_process)).transpose()?;
+        runs.next()?.dispatch_gatherv(&ours, &mut by_process, process_layout.as_ref(), root_process, Pick::Tuned).await?;
+        if me == root_leader && me != root {
+            run.coll_send(&by_process, root, Collective::Gatherv).await?;
+        }
+    }
+    if let Some(layout) = layout {
+        if me != root_leader {
+            run.coll_recv(&mut by_process, root_leader, Collective::Gatherv).await?;
+        }
+        let mut at = 0;
+        for member in (0..processes.groups()).flat_map(|p| processes.members(p).iter().copied()) {
+            let block = layout.block(member);
+            recv[block.clone()].copy_from_slice(&by_process[at..at + block.len()]);
+            at += block.len();
+        }
+    }
+    Ok(())
+}
+
+/// The mirror of [`gatherv`]: the root packs its blocks process by process and hands them,
+/// after their lengths, to its leader (unless it is the leader); each leader gathers its
+/// members' lengths; leaders' scatterv of the processes' blocks, local scatterv.
+pub(in crate::coll) async fn scatterv(
+    run: &Run<'_>,
+    send: &[u8],
+    layout: Option<&Layout>,
+    recv: &mut [u8],
+    root: usize,
+) -> Result<()> {
+    let levels = levels(run)?;
+    let processes = &levels.processes;
+    let me = run.rank();
+    let root_process = processes.group_of(root);
+    let root_leader = processes.members(root_process)[0];
+    let local = levels.local(&run.tuning);
+    let leaders = levels.leaders(&run.tuning);
+    let blocking = run.is_blocking();
+    let local_runs = (local.size() > 1).then(|| LevelRuns::take(&local, 2, blocking));
+    let leader_runs = leaders.as_ref().map(|leaders| LevelRuns::take(leaders, 1, blocking));
+    let members = processes.members(processes.group_of(me));
+    let lens = local_lengths(local_runs.as_ref().map(|runs| (runs, leader_runs.is_some())), recv.len(), members.len())
+        .await?;
+    let all_lens = root_lengths(run, layout, root, root_leader, Collective::Scatterv).await?;
+    let per_process = process_totals(processes, &all_lens);
+    let mut by_process = vec![0u8; if me == root || me == root_leader { per_process.iter().sum() } else { 0 }];
+    if let Some(layout) = layout {
+        let mut at = 0;
+        for member in (0..processes.groups()).flat_map(|p| processes.members(p).iter().copied()) {
+            let block = layout.block(member);
+            by_process[at..at + block.len()].copy_from_slice(&send[block.clone()]);
+            at += block.len();
+        }
+        if me != root_leader {
+            run.coll_send(&by_process, root_leader, Collective::Scatterv).await?;
+        }
+    } else if me == root_leader {
+        run.coll_recv(&mut by_process, root, Collective::Scatterv).await?;
+    }
+    let mut ours = vec![0u8; if leader_runs.is_some() { lens.iter().sum() } else { 0 }];
+    if let (Some(runs), Some(leaders)) = (&leader_runs, &leaders) {
+        let process_layout = (me == root_leader).then(|| packed_layout(leaders, &per_process)).transpose()?;
+        runs.next()?.dispatch_scatterv(&by_process, process_layout.as_ref(), &mut ours, root_process, Pick::Tuned).await?;
+    }
+    match &local_runs {
+        Some(runs) => {
+            let local_layout = leader_runs.is_some().then(|| packed_layout(&local, &lens)).transpose()?;
+            runs.next()?.dispatch_scatterv(&ours, local_layout.as_ref(), recv, 0, Pick::Tuned).await
+        }
+        None => {
+            recv.copy_from_slice(&ours);
+            Ok(())
+        }
+    }
+}
+
+/// The byte lengths of the local members' blocks, on the leader (`mine` on each member; a
+/// local gather when `local` has other members, whose leader is the first of the pair's flag);
+/// empty on other members.
+async fn local_lengths(local: Option<(&LevelRuns<'_>, bool)>, mine: usize, members: usize) -> Result<Vec<usize>> {
+    let Some((runs, leader)) = local else { return Ok(vec![mine]) };
+    let mut lens = vec![0u64; if leader { members } else { 0 }];
+    let gather = runs.next()?;
+    gather.dispatch_gather(bytemuck::bytes_of(&(mine as u64)), bytemuck::cast_slice_mut(&mut lens), 0, Pick::Tuned).await?;
+    Ok(lens.into_iter().map(|l| l as usize).collect())
+}
+
+/// Every rank's block length from the root's `layout`, on the root and its process's leader
+/// (which the root tells); empty elsewhere.
+async fn root_lengths(
+    run: &Run<'_>,
+    layout: Option<&Layout>,
+    root: usize,
+    root_leader: usize,
+    coll: Collective,
+) -> Result<Vec<usize>> {
+    let me = run.rank();
+    let mut lens = vec![0u64; if me == root || me == root_leader { run.size() } else { 0 }];
+    if let Some(layout) = layout {
+        lens.iter_mut().enumerate().for_each(|(r, len)| *len = layout.block(r).len() as u64);
+        if me != root_leader {
+            run.coll_send(bytemuck::cast_slice(&lens), root_leader, coll).await?;
+        }
+    } else if me == root_leader {
+        run.coll_recv(bytemuck::cast_slice_mut(&mut lens), root, coll).await?;
+    }
+    Ok(lens.into_iter().map(|l| l as usize).collect())
+}
+
+/// Each process's total of `lens` (one per rank); empty without them.
+fn process_totals(processes: &Grouping, lens: &[usize]) -> Vec<usize> {
+    if lens.is_empty() {
+        return Vec::new();
+    }
+    (0..processes.groups()).map(|p| processes.members(p).iter().map(|&m| lens[m]).sum()).collect()
+}
+
+/// The mirror of [`gather`]: the root puts its blocks in process order and hands them to its
+/// leader (unless it is the leader), leaders' scatterv of the processes' blocks, local scatter.
+pub(in crate::coll) async fn scatter(run: &Run<'_>, send: &[u8], recv: &mut [u8], root: usize) -> Result<()> {
+    let levels = levels(run)?;
+    let processes = &levels.processes;
+    let (me, block) = (run.rank(), recv.len());
+    let root_process = processes.group_of(root);
+    let root_leader = processes.members(root_process)[0];
+    let local = levels.local(&run.tuning);
+    let leaders = levels.leaders(&run.tuning);
+    let blocking = run.is_blocking();
+    let local_runs = (local.size() > 1).then(|| LevelRuns::take(&local, 1, blocking));
+    let leader_runs = leaders.as_ref().map(|leaders| LevelRuns::take(leaders, 1, blocking));
+    let total = block * run.size();
+    let mut by_process = vec![0u8; if me == root || me == root_leader { total } else { 0 }];
+    if me == root {
+        into_process_order(processes, send, &mut by_process, block);
+        if me != root_leader {
+            run.coll_send(&by_process, root_leader, Collective::Scatter).await?;
+        }
+    } else if me == root_leader {
+        run.coll_recv(&mut by_process, root, Collective::Scatter).await?;
+    }
+    let mut ours = vec![0u8; if leader_runs.is_some() { local.size() * block } else { 0 }];
+    if let (Some(runs), Some(leaders)) = (&leader_runs, &leaders) {
+        let layout = (me == root_leader).then(|| process_layout(leaders, processes, block)).transpose()?;
+        runs.next()?.dispatch_scatterv(&by_process, layout.as_ref(), &mut ours, root_process, Pick::Tuned).await?;
+    }
+    match &local_runs {
+        Some(runs) => runs.next()?.scatter(&ours, recv, 0).await,
+        None => {
+            recv.copy_from_slice(&ours);
+            Ok(())
+        }
+    }
+}
+
