@@ -615,6 +615,52 @@ fn non_contiguous_processes(device: DeviceKind) {
     });
 }
 
+/// Each process's members reordered (local members 0, 2, 4, ..., then 1, 3, ...), so that on
+/// NUMA layouts the nodes interleave in rank order while the processes stay contiguous: sums
+/// go through the NUMA level, a non-commutative op keeps the flat local level — right either
+/// way, at every root.
+fn numa_nodes_interleaved_in_rank_order(device: DeviceKind) {
+    each_job(device, |world| {
+        let (me, np) = (world.rank(), world.size());
+        let process = |rank| world.placement().process_of(rank);
+        let local_index = (0..me).filter(|&r| process(r) == process(me)).count();
+        let key = process(me) * 4 * np + (local_index % 2) * 2 * np + local_index;
+        let mixed = world.split(Some(0), key as i32)?.expect("every rank has a colour");
+        let mut members = vec![0u64; np];
+        mixed.allgather(&[me as u64], &mut members)?;
+        let members: Vec<usize> = members.into_iter().map(|r| r as usize).collect();
+        assert_eq!(mixed.algorithm_for(Collective::Allreduce, 64, false), Algorithm::Hierarchical);
+        let n = CHUNK / 16 * 3 + 1;
+        let mut got = vec![[0; 2]; n];
+        mixed.allreduce(&affine(me, n), &mut got, UserOp::non_commutative(compose_into))?;
+        assert_eq!(got, affine_fold(&members, n), "non-commutative allreduce");
+        let want: Vec<u64> = (0..n).map(|i| members.iter().map(|&r| values(r, n)[i]).sum()).collect();
+        let mut got = vec![0; n];
+        mixed.allreduce(&values(me, n), &mut got, Sum)?;
+        assert_eq!(got, want, "allreduce");
+        for root in 0..np {
+            let at_root = |len| if mixed.rank() == root { len } else { 0 };
+            let mut got = vec![[0; 2]; at_root(n)];
+            mixed.reduce(&affine(me, n), &mut got, UserOp::non_commutative(compose_into), root)?;
+            let mut sum = vec![0; at_root(n)];
+            mixed.reduce(&values(me, n), &mut sum, Sum, root)?;
+            let mut buf: Vec<u8> = if mixed.rank() == root { (0..n).map(|i| byte(root, i)).collect() } else { vec![0; n] };
+            mixed.bcast(&mut buf, root)?;
+            assert!(buf.iter().enumerate().all(|(i, &b)| b == byte(root, i)), "bcast from {root}");
+            if mixed.rank() == root {
+                assert_eq!(got, affine_fold(&members, n), "non-commutative reduce to {root}");
+                assert_eq!(sum, want, "reduce to {root}");
+            }
+        }
+        let counts = vec![2; np];
+        let mut got = vec![[0; 2]; 2];
+        mixed.reduce_scatter(&affine(me, 2 * np), &mut got, &counts, UserOp::non_commutative(compose_into))?;
+        let r = mixed.rank();
+        assert_eq!(got, affine_fold(&members, 2 * np)[2 * r..2 * r + 2], "non-commutative reduce_scatter");
+        mixed.barrier()
+    });
+}
+
 /// A rank that fails instead of joining fails the others' hierarchical operations (blocking and
 /// nonblocking, leaders and not) instead of leaving them waiting.
 fn a_failed_rank_fails_the_others(device: DeviceKind) {
@@ -677,6 +723,7 @@ device_suite!(
     nonblocking_operations_interleave,
     a_nonblocking_start_never_blocks,
     non_contiguous_processes,
+    numa_nodes_interleaved_in_rank_order,
     one_process_falls_back,
     a_failed_rank_fails_the_others,
 );
