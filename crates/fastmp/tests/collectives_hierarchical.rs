@@ -392,7 +392,8 @@ fn vector_gathers_and_scatters_every_root(device: DeviceKind) {
                 let mut got = at_root(vec![GAP; layout.len]);
                 world.gatherv(&mine, &mut got, &layout.counts, &layout.displs, root)?;
                 let mut igot = at_root(vec![GAP; layout.len]);
-                world.scope(|s| s.igatherv(&mine, &mut igot, &layout.counts, &layout.displs, root)?.wait().map(drop))?;
+                world
+                    .scope(|s| s.igatherv(&mine, &mut igot, &layout.counts, &layout.displs, root)?.wait().map(drop))?;
                 if me == root {
                     assert_eq!(got, want, "gatherv to {root}, scale {scale}");
                     assert_eq!(igot, want, "igatherv to {root}, scale {scale}");
@@ -427,7 +428,9 @@ fn alltoallv_uneven_blocks(device: DeviceKind) {
             assert_eq!(got, want, "alltoallv, scale {scale}");
             let mut got = vec![GAP; recvs.len];
             world.scope(|s| {
-                s.ialltoallv(&send, &sends.counts, &sends.displs, &mut got, &recvs.counts, &recvs.displs)?.wait().map(drop)
+                s.ialltoallv(&send, &sends.counts, &sends.displs, &mut got, &recvs.counts, &recvs.displs)?
+                    .wait()
+                    .map(drop)
             })?;
             assert_eq!(got, want, "ialltoallv, scale {scale}");
         }
@@ -644,7 +647,8 @@ fn numa_nodes_interleaved_in_rank_order(device: DeviceKind) {
             mixed.reduce(&affine(me, n), &mut got, UserOp::non_commutative(compose_into), root)?;
             let mut sum = vec![0; at_root(n)];
             mixed.reduce(&values(me, n), &mut sum, Sum, root)?;
-            let mut buf: Vec<u8> = if mixed.rank() == root { (0..n).map(|i| byte(root, i)).collect() } else { vec![0; n] };
+            let mut buf: Vec<u8> =
+                if mixed.rank() == root { (0..n).map(|i| byte(root, i)).collect() } else { vec![0; n] };
             mixed.bcast(&mut buf, root)?;
             assert!(buf.iter().enumerate().all(|(i, &b)| b == byte(root, i)), "bcast from {root}");
             if mixed.rank() == root {

@@ -222,7 +222,8 @@ mod tests {
                 let levels = world.levels().expect("several processes").clone();
                 let numa = levels.numa.as_ref().map(|numa| {
                     let tuning = world.tuning.clone();
-                    let nodes: Vec<Vec<usize>> = (0..numa.nodes.groups()).map(|g| numa.nodes.members(g).to_vec()).collect();
+                    let nodes: Vec<Vec<usize>> =
+                        (0..numa.nodes.groups()).map(|g| numa.nodes.members(g).to_vec()).collect();
                     (nodes, numa.node(&tuning).size(), numa.node_leaders(&tuning).map(|l| l.size()))
                 });
                 Ok(numa)
@@ -236,7 +237,8 @@ mod tests {
             assert_eq!(leaders, (rank % 4 != 1).then_some(3), "rank {rank}");
         }
         assert!(seen[8].is_none(), "a process of one member has no NUMA level");
-        let flat = crate::Config::new().np(6).simulate_processes(3).run(|world| Ok(world.levels().unwrap().numa.is_none()));
+        let flat =
+            crate::Config::new().np(6).simulate_processes(3).run(|world| Ok(world.levels().unwrap().numa.is_none()));
         assert_eq!(flat.unwrap(), [true; 6], "one NUMA node: no NUMA level");
     }
 

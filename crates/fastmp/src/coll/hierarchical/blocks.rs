@@ -43,7 +43,12 @@ pub(in crate::coll) async fn allgather(run: &Run<'_>, send: Option<&[u8]>, recv:
 /// leaders' allgatherv of the processes' blocks, local bcast (NUMA-local first) of them packed in process order,
 /// which every rank unpacks into its blocks (a bcast of `recv` itself would overwrite the gaps
 /// between blocks). `send` is `None` in place.
-pub(in crate::coll) async fn allgatherv(run: &Run<'_>, send: Option<&[u8]>, recv: &mut [u8], layout: &Layout) -> Result<()> {
+pub(in crate::coll) async fn allgatherv(
+    run: &Run<'_>,
+    send: Option<&[u8]>,
+    recv: &mut [u8],
+    layout: &Layout,
+) -> Result<()> {
     let levels = levels(run)?;
     let processes = &levels.processes;
     let me = run.rank();
@@ -143,8 +148,8 @@ pub(in crate::coll) async fn gatherv(
     let local_runs = (local.size() > 1).then(|| LevelRuns::take(&local, 2, blocking));
     let leader_runs = leaders.as_ref().map(|leaders| LevelRuns::take(leaders, 1, blocking));
     let members = processes.members(processes.group_of(me));
-    let lens = local_lengths(local_runs.as_ref().map(|runs| (runs, leader_runs.is_some())), send.len(), members.len())
-        .await?;
+    let lens =
+        local_lengths(local_runs.as_ref().map(|runs| (runs, leader_runs.is_some())), send.len(), members.len()).await?;
     let mut ours = vec![0u8; lens.iter().sum()];
     match &local_runs {
         Some(runs) => {
@@ -158,7 +163,9 @@ pub(in crate::coll) async fn gatherv(
     let mut by_process = vec![0u8; per_process.iter().sum()];
     if let (Some(runs), Some(leaders)) = (&leader_runs, &leaders) {
         let process_layout = (me == root_leader).then(|| packed_layout(leaders, &per_process)).transpose()?;
-        runs.next()?.dispatch_gatherv(&ours, &mut by_process, process_layout.as_ref(), root_process, Pick::Tuned).await?;
+        runs.next()?
+            .dispatch_gatherv(&ours, &mut by_process, process_layout.as_ref(), root_process, Pick::Tuned)
+            .await?;
         if me == root_leader && me != root {
             run.coll_send(&by_process, root, Collective::Gatherv).await?;
         }
@@ -198,8 +205,8 @@ pub(in crate::coll) async fn scatterv(
     let local_runs = (local.size() > 1).then(|| LevelRuns::take(&local, 2, blocking));
     let leader_runs = leaders.as_ref().map(|leaders| LevelRuns::take(leaders, 1, blocking));
     let members = processes.members(processes.group_of(me));
-    let lens = local_lengths(local_runs.as_ref().map(|runs| (runs, leader_runs.is_some())), recv.len(), members.len())
-        .await?;
+    let lens =
+        local_lengths(local_runs.as_ref().map(|runs| (runs, leader_runs.is_some())), recv.len(), members.len()).await?;
     let all_lens = root_lengths(run, layout, root, root_leader, Collective::Scatterv).await?;
     let per_process = process_totals(processes, &all_lens);
     let mut by_process = vec![0u8; if me == root || me == root_leader { per_process.iter().sum() } else { 0 }];
@@ -219,7 +226,9 @@ pub(in crate::coll) async fn scatterv(
     let mut ours = vec![0u8; if leader_runs.is_some() { lens.iter().sum() } else { 0 }];
     if let (Some(runs), Some(leaders)) = (&leader_runs, &leaders) {
         let process_layout = (me == root_leader).then(|| packed_layout(leaders, &per_process)).transpose()?;
-        runs.next()?.dispatch_scatterv(&by_process, process_layout.as_ref(), &mut ours, root_process, Pick::Tuned).await?;
+        runs.next()?
+            .dispatch_scatterv(&by_process, process_layout.as_ref(), &mut ours, root_process, Pick::Tuned)
+            .await?;
     }
     match &local_runs {
         Some(runs) => {
@@ -240,7 +249,9 @@ async fn local_lengths(local: Option<(&LevelRuns<'_>, bool)>, mine: usize, membe
     let Some((runs, leader)) = local else { return Ok(vec![mine]) };
     let mut lens = vec![0u64; if leader { members } else { 0 }];
     let gather = runs.next()?;
-    gather.dispatch_gather(bytemuck::bytes_of(&(mine as u64)), bytemuck::cast_slice_mut(&mut lens), 0, Pick::Tuned).await?;
+    gather
+        .dispatch_gather(bytemuck::bytes_of(&(mine as u64)), bytemuck::cast_slice_mut(&mut lens), 0, Pick::Tuned)
+        .await?;
     Ok(lens.into_iter().map(|l| l as usize).collect())
 }
 
@@ -310,4 +321,3 @@ pub(in crate::coll) async fn scatter(run: &Run<'_>, send: &[u8], recv: &mut [u8]
         }
     }
 }
-

@@ -123,7 +123,8 @@ pub(in crate::coll) async fn alltoallv(
     if let Some(runs) = &leader_runs {
         // Where member `i`'s block to (or from) rank `r` starts in `ours` (or `theirs`).
         let offsets = |of: &dyn Fn(usize, usize) -> usize| -> Vec<usize> {
-            let lens: Vec<usize> = members.clone().flat_map(|i| (0..np).map(move |r| (i, r))).map(|(i, r)| of(i, r)).collect();
+            let lens: Vec<usize> =
+                members.clone().flat_map(|i| (0..np).map(move |r| (i, r))).map(|(i, r)| of(i, r)).collect();
             displacements(&lens)
         };
         let (send_at, recv_at) = (offsets(&sent), offsets(&received));
@@ -142,11 +143,25 @@ pub(in crate::coll) async fn alltoallv(
         }
         let in_counts: Vec<usize> = groups
             .clone()
-            .map(|p| processes.members(p).iter().flat_map(|&from| members.clone().map(move |d| (d, from))).map(|(d, from)| received(d, from)).sum())
+            .map(|p| {
+                processes
+                    .members(p)
+                    .iter()
+                    .flat_map(|&from| members.clone().map(move |d| (d, from)))
+                    .map(|(d, from)| received(d, from))
+                    .sum()
+            })
             .collect();
         let mut incoming = vec![0u8; in_counts.iter().sum()];
         runs.next()?
-            .alltoallv(&outgoing, &counts, &displacements(&counts), &mut incoming, &in_counts, &displacements(&in_counts))
+            .alltoallv(
+                &outgoing,
+                &counts,
+                &displacements(&counts),
+                &mut incoming,
+                &in_counts,
+                &displacements(&in_counts),
+            )
             .await?;
         theirs = vec![0u8; incoming.len()];
         let mut at = 0;

@@ -61,7 +61,12 @@ pub(in crate::coll) async fn bcast(run: &Run<'_>, buf: &mut [u8], root: usize) -
 /// Local reduce of each chunk to the leader, leaders' allreduce of it, local bcast of the
 /// result: three stages, the first running ahead of the other two. The local steps go
 /// NUMA-local first.
-pub(in crate::coll) async fn allreduce<T: Pod>(run: &Run<'_>, send: Option<&[T]>, recv: &mut [T], op: &dyn Op<T>) -> Result<()> {
+pub(in crate::coll) async fn allreduce<T: Pod>(
+    run: &Run<'_>,
+    send: Option<&[T]>,
+    recv: &mut [T],
+    op: &dyn Op<T>,
+) -> Result<()> {
     if recv.is_empty() {
         return Ok(());
     }
@@ -169,7 +174,8 @@ pub(in crate::coll) async fn reduce_scatter<T: Pod>(
                 by_process.extend_from_slice(&partial[offsets[m]..offsets[m] + counts[m]]);
             }
         }
-        let per_process: Vec<usize> = (0..leaders.size()).map(|p| processes.members(p).iter().map(|&m| counts[m]).sum()).collect();
+        let per_process: Vec<usize> =
+            (0..leaders.size()).map(|p| processes.members(p).iter().map(|&m| counts[m]).sum()).collect();
         runs.next()?.reduce_scatter(&by_process, &mut mine, &per_process, op).await?;
     } else {
         reduces.reduce(send, &mut [], op).await?;
@@ -256,4 +262,3 @@ pub(in crate::coll) async fn scan<T: Pod>(
     }
     Ok(())
 }
-
