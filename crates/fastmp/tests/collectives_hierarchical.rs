@@ -438,6 +438,29 @@ fn alltoallv_uneven_blocks(device: DeviceKind) {
     });
 }
 
+/// Counts on which a sender and its receiver disagree, though each pair of processes agrees on
+/// the total between them: a clear error, not blocks delivered to the wrong places.
+fn alltoallv_disagreeing_counts_fail_clearly(device: DeviceKind) {
+    let outcome = job(device, (6, 3, 1), forced()).run(|world| {
+        let (me, np) = (world.rank(), world.size());
+        // Rank 0 sends 2 bytes to rank 3 and rank 1 none; rank 3 expects 1 from each.
+        let count = |s: usize, d: usize, senders_view: bool| match (s, d) {
+            (0, 3) if senders_view => 2,
+            (1, 3) if senders_view => 0,
+            _ => 1,
+        };
+        let send_counts: Vec<usize> = (0..np).map(|d| count(me, d, true)).collect();
+        let recv_counts: Vec<usize> = (0..np).map(|s| count(s, me, false)).collect();
+        let displs = |counts: &[usize]| counts.iter().scan(0, |at, &c| Some(std::mem::replace(at, *at + c))).collect();
+        let (send_displs, recv_displs): (Vec<usize>, Vec<usize>) = (displs(&send_counts), displs(&recv_counts));
+        let send = vec![me as u8; send_counts.iter().sum()];
+        let mut recv = vec![0u8; recv_counts.iter().sum()];
+        world.alltoallv(&send, &send_counts, &send_displs, &mut recv, &recv_counts, &recv_displs)
+    });
+    let err = outcome.expect_err("the counts disagree").to_string();
+    assert!(err.contains("send_counts"), "{err}");
+}
+
 fn reduce_scatter_uneven_counts(device: DeviceKind) {
     each_job(device, |world| {
         let (me, np) = (world.rank(), world.size());
@@ -719,6 +742,7 @@ device_suite!(
     scans_keep_rank_order,
     alltoall_every_size,
     alltoallv_uneven_blocks,
+    alltoallv_disagreeing_counts_fail_clearly,
     vector_gathers_and_scatters_every_root,
     reduce_scatter_uneven_counts,
     allgatherv_keeps_gaps,

@@ -230,8 +230,8 @@ mod tests {
             })
             .unwrap();
         let split = vec![vec![0, 1], vec![2], vec![3]];
-        for rank in 0..8 {
-            let (nodes, node_size, leaders) = seen[rank].clone().expect("a NUMA level");
+        for (rank, numa) in seen[..8].iter().enumerate() {
+            let (nodes, node_size, leaders) = numa.clone().expect("a NUMA level");
             assert_eq!(nodes, split, "rank {rank}");
             assert_eq!(node_size, if rank % 4 < 2 { 2 } else { 1 }, "rank {rank}");
             assert_eq!(leaders, (rank % 4 != 1).then_some(3), "rank {rank}");

@@ -7,7 +7,7 @@ use super::super::select::{Collective, Pick};
 use super::super::transport::{LevelRuns, Run};
 use super::super::vector::Layout;
 use super::local::LocalLevel;
-use super::{into_process_order, into_rank_order, levels, packed_layout, process_layout};
+use super::{in_process_order, into_process_order, into_rank_order, levels, packed_layout, process_layout};
 use crate::error::Result;
 
 /// Local gather to each leader, leaders' allgatherv of the processes' blocks, local bcast of the
@@ -40,9 +40,9 @@ pub(in crate::coll) async fn allgather(run: &Run<'_>, send: Option<&[u8]>, recv:
 }
 
 /// [`allgather`] with per-rank blocks (every rank knows them all): local gatherv to the leader,
-/// leaders' allgatherv of the processes' blocks, local bcast (NUMA-local first) of them packed in process order,
-/// which every rank unpacks into its blocks (a bcast of `recv` itself would overwrite the gaps
-/// between blocks). `send` is `None` in place.
+/// leaders' allgatherv of the processes' blocks, local bcast (NUMA-local first) of them packed
+/// in process order, which every rank unpacks into its blocks (a bcast of `recv` itself would
+/// overwrite the gaps between blocks). `send` is `None` in place.
 pub(in crate::coll) async fn allgatherv(
     run: &Run<'_>,
     send: Option<&[u8]>,
@@ -77,13 +77,7 @@ pub(in crate::coll) async fn allgatherv(
         runs.next()?.dispatch_allgatherv(Some(&ours), &mut by_process, &process_layout, Pick::Tuned).await?;
     }
     bcasts.bcast(&mut by_process, 0).await?;
-    let members = (0..processes.groups()).flat_map(|p| processes.members(p).iter().copied());
-    let mut at = 0;
-    for member in members {
-        let block = layout.block(member);
-        recv[block.clone()].copy_from_slice(&by_process[at..at + block.len()]);
-        at += block.len();
-    }
+    unpack_by_process(processes, layout, &by_process, recv);
     Ok(())
 }
 
@@ -174,12 +168,7 @@ pub(in crate::coll) async fn gatherv(
         if me != root_leader {
             run.coll_recv(&mut by_process, root_leader, Collective::Gatherv).await?;
         }
-        let mut at = 0;
-        for member in (0..processes.groups()).flat_map(|p| processes.members(p).iter().copied()) {
-            let block = layout.block(member);
-            recv[block.clone()].copy_from_slice(&by_process[at..at + block.len()]);
-            at += block.len();
-        }
+        unpack_by_process(processes, layout, &by_process, recv);
     }
     Ok(())
 }
@@ -211,12 +200,7 @@ pub(in crate::coll) async fn scatterv(
     let per_process = process_totals(processes, &all_lens);
     let mut by_process = vec![0u8; if me == root || me == root_leader { per_process.iter().sum() } else { 0 }];
     if let Some(layout) = layout {
-        let mut at = 0;
-        for member in (0..processes.groups()).flat_map(|p| processes.members(p).iter().copied()) {
-            let block = layout.block(member);
-            by_process[at..at + block.len()].copy_from_slice(&send[block.clone()]);
-            at += block.len();
-        }
+        pack_by_process(processes, layout, send, &mut by_process);
         if me != root_leader {
             run.coll_send(&by_process, root_leader, Collective::Scatterv).await?;
         }
@@ -242,9 +226,9 @@ pub(in crate::coll) async fn scatterv(
     }
 }
 
-/// The byte lengths of the local members' blocks, on the leader (`mine` on each member; a
-/// local gather when `local` has other members, whose leader is the first of the pair's flag);
-/// empty on other members.
+/// The byte lengths of this process's members' blocks (`mine` on each), on its leader: gathered
+/// over the local level's `runs` (absent alone in the process) to the member whose flag says
+/// it leads; empty on the others.
 async fn local_lengths(local: Option<(&LevelRuns<'_>, bool)>, mine: usize, members: usize) -> Result<Vec<usize>> {
     let Some((runs, leader)) = local else { return Ok(vec![mine]) };
     let mut lens = vec![0u64; if leader { members } else { 0 }];
@@ -275,6 +259,27 @@ async fn root_lengths(
         run.coll_recv(bytemuck::cast_slice_mut(&mut lens), root, coll).await?;
     }
     Ok(lens.into_iter().map(|l| l as usize).collect())
+}
+
+/// Copies the blocks of `layout`, packed one after another in process order in `packed`, to
+/// their places in `buf`.
+fn unpack_by_process(processes: &Grouping, layout: &Layout, packed: &[u8], buf: &mut [u8]) {
+    let mut at = 0;
+    for member in in_process_order(processes) {
+        let block = layout.block(member);
+        buf[block.clone()].copy_from_slice(&packed[at..at + block.len()]);
+        at += block.len();
+    }
+}
+
+/// The inverse of [`unpack_by_process`].
+fn pack_by_process(processes: &Grouping, layout: &Layout, buf: &[u8], packed: &mut [u8]) {
+    let mut at = 0;
+    for member in in_process_order(processes) {
+        let block = layout.block(member);
+        packed[at..at + block.len()].copy_from_slice(&buf[block.clone()]);
+        at += block.len();
+    }
 }
 
 /// Each process's total of `lens` (one per rank); empty without them.

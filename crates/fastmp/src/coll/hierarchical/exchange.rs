@@ -7,7 +7,7 @@ use super::super::select::Pick;
 use super::super::transport::{LevelRuns, Run};
 use super::super::vector::Layout;
 use super::{displacements, levels, packed_layout};
-use crate::error::Result;
+use crate::error::{Error, Result};
 
 /// Local gather of every member's `np` blocks to the leader, leaders' alltoallv of the blocks
 /// between their processes (to process `q`: from each of our members, the blocks for each of
@@ -131,8 +131,15 @@ pub(in crate::coll) async fn alltoallv(
         let groups = 0..processes.groups();
         let mut outgoing = Vec::with_capacity(ours.len());
         let mut counts = Vec::with_capacity(groups.len());
+        let pairs = |p: usize| processes.members(p).len() * members.len();
         for q in groups.clone() {
             let start = outgoing.len();
+            // The blocks' lengths first, so the receiving leader can check them.
+            for i in members.clone() {
+                for &to in processes.members(q) {
+                    outgoing.extend_from_slice(&(sent(i, to) as u64).to_le_bytes());
+                }
+            }
             for i in members.clone() {
                 for &to in processes.members(q) {
                     let at = send_at[i * np + to];
@@ -149,7 +156,8 @@ pub(in crate::coll) async fn alltoallv(
                     .iter()
                     .flat_map(|&from| members.clone().map(move |d| (d, from)))
                     .map(|(d, from)| received(d, from))
-                    .sum()
+                    .sum::<usize>()
+                    + pairs(p) * size_of::<u64>()
             })
             .collect();
         let mut incoming = vec![0u8; in_counts.iter().sum()];
@@ -163,12 +171,23 @@ pub(in crate::coll) async fn alltoallv(
                 &displacements(&in_counts),
             )
             .await?;
-        theirs = vec![0u8; incoming.len()];
+        theirs = vec![0u8; totals(&received).iter().sum()];
         let mut at = 0;
         for p in groups {
-            for &from in processes.members(p) {
+            let header = at;
+            at += pairs(p) * size_of::<u64>();
+            for (k, &from) in processes.members(p).iter().enumerate() {
                 for d in members.clone() {
                     let (to, len) = (recv_at[d * np + from], received(d, from));
+                    let entry = header + (k * members.len() + d) * size_of::<u64>();
+                    let announced = u64::from_le_bytes(incoming[entry..entry + 8].try_into().expect("8 bytes"));
+                    if announced != len as u64 {
+                        return Err(Error::InvalidArgument(format!(
+                            "alltoallv: rank {from} sends {announced} bytes to rank {} where that rank expects {len} \
+                             (a rank's send_counts and its peer's recv_counts differ)",
+                            ours_members[d]
+                        )));
+                    }
                     theirs[to..to + len].copy_from_slice(&incoming[at..at + len]);
                     at += len;
                 }

@@ -65,11 +65,16 @@ fn process_layout(leaders: &Comm, processes: &Grouping, block: usize) -> Result<
     packed_layout(leaders, &counts)
 }
 
+/// The communicator's members process by process (each process's members ascending): the
+/// order in which leaders pack blocks.
+fn in_process_order(processes: &Grouping) -> impl Iterator<Item = usize> + '_ {
+    (0..processes.groups()).flat_map(|p| processes.members(p).iter().copied())
+}
+
 /// Copies blocks gathered process by process (each process's members in rank order) to their
 /// members' places in `ordered`.
 fn into_rank_order(processes: &Grouping, by_process: &[u8], ordered: &mut [u8], block: usize) {
-    let members = (0..processes.groups()).flat_map(|p| processes.members(p).iter().copied());
-    for (from, member) in by_process.chunks_exact(block.max(1)).zip(members) {
+    for (from, member) in by_process.chunks_exact(block.max(1)).zip(in_process_order(processes)) {
         ordered[member * block..(member + 1) * block].copy_from_slice(from);
     }
 }
@@ -77,8 +82,7 @@ fn into_rank_order(processes: &Grouping, by_process: &[u8], ordered: &mut [u8], 
 /// The inverse of [`into_rank_order`]: every member's block of `ordered` to its place in
 /// process order.
 fn into_process_order(processes: &Grouping, ordered: &[u8], by_process: &mut [u8], block: usize) {
-    let members = (0..processes.groups()).flat_map(|p| processes.members(p).iter().copied());
-    for (to, member) in by_process.chunks_exact_mut(block.max(1)).zip(members) {
+    for (to, member) in by_process.chunks_exact_mut(block.max(1)).zip(in_process_order(processes)) {
         to.copy_from_slice(&ordered[member * block..(member + 1) * block]);
     }
 }

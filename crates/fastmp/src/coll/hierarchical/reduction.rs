@@ -10,7 +10,7 @@ use super::super::op::Op;
 use super::super::select::{Collective, Pick};
 use super::super::transport::{LevelRuns, Run};
 use super::local::LocalLevel;
-use super::{chunk_len, displacements, levels, packed_layout, pipeline};
+use super::{chunk_len, displacements, in_process_order, levels, packed_layout, pipeline};
 use crate::error::Result;
 
 /// Local arrival (NUMA nodes first), leaders' barrier, local departure.
@@ -164,18 +164,16 @@ pub(in crate::coll) async fn reduce_scatter<T: Pod>(
     let members = processes.members(processes.group_of(run.rank()));
     let ours: Vec<usize> = members.iter().map(|&m| counts[m]).collect();
     let mut mine = zeroed::<T>(if leader_runs.is_some() { ours.iter().sum() } else { 0 });
-    if let (Some(runs), Some(leaders)) = (&leader_runs, &leaders) {
+    if let Some(runs) = &leader_runs {
         let mut partial = zeroed::<T>(send.len());
         reduces.reduce(send, &mut partial, op).await?;
         let offsets = displacements(counts);
         let mut by_process = Vec::with_capacity(send.len());
-        for p in 0..processes.groups() {
-            for &m in processes.members(p) {
-                by_process.extend_from_slice(&partial[offsets[m]..offsets[m] + counts[m]]);
-            }
+        for m in in_process_order(processes) {
+            by_process.extend_from_slice(&partial[offsets[m]..offsets[m] + counts[m]]);
         }
         let per_process: Vec<usize> =
-            (0..leaders.size()).map(|p| processes.members(p).iter().map(|&m| counts[m]).sum()).collect();
+            (0..processes.groups()).map(|p| processes.members(p).iter().map(|&m| counts[m]).sum()).collect();
         runs.next()?.reduce_scatter(&by_process, &mut mine, &per_process, op).await?;
     } else {
         reduces.reduce(send, &mut [], op).await?;
