@@ -28,8 +28,8 @@ use std::sync::atomic::AtomicUsize;
 
 use coll_common::{Context, NPS, algorithms, check_each, forced, job, roots, run_ok, val};
 use collectives_common::{Case, LARGE, check_case, is_rooted, sizes, sweep, sweep_algorithms};
-use fastmp::{Config, DeviceKind};
 use fastmp::coll::{Algorithm, Collective, Rule, Tuning};
+use fastmp::{Config, DeviceKind};
 
 /// Every algorithm of `coll`, every size and root, on `np` ranks in one job.
 fn check_collective_on(coll: Collective, np: usize) {

@@ -138,7 +138,10 @@ fn strided_requests_and_shared_parts() {
             win.unlock_all()?;
             win.free()?;
         } else {
-            let err = world.win_allocate_shared::<u16>(1).err().expect("tcp ranks, and hybrid ranks of two processes, share no memory");
+            let err = world
+                .win_allocate_shared::<u16>(1)
+                .err()
+                .expect("tcp ranks, and hybrid ranks of two processes, share no memory");
             assert!(err.to_string().contains("win_allocate_shared"), "{err}");
         }
         Ok(())
