@@ -247,14 +247,7 @@ type Call = fn(&Comm, bool) -> Result<()>;
 /// For every algorithm of `coll`: rank `bad_rank` passes wrong arguments, gets `Err` naming
 /// `want` and returns it; the other ranks (passing consistent arguments) must not hang, and the
 /// job must fail naming that rank.
-fn one_rank_errs(
-    device: DeviceKind,
-    coll: Collective,
-    np: usize,
-    bad_rank: usize,
-    want: &'static str,
-    call: Call,
-) {
+fn one_rank_errs(device: DeviceKind, coll: Collective, np: usize, bad_rank: usize, want: &'static str, call: Call) {
     for alg in algorithms(coll) {
         let what = format!("{coll} with algorithm {alg} on {device:?}: rank {bad_rank} passes bad arguments");
         let result = job(config_on(device, np), &what, move |world| {
@@ -309,9 +302,14 @@ fn bad_arguments_on(device: DeviceKind) {
         let (counts, displs): (&[usize], &[usize]) = if bad { (&[1; 4], &[0, 1, 2]) } else { (&[], &[]) };
         c.gatherv(&[0u32], &mut [0u32; 4], counts, displs, 1)
     });
-    one_rank_errs(device, Collective::Allgather, NP, 3, "allgather receive buffer has 7 elements, expected 8", |c, bad| {
-        c.allgather(&[0u32; 2], &mut vec![0u32; if bad { 7 } else { 8 }])
-    });
+    one_rank_errs(
+        device,
+        Collective::Allgather,
+        NP,
+        3,
+        "allgather receive buffer has 7 elements, expected 8",
+        |c, bad| c.allgather(&[0u32; 2], &mut vec![0u32; if bad { 7 } else { 8 }]),
+    );
     one_rank_errs(
         device,
         Collective::Allgatherv,
@@ -320,9 +318,14 @@ fn bad_arguments_on(device: DeviceKind) {
         "allgatherv: rank 2's send buffer has 3 elements but recvcounts[2] is 2",
         |c, bad| c.allgatherv(&vec![0u32; if bad { 3 } else { 2 }], &mut [0u32; 8], &[2; 4], &[0, 2, 4, 6]),
     );
-    one_rank_errs(device, Collective::Alltoall, NP, 0, "alltoall receive buffer has 7 elements, expected 8", |c, bad| {
-        c.alltoall(&[0u32; 8], &mut vec![0u32; if bad { 7 } else { 8 }])
-    });
+    one_rank_errs(
+        device,
+        Collective::Alltoall,
+        NP,
+        0,
+        "alltoall receive buffer has 7 elements, expected 8",
+        |c, bad| c.alltoall(&[0u32; 8], &mut vec![0u32; if bad { 7 } else { 8 }]),
+    );
     one_rank_errs(device, Collective::Alltoallv, NP, 1, "alltoallv receive: block of rank 3", |c, bad| {
         let recv_displs: &[usize] = if bad { &[0, 1, 2, 4] } else { &[0, 1, 2, 3] };
         c.alltoallv(&[0u32; 4], &[1; 4], &[0, 1, 2, 3], &mut [0u32; 4], &[1; 4], recv_displs)
@@ -330,9 +333,14 @@ fn bad_arguments_on(device: DeviceKind) {
     one_rank_errs(device, Collective::Reduce, NP, 3, "reduce receive buffer has 1 elements, expected 2", |c, bad| {
         c.reduce(&[1u32, 2], &mut vec![0u32; if bad { 1 } else { 0 }], Sum, 3)
     });
-    one_rank_errs(device, Collective::Allreduce, NP, 2, "allreduce receive buffer has 3 elements, expected 2", |c, bad| {
-        c.allreduce(&[1u32, 2], &mut vec![0u32; if bad { 3 } else { 2 }], Sum)
-    });
+    one_rank_errs(
+        device,
+        Collective::Allreduce,
+        NP,
+        2,
+        "allreduce receive buffer has 3 elements, expected 2",
+        |c, bad| c.allreduce(&[1u32, 2], &mut vec![0u32; if bad { 3 } else { 2 }], Sum),
+    );
     one_rank_errs(
         device,
         Collective::ReduceScatter,
@@ -344,10 +352,17 @@ fn bad_arguments_on(device: DeviceKind) {
     one_rank_errs(device, Collective::Scan, NP, 0, "exscan receive buffer has 1 elements, expected 2", |c, bad| {
         c.exscan(&[1u32, 2], &mut vec![0u32; if bad { 1 } else { 2 }], Sum)
     });
-    one_rank_errs(device, Collective::Scatter, NP, 2, "scatter_obj: 3 values for a communicator of size 4", |c, bad| {
-        let values: Vec<u32> = if bad { vec![1, 2, 3] } else { vec![] };
-        c.scatter_obj(&values, 2).map(drop)
-    });
+    one_rank_errs(
+        device,
+        Collective::Scatter,
+        NP,
+        2,
+        "scatter_obj: 3 values for a communicator of size 4",
+        |c, bad| {
+            let values: Vec<u32> = if bad { vec![1, 2, 3] } else { vec![] };
+            c.scatter_obj(&values, 2).map(drop)
+        },
+    );
 }
 
 /// Runs `call` on np ranks with `coll` forced to each algorithm in turn; the ranks disagree on
