@@ -308,16 +308,11 @@ impl Device for HybridEndpoint {
     }
 
     /// Held receives take what has arrived first, as they would have on arrival: a probe
-    /// never reports a message an earlier receive is owed.
+    /// never reports a message an earlier receive is owed (`queue::probe_unowed`).
     fn iprobe(&self, spec: MatchSpec) -> Result<Option<RawStatus>> {
         self.check_live()?;
         self.check_source(spec)?;
-        self.advance_queue()?;
-        let found = match spec.source {
-            Source::Rank(r) => self.iprobe_on(self.via(r), spec)?,
-            Source::Any => self.probe_both(|via| self.iprobe_on(via, spec))?,
-        };
-        Ok(found.filter(|status| !self.owed(spec.context, status)))
+        self.probe_unowed(spec)
     }
 
     fn test(&self, req: ReqId) -> Result<Option<RawStatus>> {
