@@ -213,7 +213,8 @@ fn all_in_place(world: Comm) -> Result<()> {
 }
 
 fn on(device: DeviceKind) {
-    for np in [1, 2, 3, 4] {
+    let nps: &[usize] = if device == DeviceKind::Hybrid { &[1, 2, 3, 4, 5] } else { &[1, 2, 3, 4] };
+    for &np in nps {
         let config = Config::new().device(device).np(np);
         job(config, &format!("in place {device:?} np {np}"), all_in_place)
             .unwrap_or_else(|e| panic!("{device:?} np {np}: {e}"));
@@ -228,6 +229,12 @@ fn in_place_matches_out_of_place_on_shm() {
 #[test]
 fn in_place_matches_out_of_place_on_tcp() {
     on(DeviceKind::Tcp);
+}
+
+/// Hybrid at np 1 to 5 (one process, 1 + 1, 2 + 1, 2 × 2, 3 + 2).
+#[test]
+fn in_place_matches_out_of_place_on_hybrid() {
+    on(DeviceKind::Hybrid);
 }
 
 #[test]

@@ -96,7 +96,8 @@ fn fails(device: DeviceKind, np: usize, tuning: Tuning, what: &str, call: Call, 
 }
 
 fn matrix(device: DeviceKind) {
-    for np in [2, 3] {
+    let nps: &[usize] = if device == DeviceKind::Hybrid { &[2, 3, 5] } else { &[2, 3] };
+    for &np in nps {
         for coll in Collective::ALL.into_iter().filter(|&c| c != Collective::Barrier) {
             for &algorithm in coll.algorithms() {
                 let tuning = Tuning::defaults_for(device).force(coll, algorithm).expect("force");
@@ -117,18 +118,39 @@ fn every_algorithm_fails_on_mismatched_lengths_on_tcp() {
     matrix(DeviceKind::Tcp);
 }
 
+/// Hybrid at np 2 and 3 (1 + 1, 2 + 1) and 5 (3 + 2).
+#[test]
+fn every_algorithm_fails_on_mismatched_lengths_on_hybrid() {
+    matrix(DeviceKind::Hybrid);
+}
+
 /// Sizes on either side of the default tables' switches (for bcast at np 2: nbft up to 1 KiB,
 /// native above), so the ranks pick different algorithms: the reported hang (root 1000
 /// elements, rank 1 ten) among them.
 #[test]
 fn ranks_choosing_different_algorithms_fail_instead_of_hanging() {
     for device in [DeviceKind::Shm, DeviceKind::Tcp] {
-        for np in [2, 3] {
-            for coll in Collective::ALL.into_iter().filter(|&c| c != Collective::Barrier) {
-                for n in [1000, 20_000] {
-                    let what = format!("{device:?} np {np} {coll} default tuning, n {n}");
-                    fails(device, np, Tuning::defaults_for(device), &what, mismatched(coll), n);
-                }
+        different_algorithms_on(device);
+    }
+}
+
+/// Hybrid: hangs today at np 3 (2 + 1), bcast, n 20 000 (see the ignore reason); found by
+/// this suite, not yet fixed.
+#[test]
+#[ignore = "known hang on hybrid: at np 3 (2 + 1) the root's and rank 2's 80 KB bcast picks \
+            hierarchical while rank 1's 8 KB one picks bt; the root waits for rank 1 inside its \
+            process's native bcast, rank 1 waits for the root's bt message, and no message \
+            reveals the mismatch (the coll layer needs a mismatch check between the levels)"]
+fn ranks_choosing_different_algorithms_fail_instead_of_hanging_on_hybrid() {
+    different_algorithms_on(DeviceKind::Hybrid);
+}
+
+fn different_algorithms_on(device: DeviceKind) {
+    for np in [2, 3] {
+        for coll in Collective::ALL.into_iter().filter(|&c| c != Collective::Barrier) {
+            for n in [1000, 20_000] {
+                let what = format!("{device:?} np {np} {coll} default tuning, n {n}");
+                fails(device, np, Tuning::defaults_for(device), &what, mismatched(coll), n);
             }
         }
     }

@@ -8,7 +8,7 @@ use fastmp::coll::{Collective, Tuning};
 use fastmp::op::UserOp;
 use fastmp::{Config, DeviceKind, Error};
 
-const DEVICES: [DeviceKind; 2] = [DeviceKind::Shm, DeviceKind::Tcp];
+const DEVICES: [DeviceKind; 3] = [DeviceKind::Shm, DeviceKind::Tcp, DeviceKind::Hybrid];
 
 #[test]
 fn object_collectives() {

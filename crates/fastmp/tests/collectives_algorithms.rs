@@ -7,8 +7,15 @@
 //! count run inside one job.
 //!
 //! Further: full sweeps on reordered sub-communicators, on 33 and 64 ranks and with other eager
-//! limits, size-dependent tuning rules, other arities of the k-ary bcast, and every collective
-//! on the tcp device.
+//! limits, size-dependent tuning rules, other arities of the k-ary bcast, every collective on the
+//! tcp device, and every algorithm on the hybrid device.
+//!
+//! Hybrid (processes of thread ranks over loopback tcp, all in this test process): every
+//! algorithm of every collective, hierarchical included, at np 6 as 2 × 3, np 5 as 3 + 2 and
+//! np 7 as 3 + 3 + 1, at the sizes 0, 1, 3 and 2053 elements (past the eager limit) and every
+//! root; the > 1 MiB case only at np 6 (it is most of the sweep's cost, about 5 s per np on a
+//! 2-core machine, and the odd counts' large messages take the same paths), and through the
+//! default selection at every np (`every_collective_runs_on_hybrid`).
 //!
 //! Every job runs under a watchdog (`FASTMP_TEST_TIMEOUT_S`, default 120 s) so a hang fails the
 //! test instead of blocking.
@@ -20,9 +27,9 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;
 
 use coll_common::{Context, NPS, algorithms, check_each, forced, job, roots, run_ok, val};
-use collectives_common::{Case, check_case, is_rooted, sizes, sweep};
-use fastmp::Config;
+use collectives_common::{Case, LARGE, check_case, is_rooted, sizes, sweep, sweep_algorithms};
 use fastmp::coll::{Algorithm, Collective, Rule, Tuning};
+use fastmp::{Config, DeviceKind};
 
 /// Every algorithm of `coll`, every size and root, on `np` ranks in one job.
 fn check_collective_on(coll: Collective, np: usize) {
@@ -197,11 +204,46 @@ fn kary_bcast_with_other_arities() {
 /// for small and rendezvous-sized data and non-power-of-two rank counts.
 #[test]
 fn every_collective_runs_on_tcp() {
+    every_collective_on(DeviceKind::Tcp, &[1, 3, 4], &[1, 3000, 70_000]);
+}
+
+/// The same on the hybrid device (default selection: hierarchical and the hybrid table's
+/// rules), 2 × 3, 3 + 2 and 3 + 3 + 1, up to just over 1 MiB.
+#[test]
+fn every_collective_runs_on_hybrid() {
+    every_collective_on(DeviceKind::Hybrid, &[5, 6, 7], &[1, 3000, 270_000]);
+}
+
+/// Every algorithm of every collective on the hybrid device (see the file's documentation).
+#[test]
+fn every_algorithm_on_hybrid() {
+    for np in [6, 5, 7] {
+        let barriers = Arc::new(AtomicUsize::new(0));
+        job(hybrid(np), "hybrid sweep", move |world| {
+            let mut done = 0;
+            // Hierarchical too: the ranks are in several processes.
+            let every = |coll: Collective| coll.algorithms().to_vec();
+            let sizes: &[usize] = if np == 6 { &[0, 1, 3, 2053, LARGE] } else { &[0, 1, 3, 2053] };
+            sweep_algorithms(&world, sizes, every, &barriers, &mut done)
+        })
+        .unwrap_or_else(|e| panic!("hybrid sweep, np={np}: {e}"));
+    }
+}
+
+/// A hybrid job of `np` ranks: 3 per process (so 2 × 3, 3 + 2, 3 + 3 + 1).
+fn hybrid(np: usize) -> Config {
+    Config::new().device(DeviceKind::Hybrid).np(np).threads_per_process(3)
+}
+
+fn every_collective_on(device: DeviceKind, nps: &[usize], sizes: &[usize]) {
     use fastmp::op::Sum;
-    for np in [1usize, 3, 4] {
-        for n in [1usize, 3000, 70_000] {
-            let config = fastmp::Config::new().device(fastmp::DeviceKind::Tcp).np(np);
-            job(config, &format!("tcp collectives np={np} n={n}"), move |world| {
+    for &np in nps {
+        for &n in sizes {
+            let config = match device {
+                DeviceKind::Hybrid => hybrid(np),
+                other => Config::new().device(other).np(np),
+            };
+            job(config, &format!("{device:?} collectives np={np} n={n}"), move |world| {
                 let (rank, size) = (world.rank(), world.size());
                 let value = |r: usize, i: usize| (r * 7 + i) as u64;
                 world.barrier()?;

@@ -13,11 +13,11 @@ mod common;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use coll_common::{Context, algorithms, check_each, forced, run_ok, seed_of, val};
+use coll_common::{Context, algorithms, check_each, forced, run_ok, run_ok_on, seed_of, val};
 use collectives_common::{Case, SENTINEL, check_case, is_rooted, reduce_inputs, reduce_sum, sweep};
 use fastmp::coll::{Algorithm, Collective};
 use fastmp::op::Sum;
-use fastmp::{ANY_SOURCE, ANY_TAG, Comm, Result};
+use fastmp::{ANY_SOURCE, ANY_TAG, Comm, DeviceKind, Result};
 
 // ---------------------------------------------------------------- concurrency and contexts
 
@@ -29,9 +29,19 @@ fn rotating(comm: &Comm, coll: Collective, iteration: usize) -> Result<Comm> {
 
 #[test]
 fn different_collectives_at_once_on_split_communicators() {
+    different_collectives_at_once_on_split_communicators_on(DeviceKind::Shm, &[2, 3, 5, 8, 16]);
+}
+
+/// Hybrid: the halves mix thread peers and ranks of the other process.
+#[test]
+fn different_collectives_at_once_on_split_communicators_on_hybrid() {
+    different_collectives_at_once_on_split_communicators_on(DeviceKind::Hybrid, &[5, 6]);
+}
+
+fn different_collectives_at_once_on_split_communicators_on(device: DeviceKind, nps: &[usize]) {
     const ITERATIONS: usize = 40;
-    for np in [2, 3, 5, 8, 16] {
-        run_ok(np, "split halves", move |world| {
+    for &np in nps {
+        run_ok_on(device, np, "split halves", move |world| {
             let me = world.rank();
             let half = world.split(Some((me % 2) as u32), 0)?.expect("every rank has a color");
             let (hr, hn) = (half.rank(), half.size());
@@ -74,8 +84,18 @@ fn different_collectives_at_once_on_split_communicators() {
 
 #[test]
 fn overlapping_communicators_used_alternately() {
-    for np in [2, 3, 4, 7] {
-        run_ok(np, "overlapping communicators", move |world| {
+    overlapping_communicators_used_alternately_on(DeviceKind::Shm, &[2, 3, 4, 7]);
+}
+
+/// Hybrid, 2 × 3.
+#[test]
+fn overlapping_communicators_used_alternately_on_hybrid() {
+    overlapping_communicators_used_alternately_on(DeviceKind::Hybrid, &[6]);
+}
+
+fn overlapping_communicators_used_alternately_on(device: DeviceKind, nps: &[usize]) {
+    for &np in nps {
+        run_ok_on(device, np, "overlapping communicators", move |world| {
             let me = world.rank();
             let a = world.dup()?;
             let b = world.dup()?;
@@ -120,12 +140,22 @@ const USER_TAG: i32 = 7;
 
 #[test]
 fn random_sequences_of_collectives_and_algorithms() {
+    random_sequences_on(DeviceKind::Shm, &[(2, 300), (3, 300), (6, 200), (9, 120)]);
+}
+
+/// Hybrid, 2 × 3 and 4 + 3.
+#[test]
+fn random_sequences_of_collectives_and_algorithms_on_hybrid() {
+    random_sequences_on(DeviceKind::Hybrid, &[(6, 200), (7, 120)]);
+}
+
+fn random_sequences_on(device: DeviceKind, cases: &[(usize, usize)]) {
     // Consecutive calls switch collective, algorithm, size, root and communicator at random
     // (the same choices on every rank), so no algorithm may leave state or messages behind that
     // confuse the next one.
-    for (np, steps) in [(2, 300), (3, 300), (6, 200), (9, 120)] {
+    for &(np, steps) in cases {
         let barriers = Arc::new(AtomicUsize::new(0));
-        run_ok(np, "random sequence", move |world| {
+        run_ok_on(device, np, "random sequence", move |world| {
             let dup = world.dup()?;
             let mut rng = common::Rng::new(np as u64);
             let mut done = 0;
@@ -147,9 +177,19 @@ fn random_sequences_of_collectives_and_algorithms() {
 
 #[test]
 fn collective_traffic_never_matches_user_receives() {
-    for np in [1, 2, 3, 5, 8] {
+    collective_traffic_never_matches_user_receives_on(DeviceKind::Shm, &[1, 2, 3, 5, 8]);
+}
+
+/// Hybrid: wildcard receives there are held at the hybrid level, across both transports.
+#[test]
+fn collective_traffic_never_matches_user_receives_on_hybrid() {
+    collective_traffic_never_matches_user_receives_on(DeviceKind::Hybrid, &[5, 6]);
+}
+
+fn collective_traffic_never_matches_user_receives_on(device: DeviceKind, nps: &[usize]) {
+    for &np in nps {
         let barriers = Arc::new(AtomicUsize::new(0));
-        run_ok(np, "wildcard receives during collectives", move |world| {
+        run_ok_on(device, np, "wildcard receives during collectives", move |world| {
             let me = world.rank();
             let (left, right) = ((me + np - 1) % np, (me + 1) % np);
             let mut barriers_done = 0;
@@ -190,13 +230,23 @@ fn collective_traffic_never_matches_user_receives() {
 
 #[test]
 fn buffers_are_reusable_as_soon_as_a_call_returns() {
+    buffers_are_reusable_as_soon_as_a_call_returns_on(DeviceKind::Shm, &[2, 3, 5]);
+}
+
+/// Hybrid, 3 + 2.
+#[test]
+fn buffers_are_reusable_as_soon_as_a_call_returns_on_hybrid() {
+    buffers_are_reusable_as_soon_as_a_call_returns_on(DeviceKind::Hybrid, &[5]);
+}
+
+fn buffers_are_reusable_as_soon_as_a_call_returns_on(device: DeviceKind, nps: &[usize]) {
     // Right after each call every rank scribbles over its send buffer (and the bcast root over
     // its data): an algorithm that returns while peers still read this rank's memory (as native
     // ones do, in place) hands them garbage. Random yields vary the interleavings.
     const ITERATIONS: usize = 60;
     const N: usize = 3000;
-    for np in [2, 3, 5] {
-        run_ok(np, "buffer reuse", move |world| {
+    for &np in nps {
+        run_ok_on(device, np, "buffer reuse", move |world| {
             let me = world.rank();
             let mut rng = common::Rng::new(me as u64 + 1);
             let mut jitter = || {
@@ -286,12 +336,22 @@ fn buffers_are_reusable_as_soon_as_a_call_returns() {
 
 #[test]
 fn barrier_stress_with_jitter() {
+    barrier_stress_with_jitter_on(DeviceKind::Shm, &[3, 7]);
+}
+
+/// Hybrid, 3 + 2.
+#[test]
+fn barrier_stress_with_jitter_on_hybrid() {
+    barrier_stress_with_jitter_on(DeviceKind::Hybrid, &[5]);
+}
+
+fn barrier_stress_with_jitter_on(device: DeviceKind, nps: &[usize]) {
     // Nobody leaves barrier k before everyone has arrived at it, over many rounds in a row with
     // random delays (round k's flags must not be confused with round k + 1's).
     const ROUNDS: usize = 300;
-    for np in [3, 7] {
+    for &np in nps {
         let arrivals = Arc::new(AtomicUsize::new(0));
-        run_ok(np, "barrier stress", move |world| {
+        run_ok_on(device, np, "barrier stress", move |world| {
             let mut rng = common::Rng::new(world.rank() as u64 + 7);
             let mut done = 0;
             for alg in algorithms(Collective::Barrier) {

@@ -9,10 +9,10 @@ mod coll_common;
 
 use std::fmt;
 
-use coll_common::{algorithms, forced, job, run_ok};
+use coll_common::{algorithms, config_on, forced, job, run_ok};
 use fastmp::coll::{Algorithm, Collective, Tuning};
 use fastmp::op::{Sum, UserOp};
-use fastmp::{Comm, Config, Error, Result};
+use fastmp::{Comm, DeviceKind, Error, Result};
 
 // ---------------------------------------------------------------- argument errors
 
@@ -247,10 +247,10 @@ type Call = fn(&Comm, bool) -> Result<()>;
 /// For every algorithm of `coll`: rank `bad_rank` passes wrong arguments, gets `Err` naming
 /// `want` and returns it; the other ranks (passing consistent arguments) must not hang, and the
 /// job must fail naming that rank.
-fn one_rank_errs(coll: Collective, np: usize, bad_rank: usize, want: &'static str, call: Call) {
+fn one_rank_errs(device: DeviceKind, coll: Collective, np: usize, bad_rank: usize, want: &'static str, call: Call) {
     for alg in algorithms(coll) {
-        let what = format!("{coll} with algorithm {alg}: rank {bad_rank} passes bad arguments");
-        let result = job(Config::new().np(np), &what, move |world| {
+        let what = format!("{coll} with algorithm {alg} on {device:?}: rank {bad_rank} passes bad arguments");
+        let result = job(config_on(device, np), &what, move |world| {
             let comm = forced(&world, coll, alg)?;
             let bad = world.rank() == bad_rank;
             let result = call(&comm, bad);
@@ -271,73 +271,107 @@ fn one_rank_errs(coll: Collective, np: usize, bad_rank: usize, want: &'static st
 
 #[test]
 fn a_rank_with_bad_arguments_fails_the_job_without_hanging() {
+    bad_arguments_on(DeviceKind::Shm);
+}
+
+/// Hybrid, 2 × 2 (the cases' buffer lengths are written for np 4).
+#[test]
+fn a_rank_with_bad_arguments_fails_the_job_without_hanging_on_hybrid() {
+    bad_arguments_on(DeviceKind::Hybrid);
+}
+
+fn bad_arguments_on(device: DeviceKind) {
     const NP: usize = 4;
-    one_rank_errs(Collective::Bcast, NP, 1, "root 7 out of range", |c, bad| {
+    one_rank_errs(device, Collective::Bcast, NP, 1, "root 7 out of range", |c, bad| {
         c.bcast(&mut [0u32; 5], if bad { 7 } else { 0 })
     });
-    one_rank_errs(Collective::Scatter, NP, 2, "scatter send buffer has 7 elements, expected 8", |c, bad| {
+    one_rank_errs(device, Collective::Scatter, NP, 2, "scatter send buffer has 7 elements, expected 8", |c, bad| {
         let send = vec![0u32; if bad { 7 } else { 0 }];
         c.scatter(&send, &mut [0u32; 2], 2)
     });
-    one_rank_errs(Collective::Gather, NP, 3, "gather receive buffer has 9 elements, expected 8", |c, bad| {
+    one_rank_errs(device, Collective::Gather, NP, 3, "gather receive buffer has 9 elements, expected 8", |c, bad| {
         let mut recv = vec![0u32; if bad { 9 } else { 0 }];
         c.gather(&[1u32, 2], &mut recv, 3)
     });
-    one_rank_errs(Collective::Gatherv, NP, 0, "gatherv: blocks of ranks 0 and 1 overlap", |c, bad| {
+    one_rank_errs(device, Collective::Gatherv, NP, 0, "gatherv: blocks of ranks 0 and 1 overlap", |c, bad| {
         let send_len = [2, 2, 1, 1][c.rank()];
         let (counts, displs): (&[usize], &[usize]) = if bad { (&[2, 2, 1, 1], &[0, 1, 4, 5]) } else { (&[], &[]) };
         c.gatherv(&vec![0u32; send_len], &mut [0u32; 6], counts, displs, 0)
     });
-    one_rank_errs(Collective::Gatherv, NP, 1, "gatherv: 4 counts and 3 displacements", |c, bad| {
+    one_rank_errs(device, Collective::Gatherv, NP, 1, "gatherv: 4 counts and 3 displacements", |c, bad| {
         let (counts, displs): (&[usize], &[usize]) = if bad { (&[1; 4], &[0, 1, 2]) } else { (&[], &[]) };
         c.gatherv(&[0u32], &mut [0u32; 4], counts, displs, 1)
     });
-    one_rank_errs(Collective::Allgather, NP, 3, "allgather receive buffer has 7 elements, expected 8", |c, bad| {
-        c.allgather(&[0u32; 2], &mut vec![0u32; if bad { 7 } else { 8 }])
-    });
     one_rank_errs(
+        device,
+        Collective::Allgather,
+        NP,
+        3,
+        "allgather receive buffer has 7 elements, expected 8",
+        |c, bad| c.allgather(&[0u32; 2], &mut vec![0u32; if bad { 7 } else { 8 }]),
+    );
+    one_rank_errs(
+        device,
         Collective::Allgatherv,
         NP,
         2,
         "allgatherv: rank 2's send buffer has 3 elements but recvcounts[2] is 2",
         |c, bad| c.allgatherv(&vec![0u32; if bad { 3 } else { 2 }], &mut [0u32; 8], &[2; 4], &[0, 2, 4, 6]),
     );
-    one_rank_errs(Collective::Alltoall, NP, 0, "alltoall receive buffer has 7 elements, expected 8", |c, bad| {
-        c.alltoall(&[0u32; 8], &mut vec![0u32; if bad { 7 } else { 8 }])
-    });
-    one_rank_errs(Collective::Alltoallv, NP, 1, "alltoallv receive: block of rank 3", |c, bad| {
+    one_rank_errs(
+        device,
+        Collective::Alltoall,
+        NP,
+        0,
+        "alltoall receive buffer has 7 elements, expected 8",
+        |c, bad| c.alltoall(&[0u32; 8], &mut vec![0u32; if bad { 7 } else { 8 }]),
+    );
+    one_rank_errs(device, Collective::Alltoallv, NP, 1, "alltoallv receive: block of rank 3", |c, bad| {
         let recv_displs: &[usize] = if bad { &[0, 1, 2, 4] } else { &[0, 1, 2, 3] };
         c.alltoallv(&[0u32; 4], &[1; 4], &[0, 1, 2, 3], &mut [0u32; 4], &[1; 4], recv_displs)
     });
-    one_rank_errs(Collective::Reduce, NP, 3, "reduce receive buffer has 1 elements, expected 2", |c, bad| {
+    one_rank_errs(device, Collective::Reduce, NP, 3, "reduce receive buffer has 1 elements, expected 2", |c, bad| {
         c.reduce(&[1u32, 2], &mut vec![0u32; if bad { 1 } else { 0 }], Sum, 3)
     });
-    one_rank_errs(Collective::Allreduce, NP, 2, "allreduce receive buffer has 3 elements, expected 2", |c, bad| {
-        c.allreduce(&[1u32, 2], &mut vec![0u32; if bad { 3 } else { 2 }], Sum)
-    });
     one_rank_errs(
+        device,
+        Collective::Allreduce,
+        NP,
+        2,
+        "allreduce receive buffer has 3 elements, expected 2",
+        |c, bad| c.allreduce(&[1u32, 2], &mut vec![0u32; if bad { 3 } else { 2 }], Sum),
+    );
+    one_rank_errs(
+        device,
         Collective::ReduceScatter,
         NP,
         1,
         "reduce_scatter_block send buffer has 9 elements, expected 8",
         |c, bad| c.reduce_scatter_block(&vec![1u32; if bad { 9 } else { 8 }], &mut [0u32; 2], Sum),
     );
-    one_rank_errs(Collective::Scan, NP, 0, "exscan receive buffer has 1 elements, expected 2", |c, bad| {
+    one_rank_errs(device, Collective::Scan, NP, 0, "exscan receive buffer has 1 elements, expected 2", |c, bad| {
         c.exscan(&[1u32, 2], &mut vec![0u32; if bad { 1 } else { 2 }], Sum)
     });
-    one_rank_errs(Collective::Scatter, NP, 2, "scatter_obj: 3 values for a communicator of size 4", |c, bad| {
-        let values: Vec<u32> = if bad { vec![1, 2, 3] } else { vec![] };
-        c.scatter_obj(&values, 2).map(drop)
-    });
+    one_rank_errs(
+        device,
+        Collective::Scatter,
+        NP,
+        2,
+        "scatter_obj: 3 values for a communicator of size 4",
+        |c, bad| {
+            let values: Vec<u32> = if bad { vec![1, 2, 3] } else { vec![] };
+            c.scatter_obj(&values, 2).map(drop)
+        },
+    );
 }
 
 /// Runs `call` on np ranks with `coll` forced to each algorithm in turn; the ranks disagree on
 /// the arguments in a way no single rank can see, so the job must end in `Err` (never a hang,
 /// and never `Ok`).
-fn mismatch_fails(coll: Collective, np: usize, label: &str, call: Call) {
+fn mismatch_fails(device: DeviceKind, coll: Collective, np: usize, label: &str, call: Call) {
     for alg in algorithms(coll) {
-        let what = format!("{coll} with algorithm {alg}, np={np}: {label}");
-        let result = job(Config::new().np(np), &what, move |world| {
+        let what = format!("{coll} with algorithm {alg}, {device:?} np={np}: {label}");
+        let result = job(config_on(device, np), &what, move |world| {
             let comm = forced(&world, coll, alg)?;
             call(&comm, false)
         });
@@ -347,37 +381,47 @@ fn mismatch_fails(coll: Collective, np: usize, label: &str, call: Call) {
 
 #[test]
 fn cross_rank_mismatches_end_in_err() {
-    for np in [2, 4, 5] {
-        mismatch_fails(Collective::Bcast, np, "a receiver's buffer is shorter", |c, _| {
+    mismatches_on(DeviceKind::Shm, &[2, 4, 5]);
+}
+
+/// Hybrid, 3 + 2 (a mismatch between processes and inside one).
+#[test]
+fn cross_rank_mismatches_end_in_err_on_hybrid() {
+    mismatches_on(DeviceKind::Hybrid, &[5]);
+}
+
+fn mismatches_on(device: DeviceKind, nps: &[usize]) {
+    for &np in nps {
+        mismatch_fails(device, Collective::Bcast, np, "a receiver's buffer is shorter", |c, _| {
             c.bcast(&mut vec![0u32; if c.rank() == 1 { 8 } else { 10 }], 0)
         });
-        mismatch_fails(Collective::Bcast, np, "a receiver's buffer is longer", |c, _| {
+        mismatch_fails(device, Collective::Bcast, np, "a receiver's buffer is longer", |c, _| {
             c.bcast(&mut vec![0u32; if c.rank() == c.size() - 1 { 12 } else { 10 }], 0)
         });
-        mismatch_fails(Collective::Bcast, np, "the root's buffer is empty", |c, _| {
+        mismatch_fails(device, Collective::Bcast, np, "the root's buffer is empty", |c, _| {
             c.bcast(&mut vec![0u8; if c.rank() == 1 { 0 } else { 5 }], 1)
         });
-        mismatch_fails(Collective::Bcast, np, "large buffers, one element apart", |c, _| {
+        mismatch_fails(device, Collective::Bcast, np, "large buffers, one element apart", |c, _| {
             c.bcast(&mut vec![0u32; 100_000 + usize::from(c.rank() == c.size() / 2)], c.size() - 1)
         });
-        mismatch_fails(Collective::Allreduce, np, "one rank reduces more elements", |c, _| {
+        mismatch_fails(device, Collective::Allreduce, np, "one rank reduces more elements", |c, _| {
             let n = if c.rank() == 1 { 1000 } else { 999 };
             c.allreduce(&vec![1u64; n], &mut vec![0u64; n], Sum)
         });
-        mismatch_fails(Collective::Allgather, np, "one rank sends a shorter block", |c, _| {
+        mismatch_fails(device, Collective::Allgather, np, "one rank sends a shorter block", |c, _| {
             let n = if c.rank() == c.size() - 1 { 2 } else { 3 };
             c.allgather(&vec![1u32; n], &mut vec![0u32; n * c.size()])
         });
-        mismatch_fails(Collective::Alltoall, np, "one rank exchanges longer blocks", |c, _| {
+        mismatch_fails(device, Collective::Alltoall, np, "one rank exchanges longer blocks", |c, _| {
             let n = if c.rank() == 0 { 5 } else { 4 };
             c.alltoall(&vec![1u32; n * c.size()], &mut vec![0u32; n * c.size()])
         });
-        mismatch_fails(Collective::Scatter, np, "a receiver expects a longer block", |c, _| {
+        mismatch_fails(device, Collective::Scatter, np, "a receiver expects a longer block", |c, _| {
             let n = if c.rank() == 1 { 4 } else { 3 };
             let send = vec![1u32; if c.rank() == 0 { 3 * c.size() } else { 0 }];
             c.scatter(&send, &mut vec![0u32; n], 0)
         });
-        mismatch_fails(Collective::Scatterv, np, "a receiver expects a different count", |c, _| {
+        mismatch_fails(device, Collective::Scatterv, np, "a receiver expects a different count", |c, _| {
             let counts = vec![2usize; c.size()];
             let displs: Vec<usize> = (0..c.size()).map(|r| 2 * r).collect();
             let root = c.size() - 1;
@@ -385,14 +429,14 @@ fn cross_rank_mismatches_end_in_err() {
             let send = vec![1u16; if c.rank() == root { 2 * c.size() } else { 0 }];
             c.scatterv(&send, cs, ds, &mut vec![0u16; if c.rank() == 0 { 1 } else { 2 }], root)
         });
-        mismatch_fails(Collective::Gatherv, np, "a sender sends more than the root's count", |c, _| {
+        mismatch_fails(device, Collective::Gatherv, np, "a sender sends more than the root's count", |c, _| {
             let counts = vec![2usize; c.size()];
             let displs: Vec<usize> = (0..c.size()).map(|r| 2 * r).collect();
             let mut recv = vec![0u16; if c.rank() == 0 { 2 * c.size() } else { 0 }];
             let (cs, ds): (&[usize], &[usize]) = if c.rank() == 0 { (&counts, &displs) } else { (&[], &[]) };
             c.gatherv(&vec![1u16; if c.rank() == c.size() - 1 { 3 } else { 2 }], &mut recv, cs, ds, 0)
         });
-        mismatch_fails(Collective::Allgatherv, np, "ranks disagree on the counts", |c, _| {
+        mismatch_fails(device, Collective::Allgatherv, np, "ranks disagree on the counts", |c, _| {
             let mut counts = vec![2usize; c.size()];
             if c.rank() == 0 {
                 counts[c.size() - 1] = 3;
@@ -401,7 +445,7 @@ fn cross_rank_mismatches_end_in_err() {
             let mut recv = vec![0u32; 3 * c.size()];
             c.allgatherv(&vec![1u32; counts[c.rank()]], &mut recv, &counts, &displs)
         });
-        mismatch_fails(Collective::Alltoallv, np, "a receive count differs from the send count", |c, _| {
+        mismatch_fails(device, Collective::Alltoallv, np, "a receive count differs from the send count", |c, _| {
             let np = c.size();
             let send_counts = vec![2usize; np];
             let mut recv_counts = vec![2usize; np];
@@ -411,20 +455,20 @@ fn cross_rank_mismatches_end_in_err() {
             let displs: Vec<usize> = (0..np).map(|r| 2 * r).collect();
             c.alltoallv(&vec![1u8; 2 * np], &send_counts, &displs, &mut vec![0u8; 2 * np], &recv_counts, &displs)
         });
-        mismatch_fails(Collective::Reduce, np, "one rank reduces fewer elements", |c, _| {
+        mismatch_fails(device, Collective::Reduce, np, "one rank reduces fewer elements", |c, _| {
             let n = if c.rank() == c.size() - 1 { 6 } else { 7 };
             let mut recv = vec![0i32; if c.rank() == 0 { 7 } else { 0 }];
             c.reduce(&vec![1i32; n], &mut recv, Sum, 0)
         });
-        mismatch_fails(Collective::ReduceScatter, np, "one rank's blocks are longer", |c, _| {
+        mismatch_fails(device, Collective::ReduceScatter, np, "one rank's blocks are longer", |c, _| {
             let n = if c.rank() == 0 { 3 } else { 2 };
             c.reduce_scatter_block(&vec![1u64; n * c.size()], &mut vec![0u64; n], Sum)
         });
-        mismatch_fails(Collective::Scan, np, "one rank scans more elements", |c, _| {
+        mismatch_fails(device, Collective::Scan, np, "one rank scans more elements", |c, _| {
             let n = if c.rank() == c.size() / 2 { 40 } else { 39 };
             c.scan(&vec![1u32; n], &mut vec![0u32; n], Sum)
         });
-        mismatch_fails(Collective::Gather, np, "one rank sends a longer block", |c, _| {
+        mismatch_fails(device, Collective::Gather, np, "one rank sends a longer block", |c, _| {
             let n = if c.rank() == 1 { 4 } else { 3 };
             let mut recv = vec![0u16; if c.rank() == 0 { 3 * c.size() } else { 0 }];
             c.gather(&vec![1u16; n], &mut recv, 0)
@@ -436,6 +480,16 @@ fn cross_rank_mismatches_end_in_err() {
 
 #[test]
 fn a_panicking_user_op_fails_the_job_without_hanging() {
+    panicking_user_op_on(DeviceKind::Shm);
+}
+
+/// Hybrid, 2 × 2: the victims are rank 0 (a process's first rank) and rank 2 (the other's).
+#[test]
+fn a_panicking_user_op_fails_the_job_without_hanging_on_hybrid() {
+    panicking_user_op_on(DeviceKind::Hybrid);
+}
+
+fn panicking_user_op_on(device: DeviceKind) {
     // The op panics on one rank only; peers may be reading that rank's buffers (native
     // reductions) or waiting for its messages. The job must end, and in `Err` whenever the op
     // ran on that rank.
@@ -443,8 +497,8 @@ fn a_panicking_user_op_fails_the_job_without_hanging() {
     for coll in [Collective::Reduce, Collective::Allreduce, Collective::ReduceScatter, Collective::Scan] {
         for alg in algorithms(coll) {
             for victim in [0, 2] {
-                let what = format!("{coll} with algorithm {alg}: the op panics on rank {victim}");
-                let result = job(Config::new().np(NP), &what, move |world| {
+                let what = format!("{coll} with algorithm {alg} on {device:?}: the op panics on rank {victim}");
+                let result = job(config_on(device, NP), &what, move |world| {
                     let me = world.rank();
                     let comm = forced(&world, coll, alg)?;
                     let op = UserOp::commutative(move |input: &[u64], inout: &mut [u64]| {

@@ -12,11 +12,11 @@ mod collectives_common;
 use std::fmt;
 
 use bytemuck::Pod;
-use coll_common::{Context, NPS, algorithms, check_each, forced, roots, run_ok, val};
+use coll_common::{Context, NPS, algorithms, check_each, forced, roots, run_ok_on, val};
 use collectives_common::{SENTINEL, v_counts};
 use fastmp::coll::{Collective, Tuning};
 use fastmp::op::{Band, Bor, Bxor, Land, Loc, Lor, Max, MaxLoc, Min, MinLoc, Op, Prod, Sum, UserOp};
-use fastmp::{Comm, Result};
+use fastmp::{Comm, DeviceKind, Result};
 use serde::{Deserialize, Serialize};
 
 // ---------------------------------------------------------------- ops, types, combining order
@@ -131,10 +131,20 @@ fn rank_matrix(r: usize, i: usize) -> Mat {
 
 #[test]
 fn non_commutative_op_combines_in_rank_order() {
+    non_commutative_op_combines_in_rank_order_on(DeviceKind::Shm, &NPS);
+}
+
+/// Hybrid: rank order across processes (hierarchical reductions included).
+#[test]
+fn non_commutative_op_combines_in_rank_order_on_hybrid() {
+    non_commutative_op_combines_in_rank_order_on(DeviceKind::Hybrid, &[5, 6]);
+}
+
+fn non_commutative_op_combines_in_rank_order_on(device: DeviceKind, nps: &[usize]) {
     // The product of rank 0's and rank 1's matrices differs from the reverse product.
     assert_ne!(mat_mul(&rank_matrix(0, 0), &rank_matrix(1, 0)), mat_mul(&rank_matrix(1, 0), &rank_matrix(0, 0)));
-    for np in NPS {
-        run_ok(np, "non-commutative matrix product", |world| {
+    for &np in nps {
+        run_ok_on(device, np, "non-commutative matrix product", |world| {
             // `inout = input · inout`, where `input` comes from lower ranks.
             let matmul = UserOp::non_commutative(|input: &[Mat], inout: &mut [Mat]| {
                 for (a, b) in input.iter().zip(inout.iter_mut()) {
@@ -149,8 +159,18 @@ fn non_commutative_op_combines_in_rank_order() {
 
 #[test]
 fn predefined_ops_and_types() {
-    for np in NPS {
-        run_ok(np, "predefined ops", move |world| {
+    predefined_ops_and_types_on(DeviceKind::Shm, &NPS);
+}
+
+/// Hybrid, 2 × 3.
+#[test]
+fn predefined_ops_and_types_on_hybrid() {
+    predefined_ops_and_types_on(DeviceKind::Hybrid, &[6]);
+}
+
+fn predefined_ops_and_types_on(device: DeviceKind, nps: &[usize]) {
+    for &np in nps {
+        run_ok_on(device, np, "predefined ops", move |world| {
             let sizes = [1, 3, 1000];
             // Multiples of 1/4 below 2^20: every sum is exact in any order.
             let f64_gen = |r: usize, i: usize| (r as f64) * 0.5 + (i % 7) as f64 * 0.25 - 1.0;
@@ -258,8 +278,18 @@ const OBJECT_CARRIERS: [Collective; 5] =
 
 #[test]
 fn object_collectives() {
-    for np in NPS {
-        run_ok(np, "serde object collectives", move |world| {
+    object_collectives_on(DeviceKind::Shm, &NPS);
+}
+
+/// Hybrid, 3 + 2.
+#[test]
+fn object_collectives_on_hybrid() {
+    object_collectives_on(DeviceKind::Hybrid, &[5]);
+}
+
+fn object_collectives_on(device: DeviceKind, nps: &[usize]) {
+    for &np in nps {
+        run_ok_on(device, np, "serde object collectives", move |world| {
             let me = world.rank();
             // Rotate the underlying algorithms so every one of them carries objects.
             let rounds = OBJECT_CARRIERS.iter().map(|&c| algorithms(c).len()).max().unwrap_or(1);

@@ -330,3 +330,52 @@ fn a_remote_failure_wakes_thread_peers_blocked_on_each_other() {
     .expect_err("the job failed");
     assert!(matches!(err, Error::RankFailed { rank: 3, .. }), "{err:?}");
 }
+
+/// A wildcard probe while a wildcard receive is held: the message the held receive is owed
+/// (tag 1) arrives together with a later one (tag 2) from a thread peer or a remote rank, in
+/// many rounds, so it often arrives between the held receives' turn and the probe's. The probe
+/// never reports the owed message, finds the later one (the owed one is handed over and the
+/// probe repeated, `queue::probe_unowed`), and each receive gets its own message.
+#[test]
+fn a_wildcard_probe_finds_the_message_behind_one_owed_to_a_held_receive() {
+    const ROUNDS: usize = 60;
+    for (np, t) in LAYOUTS {
+        run(np, t, |world| {
+            let me = world.rank();
+            let senders = [1, np - 1]; // a thread peer of rank 0, and a rank of another process
+            if me == 0 {
+                for round in 0..ROUNDS {
+                    let sender = senders[round % 2];
+                    let mut owed = [0usize; 1];
+                    world.scope(|s| {
+                        let held = s.irecv(&mut owed, ANY_SOURCE, 1)?;
+                        world.send(&[round], sender, 9)?;
+                        let st = loop {
+                            if let Some(st) = world.iprobe(ANY_SOURCE, ANY_TAG)? {
+                                break st;
+                            }
+                        };
+                        assert_eq!((st.source, st.tag), (sender, 2), "round {round}: the probe reported {st:?}");
+                        let mut later = [0usize; 1];
+                        world.recv(&mut later, sender, 2)?;
+                        assert_eq!(later[0], 2 * round + 1, "round {round}");
+                        let got = held.wait()?;
+                        assert_eq!((got.source, got.tag), (sender, 1), "round {round}");
+                        Ok(())
+                    })?;
+                    assert_eq!(owed[0], 2 * round, "round {round}");
+                }
+            } else if senders.contains(&me) {
+                for round in (0..ROUNDS).filter(|r| senders[r % 2] == me) {
+                    let mut go = [0usize; 1];
+                    world.recv(&mut go, 0, 9)?;
+                    assert_eq!(go[0], round);
+                    world.send(&[2 * round], 0, 1)?;
+                    world.send(&[2 * round + 1], 0, 2)?;
+                }
+            }
+            world.barrier()
+        })
+        .unwrap();
+    }
+}

@@ -394,7 +394,6 @@ fn concurrent_accumulates_on_one_word(dev: DeviceKind) {
 }
 
 device_suite! {
-    all_hybrid_ignored: "the hybrid device has no one-sided windows yet (v1)",
     both: [
         exclusive_lock_counter,
         fetch_and_op_counter,

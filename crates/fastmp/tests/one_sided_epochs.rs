@@ -10,7 +10,7 @@ mod one_sided_common;
 use common::device_suite;
 use fastmp::op::Sum;
 use fastmp::window::{Assert, LockKind};
-use fastmp::{Comm, DeviceKind, Error, Result, waitall};
+use fastmp::{Comm, DeviceKind, Error, Result, SplitType, waitall};
 use one_sided_common::{expect_invalid, expect_sync, go, pause, run, wait_go};
 
 /// Value rank `origin` writes at element `i` of rank `target`'s part.
@@ -352,6 +352,11 @@ fn win_allocate_shared_and_query(dev: DeviceKind) {
                 shared_window_checks(&world)
             }
         },
+        // The world spans two processes: refused; each process's ranks share its memory.
+        DeviceKind::Hybrid => {
+            expect_invalid(world.win_allocate_shared::<u64>(4).map(drop), "win_allocate_shared");
+            shared_window_checks(&world.split_type(SplitType::SharedProcess, 0)?)
+        }
         _ => shared_window_checks(&world),
     })
     .unwrap();
@@ -491,7 +496,6 @@ fn uneven_parts_and_two_windows(dev: DeviceKind) {
 }
 
 device_suite! {
-    all_hybrid_ignored: "the hybrid device has no one-sided windows yet (v1)",
     both: [
         fence_put_get_accumulate,
         fence_assertions_open_and_close_epochs,

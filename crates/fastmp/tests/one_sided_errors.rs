@@ -300,7 +300,6 @@ fn strided_misuse(dev: DeviceKind) {
 }
 
 device_suite! {
-    all_hybrid_ignored: "the hybrid device has no one-sided windows yet (v1)",
     both: [
         operations_outside_an_epoch,
         ranges_outside_the_target_part,

@@ -194,7 +194,7 @@ fn pscw_with_failing_rank_2(world: &Comm, failure: Failure, in_epoch: bool) -> R
 /// alone (no barrier), so peers waiting for it in `start`/`wait` fail instead of hanging.
 #[test]
 fn error_return_between_epochs_does_not_hang_peers() {
-    for dev in [DeviceKind::Shm, DeviceKind::Tcp] {
+    for dev in [DeviceKind::Shm, DeviceKind::Tcp, DeviceKind::Hybrid] {
         check_failure(dev, 3, 2, |world| pscw_with_failing_rank_2(world, Failure::Error, false));
     }
 }
@@ -257,7 +257,6 @@ fn forgetting_windows_guards_and_requests(dev: DeviceKind) {
 }
 
 device_suite! {
-    all_hybrid_ignored: "the hybrid device has no one-sided windows yet (v1)",
     both: [
         target_sleeping_in_user_code_serves_operations,
         origin_failing_while_holding_an_exclusive_lock,

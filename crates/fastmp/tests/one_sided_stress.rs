@@ -227,7 +227,6 @@ fn windows_created_and_freed_in_a_loop(dev: DeviceKind) {
 }
 
 device_suite! {
-    all_hybrid_ignored: "the hybrid device has no one-sided windows yet (v1)",
     both: [
         ring_on_1_to_16_ranks,
         fetch_and_op_counter_on_16_ranks,

@@ -328,7 +328,6 @@ fn distributed_transpose(dev: DeviceKind) {
 }
 
 device_suite! {
-    all_hybrid_ignored: "the hybrid device has no one-sided windows yet (v1)",
     both: [
         strided_put_get_vector,
         strided_subarray,

@@ -9,7 +9,7 @@ use fastmp::window::{Assert, LockKind};
 use fastmp::{Comm, Config, DeviceKind, Error, PROC_NULL, Result};
 
 fn on_each_device(np: usize, f: impl Fn(&Comm) -> Result<()> + Send + Sync) {
-    for device in [DeviceKind::Tcp, DeviceKind::Shm] {
+    for device in [DeviceKind::Tcp, DeviceKind::Shm, DeviceKind::Hybrid] {
         Config::new().device(device).np(np).run(|world| f(&world)).unwrap_or_else(|e| panic!("{device:?}: {e}"));
     }
 }
@@ -138,7 +138,10 @@ fn strided_requests_and_shared_parts() {
             win.unlock_all()?;
             win.free()?;
         } else {
-            let err = world.win_allocate_shared::<u16>(1).err().expect("tcp ranks share no memory");
+            let err = world
+                .win_allocate_shared::<u16>(1)
+                .err()
+                .expect("tcp ranks, and hybrid ranks of two processes, share no memory");
             assert!(err.to_string().contains("win_allocate_shared"), "{err}");
         }
         Ok(())

@@ -210,3 +210,27 @@ mod tcp {
         super::forced_algorithms_are_reported(Tcp)
     }
 }
+
+mod hybrid {
+    use fastmp::DeviceKind::Hybrid;
+    #[test]
+    fn memput_memget_and_the_owners_slice() {
+        super::memput_memget_and_the_owners_slice(Hybrid)
+    }
+    #[test]
+    fn async_requests_fence_and_barrier() {
+        super::async_requests_fence_and_barrier(Hybrid)
+    }
+    #[test]
+    fn memcpy_between_and_within_arrays() {
+        super::memcpy_between_and_within_arrays(Hybrid)
+    }
+    #[test]
+    fn range_and_creation_errors() {
+        super::range_and_creation_errors(Hybrid)
+    }
+    #[test]
+    fn forced_algorithms_are_reported() {
+        super::forced_algorithms_are_reported(Hybrid)
+    }
+}

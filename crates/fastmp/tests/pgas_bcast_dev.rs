@@ -16,7 +16,7 @@ const MAX: usize = 20_000;
 const SENTINEL: u16 = u16::MAX;
 
 fn on_each_device(np: usize, f: impl Fn(&Comm) -> Result<()> + Send + std::marker::Sync) {
-    for device in [DeviceKind::Shm, DeviceKind::Tcp] {
+    for device in [DeviceKind::Shm, DeviceKind::Tcp, DeviceKind::Hybrid] {
         Config::new()
             .device(device)
             .np(np)
@@ -221,7 +221,7 @@ fn bad_arguments_fail_on_every_rank_and_leave_the_arrays_usable() {
 /// naming it, on every algorithm shape that waits for it, instead of a hang.
 #[test]
 fn a_rank_failing_before_the_call_fails_its_peers() {
-    for device in [DeviceKind::Shm, DeviceKind::Tcp] {
+    for device in [DeviceKind::Shm, DeviceKind::Tcp, DeviceKind::Hybrid] {
         for (coll, name) in [
             (Collective::Broadcast, "binomial_push"),
             (Collective::Scatter, "ring_pull"),

@@ -35,7 +35,7 @@ fn plan(coll: Collective, np: usize, sizes: &[usize]) -> (usize, Vec<usize>) {
 }
 
 fn small(dev: DeviceKind, coll: Collective) {
-    let nps: &[usize] = if dev == DeviceKind::Tcp { &[2, 3, 5] } else { &[1, 2, 3, 5] };
+    let nps: &[usize] = if dev != DeviceKind::Shm { &[2, 3, 5] } else { &[1, 2, 3, 5] };
     for &np in nps {
         let (block, sizes) = plan(coll, np, &SMALL);
         run_cases::<u32, _>(dev, np, block, &full_cross(coll, np, &sizes), Sum);
@@ -125,6 +125,24 @@ macro_rules! suite {
             #[test]
             fn odd_element_size() {
                 crate::odd_element_size(fastmp::DeviceKind::Tcp)
+            }
+        }
+        // Hybrid (two processes of thread ranks): the small sweep only, the large one is
+        // tcp's path between processes again.
+        mod hybrid {
+            $(mod $name {
+                #[test]
+                fn every_algorithm_and_sync_small() {
+                    crate::small(fastmp::DeviceKind::Hybrid, crate::Collective::$coll)
+                }
+            })*
+            #[test]
+            fn default_selection() {
+                crate::defaults(fastmp::DeviceKind::Hybrid)
+            }
+            #[test]
+            fn odd_element_size() {
+                crate::odd_element_size(fastmp::DeviceKind::Hybrid)
             }
         }
     };

@@ -248,3 +248,19 @@ mod tcp {
         super::a_rank_failing_mid_collective(Tcp)
     }
 }
+
+mod hybrid {
+    use fastmp::DeviceKind::Hybrid;
+    #[test]
+    fn bad_arguments_are_errors_everywhere() {
+        super::bad_arguments_are_errors_everywhere(Hybrid)
+    }
+    #[test]
+    fn arrays_of_different_groups_are_errors() {
+        super::arrays_of_different_groups_are_errors(Hybrid)
+    }
+    #[test]
+    fn a_rank_failing_mid_collective() {
+        super::a_rank_failing_mid_collective(Hybrid)
+    }
+}

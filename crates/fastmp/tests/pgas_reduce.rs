@@ -49,7 +49,7 @@ trait Sync2: std::marker::Sync {}
 impl<T: std::marker::Sync> Sync2 for T {}
 
 fn predefined_operations_on_several_types(dev: DeviceKind) {
-    let nps: &[usize] = if dev == DeviceKind::Tcp { &[3] } else { &[3, 5] };
+    let nps: &[usize] = if dev != DeviceKind::Shm { &[3] } else { &[3, 5] };
     with_op::<u32, _>(dev, nps, 7, false, Max);
     with_op::<u64, _>(dev, nps, 5, false, Bxor);
     with_op::<u8, _>(dev, nps, 9, false, Bor);
@@ -61,7 +61,7 @@ fn predefined_operations_on_several_types(dev: DeviceKind) {
 }
 
 fn non_commutative_matrix_product(dev: DeviceKind) {
-    let nps: &[usize] = if dev == DeviceKind::Tcp { &[2, 3, 5] } else { &[1, 2, 3, 5, 8] };
+    let nps: &[usize] = if dev != DeviceKind::Shm { &[2, 3, 5] } else { &[1, 2, 3, 5, 8] };
     for &np in nps {
         run_cases::<[i64; 4], _>(dev, np, 3, &reduction_cases(np, 3, np <= 3), matmul_op());
     }
@@ -101,5 +101,17 @@ mod tcp {
     #[test]
     fn non_commutative_matrix_product() {
         super::non_commutative_matrix_product(Tcp)
+    }
+}
+
+mod hybrid {
+    use fastmp::DeviceKind::Hybrid;
+    #[test]
+    fn predefined_operations_on_several_types() {
+        super::predefined_operations_on_several_types(Hybrid)
+    }
+    #[test]
+    fn non_commutative_matrix_product() {
+        super::non_commutative_matrix_product(Hybrid)
     }
 }

@@ -18,7 +18,7 @@ use fastmp::{Comm, Config, DeviceKind, Error, Result};
 use watchdog::watchdog;
 
 const NPS: [usize; 5] = [1, 2, 3, 5, 8];
-const DEVICES: [DeviceKind; 2] = [DeviceKind::Shm, DeviceKind::Tcp];
+const DEVICES: [DeviceKind; 3] = [DeviceKind::Shm, DeviceKind::Tcp, DeviceKind::Hybrid];
 
 /// One job under the shared watchdog.
 fn job(dev: DeviceKind, np: usize, f: impl Fn(&Comm) -> Result<()> + std::marker::Sync) {

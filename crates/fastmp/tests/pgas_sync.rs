@@ -303,3 +303,23 @@ mod tcp {
         super::mysync_ping_pong_without_barriers(Tcp)
     }
 }
+
+mod hybrid {
+    use fastmp::DeviceKind::Hybrid;
+    #[test]
+    fn late_rank_blocks_are_untouched_until_it_enters() {
+        super::late_rank_blocks_are_untouched_until_it_enters(Hybrid)
+    }
+    #[test]
+    fn early_returners_may_reuse_their_blocks() {
+        super::early_returners_may_reuse_their_blocks(Hybrid)
+    }
+    #[test]
+    fn nosync_chains_with_distinct_roots() {
+        super::nosync_chains_with_distinct_roots(Hybrid)
+    }
+    #[test]
+    fn mysync_ping_pong_without_barriers() {
+        super::mysync_ping_pong_without_barriers(Hybrid)
+    }
+}

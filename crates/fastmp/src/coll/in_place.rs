@@ -27,7 +27,7 @@ use super::op::Op;
 use super::select::{Algorithm, Collective};
 use super::transport::Run;
 use super::vector::Layout;
-use super::{alltoall, native, reduce, scan};
+use super::{alltoall, hierarchical, native, reduce, scan};
 use crate::comm::Comm;
 use crate::error::{Error, Result};
 use crate::scope::{Request, Scope};
@@ -145,7 +145,10 @@ impl Run<'_> {
             Algorithm::Native => native::reduce(self, None, buf, op, root).await,
             algorithm => {
                 let own = self.process.scratch.copy_of(buf, buf.len());
-                reduce::reduce(self, &own, buf, op, root, algorithm).await
+                match algorithm {
+                    Algorithm::Hierarchical => Box::pin(hierarchical::reduce(self, &own, buf, op, root)).await,
+                    algorithm => reduce::reduce(self, &own, buf, op, root, algorithm).await,
+                }
             }
         }
     }
@@ -180,6 +183,7 @@ impl Run<'_> {
                 let send = self.process.scratch.copy_of(buf, buf.len());
                 match algorithm {
                     Algorithm::Native => native::scan(self, Some(&send), buf, op, exclusive).await,
+                    Algorithm::Hierarchical => Box::pin(hierarchical::scan(self, &send, buf, op, exclusive)).await,
                     algorithm => scan::scan(self, &send, buf, op, exclusive, algorithm).await,
                 }
             }

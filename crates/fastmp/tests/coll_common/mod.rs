@@ -8,7 +8,7 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use fastmp::coll::{Algorithm, Collective, Tuning};
-use fastmp::{Comm, Config, Error, Result};
+use fastmp::{Comm, Config, DeviceKind, Error, Result};
 
 /// Process counts every algorithm is checked on (issue 3, "Tests").
 pub const NPS: [usize; 8] = [1, 2, 3, 4, 5, 7, 8, 16];
@@ -49,6 +49,21 @@ where
     R: Send + 'static,
 {
     job(Config::new().np(np), what, f).unwrap_or_else(|e| panic!("{what} (np={np}): {e}"))
+}
+
+/// A job of `np` ranks on `device` (hybrid: the default `ceil(np / 2)` thread ranks per
+/// process, so np 5 runs as 3 + 2 and np 6 as 2 × 3).
+pub fn config_on(device: DeviceKind, np: usize) -> Config {
+    Config::new().device(device).np(np)
+}
+
+/// [`run_ok`] on `device`.
+pub fn run_ok_on<F, R>(device: DeviceKind, np: usize, what: &str, f: F) -> Vec<R>
+where
+    F: Fn(Comm) -> Result<R> + Send + Sync + 'static,
+    R: Send + 'static,
+{
+    job(config_on(device, np), what, f).unwrap_or_else(|e| panic!("{what} ({device:?}, np={np}): {e}"))
 }
 
 /// Adds the failing case's description to an error, so `run`'s `RankFailed` names it.

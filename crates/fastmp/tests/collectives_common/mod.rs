@@ -314,11 +314,23 @@ pub fn check_case(comm: &Comm, case: Case, barriers: &AtomicUsize, barriers_done
     Ok(())
 }
 
-/// Every collective with every algorithm on `comm`, for each of `sizes` and every root.
+/// Every collective with every algorithm that runs in one process on `comm`, for each of
+/// `sizes` and every root.
 pub fn sweep(comm: &Comm, sizes: &[usize], barriers: &AtomicUsize, barriers_done: &mut usize) -> Result<()> {
+    sweep_algorithms(comm, sizes, algorithms, barriers, barriers_done)
+}
+
+/// [`sweep`] over the algorithms `algorithms_of` names for each collective.
+pub fn sweep_algorithms(
+    comm: &Comm,
+    sizes: &[usize],
+    algorithms_of: impl Fn(Collective) -> Vec<Algorithm>,
+    barriers: &AtomicUsize,
+    barriers_done: &mut usize,
+) -> Result<()> {
     let np = comm.size();
     for coll in Collective::ALL {
-        for alg in algorithms(coll) {
+        for alg in algorithms_of(coll) {
             let c = forced(comm, coll, alg)?;
             let case_roots = if is_rooted(coll) { roots(np).into_iter().map(Some).collect() } else { vec![None] };
             for &n in sizes {

@@ -59,6 +59,18 @@ pub(super) fn untag_message(msg: MessageId) -> Option<(Via, MessageId)> {
     untag(msg.0).map(|(via, id)| (via, MessageId(id)))
 }
 
+/// An error of the shm side (local rank numbering, first rank `base`) in world numbering.
+pub(super) fn local_error_to_world(base: usize, e: Error) -> Error {
+    match e {
+        Error::Truncated { message_bytes, capacity, source_rank, tag } => {
+            Error::Truncated { message_bytes, capacity, source_rank: source_rank + base, tag }
+        }
+        Error::PeerExited { rank } => Error::PeerExited { rank: rank + base },
+        Error::Deadlock { rank, reason } => Error::Deadlock { rank: rank + base, reason },
+        other => other,
+    }
+}
+
 pub(super) fn stale() -> Error {
     Error::InvalidArgument("request handle is stale (already completed or released)".into())
 }

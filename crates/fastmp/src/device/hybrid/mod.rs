@@ -13,9 +13,11 @@
 //!   blocked on either transport hears of a failure anywhere in bounded time.
 //!
 //! v1 limits: every rank has tcp connections to every other, also to its thread peers (never
-//! used for messages, only for start-up, failure notices and shutdown); no one-sided windows.
+//! used for messages, only for start-up, failure notices, shutdown and one-sided windows that
+//! span processes, see `one_sided`).
 
 mod handles;
+mod one_sided;
 mod queue;
 
 use std::cell::{Cell, RefCell};
@@ -28,7 +30,7 @@ use super::{
     ContextId, Device, Failure, MatchSpec, MessageId, Placement, RawStatus, ReqId, SendMode, ShmWorld, Source, Started,
 };
 use crate::error::{Error, Result};
-use handles::{Via, stale, tag, tag_message, untag};
+use handles::{Via, local_error_to_world, stale, tag, tag_message, untag};
 use queue::{Queue, Stage};
 
 /// The hybrid [`Device`] of one rank (its rank's thread only, like shm's).
@@ -111,17 +113,7 @@ impl HybridEndpoint {
 
     /// An error of the shm side in world numbering.
     fn world_error(&self, via: Via, e: Error) -> Error {
-        if via != Via::Local {
-            return e;
-        }
-        match e {
-            Error::Truncated { message_bytes, capacity, source_rank, tag } => {
-                Error::Truncated { message_bytes, capacity, source_rank: source_rank + self.base, tag }
-            }
-            Error::PeerExited { rank } => Error::PeerExited { rank: rank + self.base },
-            Error::Deadlock { rank, reason } => Error::Deadlock { rank: rank + self.base, reason },
-            other => other,
-        }
+        if via == Via::Local { local_error_to_world(self.base, e) } else { e }
     }
 
     #[inline]
@@ -316,16 +308,11 @@ impl Device for HybridEndpoint {
     }
 
     /// Held receives take what has arrived first, as they would have on arrival: a probe
-    /// never reports a message an earlier receive is owed.
+    /// never reports a message an earlier receive is owed (`queue::probe_unowed`).
     fn iprobe(&self, spec: MatchSpec) -> Result<Option<RawStatus>> {
         self.check_live()?;
         self.check_source(spec)?;
-        self.advance_queue()?;
-        let found = match spec.source {
-            Source::Rank(r) => self.iprobe_on(self.via(r), spec)?,
-            Source::Any => self.probe_both(|via| self.iprobe_on(via, spec))?,
-        };
-        Ok(found.filter(|status| !self.owed(spec.context, status)))
+        self.probe_unowed(spec)
     }
 
     fn test(&self, req: ReqId) -> Result<Option<RawStatus>> {
@@ -472,5 +459,10 @@ impl Device for HybridEndpoint {
 
     unsafe fn mrecv(&self, msg: MessageId, buf: *mut u8, capacity: usize) -> Result<Started> {
         self.receive_taken(msg, buf, capacity)
+    }
+
+    /// Each window is served by one transport (see `one_sided`).
+    fn one_sided(&self) -> Option<&dyn super::one_sided::OneSided> {
+        Some(self)
     }
 }

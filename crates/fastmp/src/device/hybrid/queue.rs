@@ -139,6 +139,30 @@ impl HybridEndpoint {
         Ok(())
     }
 
+    /// The first message matching `spec` that no held receive is owed, after the held
+    /// receives took what has arrived.
+    ///
+    /// A message that arrives between `advance_queue` and the probe may be owed to a held
+    /// receive; reporting "nothing" then would miss a later message behind it (the next probe
+    /// would find that one). So the owed message is handed over and the probe repeated: each
+    /// round retires at least one held receive, so there are at most as many rounds as
+    /// waiting receives.
+    pub(super) fn probe_unowed(&self, spec: MatchSpec) -> Result<Option<RawStatus>> {
+        let rounds = self.queue.borrow().order.len() + 1;
+        for _ in 0..rounds {
+            self.advance_queue()?;
+            let found = match spec.source {
+                Source::Rank(r) => self.iprobe_on(self.via(r), spec)?,
+                Source::Any => self.probe_both(|via| self.iprobe_on(via, spec))?,
+            };
+            match found {
+                Some(status) if self.owed(spec.context, &status) => {}
+                found => return Ok(found),
+            }
+        }
+        Ok(None)
+    }
+
     /// The `i`-th waiting receive.
     fn waiting(&self, i: usize) -> Option<(ReqId, MatchSpec)> {
         let q = self.queue.borrow();
