@@ -20,9 +20,11 @@ use crate::error::{Error, Result};
 
 /// Records kept for reuse; beyond this, finished records are freed.
 const RECORD_POOL: usize = 256;
-/// Spill buffers pre-allocated per rank (only for eager limits up to the max below).
-const SPARE_PREFILL: usize = 8;
-const SPARE_PREFILL_MAX_LIMIT: usize = 64 * 1024;
+/// Room reserved for spare spill buffers, so the pool's vector does not grow on the hot path.
+/// The buffers themselves come from traffic (a spill taken by an unexpected message is
+/// returned when it is received): pre-filling 8 × the eager limit per rank cost 32 MB at 512
+/// ranks.
+const SPARE_CAPACITY: usize = 8;
 /// Polls a blocking receive makes before posting itself (about a microsecond).
 const UNPOSTED_POLLS: u32 = 64;
 
@@ -184,13 +186,8 @@ impl ShmEndpoint {
             reqs: Slab::with_capacity(128),
             matcher: Matcher::with_capacity(16, 128),
             pending: RankMap::default(),
-            // Spares replace spill buffers taken by unexpected messages; a few up front keep the
-            // sender from re-allocating while the pool warms up.
-            spare_spills: if world.eager_limit <= SPARE_PREFILL_MAX_LIMIT {
-                (0..SPARE_PREFILL).map(|_| vec![0u8; world.eager_limit].into_boxed_slice()).collect()
-            } else {
-                Vec::new()
-            },
+            // Spares replace spill buffers taken by unexpected messages.
+            spare_spills: Vec::with_capacity(SPARE_CAPACITY),
             records: Vec::with_capacity(RECORD_POOL),
             detached: Vec::new(),
             messages: Slab::default(),
@@ -552,7 +549,7 @@ impl ShmEndpoint {
     fn start_send(&self, st: &mut State, m: &OutMsg) -> Option<SendPhase> {
         let OutMsg { dest, tag, context, buf, len, mode } = *m;
         let peer = &self.world.ranks[dest];
-        let ring = self.outgoing.ring_to(dest, self.rank, &peer.inbox, &self.world.rings_created);
+        let ring = self.outgoing.ring_to(&self.world, self.rank, dest);
         let phase = if len > self.world.eager_limit {
             // Receiver-first: only when nothing of ours is still unmatched in the ring, so an
             // earlier message cannot be overtaken.

@@ -12,6 +12,7 @@ use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
+use super::ShmWorld;
 use super::ring::Ring;
 use crate::device::lock_ignoring_poison;
 
@@ -63,17 +64,16 @@ impl Inbox {
 pub(crate) struct OutgoingRings(RefCell<RankMap<Arc<Ring>>>);
 
 impl OutgoingRings {
-    /// The ring from `me` to `dest`, created and published in `inbox` (`dest`'s) on first use;
-    /// `created` counts creations.
-    pub fn ring_to(&self, dest: usize, me: usize, inbox: &Inbox, created: &AtomicUsize) -> Ref<'_, Ring> {
+    /// The ring from `me` to `dest`, created and published in `dest`'s inbox on first use.
+    pub fn ring_to(&self, world: &ShmWorld, me: usize, dest: usize) -> Ref<'_, Ring> {
         let known = Ref::filter_map(self.0.borrow(), |rings| rings.get(&dest).map(|r| &**r));
         match known {
             Ok(ring) => ring,
             Err(rings) => {
                 drop(rings);
-                let ring = Arc::new(Ring::new());
-                inbox.publish(me, Arc::clone(&ring));
-                created.fetch_add(1, Ordering::Relaxed);
+                let ring = Arc::new(Ring::with_slots(world.ring_slots));
+                world.ranks[dest].inbox.publish(me, Arc::clone(&ring));
+                world.rings_created.fetch_add(1, Ordering::Relaxed);
                 self.0.borrow_mut().insert(dest, ring);
                 Ref::map(self.0.borrow(), |rings| &*rings[&dest])
             }
@@ -124,12 +124,12 @@ mod tests {
     #[test]
     fn racing_first_sends_are_each_published_once() {
         const SENDERS: usize = 32;
-        let inbox = Inbox::default();
-        let created = AtomicUsize::new(0);
+        let world = ShmWorld::new(SENDERS + 1, 64);
+        let inbox = &world.ranks[SENDERS].inbox;
         let mut incoming = IncomingRings::default();
         std::thread::scope(|s| {
             for me in 0..SENDERS {
-                let (inbox, created) = (&inbox, &created);
+                let world = &world;
                 s.spawn(move || {
                     let outgoing = OutgoingRings::default();
                     let header = |tag| super::super::ring::Header {
@@ -141,7 +141,7 @@ mod tests {
                         record: None,
                     };
                     for k in 0..3 {
-                        let ring = outgoing.ring_to(0, me, inbox, created);
+                        let ring = outgoing.ring_to(world, me, SENDERS);
                         // SAFETY: this thread is the only producer of the ring it created.
                         assert!(unsafe { ring.push(header((me * 10 + k) as i32), &[], 0) });
                     }
@@ -149,12 +149,12 @@ mod tests {
             }
             // The receiver refreshes while the senders publish.
             while incoming.rings.len() < SENDERS {
-                incoming.refresh(&inbox);
+                incoming.refresh(inbox);
                 std::thread::yield_now();
             }
         });
-        assert!(!incoming.refresh(&inbox), "nothing published twice");
-        assert_eq!(created.load(Ordering::Relaxed), SENDERS);
+        assert!(!incoming.refresh(inbox), "nothing published twice");
+        assert_eq!(world.rings_created(), SENDERS);
         for me in 0..SENDERS {
             let ring = incoming.from(me).expect("every sender's ring is found");
             for k in 0..3 {

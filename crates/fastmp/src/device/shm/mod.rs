@@ -57,6 +57,15 @@ struct RankShared {
     endpoint_taken: AtomicBool,
 }
 
+/// Slots of each per-pair ring in a job of `np` ranks: the full [`ring::SLOTS`] up to 64 ranks,
+/// then fewer (16 from 256 ranks on: 1 KiB of slots per pair), since with many ranks up to np²
+/// pairs may talk and each carries a smaller share of the traffic. A full ring only queues the
+/// sender's later messages until the receiver drains it.
+fn ring_slots(np: usize) -> usize {
+    let min = 16.min(ring::SLOTS);
+    (ring::SLOTS * 64 / np.max(1)).clamp(min, ring::SLOTS).next_power_of_two()
+}
+
 /// State shared by all ranks of one shm job.
 pub(crate) struct ShmWorld {
     np: usize,
@@ -65,6 +74,8 @@ pub(crate) struct ShmWorld {
     ranks: Box<[RankShared]>,
     /// Rings created so far (one per ordered pair that has talked).
     rings_created: AtomicUsize,
+    /// Slots of each ring (see [`ring_slots`]).
+    ring_slots: usize,
     /// The failure that aborted the job: the first one recorded, and whether its cause is
     /// still provisional (a rank that is unwinding records itself before its panic message is
     /// known; `run` fills it in).
@@ -107,6 +118,7 @@ impl ShmWorld {
             eager_limit,
             policy: WaitPolicy::for_ranks(competing_ranks.max(np)),
             rings_created: AtomicUsize::new(0),
+            ring_slots: ring_slots(np),
             ranks: (0..np).map(|_| RankShared::default()).collect(),
             placement,
             first_failure: Mutex::new(None),
