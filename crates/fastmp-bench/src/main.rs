@@ -320,7 +320,14 @@ impl Args {
             Bench::Rma(r) => Some(r),
             _ => None,
         };
-        let timed = is_coll || is_tune || is_scaling || is_ring || is_halo || darray.is_some() || rma.is_some() || uoms.is_some();
+        let timed = is_coll
+            || is_tune
+            || is_scaling
+            || is_ring
+            || is_halo
+            || darray.is_some()
+            || rma.is_some()
+            || uoms.is_some();
         given("--iterations", self.iterations.is_some(), timed)?;
         given("--win", self.win.is_some(), rma.is_some())?;
         given("--sync", self.sync.is_some(), rma.is_some())?;

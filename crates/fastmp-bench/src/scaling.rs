@@ -140,7 +140,11 @@ fn child(exe: &std::path::Path, np: usize) -> Result<Sample, String> {
     let parsed: Value = serde_json::from_str(text.trim())
         .map_err(|e| format!("the child for np {np} printed {text:?}, not its figures: {e}"))?;
     let number = |key: &str| parsed[key].as_f64().ok_or_else(|| format!("the child for np {np} gave no {key}"));
-    Ok(Sample { startup_ms: number("startup_ms")?, job_ms: number("job_ms")?, peak_rss_kib: parsed["peak_rss_kib"].as_u64() })
+    Ok(Sample {
+        startup_ms: number("startup_ms")?,
+        job_ms: number("job_ms")?,
+        peak_rss_kib: parsed["peak_rss_kib"].as_u64(),
+    })
 }
 
 /// The median (the mean of the middle two for an even count).

@@ -12,7 +12,7 @@ fn config(np: usize) -> Config {
 /// Message `k` from `source`: its inline (2 words) or spilled (6 words, past the 24 inline
 /// bytes) payload.
 fn message(source: usize, k: usize) -> Vec<u64> {
-    let words = if k % 2 == 0 { 2 } else { 6 };
+    let words = if k.is_multiple_of(2) { 2 } else { 6 };
     (0..words).map(|w| (source * 1000 + k * 10 + w) as u64).collect()
 }
 
@@ -22,7 +22,7 @@ fn receive_from_all(world: &Comm, sources: &[usize], per_source: usize, specific
     let mut next = vec![0usize; world.size()];
     let mut buf = [0u64; 6];
     for i in 0..sources.len() * per_source {
-        let status = if specific && i % 2 == 0 {
+        let status = if specific && i.is_multiple_of(2) {
             // Every source in turn, by name: the source's ring may not exist yet.
             let source = sources[(i / 2) % sources.len()];
             if next[source] == per_source {
