@@ -14,6 +14,7 @@ mod pt2pt;
 mod report;
 mod ring_p2p;
 mod rma;
+mod scaling;
 mod support;
 mod tune;
 mod uoms;
@@ -40,7 +41,7 @@ enum Pt2pt {
 
 /// What to run: a point-to-point benchmark, a collective benchmark, the nonblocking twin of a
 /// collective (one of `nbc::NONBLOCKING`), the hand-written ring allreduce the library is
-/// compared with, a distributed-array collective, or the tuner.
+/// compared with, a distributed-array collective, start-up and memory by rank count, or the tuner.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Bench {
     Pt2pt(Pt2pt),
@@ -51,11 +52,12 @@ enum Bench {
     Darray(darray::Op),
     Rma(rma::Rma),
     Uoms,
+    Scaling,
     Tune,
 }
 
 const PT2PT: [Pt2pt; 5] = [Pt2pt::Latency, Pt2pt::Bw, Pt2pt::Bibw, Pt2pt::MbwMr, Pt2pt::Strided];
-const BENCH_COUNT: usize = PT2PT.len() + rma::ALL.len() + Collective::ALL.len() + nbc::NONBLOCKING.len() + 6;
+const BENCH_COUNT: usize = PT2PT.len() + rma::ALL.len() + Collective::ALL.len() + nbc::NONBLOCKING.len() + 7;
 
 /// Every benchmark name, in the order `--help` lists them.
 const BENCHES: [Bench; BENCH_COUNT] = {
@@ -85,6 +87,7 @@ const BENCHES: [Bench; BENCH_COUNT] = {
     all[i + 2] = Bench::Darray(darray::Op::Halo);
     all[i + 3] = Bench::Darray(darray::Op::Remap);
     all[i + 4] = Bench::Uoms;
+    all[i + 5] = Bench::Scaling;
     all
 };
 
@@ -166,11 +169,11 @@ struct Args {
     /// Collectives, one-sided benchmarks, halo, remap and tune: timed iterations per size
     /// (default: OSU's 1000, 100 above 8 KiB; ibarrier 100; one-sided latency 10000 / 1000,
     /// bandwidth 100 / 20; halo 1000; remap about 1 GiB moved, 5 to 1000; tune uses a tenth of
-    /// the collectives' counts).
+    /// the collectives' counts; scaling: child processes per rank count, default 3).
     #[arg(long, value_name = "N")]
     iterations: Option<usize>,
     /// Tune: process counts to measure with thread ranks (default 2,4,8; under a launcher its
-    /// process count is measured).
+    /// process count is measured). Scaling: rank counts (default 16,64,256,512).
     #[arg(long, value_delimiter = ',')]
     np_list: Option<Vec<usize>>,
     /// Tune: a file of measured points (JSON lines) that accumulates across runs; the tuning
@@ -243,6 +246,7 @@ impl Bench {
             Bench::Darray(op) => op.name(),
             Bench::Rma(r) => r.name(),
             Bench::Uoms => "uoms",
+            Bench::Scaling => "scaling",
             Bench::Tune => "tune",
         }
     }
@@ -291,6 +295,7 @@ impl Args {
         };
         let is_coll = matches!(self.bench, Bench::Coll(_) | Bench::Nbc(_));
         let is_tune = self.bench == Bench::Tune;
+        let is_scaling = self.bench == Bench::Scaling;
         let is_ring = self.bench == Bench::AllreduceRingP2p;
         let is_halo = self.bench == Bench::HaloPersistent;
         let darray = match self.bench {
@@ -315,7 +320,14 @@ impl Args {
             Bench::Rma(r) => Some(r),
             _ => None,
         };
-        let timed = is_coll || is_tune || is_ring || is_halo || darray.is_some() || rma.is_some() || uoms.is_some();
+        let timed = is_coll
+            || is_tune
+            || is_scaling
+            || is_ring
+            || is_halo
+            || darray.is_some()
+            || rma.is_some()
+            || uoms.is_some();
         given("--iterations", self.iterations.is_some(), timed)?;
         given("--win", self.win.is_some(), rma.is_some())?;
         given("--sync", self.sync.is_some(), rma.is_some())?;
@@ -337,7 +349,7 @@ impl Args {
             return Err("--segments must be at least 1".into());
         }
         given("--collectives", !self.collectives.is_empty(), is_tune)?;
-        given("--np-list", self.np_list.is_some(), is_tune && !self.pgas)?;
+        given("--np-list", self.np_list.is_some(), (is_tune && !self.pgas) || is_scaling)?;
         given("--points", self.points.is_some(), is_tune && !self.pgas)?;
         given("--json", self.json, !is_tune)
     }
@@ -364,6 +376,7 @@ fn parse_algorithm(coll: Collective, name: &str) -> Result<Algorithm, String> {
 }
 
 fn main() {
+    scaling::child_main_if_requested();
     let args = Args::parse();
     if let Err(e) = run(&args) {
         eprintln!("fastmp-bench: {e}");
@@ -397,6 +410,14 @@ fn run(args: &Args) -> Result<(), String> {
     let sizes = args.sizes()?;
     let config = base_config(args)?;
     let bench = match args.bench {
+        Bench::Scaling => {
+            let np_list = args.np_list.clone().unwrap_or(scaling::DEFAULT_NP.to_vec());
+            let repeats = match args.iterations {
+                Some(0) => return Err("--iterations must be at least 1".into()),
+                n => n.unwrap_or(scaling::DEFAULT_REPEATS),
+            };
+            return scaling::run(&np_list, repeats, args.json);
+        }
         Bench::Tune if args.pgas => {
             let collectives = args
                 .collectives

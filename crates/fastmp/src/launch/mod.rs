@@ -149,7 +149,7 @@ impl Config {
     {
         self.validate()?;
         match (self.device, self.process) {
-            (DeviceKind::Shm, _) => self.run_shm(&f),
+            (DeviceKind::Shm, _) => self.run_shm(&f).1,
             (DeviceKind::Tcp, Some(place)) => self.run_tcp_process(place, &f),
             (DeviceKind::Tcp, None) => self.run_tcp_threads(&f),
             #[cfg(feature = "mpi")]
@@ -206,12 +206,36 @@ impl Config {
         })
     }
 
-    fn run_shm<F, R>(&self, f: &F) -> Result<Vec<R>>
+    /// Testing aid: runs `f` as [`Config::run`] does on the shm device, and also returns how
+    /// many per-pair rings the job created (one per ordered pair of ranks that sent
+    /// point-to-point; they are made on first use).
+    #[doc(hidden)]
+    pub fn run_shm_counting_rings<F, R>(&self, f: F) -> Result<(Vec<R>, usize)>
     where
         F: Fn(Comm) -> Result<R> + Sync,
         R: Send,
     {
-        let tuning = Arc::new(self.resolved_tuning()?);
+        self.validate()?;
+        if self.device != DeviceKind::Shm {
+            return Err(Error::InvalidArgument(format!(
+                "run_shm_counting_rings: the job runs on the {:?} device, not shm",
+                self.device
+            )));
+        }
+        let (world, results) = self.run_shm(&f);
+        Ok((results?, world.map_or(0, |w| w.rings_created())))
+    }
+
+    /// Runs a shm job; also returns its world, once it was made.
+    fn run_shm<F, R>(&self, f: &F) -> (Option<Arc<ShmWorld>>, Result<Vec<R>>)
+    where
+        F: Fn(Comm) -> Result<R> + Sync,
+        R: Send,
+    {
+        let tuning = match self.resolved_tuning() {
+            Ok(tuning) => Arc::new(tuning),
+            Err(e) => return (None, Err(e)),
+        };
         let placement = match self.threads_per_process {
             Some(t) if self.simulate_processes => Placement::blocks(self.np, t),
             _ => Placement::single_process(self.np),
@@ -243,8 +267,8 @@ impl Config {
             world.mark_failed(rank, Failure { rank, cause, code: None });
         });
         if let Some(failure) = world.first_failure() {
-            return Err(failure.job_error());
+            return (Some(world), Err(failure.job_error()));
         }
-        results.into_iter().collect()
+        (Some(world), results.into_iter().collect())
     }
 }

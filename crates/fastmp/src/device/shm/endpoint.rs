@@ -7,8 +7,9 @@ use std::sync::Arc;
 
 use super::ShmWorld;
 use super::board::{Claim, Completion};
+use super::inbox::{IncomingRings, OutgoingRings, RankMap};
 use super::record::{self, SendRecord};
-use super::ring::{Header, INLINE_BYTES, Kind, SlotView};
+use super::ring::{Header, INLINE_BYTES, Kind, Ring, SlotView};
 use crate::device::matching::{self, Envelope, Matcher, PeerView};
 use crate::device::slab::Slab;
 use crate::device::wait::{Backoff, Pause};
@@ -19,9 +20,11 @@ use crate::error::{Error, Result};
 
 /// Records kept for reuse; beyond this, finished records are freed.
 const RECORD_POOL: usize = 256;
-/// Spill buffers pre-allocated per rank (only for eager limits up to the max below).
-const SPARE_PREFILL: usize = 8;
-const SPARE_PREFILL_MAX_LIMIT: usize = 64 * 1024;
+/// Room reserved for spare spill buffers, so the pool's vector does not grow on the hot path.
+/// The buffers themselves come from traffic (a spill taken by an unexpected message is
+/// returned when it is received): pre-filling 8 × the eager limit per rank cost 32 MB at 512
+/// ranks.
+const SPARE_CAPACITY: usize = 8;
 /// Polls a blocking receive makes before posting itself (about a microsecond).
 const UNPOSTED_POLLS: u32 = 64;
 
@@ -128,8 +131,8 @@ struct State {
     /// Receives posted while the board overflowed (all younger than the board's) and messages
     /// that arrived before their receive.
     matcher: Matcher<Payload>,
-    /// Sends waiting for ring space, per destination, in order.
-    pending: Vec<VecDeque<ReqId>>,
+    /// Sends waiting for ring space, per destination (only those ever queued for), in order.
+    pending: RankMap<VecDeque<ReqId>>,
     pending_count: usize,
     spare_spills: Vec<Box<[u8]>>,
     records: Vec<Arc<SendRecord>>,
@@ -148,6 +151,22 @@ pub(crate) struct ShmEndpoint {
     /// makes some waits provably hopeless (see `doomed`).
     blocked: Cell<bool>,
     st: RefCell<State>,
+    /// The rings this rank sends on, by destination (apart from `st`: a send holds its ring
+    /// while it updates the state).
+    outgoing: OutgoingRings,
+    /// The rings this rank receives on.
+    incoming: RefCell<IncomingRings>,
+}
+
+impl State {
+    /// Takes the queued send `id` to `dest` off its queue.
+    fn unqueue(&mut self, dest: usize, id: ReqId) {
+        let Some(q) = self.pending.get_mut(&dest) else { return };
+        if let Some(pos) = q.iter().position(|&x| x == id) {
+            q.remove(pos);
+            self.pending_count -= 1;
+        }
+    }
 }
 
 fn copy_into(dst: *mut u8, capacity: usize, src: &[u8]) {
@@ -166,20 +185,23 @@ impl ShmEndpoint {
         let st = State {
             reqs: Slab::with_capacity(128),
             matcher: Matcher::with_capacity(16, 128),
-            pending: (0..world.np).map(|_| VecDeque::new()).collect(),
-            // Spares replace spill buffers taken by unexpected messages; a few up front keep the
-            // sender from re-allocating while the pool warms up.
-            spare_spills: if world.eager_limit <= SPARE_PREFILL_MAX_LIMIT {
-                (0..SPARE_PREFILL).map(|_| vec![0u8; world.eager_limit].into_boxed_slice()).collect()
-            } else {
-                Vec::new()
-            },
+            pending: RankMap::default(),
+            // Spares replace spill buffers taken by unexpected messages.
+            spare_spills: Vec::with_capacity(SPARE_CAPACITY),
             records: Vec::with_capacity(RECORD_POOL),
             detached: Vec::new(),
             messages: Slab::default(),
             pending_count: 0,
         };
-        ShmEndpoint { world, rank, finalized: Cell::new(false), blocked: Cell::new(false), st: RefCell::new(st) }
+        ShmEndpoint {
+            world,
+            rank,
+            finalized: Cell::new(false),
+            blocked: Cell::new(false),
+            st: RefCell::new(st),
+            outgoing: OutgoingRings::default(),
+            incoming: RefCell::default(),
+        }
     }
 
     /// Marks the rank as inside a wait made elsewhere (a hybrid rank's), so requests that can
@@ -384,14 +406,44 @@ impl ShmEndpoint {
         None
     }
 
-    /// Drains the incoming ring from `source`, stopping early if the candidate receive matched.
-    fn drain_ring(
+    /// Learns of rings opened to this rank since the last call (one atomic load if none).
+    fn refresh_incoming(&self) -> bool {
+        self.incoming.borrow_mut().refresh(&self.world.ranks[self.rank].inbox)
+    }
+
+    /// Drains the incoming ring from `source` (if it has one), stopping early if the candidate
+    /// receive matched.
+    fn drain_from(
         &self,
         st: &mut State,
         source: usize,
         candidate: Option<(MatchSpec, *mut u8, usize)>,
     ) -> Option<Result<RawStatus>> {
-        let ring = self.world.ring(self.rank, source);
+        if let Some(ring) = self.incoming.borrow().from(source) {
+            return self.drain_ring(st, source, ring, candidate);
+        }
+        if self.refresh_incoming() {
+            let incoming = self.incoming.borrow();
+            return self.drain_ring(st, source, incoming.from(source)?, candidate);
+        }
+        None
+    }
+
+    /// Drains every incoming ring in turn, stopping early if the candidate receive matched.
+    fn drain_all(&self, st: &mut State, candidate: Option<(MatchSpec, *mut u8, usize)>) -> Option<Result<RawStatus>> {
+        self.refresh_incoming();
+        self.incoming.borrow().iter().find_map(|(source, ring)| self.drain_ring(st, source, ring, candidate))
+    }
+
+    /// Drains `ring`, the incoming ring from `source`, stopping early if the candidate receive
+    /// matched.
+    fn drain_ring(
+        &self,
+        st: &mut State,
+        source: usize,
+        ring: &Ring,
+        candidate: Option<(MatchSpec, *mut u8, usize)>,
+    ) -> Option<Result<RawStatus>> {
         // SAFETY: this endpoint is the only consumer of rings addressed to its rank (one endpoint
         // per rank, !Sync), and the view is dropped before `pop`.
         while let Some(mut view) = unsafe { ring.peek() } {
@@ -410,9 +462,7 @@ impl ShmEndpoint {
         if st.pending_count > 0 {
             self.flush_pending(st);
         }
-        for source in 0..self.world.np {
-            self.drain_ring(st, source, None);
-        }
+        self.drain_all(st, None);
         if !st.detached.is_empty() {
             st.detached.retain(|r| matches!(r.state(), record::PENDING | record::CLAIMED));
         }
@@ -462,8 +512,10 @@ impl ShmEndpoint {
         self.match_unexpected(st, spec, buf, capacity).or_else(|| {
             let candidate = Some((spec, buf, capacity));
             match spec.source {
-                Source::Rank(src) => self.drain_ring(st, src, candidate),
-                Source::Any => (0..self.world.np).find_map(|src| self.drain_ring(st, src, candidate)),
+                Source::Rank(src) => self.drain_from(st, src, candidate),
+                // MPI orders messages per sender only: taking the rings in first-use order
+                // rather than rank order is one of the arrival orders it allows.
+                Source::Any => self.drain_all(st, candidate),
             }
         })
     }
@@ -496,8 +548,8 @@ impl ShmEndpoint {
     /// Hands a send to the transport: its phase afterwards, or `None` if the ring is full.
     fn start_send(&self, st: &mut State, m: &OutMsg) -> Option<SendPhase> {
         let OutMsg { dest, tag, context, buf, len, mode } = *m;
-        let ring = self.world.ring(dest, self.rank);
         let peer = &self.world.ranks[dest];
+        let ring = self.outgoing.ring_to(&self.world, self.rank, dest);
         let phase = if len > self.world.eager_limit {
             // Receiver-first: only when nothing of ours is still unmatched in the ring, so an
             // earlier message cannot be overtaken.
@@ -563,18 +615,22 @@ impl ShmEndpoint {
     }
 
     fn flush_pending(&self, st: &mut State) {
-        for dest in 0..self.world.np {
-            while let Some(&id) = st.pending[dest].front() {
+        // Taken out while sends start (they need the rest of the state); an empty map does not
+        // allocate.
+        let mut pending = std::mem::take(&mut st.pending);
+        for queue in pending.values_mut() {
+            while let Some(&id) = queue.front() {
                 let Ok(Req::Send(s)) = st.reqs.get_mut(id) else { unreachable!("queued send is live") };
                 let msg = s.msg;
                 let Some(phase) = self.start_send(st, &msg) else { break };
                 if let Ok(Req::Send(s)) = st.reqs.get_mut(id) {
                     s.phase = phase;
                 }
-                st.pending[dest].pop_front();
+                queue.pop_front();
                 st.pending_count -= 1;
             }
         }
+        st.pending = pending;
     }
 
     // ---------------------------------------------------------------- completion
@@ -646,7 +702,7 @@ impl ShmEndpoint {
     /// Why no message matching `spec` can arrive any more (receives and probes), if certain.
     fn unreachable_source(&self, st: &State, spec: MatchSpec) -> Option<Error> {
         // Blocked with no queued self-sends left: nothing from this rank can still arrive.
-        let self_silent = self.blocked.get() && st.pending[self.rank].is_empty();
+        let self_silent = self.blocked.get() && st.pending.get(&self.rank).is_none_or(VecDeque::is_empty);
         matching::unreachable(&spec, &Peers { world: &self.world, me: self.rank, self_silent })
     }
 
@@ -655,13 +711,7 @@ impl ShmEndpoint {
         let Some(req) = st.reqs.remove(id) else { return };
         match req {
             Req::Send(s) => match s.phase {
-                SendPhase::Queued => {
-                    let q = &mut st.pending[s.msg.dest];
-                    if let Some(pos) = q.iter().position(|&x| x == id) {
-                        q.remove(pos);
-                        st.pending_count -= 1;
-                    }
-                }
+                SendPhase::Queued => st.unqueue(s.msg.dest, id),
                 SendPhase::Done | SendPhase::Cancelled => {}
                 SendPhase::Remote(rec) => {
                     // SAFETY: the request was live, so its buffer is still valid for `len` bytes.
@@ -756,7 +806,8 @@ impl Device for ShmEndpoint {
         }
         let st = &mut *self.st.borrow_mut();
         let msg = OutMsg { dest, tag, context, buf, len, mode };
-        let phase = if st.pending[dest].is_empty() { self.start_send(st, &msg) } else { None };
+        let queue_empty = st.pending_count == 0 || st.pending.get(&dest).is_none_or(VecDeque::is_empty);
+        let phase = if queue_empty { self.start_send(st, &msg) } else { None };
         let phase = match phase {
             Some(SendPhase::Done) => {
                 return Ok(Started::Complete(Ok(RawStatus { source: self.rank, tag, bytes: len, cancelled: false })));
@@ -767,7 +818,7 @@ impl Device for ShmEndpoint {
         let queued = matches!(phase, SendPhase::Queued);
         let id = st.reqs.insert(Req::Send(SendReq { msg, phase }));
         if queued {
-            st.pending[dest].push_back(id);
+            st.pending.entry(dest).or_default().push_back(id);
             st.pending_count += 1;
         }
         Ok(Started::Pending(id))
@@ -861,12 +912,9 @@ impl Device for ShmEndpoint {
         match st.reqs.get_mut(id)? {
             Req::Send(s) => match &s.phase {
                 SendPhase::Queued => {
-                    let q = &mut st.pending[s.msg.dest];
-                    if let Some(pos) = q.iter().position(|&x| x == id) {
-                        q.remove(pos);
-                        st.pending_count -= 1;
-                    }
+                    let dest = s.msg.dest;
                     s.phase = SendPhase::Cancelled;
+                    st.unqueue(dest, id);
                 }
                 SendPhase::Remote(rec) => {
                     if rec.cancel() {

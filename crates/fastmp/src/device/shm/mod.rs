@@ -1,7 +1,8 @@
 //! The `shm` device: ranks are threads of one process, messages move by a single copy.
 //!
-//! Per ordered pair of ranks there is one SPSC [`ring::Ring`] of cache-line slots; per rank a
-//! [`board::Board`] of published posted receives; matching itself (posted vs. unexpected) is
+//! Per ordered pair of ranks that talk there is one SPSC [`ring::Ring`] of cache-line slots,
+//! created on the pair's first send (see [`inbox`]); per rank a [`board::Board`] of published
+//! posted receives; matching itself (posted vs. unexpected) is
 //! private to the receiving rank's thread, so it needs no lock. Protocols:
 //! - eager (≤ eager limit): payload copied into the slot or its pooled spill buffer;
 //! - rendezvous (> eager limit): the slot carries a ready-to-send; the receiver copies straight
@@ -13,13 +14,14 @@
 mod board;
 mod coll;
 mod endpoint;
+mod inbox;
 mod one_sided;
 pub(crate) mod record;
 pub(crate) mod ring;
 #[cfg(all(test, not(loom)))]
 mod test_support;
 
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crossbeam_utils::CachePadded;
@@ -31,7 +33,7 @@ use super::wait::{Parker, WaitPolicy};
 use super::{Failure, lock_ignoring_poison};
 use crate::error::{Error, Result};
 use board::Board;
-use ring::Ring;
+use inbox::Inbox;
 
 const RUNNING: u8 = 0;
 const EXITED: u8 = 1;
@@ -50,7 +52,18 @@ struct RankShared {
     parker: Parker,
     state: CachePadded<AtomicU8>,
     board: Board,
+    /// The rings other ranks (and this one) have opened to this rank.
+    inbox: Inbox,
     endpoint_taken: AtomicBool,
+}
+
+/// Slots of each per-pair ring in a job of `np` ranks: the full [`ring::SLOTS`] up to 64 ranks,
+/// then fewer (16 from 256 ranks on: 1 KiB of slots per pair), since with many ranks up to np²
+/// pairs may talk and each carries a smaller share of the traffic. A full ring only queues the
+/// sender's later messages until the receiver drains it.
+fn ring_slots(np: usize) -> usize {
+    let min = 16.min(ring::SLOTS);
+    (ring::SLOTS * 64 / np.max(1)).clamp(min, ring::SLOTS).next_power_of_two()
 }
 
 /// State shared by all ranks of one shm job.
@@ -58,9 +71,11 @@ pub(crate) struct ShmWorld {
     np: usize,
     eager_limit: usize,
     policy: WaitPolicy,
-    /// `rings[dest * np + source]`: a receiver's incoming rings are contiguous.
-    rings: Box<[Ring]>,
     ranks: Box<[RankShared]>,
+    /// Rings created so far (one per ordered pair that has talked).
+    rings_created: AtomicUsize,
+    /// Slots of each ring (see [`ring_slots`]).
+    ring_slots: usize,
     /// The failure that aborted the job: the first one recorded, and whether its cause is
     /// still provisional (a rank that is unwinding records itself before its panic message is
     /// known; `run` fills it in).
@@ -102,7 +117,8 @@ impl ShmWorld {
             np,
             eager_limit,
             policy: WaitPolicy::for_ranks(competing_ranks.max(np)),
-            rings: (0..np * np).map(|_| Ring::new()).collect(),
+            rings_created: AtomicUsize::new(0),
+            ring_slots: ring_slots(np),
             ranks: (0..np).map(|_| RankShared::default()).collect(),
             placement,
             first_failure: Mutex::new(None),
@@ -217,8 +233,9 @@ impl ShmWorld {
         }
     }
 
-    #[inline]
-    fn ring(&self, dest: usize, source: usize) -> &Ring {
-        &self.rings[dest * self.np + source]
+    /// How many per-pair rings the job has created: one per ordered pair of ranks that has
+    /// sent point-to-point (tests: a job where few pairs talk stays far below np²).
+    pub fn rings_created(&self) -> usize {
+        self.rings_created.load(Ordering::Relaxed)
     }
 }

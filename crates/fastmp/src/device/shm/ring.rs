@@ -5,7 +5,7 @@
 //! producer writes last. Larger eager payloads go to the slot's pooled spill buffer, which moves
 //! with the slot (or is swapped out by the consumer, see [`SlotView::take_spill`]).
 //!
-//! Ownership protocol: slot `i` belongs to the producer while `head > i - SLOTS` has been observed,
+//! Ownership protocol: slot `i` belongs to the producer while `head > i - slots` has been observed,
 //! and to the consumer once it sees `seq == i + 1`, until it advances `head` past it.
 
 use crossbeam_utils::CachePadded;
@@ -13,7 +13,7 @@ use crossbeam_utils::CachePadded;
 use super::record::{RecordRef, SendRecord};
 use crate::sync::{AtomicU64, Ordering, UnsafeCell};
 
-/// Slots per ring (power of two).
+/// Slots per ring (power of two), unless the job asks for fewer ([`Ring::with_slots`]).
 #[cfg(not(loom))]
 pub(crate) const SLOTS: usize = 64;
 /// Slots per ring: few under loom, so that its models reach the full-ring case.
@@ -87,7 +87,13 @@ impl Default for Ring {
 
 impl Ring {
     pub fn new() -> Self {
-        let slots = (0..SLOTS)
+        Self::with_slots(SLOTS)
+    }
+
+    /// A ring of `count` slots (a power of two): jobs of many ranks take fewer per pair.
+    pub fn with_slots(count: usize) -> Self {
+        assert!(count.is_power_of_two(), "ring slots must be a power of two, got {count}");
+        let slots = (0..count)
             .map(|_| Slot {
                 seq: AtomicU64::new(0),
                 header: UnsafeCell::new(Header {
@@ -101,7 +107,7 @@ impl Ring {
                 inline: UnsafeCell::new([0; INLINE_BYTES]),
             })
             .collect();
-        let spills = (0..SLOTS).map(|_| UnsafeCell::new(None)).collect();
+        let spills = (0..count).map(|_| UnsafeCell::new(None)).collect();
         Ring {
             slots,
             spills,
@@ -118,18 +124,19 @@ impl Ring {
     pub unsafe fn push(&self, header: Header, payload: &[u8], spill_capacity: usize) -> bool {
         let pos = &self.tail;
         let tail = pos.tail.load(Ordering::Relaxed);
-        if tail - pos.head_cache.load(Ordering::Relaxed) >= SLOTS as u64 {
+        let count = self.slots.len();
+        if tail - pos.head_cache.load(Ordering::Relaxed) >= count as u64 {
             // Acquire: the consumer's reads of the slot happen-before our overwrite.
             let head = self.head.load(Ordering::Acquire);
             pos.head_cache.store(head, Ordering::Relaxed);
-            if tail - head >= SLOTS as u64 {
+            if tail - head >= count as u64 {
                 return false;
             }
         }
-        let i = (tail as usize) & (SLOTS - 1);
+        let i = (tail as usize) & (count - 1);
         let slot = &self.slots[i];
         debug_assert!(payload.len() as u64 == header.len || header.kind == Kind::Rts);
-        // SAFETY: the slot is the producer's (head > tail - SLOTS, checked above), so no other
+        // SAFETY: the slot is the producer's (head > tail - count, checked above), so no other
         // thread accesses its cells until the Release store of `seq` below.
         slot.header.with_mut(|h| unsafe { *h = header });
         if payload.len() <= INLINE_BYTES {
@@ -167,7 +174,7 @@ impl Ring {
     #[inline]
     pub unsafe fn peek(&self) -> Option<SlotView<'_>> {
         let head = self.head.load(Ordering::Relaxed);
-        let i = (head as usize) & (SLOTS - 1);
+        let i = (head as usize) & (self.slots.len() - 1);
         let slot = &self.slots[i];
         if slot.seq.load(Ordering::Acquire) != head + 1 {
             return None;
@@ -286,29 +293,34 @@ mod tests {
 
     #[test]
     fn single_thread_full_ring_and_wraparound() {
-        let ring = Ring::new();
+        full_ring_and_wraparound(Ring::new(), SLOTS);
+        // The smaller rings of jobs with many ranks.
+        full_ring_and_wraparound(Ring::with_slots(8), 8);
+    }
+
+    fn full_ring_and_wraparound(ring: Ring, slots: usize) {
         // SAFETY (whole test): this thread is both the only producer and the only consumer.
         unsafe {
             assert!(ring.peek().is_none());
             assert!(ring.producer_idle());
-            for i in 0..SLOTS {
+            for i in 0..slots {
                 let p = payload(i);
                 assert!(ring.push(eager(i, p.len()), &p, SPILL_CAPACITY), "slot {i} should be free");
             }
             assert!(!ring.producer_idle());
             // Full: the next push must fail (twice, to exercise the refreshed head cache) and leave
             // the ring unchanged.
-            let p = payload(SLOTS);
-            assert!(!ring.push(eager(SLOTS, p.len()), &p, SPILL_CAPACITY));
-            assert!(!ring.push(eager(SLOTS, p.len()), &p, SPILL_CAPACITY));
+            let p = payload(slots);
+            assert!(!ring.push(eager(slots, p.len()), &p, SPILL_CAPACITY));
+            assert!(!ring.push(eager(slots, p.len()), &p, SPILL_CAPACITY));
             // Consume one, then exactly one more fits.
             check(&ring.peek().expect("published"), 0);
             ring.pop();
-            assert!(ring.push(eager(SLOTS, p.len()), &p, SPILL_CAPACITY));
-            let q = payload(SLOTS + 1);
-            assert!(!ring.push(eager(SLOTS + 1, q.len()), &q, SPILL_CAPACITY));
+            assert!(ring.push(eager(slots, p.len()), &p, SPILL_CAPACITY));
+            let q = payload(slots + 1);
+            assert!(!ring.push(eager(slots + 1, q.len()), &q, SPILL_CAPACITY));
             // Drain in order across the wrap-around.
-            for i in 1..=SLOTS {
+            for i in 1..=slots {
                 let view = ring.peek().expect("published");
                 check(&view, i);
                 // Peeking again without popping shows the same message.
