@@ -209,7 +209,7 @@ impl Config {
         use crate::device::mpi::lanes::Lanes;
         let tuning = Arc::new(self.resolved_tuning()?);
         let blocks = self.hybrid_blocks();
-        let lanes = Arc::new(Lanes::new(self.np, blocks.per_process)?);
+        let lanes = Arc::new(Lanes::new(self.np, blocks.per_process, self.effective_eager_limit())?);
         let process = lanes.process();
         let world = self.hybrid_world(blocks, process, self.competing_ranks(blocks, blocks.processes())?);
         let cpus = if self.pin == Pin::None { Vec::new() } else { affinity::allowed_cpus() };

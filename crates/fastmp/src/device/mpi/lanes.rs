@@ -20,7 +20,12 @@
 //!   messages in flight (`sequence << 8 | source thread`), received by an exactly sized
 //!   `MPI_Irecv` only once a receive has matched the header: straight into the receive's buffer,
 //!   so a synchronous send (`MPI_Issend` of the payload) completes exactly when its receive
-//!   matched. An unmatched payload waits in MPI's own unexpected queue.
+//!   matched. The payload of an unmatched standard send up to the eager limit is received at
+//!   once into a buffer of its own, as tcp's eager messages are: MPI may hold a send above its
+//!   transport's own eager size (4 KiB over shared memory in Open MPI) until a receive matches
+//!   it, and a standard send that small must not wait for the receiver's program (two ranks
+//!   that send to each other before receiving would hang). Larger unmatched payloads wait in
+//!   MPI's own unexpected queue.
 //!
 //! **Waiting.** MPI cannot wake a parked thread, so waits poll (spin, yield, then short sleeps:
 //! the policy of `device::wait`); with MULTIPLE any thread's MPI call progresses the process.
@@ -48,9 +53,12 @@ use crate::error::{Error, Result};
 const THREAD_BITS: u32 = 8;
 /// Most thread ranks per process over MPI.
 pub(crate) const MAX_THREADS: usize = 1 << THREAD_BITS;
-/// Header words: context, source thread, tag, payload tag, length (low, high).
+/// Header words: context, source thread (with [`SYNCHRONOUS`]), tag, payload tag, length (low,
+/// high).
 const HEADER_WORDS: usize = 6;
 const HEADER_BYTES: usize = HEADER_WORDS * 4;
+/// Marks a synchronous send in the header's source-thread word.
+const SYNCHRONOUS: u32 = 1 << 31;
 
 /// The MPI communicators of one hybrid job on this process, made by its main thread before the
 /// thread ranks start (duplicating is collective over the processes), freed after they end.
@@ -61,6 +69,8 @@ pub(crate) struct Lanes {
     process: usize,
     per_process: usize,
     np: usize,
+    /// Unmatched standard payloads up to this size are received at once (module documentation).
+    eager_limit: usize,
     /// Sequence numbers wrap at this mask (the tags MPI allows, less the thread bits).
     sequence_mask: u32,
     placement: Placement,
@@ -71,7 +81,7 @@ impl Lanes {
     /// Joins the MPI job as one process of a hybrid job of `np` ranks at `per_process` threads
     /// each. Fails, clearly, when MPI's job does not have that many processes, grants too low a
     /// thread level, or allows too few tags.
-    pub(crate) fn new(np: usize, per_process: usize) -> Result<Lanes> {
+    pub(crate) fn new(np: usize, per_process: usize, eager_limit: usize) -> Result<Lanes> {
         if per_process > MAX_THREADS {
             return Err(Error::InvalidArgument(format!(
                 "hybrid device over mpi: at most {MAX_THREADS} threads per process (asked for {per_process})"
@@ -92,6 +102,7 @@ impl Lanes {
             process: 0,
             per_process,
             np,
+            eager_limit,
             sequence_mask: 0,
             placement: Placement::blocks(np, per_process),
             policy: WaitPolicy::for_ranks(1),
@@ -167,11 +178,12 @@ impl Drop for Lanes {
     }
 }
 
-/// Where an arrived message's payload waits in MPI.
-#[derive(Clone, Copy, Debug)]
+/// Where an arrived message's payload is.
 struct Arrival {
     process: c_int,
     payload_tag: c_int,
+    /// An eager payload already being received into a buffer of its own (its request).
+    early: Option<(Slot, Vec<u8>)>,
 }
 
 enum Request {
@@ -179,8 +191,8 @@ enum Request {
     Send { slot: Slot, tag: i32, bytes: usize },
     /// A receive in the matching engine, no message yet.
     Posted { buf: *mut u8, capacity: usize },
-    /// A matched receive whose payload MPI is delivering; `whole` holds a message longer than
-    /// `capacity` (truncation, an error path).
+    /// A matched receive whose payload MPI is delivering; into `whole` for an eager payload
+    /// received before its receive, or a message longer than `capacity` (truncation).
     Receiving { slot: Slot, status: RawStatus, buf: *mut u8, capacity: usize, whole: Option<Vec<u8>> },
     /// Finished at matching (an MPI error, or cancelled).
     Done(Result<RawStatus>),
@@ -240,7 +252,8 @@ impl MpiThreadEndpoint {
             check(rc, "MPI_Imrecv (header)")?;
             let (rc, _) = wait_slot(self.lanes.policy, &mut slot);
             check(rc, "MPI_Test (header)")?;
-            let [context, thread, tag, payload_tag, low, high] = header;
+            let [context, thread_word, tag, payload_tag, low, high] = header;
+            let (thread, sync) = (thread_word & !SYNCHRONOUS, thread_word & SYNCHRONOUS != 0);
             if status.bytes != HEADER_BYTES || thread as usize >= self.lanes.per_process {
                 return Err(Error::other(format!(
                     "hybrid device over mpi: malformed header from process {} ({} bytes)",
@@ -253,7 +266,8 @@ impl MpiThreadEndpoint {
                 tag: tag as i32,
                 len: (u64::from(high) << 32 | u64::from(low)) as usize,
             };
-            let arrival = Arrival { process: status.source as c_int, payload_tag: payload_tag as c_int };
+            let mut arrival =
+                Arrival { process: status.source as c_int, payload_tag: payload_tag as c_int, early: None };
             let mut state = self.state.borrow_mut();
             match state.matcher.take_posted(&env) {
                 Some(id) => {
@@ -262,28 +276,42 @@ impl MpiThreadEndpoint {
                         *request = self.receive_payload(env, arrival, buf, capacity);
                     }
                 }
-                None => state.matcher.push_unexpected(env, arrival),
+                None => {
+                    if !sync && env.len <= self.lanes.eager_limit {
+                        let mut data = vec![0u8; env.len];
+                        arrival.early = Some((self.post_payload(data.as_mut_ptr(), env.len, &arrival)?, data));
+                    }
+                    state.matcher.push_unexpected(env, arrival);
+                }
             }
         }
         Ok(())
     }
 
-    /// Starts receiving the payload of a matched message into `buf`, or whole into a temporary
-    /// buffer when it is longer than `capacity`.
-    fn receive_payload(&self, env: Envelope, arrival: Arrival, buf: *mut u8, capacity: usize) -> Request {
-        let status = env.status();
-        let mut whole = (env.len > capacity).then(|| vec![0u8; env.len]);
-        let target = whole.as_mut().map_or(buf, |w| w.as_mut_ptr());
+    /// Posts the exactly sized receive of `arrival`'s payload into `target`.
+    fn post_payload(&self, target: *mut u8, len: usize, arrival: &Arrival) -> Result<Slot> {
         let mut slot: Slot = 0;
         let handle = self.lanes.payloads[self.thread];
-        // SAFETY: `target` holds `env.len` bytes: the receive's buffer (the device's buffer
-        // contract keeps it valid until the request completes or is released), or `whole`, which
-        // lives in the request as long as MPI writes it.
+        // SAFETY: the caller gives `len` writable bytes at `target` that stay valid until the
+        // request completes (a receive's buffer under the device's buffer contract, or a buffer
+        // the request owns).
         let rc = unsafe {
-            ffi::fastmp_mpi_irecv(target.cast(), env.len, arrival.process, arrival.payload_tag, handle, &mut slot)
+            ffi::fastmp_mpi_irecv(target.cast(), len, arrival.process, arrival.payload_tag, handle, &mut slot)
         };
-        match check(rc, "MPI_Irecv (payload)") {
-            Ok(()) => Request::Receiving { slot, status, buf, capacity, whole },
+        check(rc, "MPI_Irecv (payload)").map(|()| slot)
+    }
+
+    /// Receives the payload of a matched message into `buf`: its early copy, or straight from
+    /// MPI, or whole into a temporary buffer when it is longer than `capacity`.
+    fn receive_payload(&self, env: Envelope, arrival: Arrival, buf: *mut u8, capacity: usize) -> Request {
+        let status = env.status();
+        if let Some((slot, data)) = arrival.early {
+            return Request::Receiving { slot, status, buf, capacity, whole: Some(data) };
+        }
+        let mut whole = (env.len > capacity).then(|| vec![0u8; env.len]);
+        let target = whole.as_mut().map_or(buf, |w| w.as_mut_ptr());
+        match self.post_payload(target, env.len, &arrival) {
+            Ok(slot) => Request::Receiving { slot, status, buf, capacity, whole },
             Err(e) => Request::Done(Err(e)),
         }
     }
@@ -298,8 +326,8 @@ impl MpiThreadEndpoint {
             Request::Receiving { status, buf, capacity, whole, .. } => {
                 check(rc, "MPI_Test (receive)")?;
                 if let Some(whole) = whole {
-                    // SAFETY: the receive's buffer holds `capacity` bytes, fewer than `whole`.
-                    unsafe { std::ptr::copy_nonoverlapping(whole.as_ptr(), buf, capacity) };
+                    // SAFETY: the receive's buffer holds `capacity` bytes (buffer contract).
+                    unsafe { std::ptr::copy_nonoverlapping(whole.as_ptr(), buf, whole.len().min(capacity)) };
                 }
                 crate::device::receive_result(status.source, status.tag, status.bytes, capacity)
             }
@@ -327,13 +355,12 @@ impl MpiThreadEndpoint {
             Request::Send { slot, .. } | Request::Receiving { slot, .. } => {
                 wait_slot(self.lanes.policy, slot);
             }
-            Request::Message { env, arrival } => {
-                // Its payload must leave MPI: received into a scratch buffer.
-                let (env, arrival) = (*env, *arrival);
-                let request = self.receive_payload(env, arrival, std::ptr::NonNull::dangling().as_ptr(), 0);
-                self.settle(request);
-            }
-            Request::Posted { .. } | Request::Done(_) => {}
+            Request::Posted { .. } | Request::Done(_) | Request::Message { .. } => {}
+        }
+        if let Request::Message { env, arrival } = request {
+            // Its payload must leave MPI: received into a scratch buffer.
+            let request = self.receive_payload(env, arrival, std::ptr::NonNull::dangling().as_ptr(), 0);
+            self.settle(request);
         }
     }
 }
@@ -366,8 +393,8 @@ impl Device for MpiThreadEndpoint {
             *sent & self.lanes.sequence_mask
         };
         let payload_tag = (sequence << THREAD_BITS | self.thread as u32) as c_int;
-        let header =
-            [context, self.thread as u32, tag as u32, payload_tag as u32, len as u32, (len as u64 >> 32) as u32];
+        let thread_word = self.thread as u32 | if mode == SendMode::Synchronous { SYNCHRONOUS } else { 0 };
+        let header = [context, thread_word, tag as u32, payload_tag as u32, len as u32, (len as u64 >> 32) as u32];
         let (mut slot, mut done): (Slot, c_int) = (0, 0);
         // SAFETY: `header` stays alive and unchanged until the send completes below (a small
         // send MPI completes eagerly, without the receiver).
