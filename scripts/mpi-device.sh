@@ -43,6 +43,23 @@ for bin in "${binaries[@]}"; do
         "$bin" --test-threads=1 -q threads
 done
 
+echo "== the hybrid device over MPI (FASTMP_INTERPROCESS=mpi): processes x threads 2x2, 2x3, 3x1"
+hybrid=$(cargo test -p fastmp --features mpi --test mpi_hybrid --no-run --message-format=json | python3 -c '
+import json, sys
+for line in sys.stdin:
+    try: m = json.loads(line)
+    except ValueError: continue
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["kind"] == ["test"]:
+        print(m["executable"])
+')
+for shape in "2 2" "2 3" "3 1"; do
+    read -r processes threads <<<"$shape"
+    timeout 120 mpirun "${root[@]}" --oversubscribe -np "$processes" -x FASTMP_DEVICE=hybrid -x FASTMP_INTERPROCESS=mpi \
+        -x FASTMP_THREADS_PER_PROCESS="$threads" -x RUST_BACKTRACE "$hybrid" --test-threads=1 -q job_
+done
+# Outside mpirun: these start mpirun on the binary themselves.
+"$hybrid" --test-threads=1 -q failure_
+
 echo "== unit tests of the mpi device (singleton MPI process)"
 cargo test -p fastmp --features mpi --lib device::mpi -q
 echo "== a failing rank under mpirun"

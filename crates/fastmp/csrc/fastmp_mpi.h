@@ -54,5 +54,10 @@ int fastmp_mpi_iprobe(int source, int tag, int comm, int *found, int *out_source
 int fastmp_mpi_improbe(int source, int tag, int comm, int *found, fastmp_slot *message,
                        int *out_source, int *out_tag, long long *bytes);
 int fastmp_mpi_imrecv(void *buf, size_t capacity, fastmp_slot *message, fastmp_slot *request);
+/* A receive of exactly `len` bytes from `source` (>= 0) with `tag` (>= 0): only for messages whose
+ * length is known in advance (the hybrid device's payloads, announced by their header). */
+int fastmp_mpi_irecv(void *buf, size_t len, int source, int tag, int comm, fastmp_slot *request);
+/* The MPI_TAG_UB attribute of MPI_COMM_WORLD. */
+int fastmp_mpi_tag_ub(int *tag_ub);
 
 #endif

@@ -115,3 +115,24 @@ int fastmp_mpi_imrecv(void *buf, size_t capacity, fastmp_slot *message, fastmp_s
     if (rc == MPI_SUCCESS) store_request(request, r);
     return rc;
 }
+
+int fastmp_mpi_irecv(void *buf, size_t len, int source, int tag, int comm, fastmp_slot *request) {
+    int count;
+    int rc = count_of(len, &count);
+    if (rc != MPI_SUCCESS) return rc;
+    if (source < 0 || tag < 0) return MPI_ERR_ARG;
+    RESOLVE(c, comm);
+    MPI_Request r;
+    rc = MPI_Irecv(buf, count, MPI_BYTE, source, tag, c, &r);
+    if (rc == MPI_SUCCESS) store_request(request, r);
+    return rc;
+}
+
+int fastmp_mpi_tag_ub(int *tag_ub) {
+    int *value = NULL, flag = 0;
+    int rc = MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &value, &flag);
+    if (rc != MPI_SUCCESS) return rc;
+    if (!flag || value == NULL) return MPI_ERR_OTHER;
+    *tag_ub = *value;
+    return MPI_SUCCESS;
+}

@@ -42,6 +42,12 @@ struct Cli {
     #[arg(long, value_name = "T|auto", value_parser = parse_threads_per_process)]
     threads_per_process: Option<ThreadsPerProcess>,
 
+    /// `--device hybrid`: what carries messages between processes. `mpi` runs the system
+    /// `mpirun` (as `--device mpi` does) with one MPI process per hybrid process and
+    /// `FASTMP_INTERPROCESS=mpi`; the program must be built with fastmp's `mpi` feature.
+    #[arg(long, value_enum, value_name = "TRANSPORT")]
+    interprocess: Option<Interprocess>,
+
     /// File listing hosts: `host slots=K`, `host:K` or `host` (one slot) per line; `#` starts a comment.
     #[arg(long, value_name = "FILE", conflicts_with = "hosts")]
     hostfile: Option<PathBuf>,
@@ -92,6 +98,13 @@ pub enum Device {
     Mpi,
 }
 
+/// `--interprocess`: the hybrid device's transport between processes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Interprocess {
+    Tcp,
+    Mpi,
+}
+
 /// `--threads-per-process`: a count, or one derived from the CPUs (see the option's help).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ThreadsPerProcess {
@@ -129,6 +142,8 @@ pub struct Options {
     pub device: Device,
     /// Set exactly when `device` is [`Device::Hybrid`].
     pub threads_per_process: Option<ThreadsPerProcess>,
+    /// The hybrid device's transport between processes (tcp unless `--interprocess mpi`).
+    pub interprocess: Interprocess,
     pub hosts: Option<HostSource>,
     pub oversubscribe: bool,
     pub tag_output: bool,
@@ -180,6 +195,14 @@ pub fn parse(argv: Vec<OsString>, agent_env: Option<OsString>) -> Result<Options
             return Err(CliError::Invalid("--threads-per-process only applies to --device hybrid".into()));
         }
     };
+    let interprocess = match (cli.device, cli.interprocess) {
+        (Device::Hybrid, choice) => choice.unwrap_or(Interprocess::Tcp),
+        (_, None) => Interprocess::Tcp,
+        (_, Some(_)) => return Err(CliError::Invalid("--interprocess only applies to --device hybrid".into())),
+    };
+    if interprocess == Interprocess::Mpi && cli.rendezvous.is_some() {
+        return Err(CliError::Invalid("--rendezvous does not apply to --interprocess mpi (MPI starts the job)".into()));
+    }
     if let Some(address) = &cli.rendezvous {
         check_host_port(address).map_err(CliError::Invalid)?;
     }
@@ -194,6 +217,7 @@ pub fn parse(argv: Vec<OsString>, agent_env: Option<OsString>) -> Result<Options
         np: cli.np,
         device: cli.device,
         threads_per_process,
+        interprocess,
         hosts,
         oversubscribe: cli.oversubscribe,
         tag_output: cli.tag_output,

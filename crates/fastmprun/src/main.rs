@@ -2,7 +2,7 @@
 //! supervises it.
 //!
 //! ```text
-//! fastmprun -np N [--device shm|tcp|hybrid|mpi] [--threads-per-process T|auto] [--hostfile F | --hosts a:2,b:2] [--oversubscribe]
+//! fastmprun -np N [--device shm|tcp|hybrid|mpi] [--threads-per-process T|auto] [--interprocess tcp|mpi] [--hostfile F | --hosts a:2,b:2] [--oversubscribe]
 //!           [--tag-output] [--timeout S] [--bind-to core|none] [--agent CMD]
 //!           [--rendezvous HOST:PORT] PROGRAM ARGS...
 //! ```
@@ -102,7 +102,12 @@ fn run() -> u8 {
     };
     if options.device == Device::Mpi {
         // Before signals are blocked: mpirun inherits the signal mask.
-        return fail(&mpi::exec_mpirun(&options), spawn_failure_exit(&std::io::Error::last_os_error()));
+        return fail(&mpi::exec_mpirun(&options, None), spawn_failure_exit(&std::io::Error::last_os_error()));
+    }
+    if let (Some(choice), cli::Interprocess::Mpi) = (options.threads_per_process, options.interprocess) {
+        // mpirun places the processes; `auto` divides this machine's CPUs (no host list here).
+        let threads = threads_per_process(choice, None, fastmp::affinity::allowed_cpus().len());
+        return fail(&mpi::exec_mpirun(&options, Some(threads)), spawn_failure_exit(&std::io::Error::last_os_error()));
     }
     // Before any other thread exists, so every thread inherits the blocked signals.
     let wakeups = match os::watch_signals() {

@@ -1,6 +1,7 @@
 //! Running a job on the hybrid device: as process `p` of a launcher's job (its thread ranks
 //! `p*T ..`), or every process's thread group inside this one process over loopback TCP (no
-//! launcher: tests and single-process use).
+//! launcher: tests and single-process use). Between processes the ranks talk over tcp, or over
+//! the system MPI with `FASTMP_INTERPROCESS=mpi` (feature `mpi`; the job is then `mpirun`'s).
 
 use std::sync::{Arc, Mutex};
 
@@ -8,21 +9,47 @@ use super::affinity;
 use super::config::{Config, DEFAULT_EAGER_LIMIT, Pin, ProcessPlace};
 use super::tcp::{FirstFailure, Place, RankEnd, run_loopback_mesh, run_rank};
 use crate::comm::Comm;
-use crate::device::tcp::TcpEndpoint;
+use crate::device::hybrid::Remote;
 use crate::device::{Device, Failure, HybridEndpoint, Placement, ShmWorld, lock_ignoring_poison};
 use crate::error::{Error, Result};
 
-impl RankEnd for HybridEndpoint {
-    /// Leaves the shm world (thread peers see it exited), then the tcp mesh.
+/// Names the hybrid device's inter-process transport: `tcp` (the default) or `mpi`.
+pub(crate) const INTERPROCESS_VAR: &str = "FASTMP_INTERPROCESS";
+
+/// What carries a hybrid job's messages between its processes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Interprocess {
+    Tcp,
+    #[cfg(feature = "mpi")]
+    Mpi,
+}
+
+/// [`INTERPROCESS_VAR`], or why it names nothing this program can use.
+fn interprocess_from_env() -> Result<Interprocess> {
+    match std::env::var(INTERPROCESS_VAR).as_deref() {
+        Err(_) | Ok("tcp") => Ok(Interprocess::Tcp),
+        #[cfg(feature = "mpi")]
+        Ok("mpi") => Ok(Interprocess::Mpi),
+        #[cfg(not(feature = "mpi"))]
+        Ok("mpi") => Err(Error::InvalidArgument(format!(
+            "{INTERPROCESS_VAR}=mpi: the mpi transport is not built into this program: build fastmp with \
+             `--features mpi` (it needs an MPI installation with mpicc)"
+        ))),
+        Ok(other) => Err(Error::InvalidArgument(format!("{INTERPROCESS_VAR}={other}: expected 'tcp' or 'mpi'"))),
+    }
+}
+
+impl<R: Remote> RankEnd for HybridEndpoint<R> {
+    /// Leaves the shm world (thread peers see it exited), then the remote side.
     fn finish(&self) -> Result<()> {
         let (world, local) = self.local();
         world.mark_exited(local);
-        self.tcp().shutdown()
+        self.remote().shutdown()
     }
 
     /// `abort_job` put the failure on record in the shm world already; tell the network.
     fn fail(&self, job: Failure) {
-        self.tcp().abort(job);
+        self.remote().abort(job);
     }
 }
 
@@ -93,6 +120,13 @@ impl Config {
         F: Fn(Comm) -> Result<R> + Sync,
         R: Send,
     {
+        if interprocess_from_env()? != Interprocess::Tcp {
+            return Err(Error::InvalidArgument(format!(
+                "{INTERPROCESS_VAR}=mpi: a hybrid job over MPI runs one MPI process per hybrid process: start it \
+                 with mpirun -np P -x FASTMP_DEVICE=hybrid -x {INTERPROCESS_VAR}=mpi -x FASTMP_THREADS_PER_PROCESS=T \
+                 (or fastmprun --device hybrid --interprocess mpi)"
+            )));
+        }
         let tuning = Arc::new(self.resolved_tuning()?);
         let blocks = self.hybrid_blocks();
         let worlds: Vec<Arc<ShmWorld>> =
@@ -115,6 +149,11 @@ impl Config {
         F: Fn(Comm) -> Result<R> + Sync,
         R: Send,
     {
+        match interprocess_from_env()? {
+            Interprocess::Tcp => {}
+            #[cfg(feature = "mpi")]
+            Interprocess::Mpi => return self.run_hybrid_mpi_process(f),
+        }
         let tuning = Arc::new(self.resolved_tuning()?);
         let blocks = self.hybrid_blocks();
         if blocks.processes() != place.size {
@@ -157,26 +196,64 @@ impl Config {
         }
         results.into_iter().collect()
     }
+
+    /// This process is one MPI process of a hybrid job over MPI (`mpirun` started it): it makes
+    /// the job's MPI communicators, runs its thread ranks, and returns their results in rank
+    /// order. A failing rank aborts the MPI job (every process ends; see `device::mpi::lanes`).
+    #[cfg(feature = "mpi")]
+    fn run_hybrid_mpi_process<F, R>(&self, f: &F) -> Result<Vec<R>>
+    where
+        F: Fn(Comm) -> Result<R> + Sync,
+        R: Send,
+    {
+        use crate::device::mpi::lanes::Lanes;
+        let tuning = Arc::new(self.resolved_tuning()?);
+        let blocks = self.hybrid_blocks();
+        let lanes = Arc::new(Lanes::new(self.np, blocks.per_process, self.effective_eager_limit())?);
+        let process = lanes.process();
+        let world = self.hybrid_world(blocks, process, self.competing_ranks(blocks, blocks.processes())?);
+        let cpus = if self.pin == Pin::None { Vec::new() } else { affinity::allowed_cpus() };
+        let first: FirstFailure = Mutex::new(None);
+        super::ONE_RANK_PER_PROCESS.store(true, std::sync::atomic::Ordering::Release);
+        let rank_main = |rank: usize| -> Result<R> {
+            let place = Place { rank, first: &first };
+            let remote = lanes.endpoint(rank);
+            if let Err(e) = self.pin_hybrid_rank(blocks, rank, &cpus) {
+                // Ends the MPI job: the other ranks must not wait for this one.
+                remote.abort_job(Failure::of_error(rank, &e));
+                return Err(e);
+            }
+            let endpoint = hybrid_endpoint(blocks, rank, &world, remote, lanes.placement().clone(), &place)?;
+            run_rank(place, endpoint, tuning.clone(), f)
+        };
+        let results = self.run_threads_of(blocks.ranks_of(process), &rank_main, |rank, cause| {
+            lock_ignoring_poison(&first).get_or_insert(Failure { rank, cause, code: None });
+        });
+        if let Some(failure) = lock_ignoring_poison(&first).take() {
+            return Err(failure.job_error());
+        }
+        results.into_iter().collect()
+    }
 }
 
 /// World rank `rank`'s hybrid endpoint (on its own thread: the shm endpoint binds its parker
-/// to it). A rank that cannot take its shm endpoint fails the job through its tcp endpoint.
-fn hybrid_endpoint(
+/// to it). A rank that cannot take its shm endpoint fails the job through its remote endpoint.
+fn hybrid_endpoint<R: Remote>(
     blocks: Blocks,
     rank: usize,
     world: &Arc<ShmWorld>,
-    tcp: TcpEndpoint,
+    remote: R,
     placement: Placement,
     place: &Place<'_>,
-) -> Result<HybridEndpoint> {
+) -> Result<HybridEndpoint<R>> {
     let base = rank - rank % blocks.per_process;
     match world.endpoint(rank - base) {
-        Ok(shm) => Ok(HybridEndpoint::new(rank, base, shm, tcp, placement)),
+        Ok(shm) => Ok(HybridEndpoint::new(rank, base, shm, remote, placement)),
         Err(e) => {
-            let job = tcp.abort_job(Failure::of_error(rank, &e));
+            let job = remote.abort_job(Failure::of_error(rank, &e));
             lock_ignoring_poison(place.first).get_or_insert_with(|| job.clone());
             world.mark_failed(rank - base, job.clone());
-            tcp.abort(job);
+            remote.abort(job);
             Err(e)
         }
     }

@@ -1,6 +1,7 @@
 //! The `hybrid` device: a job of processes whose ranks are threads. Each rank routes over two
-//! endpoints: its process's shm world (thread peers, single-copy protocols) and its own tcp
-//! endpoint in a mesh of all world ranks (everyone else).
+//! endpoints: its process's shm world (thread peers, single-copy protocols) and its own remote
+//! endpoint reaching every rank of the other processes: tcp (a mesh of all world ranks, the
+//! default) or the system MPI (`FASTMP_INTERPROCESS=mpi`, feature `mpi`: `device::mpi::lanes`).
 //!
 //! - Ranks are world ranks; the process's shm world numbers its ranks `0..T`, so `base` (the
 //!   process's first world rank) translates both ways, statuses and errors included.
@@ -8,13 +9,14 @@
 //!   on the hot path, no table, no lock (request handles carry their route, see `handles`).
 //! - `ANY_SOURCE` receives are held at this level and matched in posting order by matched probes
 //!   on both transports (`queue`).
-//! - Waiting spins, yields and parks on the rank's shm parker; the tcp endpoint's waker unparks it
-//!   too, and puts a failure heard over the network on record in the shm world, so a rank
-//!   blocked on either transport hears of a failure anywhere in bounded time.
+//! - The router is generic over the remote endpoint ([`Remote`]: the [`Device`] methods plus a
+//!   wake-up hook). Waiting with tcp spins, yields and parks on the rank's shm parker, and the tcp
+//!   endpoint's waker unparks it on arrivals and failures. MPI has no wake-up hook, so a rank
+//!   over MPI never parks: it polls both sides with the spin/yield policy and short sleeps.
 //!
-//! v1 limits: every rank has tcp connections to every other, also to its thread peers (never
-//! used for messages, only for start-up, failure notices, shutdown and one-sided windows that
-//! span processes, see `one_sided`).
+//! v1 limits: over tcp every rank has connections to every other, also to its thread peers
+//! (never used for messages, only for start-up, failure notices, shutdown and one-sided windows
+//! that span processes, see `one_sided`); over MPI, windows that span processes are refused.
 
 mod handles;
 mod one_sided;
@@ -33,8 +35,63 @@ use crate::error::{Error, Result};
 use handles::{Via, local_error_to_world, stale, tag, tag_message, untag};
 use queue::{Queue, Stage};
 
-/// The hybrid [`Device`] of one rank (its rank's thread only, like shm's).
-pub(crate) struct HybridEndpoint {
+/// What the hybrid router needs from the endpoint that reaches the other processes.
+pub(crate) trait Remote: Device {
+    /// Hooks the rank's shm parker to arrivals and failures (a remote failure is passed on);
+    /// `false` when this endpoint cannot wake anyone, so waits must not park.
+    fn set_waker(&self, waker: super::tcp::Waker) -> bool;
+
+    /// `Device::test` as a rank blocked in [`Remote::wait_until_parking`] sees it.
+    fn test_blocked(&self, id: ReqId) -> Result<Option<RawStatus>> {
+        self.test(id)
+    }
+
+    /// `Device::wait_until` that parks with `park` (where arrivals wake it).
+    fn wait_until_parking(&self, park: super::tcp::Park<'_>, poll: &mut dyn FnMut() -> Result<bool>) -> Result<()>;
+
+    /// Leaves the job after the rank's program succeeded.
+    fn shutdown(&self) -> Result<()>;
+
+    /// Tells the other processes about the job's failure (`abort_job` already put it on record).
+    fn abort(&self, job: Failure);
+
+    /// Serves one-sided windows that span processes, every member addressed by world rank
+    /// (`None`: such windows are refused).
+    fn windows(&self) -> Option<&dyn super::one_sided::OneSided> {
+        None
+    }
+}
+
+impl Remote for TcpEndpoint {
+    fn windows(&self) -> Option<&dyn super::one_sided::OneSided> {
+        Device::one_sided(self)
+    }
+
+    fn set_waker(&self, waker: super::tcp::Waker) -> bool {
+        TcpEndpoint::set_waker(self, waker);
+        true
+    }
+
+    fn test_blocked(&self, id: ReqId) -> Result<Option<RawStatus>> {
+        TcpEndpoint::test_blocked(self, id)
+    }
+
+    fn wait_until_parking(&self, park: super::tcp::Park<'_>, poll: &mut dyn FnMut() -> Result<bool>) -> Result<()> {
+        TcpEndpoint::wait_until_parking(self, park, poll)
+    }
+
+    fn shutdown(&self) -> Result<()> {
+        TcpEndpoint::shutdown(self)
+    }
+
+    fn abort(&self, job: Failure) {
+        TcpEndpoint::abort(self, job);
+    }
+}
+
+/// The hybrid [`Device`] of one rank (its rank's thread only, like shm's), over the remote
+/// endpoint `R` that reaches the other processes.
+pub(crate) struct HybridEndpoint<R: Remote = TcpEndpoint> {
     rank: usize,
     size: usize,
     /// World rank of the process's local rank 0.
@@ -42,31 +99,32 @@ pub(crate) struct HybridEndpoint {
     /// Ranks of this process.
     local_size: usize,
     shm: ShmEndpoint,
-    tcp: TcpEndpoint,
+    /// The other processes' ranks: tcp, or the system MPI (`FASTMP_INTERPROCESS`).
+    remote: R,
     placement: Placement,
     queue: RefCell<Queue>,
-    /// Inside `wait_until`: tcp requests are tested as a blocked waiter's.
+    /// Inside `wait_until`: remote requests are tested as a blocked waiter's.
     waiting: Cell<bool>,
     finalized: Cell<bool>,
 }
 
-impl HybridEndpoint {
+impl<R: Remote> HybridEndpoint<R> {
     /// World rank `rank` of `size`, over its process's shm endpoint (local rank `rank - base`)
-    /// and its tcp endpoint. Registers the tcp waker, so call it on the rank's thread.
-    pub(crate) fn new(rank: usize, base: usize, shm: ShmEndpoint, tcp: TcpEndpoint, placement: Placement) -> Self {
+    /// and its remote endpoint. Registers the remote waker, so call it on the rank's thread.
+    pub(crate) fn new(rank: usize, base: usize, shm: ShmEndpoint, remote: R, placement: Placement) -> Self {
         let world: Arc<ShmWorld> = shm.world().clone();
         let local = rank - base;
-        tcp.set_waker(Box::new(move |failure| match failure {
+        remote.set_waker(Box::new(move |failure| match failure {
             Some(failure) => world.mark_failed(local, failure.clone()),
             None => world.notify(local),
         }));
         HybridEndpoint {
             rank,
-            size: tcp.size(),
+            size: remote.size(),
             base,
             local_size: shm.size(),
             shm,
-            tcp,
+            remote,
             placement,
             queue: RefCell::default(),
             waiting: Cell::new(false),
@@ -74,9 +132,9 @@ impl HybridEndpoint {
         }
     }
 
-    /// The tcp side, for the runner's shutdown and abort.
-    pub(crate) fn tcp(&self) -> &TcpEndpoint {
-        &self.tcp
+    /// The remote side, for the runner's shutdown and abort.
+    pub(crate) fn remote(&self) -> &R {
+        &self.remote
     }
 
     /// The process's shm world and this rank's place in it.
@@ -148,7 +206,7 @@ impl HybridEndpoint {
     fn improbe_on(&self, via: Via, spec: MatchSpec) -> Result<Option<(MessageId, RawStatus)>> {
         let found = match via {
             Via::Local => self.shm.improbe(self.local_spec(spec)),
-            _ => self.tcp.improbe(spec),
+            _ => self.remote.improbe(spec),
         };
         match found {
             Ok(Some((msg, status))) => Ok(Some((tag_message(via, msg)?, self.world_status(via, status)))),
@@ -160,7 +218,7 @@ impl HybridEndpoint {
     fn iprobe_on(&self, via: Via, spec: MatchSpec) -> Result<Option<RawStatus>> {
         let found = match via {
             Via::Local => self.shm.iprobe(self.local_spec(spec)),
-            _ => self.tcp.iprobe(spec),
+            _ => self.remote.iprobe(spec),
         };
         match found {
             Ok(status) => Ok(status.map(|s| self.world_status(via, s))),
@@ -184,7 +242,7 @@ impl HybridEndpoint {
             }
         }
         match hopeless {
-            // tcp's reason names the job's ranks (every rank is its peer).
+            // The remote reason names the job's ranks (every rank is its peer).
             [Some(_), Some(remote)] => Err(remote),
             _ => Ok(None),
         }
@@ -201,8 +259,8 @@ impl HybridEndpoint {
     fn test_routed(&self, via: Via, id: ReqId) -> Result<Option<RawStatus>> {
         let r = match via {
             Via::Local => self.shm.test(id),
-            _ if self.waiting.get() => self.tcp.test_blocked(id),
-            _ => self.tcp.test(id),
+            _ if self.waiting.get() => self.remote.test_blocked(id),
+            _ => self.remote.test(id),
         };
         match r {
             Ok(Some(status)) => Ok(Some(self.world_status(via, status))),
@@ -238,7 +296,7 @@ impl HybridEndpoint {
     }
 }
 
-impl Device for HybridEndpoint {
+impl<R: Remote> Device for HybridEndpoint<R> {
     fn rank(&self) -> usize {
         self.rank
     }
@@ -266,7 +324,7 @@ impl Device for HybridEndpoint {
             self.routed(Via::Local, started)
         } else {
             // SAFETY: forwarded caller contract.
-            self.routed(Via::Remote, unsafe { self.tcp.isend(buf, len, dest, tag, context, mode) })
+            self.routed(Via::Remote, unsafe { self.remote.isend(buf, len, dest, tag, context, mode) })
         }
     }
 
@@ -282,7 +340,7 @@ impl Device for HybridEndpoint {
                 self.routed(Via::Local, unsafe { self.shm.irecv(buf, capacity, self.local_spec(spec)) })
             }
             // SAFETY: forwarded caller contract.
-            Source::Rank(_) => self.routed(Via::Remote, unsafe { self.tcp.irecv(buf, capacity, spec) }),
+            Source::Rank(_) => self.routed(Via::Remote, unsafe { self.remote.irecv(buf, capacity, spec) }),
             Source::Any => match self.take_message(spec)? {
                 Some((msg, _)) => self.receive_taken(msg, buf, capacity),
                 None => self.hold(spec, buf, capacity),
@@ -292,7 +350,7 @@ impl Device for HybridEndpoint {
 
     unsafe fn recv(&self, buf: *mut u8, capacity: usize, spec: MatchSpec) -> Result<RawStatus> {
         // The intra-process ping-pong path: straight to shm's blocking receive (its wait hears
-        // of remote failures through the tcp waker).
+        // of remote failures through the remote waker; without one it polls).
         if let Source::Rank(r) = spec.source
             && self.is_local(r)
             && !self.finalized.get()
@@ -327,7 +385,7 @@ impl Device for HybridEndpoint {
         self.check_live()?;
         match untag(req).ok_or_else(stale)? {
             (Via::Local, id) => self.shm.cancel(id),
-            (Via::Remote, id) => self.tcp.cancel(id),
+            (Via::Remote, id) => self.remote.cancel(id),
             (Via::Queued, id) => {
                 let routed = {
                     let mut q = self.queue.borrow_mut();
@@ -351,7 +409,7 @@ impl Device for HybridEndpoint {
     fn release(&self, req: ReqId) {
         match untag(req) {
             Some((Via::Local, id)) => self.shm.release(id),
-            Some((Via::Remote, id)) => self.tcp.release(id),
+            Some((Via::Remote, id)) => self.remote.release(id),
             Some((Via::Queued, id)) => {
                 let held = {
                     let mut q = self.queue.borrow_mut();
@@ -369,8 +427,8 @@ impl Device for HybridEndpoint {
     }
 
     fn wait_until(&self, poll: &mut dyn FnMut() -> Result<bool>) -> Result<()> {
-        struct Restore<'a>(&'a HybridEndpoint, bool, bool);
-        impl Drop for Restore<'_> {
+        struct Restore<'a, R: Remote>(&'a HybridEndpoint<R>, bool, bool);
+        impl<R: Remote> Drop for Restore<'_, R> {
             fn drop(&mut self) {
                 self.0.shm.set_blocked(self.1);
                 self.0.waiting.set(self.2);
@@ -388,7 +446,7 @@ impl Device for HybridEndpoint {
                 world.park(local, ready);
             }
         };
-        self.tcp.wait_until_parking(&park, &mut || {
+        self.remote.wait_until_parking(&park, &mut || {
             self.shm.progress();
             self.advance_queue()?;
             if poll()? {
@@ -403,13 +461,13 @@ impl Device for HybridEndpoint {
 
     fn progress(&self) {
         self.shm.progress();
-        self.tcp.progress();
+        self.remote.progress();
     }
 
     fn finalize(&self) {
         self.finalized.set(true);
         self.shm.finalize();
-        self.tcp.finalize();
+        self.remote.finalize();
     }
 
     fn is_finalized(&self) -> bool {
@@ -428,13 +486,13 @@ impl Device for HybridEndpoint {
         let (world, local) = self.local();
         let job = self.job_failure().unwrap_or(failure);
         world.mark_failed(local, job.clone());
-        self.tcp.abort_job(job)
+        self.remote.abort_job(job)
     }
 
     /// The shm world's record first: a thread peer's failure is there at once, and a remote one
-    /// is copied there by the tcp waker.
+    /// is copied there by the remote waker.
     fn job_failure(&self) -> Option<Failure> {
-        self.shm.world().first_failure().or_else(|| self.tcp.job_failure())
+        self.shm.world().first_failure().or_else(|| self.remote.job_failure())
     }
 
     /// The shm native collectives for communicators inside this process (members translated to

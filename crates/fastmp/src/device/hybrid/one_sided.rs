@@ -17,13 +17,14 @@
 //! device find it. Targets are window member indices, the same on every path.
 
 use super::HybridEndpoint;
+use super::Remote;
 use super::handles::{Via, local_error_to_world, tag};
 use crate::device::one_sided::{AccumulateOp, Element, LockKind, OneSided, RmaWindow};
 use crate::device::rma_memory::Segment;
 use crate::device::{ContextId, Started};
 use crate::error::{Error, Result};
 
-impl HybridEndpoint {
+impl<R: Remote> HybridEndpoint<R> {
     /// `members` in the shm world's numbering, if every one of them is a thread rank of this
     /// process.
     fn local_members(&self, members: &[usize]) -> Option<Vec<usize>> {
@@ -31,7 +32,7 @@ impl HybridEndpoint {
     }
 }
 
-impl OneSided for HybridEndpoint {
+impl<R: Remote> OneSided for HybridEndpoint<R> {
     unsafe fn expose(
         &self,
         window: ContextId,
@@ -43,8 +44,17 @@ impl OneSided for HybridEndpoint {
         let (via, inner) = match self.local_members(members) {
             // SAFETY: forwarded caller contract.
             Some(local) => (Via::Local, unsafe { self.shm.expose(window, &local, base, len) }),
-            // SAFETY: forwarded caller contract.
-            None => (Via::Remote, unsafe { self.tcp.expose(window, members, base, len) }),
+            None => match self.remote.windows() {
+                // SAFETY: forwarded caller contract.
+                Some(remote) => (Via::Remote, unsafe { remote.expose(window, members, base, len) }),
+                None => {
+                    return Err(Error::InvalidArgument(
+                        "one-sided windows spanning processes need FASTMP_INTERPROCESS=tcp on the hybrid device \
+                         (over MPI only windows of one process's ranks are supported)"
+                            .into(),
+                    ));
+                }
+            },
         };
         let inner = inner.map_err(|e| world_error(via, self.base, e))?;
         Ok(Box::new(Routed { via, base: self.base, inner }))

@@ -10,8 +10,8 @@
 
 use std::collections::VecDeque;
 
-use super::HybridEndpoint;
 use super::handles::{Via, tag, untag_message};
+use super::{HybridEndpoint, Remote};
 use crate::device::slab::Slab;
 use crate::device::{Device, MatchSpec, MessageId, RawStatus, ReqId, Source, Started};
 use crate::error::{Error, Result};
@@ -55,7 +55,7 @@ impl Queue {
     }
 }
 
-impl HybridEndpoint {
+impl<R: Remote> HybridEndpoint<R> {
     /// Holds a receive at the hybrid level (see the module documentation).
     pub(super) fn hold(&self, spec: MatchSpec, buf: *mut u8, capacity: usize) -> Result<Started> {
         let mut q = self.queue.borrow_mut();
@@ -81,7 +81,7 @@ impl HybridEndpoint {
         let started = unsafe {
             match via {
                 Via::Local => self.shm.mrecv(inner, buf, capacity),
-                _ => self.tcp.mrecv(inner, buf, capacity),
+                _ => self.remote.mrecv(inner, buf, capacity),
             }
         };
         self.routed(via, started)

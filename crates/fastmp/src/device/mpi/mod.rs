@@ -14,6 +14,7 @@
 
 pub(crate) mod collectives;
 mod ffi;
+pub(crate) mod lanes;
 pub(crate) mod one_sided;
 
 use std::collections::HashMap;
@@ -53,13 +54,14 @@ fn error_string(code: c_int) -> String {
 pub(crate) const THREADS_VAR: &str = "FASTMP_MPI_THREADS";
 
 /// Initialises MPI once per process (the first job decides the thread level); returns whether
-/// MPI granted `MPI_THREAD_MULTIPLE`.
-fn init_mpi() -> Result<bool> {
+/// MPI granted `MPI_THREAD_MULTIPLE`. `need_multiple` asks for it whatever the environment says
+/// (the hybrid device's thread ranks call MPI at once).
+fn init_mpi(need_multiple: bool) -> Result<bool> {
     static GRANTED: OnceLock<std::result::Result<bool, String>> = OnceLock::new();
     let granted = GRANTED.get_or_init(|| {
         let want_multiple = match std::env::var(THREADS_VAR).as_deref() {
             Ok("multiple") => true,
-            Ok("serialized") | Err(_) => false,
+            Ok("serialized") | Err(_) => need_multiple,
             Ok(other) => return Err(format!("{THREADS_VAR}={other}: expected 'multiple' or 'serialized'")),
         };
         let mut multiple: c_int = 0;
@@ -262,7 +264,7 @@ impl MpiEndpoint {
     /// Joins a new job: initialises MPI if needed and duplicates `MPI_COMM_WORLD` (collective
     /// over every process), so each job's traffic is its own.
     pub(crate) fn new() -> Result<MpiEndpoint> {
-        let thread_multiple = init_mpi()?;
+        let thread_multiple = init_mpi(false)?;
         let p2p = world_dup()?;
         let coll = world_dup()?;
         let (mut rank, mut size) = (0, 0);
