@@ -118,6 +118,8 @@ pub struct Config {
     pub(crate) threads_per_process: Option<usize>,
     /// Whether a shm world reports block-wise simulated processes.
     pub(crate) simulate_processes: bool,
+    /// Trace file ([`Config::trace`]); `None` reads `FASTMP_TRACE` at run time.
+    pub(crate) trace: Option<std::path::PathBuf>,
 }
 
 /// Rank and size of this process, as a launcher told it.
@@ -258,6 +260,7 @@ impl Config {
             progress_thread: false,
             threads_per_process: None,
             simulate_processes: false,
+            trace: None,
         }
     }
 
@@ -399,6 +402,23 @@ impl Config {
 
     pub fn pin(mut self, pin: Pin) -> Self {
         self.pin = pin;
+        self
+    }
+
+    /// Writes a Chrome/Perfetto trace of every rank's operations to `path` (as `FASTMP_TRACE`
+    /// does): point-to-point calls, collectives with the algorithm chosen, and waits. Thread
+    /// ranks write `path` when the job ends; ranks that are processes of a launched job write
+    /// `path.<rank>.json` each, which `fastmprun` merges into `path`.
+    ///
+    /// ```
+    /// let path = std::env::temp_dir().join(format!("fastmp-doc-trace-{}.json", std::process::id()));
+    /// fastmp::Config::new().np(2).trace(&path).run(|world| world.barrier())?;
+    /// assert!(std::fs::read_to_string(&path).unwrap().contains("\"barrier\""));
+    /// # std::fs::remove_file(&path).ok();
+    /// # Ok::<(), fastmp::Error>(())
+    /// ```
+    pub fn trace(mut self, path: impl Into<std::path::PathBuf>) -> Self {
+        self.trace = Some(path.into());
         self
     }
 
