@@ -4,6 +4,7 @@
 # usage: bench/compare.sh [BENCH...] [--np N] [--tcp | --mpi-device] [--hybrid]
 #                         [--threads-per-process T] [--max] [--min-size B]
 #                         [--max-size B] [--iterations N] [--win KIND] [--sync MODE]
+#                         [--plot DIR]
 #
 #   uoms ...     the PGAS collectives (UOMS) against bench/mpi_uoms.c and fastmp's
 #                two-sided collectives: see `bench/compare.sh uoms --help`
@@ -58,6 +59,12 @@
 #   --win KIND   one-sided only: allocate (default) or create, forwarded to both
 #   --sync MODE  one-sided only: flush (default; put_bibw: pscw), flush_local,
 #                lock, lock_all, fence or pscw, forwarded to both
+#   --plot DIR   also saves each benchmark's medians as DIR/BENCH.jsonl (one point per
+#                line: bench, series = fastmp/mpi/hybrid, size, value, metric,
+#                lower_is_better, np, device, cpu; nonblocking collectives: their pure
+#                communication time) and draws DIR/BENCH.svg from it with
+#                `fastmp-bench plot --input DIR/BENCH.jsonl --out DIR` (which also
+#                redraws saved files on its own)
 #
 # environment:
 #   REPEAT            runs per side, alternating fastmp and MPI (default 3);
@@ -599,6 +606,7 @@ mpi_device=0
 hybrid=0
 hybrid_threads=""
 compare_max=0
+plot_dir=""
 min_size=""
 max_size=""
 iterations=""
@@ -650,6 +658,15 @@ while (($# > 0)); do
             ;;
         --max)
             compare_max=1
+            shift
+            ;;
+        --plot)
+            (($# >= 2)) || die "$1 needs a directory"
+            plot_dir=$2
+            shift 2
+            ;;
+        --plot=*)
+            plot_dir=${1#*=}
             shift
             ;;
         --min-size)
@@ -940,8 +957,9 @@ transport=shm
 ((tcp == 0)) || transport=tcp
 ((mpi_device == 0)) || transport="mpi (fastmp's mpi device and the C benchmark on the same MPI)"
 ((hybrid == 0)) || transport+=", hybrid ${hybrid_threads} threads per process"
+[[ -z $plot_dir ]] || mkdir -p "$plot_dir"
 python3 - "$results" "$np" "$repeat" "$transport" "$hybrid" "$compare_max" \
-    "$(lscpu 2>/dev/null | sed -n 's/^Model name: *//p')" "${benches[@]}" <<'PY'
+    "$(lscpu 2>/dev/null | sed -n 's/^Model name: *//p')" "$plot_dir" "${benches[@]}" <<'PY'
 import glob
 import json
 import os
@@ -950,7 +968,8 @@ import sys
 
 results, np_, repeat, transport = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
 hybrid, compare_max, cpu = sys.argv[5] == "1", sys.argv[6] == "1", sys.argv[7]
-benches = sys.argv[8:]
+plot_dir = sys.argv[8]
+benches = sys.argv[9:]
 # The columns, mpi last; the ratios are each fastmp column over mpi (and hybrid over fastmp).
 SIDES = ("fastmp", "hybrid", "mpi") if hybrid else ("fastmp", "mpi")
 META = {"bench", "device", "np", "size"}
@@ -1035,6 +1054,21 @@ def load_nbc(side, bench):
     return values, devices
 
 
+def save_points(bench, metric, lower, medians):
+    """--plot: the medians of `bench` (side -> size -> value) as DIR/BENCH.jsonl, one point
+    per line, for `fastmp-bench plot`."""
+    if not plot_dir:
+        return
+    with open(os.path.join(plot_dir, f"{bench}.jsonl"), "w") as f:
+        for side, per_size in medians.items():
+            for size, value in sorted(per_size.items()):
+                if value is None or size is None:
+                    continue
+                f.write(json.dumps({"bench": bench, "series": side, "size": size, "value": value,
+                                    "metric": metric, "lower_is_better": lower, "np": int(np_),
+                                    "device": transport, "cpu": cpu}) + "\n")
+
+
 def quotient(a, b):
     return f"{a / b:.3f}" if a is not None and b else "-"
 
@@ -1054,6 +1088,7 @@ def print_nbc(bench, data):
     print(f"{'size':<10}" + "".join(f"{c:>11}" for c in columns))
     short = False
     sizes = sorted(set().union(*(data[s][0] for s in SIDES)), key=lambda s: -1 if s is None else s)
+    pure = {side: {} for side in SIDES}
     for size in sizes:
         med = {}
         for side in SIDES:
@@ -1063,6 +1098,8 @@ def print_nbc(bench, data):
                 med[side, key] = statistics.median(vals) if vals else None
                 if vals and len(vals) < repeat:
                     short = True
+        for side in SIDES:
+            pure[side][size] = med[side, "pure_comm_us"]
         cells = []
         for key in ("overall_us", "compute_us", "pure_comm_us"):
             cells += [fmt(med["fastmp", key], True), fmt(med["mpi", key], True)]
@@ -1079,6 +1116,7 @@ def print_nbc(bench, data):
         print("# no results")
     if short:
         print(f"# note: some sizes have fewer than {repeat} samples (failed runs)")
+    save_points(bench, "pure_comm_us", True, pure)
 
 
 first = True
@@ -1124,11 +1162,13 @@ for bench in benches:
         print(f"{'size':<10}{'fastmp':>16}{'mpi':>16}{'ratio':>10}{algo_head}")
     sizes = sorted(set().union(*(data[side][0] for side in SIDES)))
     short = False
+    medians = {side: {} for side in SIDES}
     for size in sizes:
         med = {}
         for side in SIDES:
             vals = data[side][0].get(size)
             med[side] = statistics.median(vals) if vals else None
+            medians[side][size] = med[side]
             if vals and len(vals) < repeat:
                 short = True
         f, m = med["fastmp"], med["mpi"]
@@ -1145,7 +1185,22 @@ for bench in benches:
             print(f"{size:<10}{fmt(f, lower):>16}{mpi_cell:>16}{ratio:>10}{algo}")
     if short:
         print(f"# note: some sizes have fewer than {repeat} samples (failed runs)")
+    save_points(bench, metric, lower, medians)
 PY
+
+# ------------------------------------------------------------------ the plots
+if [[ -n $plot_dir ]]; then
+    plot_bin=$fastmp_bin
+    if [[ -z $plot_bin ]]; then
+        note "cargo build --release -p fastmp-bench (for the plots)"
+        cargo build --release -p fastmp-bench >&2
+        plot_bin=target/release/fastmp-bench
+    fi
+    for bench in "${benches[@]}"; do
+        [[ -s $plot_dir/$bench.jsonl ]] || continue
+        "$plot_bin" plot --input "$plot_dir/$bench.jsonl" --out "$plot_dir" || failures=$((failures + 1))
+    done
+fi
 
 if ((failures > 0)); then
     note "$failures run(s) failed or printed nothing; see warnings above"

@@ -1,6 +1,7 @@
 //! `fastmp-bench`: OSU-format micro-benchmarks for fastmp, `fastmp-bench uoms <benchmark>`
 //! for the PGAS collectives in the format of UOMS (the UPC Operations Microbenchmarking Suite),
-//! and `fastmp-bench halo` / `remap` for the distributed arrays of `fastmp-darray`.
+//! and `fastmp-bench halo` / `remap` for the distributed arrays of `fastmp-darray`;
+//! `fastmp-bench plot --input F --out DIR` draws saved series as SVGs (see `plot.rs`).
 //!
 //! With no launcher environment, `--np` starts that many thread ranks on the shm device (uoms
 //! and `tune --pgas`: on `--device`).
@@ -10,6 +11,7 @@ mod darray;
 mod halo;
 mod nbc;
 mod pgas_tune;
+mod plot;
 mod pt2pt;
 mod report;
 mod ring_p2p;
@@ -377,6 +379,14 @@ fn parse_algorithm(coll: Collective, name: &str) -> Result<Algorithm, String> {
 
 fn main() {
     scaling::child_main_if_requested();
+    let mut words = std::env::args().skip(1);
+    if words.next().as_deref() == Some("plot") {
+        if let Err(e) = plot::main(words.collect()) {
+            eprintln!("fastmp-bench plot: {e}");
+            std::process::exit(1);
+        }
+        return;
+    }
     let args = Args::parse();
     if let Err(e) = run(&args) {
         eprintln!("fastmp-bench: {e}");

@@ -6,6 +6,7 @@ use std::rc::Rc;
 
 use crate::device::Device;
 use crate::error::Result;
+use crate::trace::{self, Event, Kind};
 
 pub(crate) mod sealed {
     use std::rc::Rc;
@@ -28,6 +29,11 @@ pub(crate) mod sealed {
         /// Takes the result (the request becomes inactive). Only after `poll` returned `true`,
         /// or on an inactive request.
         fn take(&mut self) -> Result<Self::Output>;
+        /// What a wait on the request waits for, as far as the request knows (a trace's
+        /// `wait` event): a collective, or once received, the message's sender and tag.
+        fn waits_on(&self) -> Option<crate::trace::Event> {
+            None
+        }
     }
 }
 
@@ -64,6 +70,10 @@ impl<R: sealed::Completion> sealed::Completion for &mut R {
     fn take(&mut self) -> Result<R::Output> {
         (**self).take()
     }
+
+    fn waits_on(&self) -> Option<crate::trace::Event> {
+        (**self).waits_on()
+    }
 }
 
 /// Blocks until `req` has a result and takes it.
@@ -72,7 +82,13 @@ pub(crate) fn wait_one<R: Completable>(req: &mut R) -> Result<R::Output> {
         && !req.poll()
         && let Some(dev) = req.device()
     {
+        let started = trace::start();
+        let before = started.and_then(|_| req.waits_on());
         dev.wait_until(&mut || Ok(req.poll()))?;
+        trace::record(started, || {
+            let request = Event { on: Some("request"), ..Event::of(Kind::Wait) };
+            (dev.rank(), req.waits_on().or(before).unwrap_or(request))
+        });
     }
     req.take()
 }

@@ -82,6 +82,7 @@ mod scope;
 mod sync;
 mod threads;
 mod topology;
+mod trace;
 mod values;
 pub mod window;
 
@@ -103,6 +104,7 @@ pub use owned::{OwnedRequest, PersistentRequest, startall};
 pub use scope::{RecvRequest, Request, Scope};
 pub use threads::{ThreadComm, ThreadLevel};
 pub use topology::{CartComm, dims_create};
+pub use trace::{TRACE_VAR, merge_trace_files, rank_file as trace_rank_file};
 pub use window::Window;
 
 /// The `bytemuck` fastmp builds on, so element types can derive its traits without a

@@ -10,6 +10,7 @@ use crate::device::RawStatus;
 use crate::device::{ANY_TAG, PROC_NULL, SendMode, Source, requests};
 use crate::error::{Error, Result};
 use crate::scope::EMPTY_STATUS;
+use crate::trace::{self, Event, Kind};
 
 /// What an operation with [`crate::PROC_NULL`] reports from the device layer: `Comm::status`
 /// turns it into [`EMPTY_STATUS`] (source `PROC_NULL`, which no group contains, `ANY_TAG`, no
@@ -73,7 +74,10 @@ impl Comm {
     /// Sends `bytes` (nothing to [`crate::PROC_NULL`]).
     pub(crate) fn send_bytes(&self, bytes: &[u8], dest: usize, tag: i32, mode: SendMode) -> Result<()> {
         let Some(dest) = self.dest_or_null(dest, tag)? else { return Ok(()) };
-        requests::send(&*self.dev, bytes, dest, tag, self.context, mode).map(drop)
+        let started = trace::start();
+        requests::send(&*self.dev, bytes, dest, tag, self.context, mode)?;
+        trace::record(started, || (self.dev.rank(), Event::p2p(Kind::Send, dest, tag, bytes.len())));
+        Ok(())
     }
 
     /// Receives into `buf` from `source` (a rank or [`crate::ANY_SOURCE`]) with `tag` (or
@@ -88,7 +92,16 @@ impl Comm {
     /// Receives into `bytes`; from [`crate::PROC_NULL`] at once, with [`NULL_RAW`].
     pub(crate) fn recv_bytes(&self, bytes: &mut [u8], source: Source, tag: i32) -> Result<RawStatus> {
         let Some(spec) = self.spec_or_null(source, tag)? else { return Ok(NULL_RAW) };
-        requests::recv(&*self.dev, bytes, spec)
+        let Some(started) = trace::start() else { return requests::recv(&*self.dev, bytes, spec) };
+        // Traced: a message that has not arrived yet makes this receive a wait on its sender.
+        let waits = self.dev.iprobe(spec)?.is_none();
+        let raw = requests::recv(&*self.dev, bytes, spec)?;
+        let event = Event::p2p(Kind::Recv, raw.source, raw.tag, raw.bytes);
+        trace::record(Some(started), || (self.dev.rank(), event));
+        if waits {
+            trace::record(Some(started), || (self.dev.rank(), Event { on: Some("recv"), kind: Kind::Wait, ..event }));
+        }
+        Ok(raw)
     }
 
     /// Sends `sendbuf` to `dest` and receives into `recvbuf` from `source` at the same time

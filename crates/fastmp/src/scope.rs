@@ -25,6 +25,7 @@ use crate::device::requests::{self, Handles, Ledger, LedgerOwner};
 use crate::device::{ANY_TAG, Device, PROC_NULL, ReqId, SendMode, Source, Started};
 use crate::error::{Error, Result};
 use crate::progress::OpId;
+use crate::trace::{self, Event, Kind};
 
 /// Nonblocking operations whose buffers must live until the scope ends. See [`Comm::scope`].
 ///
@@ -362,7 +363,9 @@ impl<'scope> Scope<'scope, '_> {
         let Some(dest) = self.comm.dest_or_null(dest, tag)? else {
             return Ok(Request::completed(self, Ok(EMPTY_STATUS)));
         };
+        let traced = trace::start();
         let started = self.ledger.isend(bytemuck::cast_slice(buf), dest, tag, self.comm.context, mode)?;
+        trace::record(traced, || (self.comm.dev.rank(), Event::p2p(Kind::Isend, dest, tag, size_of_val(buf))));
         Ok(self.request(started, size_of::<T>()))
     }
 
@@ -406,7 +409,16 @@ impl<'scope> Scope<'scope, '_> {
         // SAFETY: `buf` is exclusively borrowed for 'scope and consumed here: its only other use
         // is the slice rebuilt by `RecvRequest::take`, once the device has finished with it (a
         // started receive that is not completed is finished by the scope's end).
+        let traced = trace::start();
         let started = unsafe { self.ledger.irecv_raw(raw.cast::<u8>(), raw.len() * size_of::<T>(), spec)? };
+        trace::record(traced, || {
+            let peer = match spec.source {
+                Source::Rank(rank) => Some(rank),
+                Source::Any => None,
+            };
+            let bytes = Some(raw.len() * size_of::<T>());
+            (self.comm.dev.rank(), Event { peer, tag: Some(tag), bytes, ..Event::of(Kind::Irecv) })
+        });
         let req = self.request(started, size_of::<T>());
         Ok(RecvRequest { req, buf: Some(raw), lent: PhantomData })
     }
@@ -467,6 +479,10 @@ impl<'scope, T: Pod> Completion for RecvRequest<'scope, T> {
 
     fn failed(&self) -> bool {
         self.req.failed()
+    }
+
+    fn waits_on(&self) -> Option<crate::trace::Event> {
+        self.req.waits_on()
     }
 
     fn take(&mut self) -> Result<Self::Output> {
@@ -576,6 +592,17 @@ impl Completion for Request<'_> {
 
     fn failed(&self) -> bool {
         matches!(self.state, ReqState::Complete(Err(_)))
+    }
+
+    fn waits_on(&self) -> Option<Event> {
+        match &self.state {
+            ReqState::Collective(_) => Some(Event { on: Some("collective"), ..Event::of(Kind::Wait) }),
+            ReqState::Complete(Ok(status)) if status.source != PROC_NULL => {
+                let peer = self.comm.group.world_rank(status.source);
+                Some(Event { on: Some("recv"), ..Event::p2p(Kind::Wait, peer, status.tag, status.bytes) })
+            }
+            _ => None,
+        }
     }
 
     fn take(&mut self) -> Result<Status> {

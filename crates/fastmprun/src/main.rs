@@ -45,6 +45,13 @@
 //! `AGENT HOST env K=V... PROGRAM ARGS...` and also receive the launcher's other
 //! `FASTMP_*` settings (e.g. `FASTMP_EAGER_LIMIT`) that way.
 //!
+//! # Traces
+//!
+//! With `FASTMP_TRACE=path.json` set (see `fastmp::Config::trace`), each rank process of a tcp or
+//! hybrid job writes `path.json.<rank>.json`; when the job ends the launcher merges them into
+//! `path.json` (one row per rank) and removes them. shm jobs write `path.json` themselves;
+//! `--device mpi` hands the job to mpirun and leaves the per-rank files.
+//!
 //! # Output and exit status
 //!
 //! Every process's stdout and stderr are forwarded line by line (`--tag-output` prefixes
@@ -67,6 +74,7 @@ mod output;
 mod rendezvous;
 mod spawn;
 mod supervise;
+mod trace;
 
 use std::io::ErrorKind;
 use std::process::ExitCode;
@@ -153,6 +161,9 @@ fn run() -> u8 {
     let status = supervisor.run();
     if !forwarders.finish(OUTPUT_DRAIN_PATIENCE) {
         eprintln!("fastmprun: some output was still open after every rank exited; dropped it");
+    }
+    if options.device != Device::Shm {
+        trace::merge_after_job(options.np);
     }
     status
 }

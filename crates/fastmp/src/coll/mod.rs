@@ -357,7 +357,15 @@ impl Run<'_> {
 
     /// [`Comm::choose`], counted as one of this operation's choices.
     fn chose_pick(&self, coll: Collective, bytes: usize, commutative: bool, pick: Pick) -> Algorithm {
-        self.chose(self.choose(coll, bytes, commutative, pick, self.is_level()))
+        let algorithm = self.chose(self.choose(coll, bytes, commutative, pick, self.is_level()));
+        self.trace_choice(coll, bytes, algorithm);
+        algorithm
+    }
+
+    /// [`Comm::check_root`], noting the root in the operation's trace event.
+    fn check_root(&self, root: usize) -> Result<()> {
+        self.trace_root(root);
+        self.comm().check_root(root)
     }
 }
 

@@ -20,6 +20,7 @@ use crate::device::collectives::{CollectiveProvider, Collectives, Operation};
 use crate::device::requests::{self, InFlight, Outcome};
 use crate::device::{MatchSpec, RawStatus, SendMode, Source};
 use crate::error::{Error, Result};
+use crate::trace;
 
 /// Bits of a tag that name the collective (tags are `seq << COLL_BITS | coll + 1`).
 const COLL_BITS: u32 = 5;
@@ -43,6 +44,10 @@ pub(crate) struct Run<'c> {
     /// A level of a hierarchical operation (`Levels`): where no rule applies, the device's
     /// own collectives run if it has them.
     level: bool,
+    /// When a traced operation started, and what it is (name, bytes, root, algorithm: filled in
+    /// by the dispatch); recorded when the run ends.
+    traced: Option<trace::Stamp>,
+    trace_event: Cell<trace::Event>,
 }
 
 /// The operation is over however it ends (finished, failed, or its future dropped): a device
@@ -52,6 +57,7 @@ impl Drop for Run<'_> {
         if let Some(collectives) = self.collectives {
             collectives.provider().finished(self.seq);
         }
+        trace::record(self.traced, || (self.comm.dev.rank(), self.trace_event.get()));
     }
 }
 
@@ -124,13 +130,32 @@ impl<'c> Run<'c> {
         }
         let seq = comm.coll_seq.get();
         comm.coll_seq.set(seq + 1);
-        Ok(Run::numbered(comm, seq, blocking, false))
+        let mut run = Run::numbered(comm, seq, blocking, false);
+        run.traced = trace::start();
+        Ok(run)
     }
 
     fn numbered(comm: &'c Comm, seq: u64, blocking: bool, level: bool) -> Self {
         let tag_base = ((seq as u32 & SEQ_MASK) << COLL_BITS) as i32;
         let collectives = comm.collectives.as_deref();
-        Run { comm, collectives, seq, tag_base, blocking, dispatches: Cell::new(0), level }
+        let trace_event = Cell::new(trace::Event::of(trace::Kind::Collective("collective")));
+        Run { comm, collectives, seq, tag_base, blocking, dispatches: Cell::new(0), level, traced: None, trace_event }
+    }
+
+    /// Notes what a traced run is, at its first algorithm choice.
+    pub(crate) fn trace_choice(&self, coll: Collective, bytes: usize, algorithm: Algorithm) {
+        if self.traced.is_some() && self.dispatches.get() == 1 {
+            let event = self.trace_event.get();
+            let kind = trace::Kind::Collective(coll.name());
+            self.trace_event.set(trace::Event { kind, bytes: Some(bytes), algorithm: Some(algorithm.name()), ..event });
+        }
+    }
+
+    /// Notes the root of a traced run.
+    pub(crate) fn trace_root(&self, root: usize) {
+        if self.traced.is_some() {
+            self.trace_event.set(trace::Event { root: Some(root), ..self.trace_event.get() });
+        }
     }
 
     /// The communicator of the operation, for as long as it lives.

@@ -121,6 +121,8 @@ pub struct Config {
     /// NUMA nodes a shm world reports inside each (simulated) process
     /// ([`Config::simulate_numa`]); `None`: the ranks' real nodes where they are pinned.
     pub(crate) simulate_numa: Option<usize>,
+    /// Trace file ([`Config::trace`]); `None` reads `FASTMP_TRACE` at run time.
+    pub(crate) trace: Option<std::path::PathBuf>,
 }
 
 /// Rank and size of this process, as a launcher told it.
@@ -262,6 +264,7 @@ impl Config {
             threads_per_process: None,
             simulate_processes: false,
             simulate_numa: None,
+            trace: None,
         }
     }
 
@@ -432,6 +435,23 @@ impl Config {
 
     pub fn pin(mut self, pin: Pin) -> Self {
         self.pin = pin;
+        self
+    }
+
+    /// Writes a Chrome/Perfetto trace of every rank's operations to `path` (as `FASTMP_TRACE`
+    /// does): point-to-point calls, collectives with the algorithm chosen, and waits. Thread
+    /// ranks write `path` when the job ends; ranks that are processes of a launched job write
+    /// `path.<rank>.json` each, which `fastmprun` merges into `path`.
+    ///
+    /// ```
+    /// let path = std::env::temp_dir().join(format!("fastmp-doc-trace-{}.json", std::process::id()));
+    /// fastmp::Config::new().np(2).trace(&path).run(|world| world.barrier())?;
+    /// assert!(std::fs::read_to_string(&path).unwrap().contains("\"barrier\""));
+    /// # std::fs::remove_file(&path).ok();
+    /// # Ok::<(), fastmp::Error>(())
+    /// ```
+    pub fn trace(mut self, path: impl Into<std::path::PathBuf>) -> Self {
+        self.trace = Some(path.into());
         self
     }
 

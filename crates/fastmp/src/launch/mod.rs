@@ -148,14 +148,31 @@ impl Config {
         R: Send,
     {
         self.validate()?;
+        let Some(path) = crate::trace::path_for(self.trace.as_deref()) else { return self.run_untraced(&f) };
+        // Ranks that are processes (a launcher's, or MPI's) write a file each.
+        #[cfg(feature = "mpi")]
+        let launched = self.process.is_some() || self.device == DeviceKind::Mpi;
+        #[cfg(not(feature = "mpi"))]
+        let launched = self.process.is_some();
+        let tracing = crate::trace::Tracing::start(path, launched)?;
+        let results = self.run_untraced(&f);
+        tracing.finish()?;
+        results
+    }
+
+    fn run_untraced<F, R>(&self, f: &F) -> Result<Vec<R>>
+    where
+        F: Fn(Comm) -> Result<R> + Sync,
+        R: Send,
+    {
         match (self.device, self.process) {
-            (DeviceKind::Shm, _) => self.run_shm(&f).1,
-            (DeviceKind::Tcp, Some(place)) => self.run_tcp_process(place, &f),
-            (DeviceKind::Tcp, None) => self.run_tcp_threads(&f),
+            (DeviceKind::Shm, _) => self.run_shm(f).1,
+            (DeviceKind::Tcp, Some(place)) => self.run_tcp_process(place, f),
+            (DeviceKind::Tcp, None) => self.run_tcp_threads(f),
             #[cfg(feature = "mpi")]
-            (DeviceKind::Mpi, _) => self.run_mpi_process(&f),
-            (DeviceKind::Hybrid, Some(place)) => self.run_hybrid_process(place, &f),
-            (DeviceKind::Hybrid, None) => self.run_hybrid_threads(&f),
+            (DeviceKind::Mpi, _) => self.run_mpi_process(f),
+            (DeviceKind::Hybrid, Some(place)) => self.run_hybrid_process(place, f),
+            (DeviceKind::Hybrid, None) => self.run_hybrid_threads(f),
         }
     }
 
@@ -178,6 +195,7 @@ impl Config {
         start_failed: impl Fn(usize, String),
     ) -> Vec<Result<R>> {
         let first = ranks.start;
+        let trace = crate::trace::current_job();
         std::thread::scope(|s| {
             let handles: Vec<_> = ranks
                 .map(|rank| {
@@ -185,7 +203,13 @@ impl Config {
                     if let Some(bytes) = self.stack_size {
                         builder = builder.stack_size(bytes);
                     }
-                    builder.spawn_scoped(s, move || rank_main(rank))
+                    let trace = trace.clone();
+                    builder.spawn_scoped(s, move || {
+                        crate::trace::enter(trace);
+                        let result = rank_main(rank);
+                        crate::trace::leave();
+                        result
+                    })
                 })
                 .collect();
             handles
