@@ -109,11 +109,15 @@ impl Comm {
     }
 
     /// The algorithm of one dispatch (see [`Pick`]); on a `level` of a hierarchical operation,
-    /// the device's own collectives where no usable rule applies (a table forcing
-    /// `hierarchical` names nothing a level can run). Allocation-free.
+    /// the device's own collectives where it has them (the local levels: a process peer's flat
+    /// choice can fail them, see `Run::chose`, where a message-based step would wait for it
+    /// forever), else the rules. Allocation-free.
     fn choose(&self, coll: Collective, bytes: usize, commutative: bool, pick: Pick, level: bool) -> Algorithm {
         let (np, locality) = (self.size(), self.spread_locality());
         let usable = |a| self.can_run(coll, a, commutative);
+        if level && pick == Pick::Tuned && usable(Algorithm::Native) {
+            return Algorithm::Native;
+        }
         let chosen = match pick {
             Pick::Tuned => self.tuning.select_rule(coll, np, bytes, locality, usable),
             Pick::Excluding(excluded) => {
