@@ -141,6 +141,18 @@ impl Levels {
     pub(crate) fn leaders(&self, tuning: &Arc<Tuning>) -> Option<Comm> {
         self.leaders.as_ref().map(|leaders| Comm { tuning: tuning.clone(), ..leaders.clone() })
     }
+
+    /// Runs `f` on every level communicator this rank belongs to (the local level, the
+    /// leaders' level on a leader, its NUMA node's and the node leaders' levels where there are
+    /// some), as they are: for bookkeeping, not for running collectives.
+    pub(crate) fn each_level(&self, f: impl Fn(&Comm)) {
+        f(&self.local);
+        let numa = self.numa.as_ref();
+        [self.leaders.as_ref(), numa.map(|n| &n.node), numa.and_then(|n| n.node_leaders.as_ref())]
+            .into_iter()
+            .flatten()
+            .for_each(f);
+    }
 }
 
 /// What a communicator computes once about its spread (shared by its clones).

@@ -3,10 +3,14 @@
 //! Every collective checks what a rank can check locally (root in range, buffer lengths
 //! consistent with the communicator size and counts) and returns `Err` before communicating.
 //! Disagreements only visible across ranks (different lengths on different ranks) usually
-//! surface as `Err` from the receive that sees the wrong length; but since each rank selects its
+//! surface as `Err` from the receive that sees the wrong length. Since each rank selects its
 //! algorithm from its own size, ranks whose sizes straddle a rule boundary may run different
-//! algorithms and then hang until the job aborts — an erroneous program, as in MPI. The algorithm
-//! is chosen by the communicator's [`Tuning`]; correct programs make the same choice on every
+//! algorithms (an erroneous program, as in MPI); every choice is reported so that peers that
+//! chose otherwise fail instead of waiting (`Run::chose`): a message-based choice marks the
+//! device's native operation bypassed, a flat choice on a communicator with levels passes its
+//! process's level operations by. What remains undetected is a whole process choosing flat
+//! while the others choose `hierarchical` (its leader waits on the network). The algorithm is
+//! chosen by the communicator's [`Tuning`]; correct programs make the same choice on every
 //! rank, because selection only uses sizes every rank of a correct call agrees on.
 
 // Dependency order (each module uses only those listed before it, plus the dispatcher in this
@@ -109,11 +113,15 @@ impl Comm {
     }
 
     /// The algorithm of one dispatch (see [`Pick`]); on a `level` of a hierarchical operation,
-    /// the device's own collectives where no usable rule applies (a table forcing
-    /// `hierarchical` names nothing a level can run). Allocation-free.
+    /// the device's own collectives where it has them (the local levels: a process peer's flat
+    /// choice can fail them, see `Run::chose`, where a message-based step would wait for it
+    /// forever), else the rules. Allocation-free.
     fn choose(&self, coll: Collective, bytes: usize, commutative: bool, pick: Pick, level: bool) -> Algorithm {
         let (np, locality) = (self.size(), self.spread_locality());
         let usable = |a| self.can_run(coll, a, commutative);
+        if level && pick == Pick::Tuned && usable(Algorithm::Native) {
+            return Algorithm::Native;
+        }
         let chosen = match pick {
             Pick::Tuned => self.tuning.select_rule(coll, np, bytes, locality, usable),
             Pick::Excluding(excluded) => {

@@ -16,7 +16,7 @@ use std::task::{Context, Poll, Waker};
 
 use crate::coll::select::{Algorithm, Collective};
 use crate::comm::Comm;
-use crate::device::collectives::{CollectiveProvider, Collectives, Operation};
+use crate::device::collectives::{CollectiveProvider, Collectives, EVERY_DISPATCH, Operation};
 use crate::device::requests::{self, InFlight, Outcome};
 use crate::device::{MatchSpec, RawStatus, SendMode, Source};
 use crate::error::{Error, Result};
@@ -191,6 +191,14 @@ impl<'c> Run<'c> {
 
     /// Counts an algorithm choice of this operation; one that does not use the device's own
     /// collectives is reported to them, so peers that chose them fail instead of waiting.
+    ///
+    /// Likewise one that is not `hierarchical`, on a communicator with levels, passes by one
+    /// operation of each of this rank's level communicators ([`LevelRuns::pass_by`]): process
+    /// peers that chose `hierarchical` wait first on one of those (their operation numbers taken
+    /// from the same counters), find it bypassed and fail, and the job's failure propagation
+    /// then fails the ranks waiting for them. In a correct program every rank makes the same
+    /// choices, so the level counters stay aligned. The cost: a counter and an atomic mark per
+    /// level communicator (one to four) per flat choice; nothing where there are no levels.
     pub(crate) fn chose(&self, algorithm: Algorithm) -> Algorithm {
         let dispatch = self.dispatches.get();
         self.dispatches.set(dispatch + 1);
@@ -198,6 +206,11 @@ impl<'c> Run<'c> {
             && let Some(collectives) = self.collectives
         {
             collectives.provider().bypassed(self.seq, dispatch);
+        }
+        if algorithm != Algorithm::Hierarchical
+            && let Some(levels) = self.comm.levels()
+        {
+            levels.each_level(LevelRuns::pass_by);
         }
         algorithm
     }
@@ -339,6 +352,20 @@ impl<'c> LevelRuns<'c> {
         }
         self.next.set(seq + 1);
         Ok(Run::numbered(self.comm, seq, self.blocking, true))
+    }
+}
+
+impl LevelRuns<'_> {
+    /// Takes the next operation of level communicator `comm` and never runs it: peers waiting
+    /// in any part of it on the device's collectives fail instead of waiting for this rank
+    /// (see [`Run::chose`]). Allocation-free.
+    pub(crate) fn pass_by(comm: &Comm) {
+        let seq = comm.coll_seq.get();
+        comm.coll_seq.set(seq + 1);
+        if let Some(collectives) = comm.collectives.as_deref() {
+            collectives.provider().bypassed(seq, EVERY_DISPATCH);
+            collectives.provider().finished(seq);
+        }
     }
 }
 

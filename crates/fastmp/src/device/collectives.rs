@@ -34,6 +34,9 @@ use crate::coll::Layout;
 use crate::coll::op::Op;
 use crate::error::Result;
 
+/// The `dispatch` of [`CollectiveProvider::bypassed`] that marks every choice of an operation.
+pub(crate) const EVERY_DISPATCH: u64 = u64::MAX;
+
 /// One collective operation of this rank, as a provider sees it.
 pub(crate) struct Operation<'a> {
     /// Number of the operation on its communicator. Every rank issues a communicator's
@@ -259,7 +262,8 @@ pub(crate) trait CollectiveProvider {
 
     /// Choice `dispatch` of collective `seq` runs a message-based algorithm on this rank, not the
     /// provider: peers that chose the provider there (their arguments differ from this rank's)
-    /// must fail instead of waiting for this rank.
+    /// must fail instead of waiting for this rank. [`EVERY_DISPATCH`]: the whole operation
+    /// (every choice up to the last a provider numbers) never runs on this rank.
     fn bypassed(&self, seq: u64, dispatch: u64);
 
     fn barrier<'a>(&'a self, op: &'a Operation<'a>) -> impl Future<Output = Result<()>> + 'a;

@@ -12,6 +12,7 @@ use crate::comm::Comm;
 use crate::device::hybrid::Remote;
 use crate::device::{Device, Failure, HybridEndpoint, Placement, ShmWorld, lock_ignoring_poison};
 use crate::error::{Error, Result};
+use crate::machine::MachineTopology;
 
 /// Names the hybrid device's inter-process transport: `tcp` (the default) or `mpi`.
 pub(crate) const INTERPROCESS_VAR: &str = "FASTMP_INTERPROCESS";
@@ -67,6 +68,26 @@ impl Blocks {
 
     fn ranks_of(self, process: usize) -> std::ops::Range<usize> {
         process * self.per_process..((process + 1) * self.per_process).min(self.np)
+    }
+
+    /// The NUMA node of every rank that `ours` says this process runs, on `machine`: each is
+    /// its process's thread `rank % per_process`, pinned by `pin` over the allowed `cpus` (as
+    /// `Config::pin_hybrid_rank` and the loopback mesh pin them); `None` for other processes'
+    /// ranks (only a process's own members form its NUMA level) and for unpinned ranks.
+    fn numa_of_ranks(
+        self,
+        machine: &MachineTopology,
+        pin: Pin,
+        cpus: &[usize],
+        ours: impl Fn(usize) -> bool,
+    ) -> Vec<Option<usize>> {
+        (0..self.np)
+            .map(|rank| {
+                let cpu = ours(rank)
+                    .then(|| affinity::cpu_for_in(machine, pin, rank % self.per_process, self.per_process, cpus));
+                cpu.flatten().and_then(|cpu| machine.numa_of(cpu))
+            })
+            .collect()
     }
 }
 
@@ -133,6 +154,10 @@ impl Config {
             (0..blocks.processes()).map(|p| self.hybrid_world(blocks, p, self.np)).collect();
         let placement = Placement::blocks(self.np, blocks.per_process);
         let cpus = if self.pin == Pin::None { Vec::new() } else { affinity::allowed_cpus() };
+        let numa = self
+            .simulated_numa(&placement)
+            .unwrap_or_else(|| blocks.numa_of_ranks(crate::topology(), self.pin, &cpus, |_| true));
+        let placement = placement.with_numa(numa);
         let cpu_of = |rank: usize| affinity::cpu_for(self.pin, rank % blocks.per_process, blocks.per_process, &cpus);
         run_loopback_mesh(self, &cpu_of, &|place, tcp| {
             let world = &worlds[place.rank / blocks.per_process];
@@ -167,6 +192,8 @@ impl Config {
         }
         let world = self.hybrid_world(blocks, place.rank, self.competing_ranks(blocks, place.size)?);
         let cpus = if self.pin == Pin::None { Vec::new() } else { affinity::allowed_cpus() };
+        let ours = blocks.ranks_of(place.rank);
+        let numa = blocks.numa_of_ranks(crate::topology(), self.pin, &cpus, |rank| ours.contains(&rank));
         let first: FirstFailure = Mutex::new(None);
         super::ONE_RANK_PER_PROCESS.store(true, std::sync::atomic::Ordering::Release);
         let rank_main = |rank: usize| -> Result<R> {
@@ -185,6 +212,8 @@ impl Config {
             let nodes: Vec<usize> = (0..self.np).map(|r| tcp.placement().node_of(r)).collect();
             let processes: Vec<usize> = (0..self.np).map(|r| r / blocks.per_process).collect();
             let placement = Placement::from_keys(&processes, &nodes);
+            let numa_of_ranks = self.simulated_numa(&placement).unwrap_or_else(|| numa.clone());
+            let placement = placement.with_numa(numa_of_ranks);
             let endpoint = hybrid_endpoint(blocks, rank, &world, tcp, placement, &place)?;
             run_rank(place, endpoint, tuning.clone(), f)
         };
@@ -256,5 +285,28 @@ fn hybrid_endpoint<R: Remote>(
             remote.abort(job);
             Err(e)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The recorded 2-socket tree (node 0: CPUs 0-3 and 8-11, node 1: 4-7 and 12-15), two
+    /// processes of 4 thread ranks, this process the second.
+    #[test]
+    fn pinned_thread_ranks_record_their_numa_nodes() {
+        let tree = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/sysfs/numa-2socket");
+        let machine = MachineTopology::from_sysfs(std::path::Path::new(tree)).expect("recorded tree");
+        let blocks = Blocks { np: 8, per_process: 4 };
+        let cpus: Vec<usize> = (0..16).collect();
+        let ours = |rank: usize| rank >= 4;
+        let (n0, n1) = (Some(0), Some(1));
+        assert_eq!(blocks.numa_of_ranks(&machine, Pin::Numa, &cpus, ours), [None, None, None, None, n0, n0, n1, n1]);
+        assert_eq!(blocks.numa_of_ranks(&machine, Pin::Scatter, &cpus, |_| true), [n0, n1, n0, n1, n0, n1, n0, n1]);
+        assert_eq!(blocks.numa_of_ranks(&machine, Pin::None, &cpus, |_| true), [None; 8]);
+        // Bound to one socket's CPUs (as `mpirun --bind-to socket` does): every rank on it.
+        let socket1 = [4, 5, 6, 7, 12, 13, 14, 15];
+        assert_eq!(blocks.numa_of_ranks(&machine, Pin::Compact, &socket1, ours)[4..], [n1; 4]);
     }
 }

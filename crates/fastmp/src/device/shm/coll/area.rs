@@ -202,10 +202,13 @@ impl NativeArea {
 
     /// Rank `me` will not take part in `epoch` of `lane` (it chose a message-based algorithm
     /// there): peers waiting for it in that epoch stop with an error ([`passed_by`]); it never
-    /// touches their buffers.
-    pub(crate) fn bypass(&self, me: usize, lane: usize, epoch: u64) {
-        self.slot(lane, me).bypassed.store(epoch, Ordering::Release);
-        self.notify(me, 0..self.size());
+    /// touches their buffers. Without `wake`, parked peers see it when their park times out
+    /// (for marks every correct program makes, where waking peers would only cost).
+    pub(crate) fn bypass(&self, me: usize, lane: usize, epoch: u64, wake: bool) {
+        self.slot(lane, me).bypassed.fetch_max(epoch, Ordering::Release);
+        if wake {
+            self.notify(me, 0..self.size());
+        }
     }
 
     /// Aborts the job on behalf of communicator rank `me`, which is unwinding from a panic

@@ -29,7 +29,7 @@ use super::ShmWorld;
 use crate::coll::Layout;
 use crate::coll::op::Op;
 use crate::device::ContextId;
-use crate::device::collectives::{CollectiveProvider, Collectives, Operation};
+use crate::device::collectives::{CollectiveProvider, Collectives, EVERY_DISPATCH, Operation};
 use crate::error::{Error, Result};
 use algorithms::Native;
 
@@ -48,6 +48,9 @@ pub(crate) struct ShmCollectives {
     lane_turn: [Cell<u64>; LANES],
     /// Operations that finished before their turn came (their lanes' turns skip them later).
     finished_early: RefCell<Vec<u64>>,
+    /// Bypass marks (operation, epoch) made before their operation's turn came: applied when
+    /// it comes, since marking earlier could fail a peer in an epoch this rank still runs.
+    bypassed_early: RefCell<Vec<(u64, u64)>>,
     /// A native collective of this rank is in its synchronous work (copies, user ops) on the area.
     busy: Cell<bool>,
 }
@@ -74,6 +77,7 @@ impl ShmCollectives {
             me,
             lane_turn: std::array::from_fn(|lane| Cell::new(lane as u64)),
             finished_early: RefCell::default(),
+            bypassed_early: RefCell::default(),
             busy: Cell::new(false),
         }
     }
@@ -105,6 +109,21 @@ impl ShmCollectives {
     fn hold_busy(&self) -> Busy<'_> {
         self.busy.set(true);
         Busy(&self.busy)
+    }
+
+    /// Operation `seq`'s turn came in `lane`: its bypass marks made early apply now.
+    fn turn_of(&self, lane: usize, seq: u64) {
+        self.lane_turn[lane].set(seq);
+        let mut early = self.bypassed_early.borrow_mut();
+        if early.is_empty() {
+            return;
+        }
+        early.retain(|&(s, epoch)| {
+            if s == seq {
+                self.area.bypass(self.me, lane, epoch, true);
+            }
+            s != seq
+        });
     }
 
     fn native<'a>(&'a self, op: &'a Operation<'a>) -> Native<'a> {
@@ -156,21 +175,26 @@ impl CollectiveProvider for ShmCollectives {
             return;
         }
         let mut early = self.finished_early.borrow_mut();
-        turn.set(seq + LANES as u64);
+        self.turn_of(lane, seq + LANES as u64);
         while let Some(i) = early.iter().position(|&s| s == turn.get()) {
             early.swap_remove(i);
-            turn.set(turn.get() + LANES as u64);
+            self.turn_of(lane, turn.get() + LANES as u64);
         }
     }
 
     fn bypassed(&self, seq: u64, dispatch: u64) {
+        // A choice past the last numbered one marks the last: this rank is past all of them.
+        let every = dispatch == EVERY_DISPATCH;
+        let epoch = epoch(seq, dispatch.min(DISPATCHES - 1)).expect("a dispatch below DISPATCHES has an epoch");
         // Only while it is the operation's turn in its lane: then this rank is done with every
         // earlier epoch of the lane, so the mark cannot fail a part it still has to run. Out of
-        // turn (nonblocking operations overlapping) nothing is marked.
-        if self.is_turn_of(seq)
-            && let Ok(epoch) = epoch(seq, dispatch)
-        {
-            self.area.bypass(self.me, seq as usize % LANES, epoch);
+        // turn (nonblocking operations overlapping) the mark waits for the turn.
+        if self.is_turn_of(seq) {
+            // A whole operation passed by is what every correct program's flat collective on a
+            // communicator with levels does: no wake-ups there (see `NativeArea::bypass`).
+            self.area.bypass(self.me, seq as usize % LANES, epoch, !every);
+        } else {
+            self.bypassed_early.borrow_mut().push((seq, epoch));
         }
     }
 
