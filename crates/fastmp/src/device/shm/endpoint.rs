@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use super::ShmWorld;
 use super::board::{Claim, Completion};
+use super::copy;
 use super::inbox::{IncomingRings, OutgoingRings, RankMap};
 use super::record::{self, SendRecord};
 use super::ring::{Header, INLINE_BYTES, Kind, Ring, SlotView};
@@ -175,7 +176,24 @@ fn copy_into(dst: *mut u8, capacity: usize, src: &[u8]) {
         // SAFETY: the receive buffer contract (Device::irecv / board entry) makes `dst` valid for
         // `capacity` bytes and exclusively ours while the receive is claimed; `src` is a distinct
         // live slice (sender buffer, ring slot or pooled buffer).
-        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst, n) };
+        unsafe { copy::copy(dst, src.as_ptr(), n, n) };
+    }
+}
+
+impl ShmEndpoint {
+    /// Receiver: copies a claimed rendezvous payload (`len` bytes at `src`) into a receive
+    /// buffer, sharing the copy with the sender when it is large, then completes the record.
+    fn copy_rendezvous(&self, source: usize, rec: &SendRecord, src: *const u8, len: usize, dst: *mut u8, capacity: usize) {
+        let n = len.min(capacity);
+        if n > 0 {
+            let sender = &self.world.ranks[source].parker;
+            // SAFETY: a CLAIMED record points at `len` readable bytes (the sender's buffer, kept
+            // alive until DONE by the send contract, or the record's own copy); `dst` as in
+            // `copy_into`.
+            unsafe { rec.copy_claimed(src, dst, n, || sender.notify()) };
+        }
+        rec.complete();
+        self.world.ranks[source].parker.notify();
     }
 }
 
@@ -283,13 +301,7 @@ impl ShmEndpoint {
             }
             Held::Copied(b) => copy_into(dst, capacity, &b),
             Held::Bytes(Body::Rts) => unreachable!("a rendezvous message is held claimed or copied"),
-            Held::Claimed { src, record } => {
-                // SAFETY: a CLAIMED record's data pointer stays valid for `len` bytes until it is
-                // completed: the sender cannot detach or cancel it meanwhile and waits for DONE.
-                copy_into(dst, capacity, unsafe { std::slice::from_raw_parts(src, env.len) });
-                record.complete();
-                self.world.ranks[env.source].parker.notify();
-            }
+            Held::Claimed { src, record } => self.copy_rendezvous(env.source, &record, src, env.len, dst, capacity),
         }
         receive_result(env.source, env.tag, env.len, capacity)
     }
@@ -313,12 +325,7 @@ impl ShmEndpoint {
             }
             (None, Some(rec)) => {
                 let Some(src) = rec.claim() else { return Filled::Vanished };
-                // SAFETY: a PENDING→CLAIMED record points at `len` readable bytes (the sender's
-                // buffer, kept alive until DONE by the send contract, or the record's own copy).
-                let bytes = unsafe { std::slice::from_raw_parts(src, msg.env.len) };
-                copy_into(dst, capacity, bytes);
-                rec.complete();
-                self.world.ranks[msg.env.source].parker.notify();
+                self.copy_rendezvous(msg.env.source, rec, src, msg.env.len, dst, capacity);
             }
             (None, None) => unreachable!("rendezvous without a record"),
         }
@@ -552,9 +559,11 @@ impl ShmEndpoint {
         let ring = self.outgoing.ring_to(&self.world, self.rank, dest);
         let phase = if len > self.world.eager_limit {
             // Receiver-first: only when nothing of ours is still unmatched in the ring, so an
-            // earlier message cannot be overtaken.
+            // earlier message cannot be overtaken, and only below the size whose rendezvous copy
+            // both ranks share (there the sender would copy alone while the receiver waits).
             // SAFETY: this endpoint is the only producer of rings from its rank.
-            if unsafe { ring.producer_idle() }
+            if len < record::SHARED_MIN
+                && unsafe { ring.producer_idle() }
                 && let Some(claim) = peer.board.claim_remote(context, self.rank, tag)
             {
                 self.copy_to_claim(&claim, buf, len);
@@ -648,6 +657,12 @@ impl ShmEndpoint {
                     SendPhase::Remote(rec) => match rec.state() {
                         record::DONE => Some(Ok(status(false))),
                         record::CANCELLED => Some(Ok(status(true))),
+                        record::CLAIMED => {
+                            // The receiver is copying: take pieces of a shared copy (our buffer
+                            // is valid while the send is live).
+                            rec.help();
+                            None
+                        }
                         _ => None,
                     },
                 }
@@ -717,8 +732,10 @@ impl ShmEndpoint {
                     // SAFETY: the request was live, so its buffer is still valid for `len` bytes.
                     let need_wait = s.msg.len > self.world.eager_limit && !unsafe { rec.detach(s.msg.len) };
                     if need_wait {
-                        // Claimed by the receiver, which is copying right now: bounded wait.
+                        // Claimed by the receiver, which is copying right now: help, then a bounded
+                        // wait.
                         while rec.state() == record::CLAIMED {
+                            rec.help();
                             std::thread::yield_now();
                         }
                     }

@@ -13,6 +13,7 @@
 
 mod board;
 mod coll;
+mod copy;
 mod endpoint;
 mod inbox;
 mod one_sided;

@@ -3,13 +3,26 @@
 //!
 //! The record is shared through an `Arc`: the message in flight holds one reference, so the
 //! record outlives whichever side finishes first, including a sender rank that has exited.
+//!
+//! Large rendezvous copies are shared: the receiver, holding CLAIMED, publishes its destination
+//! and cuts the copy into pieces that it and the sender (waiting on the send, see
+//! [`SendRecord::help`]) claim through one counter, so both cores copy. The receiver completes
+//! the record only once every piece is done, so the sender's helping never outlives either
+//! buffer, and a sender that does not help (parked, busy elsewhere, or gone) costs nothing.
 
 // `std`'s `Arc`, also under loom: the endpoint keeps records as `std::sync::Arc<SendRecord>`, and
 // the reference count is no part of the protocol checked here (the loom tests share a record
 // through loom's `Arc` instead).
 use std::sync::Arc;
 
-use crate::sync::{AtomicPtr, AtomicU32, Ordering, UnsafeCell, yield_now};
+use super::copy;
+use crate::sync::{AtomicPtr, AtomicU32, AtomicUsize, Ordering, UnsafeCell, yield_now};
+
+/// Bytes per piece of a shared copy: small enough that two cores stay balanced, large enough
+/// that claiming one (an atomic add on a shared line) is noise.
+pub(crate) const PIECE: usize = 64 << 10;
+/// Rendezvous copies of at least this many bytes are shared with the sender.
+pub(crate) const SHARED_MIN: usize = 4 * PIECE;
 
 /// The receiver may claim the data.
 pub(crate) const PENDING: u32 = 0;
@@ -26,11 +39,21 @@ pub(crate) struct SendRecord {
     data: AtomicPtr<u8>,
     /// Owned copy of the data once the sender's buffer had to be given back (see `detach`).
     detached: UnsafeCell<Option<Box<[u8]>>>,
+    /// Shared copy: pieces in all (0 until the receiver shares; Release-published after
+    /// `dst`/`copy_len`), the next piece to claim, and pieces finished.
+    pieces: AtomicUsize,
+    next_piece: AtomicUsize,
+    pieces_done: AtomicUsize,
+    /// Where a shared copy goes, and how many bytes.
+    dst: AtomicPtr<u8>,
+    copy_len: AtomicUsize,
 }
 
 // SAFETY: `detached` is written only by the sender while it holds the CLAIMED state (or has
 // exclusive `&mut` access through `Arc::get_mut`), and read by the receiver only through `data`
 // while holding CLAIMED; `state` transitions order those accesses (AcqRel CAS / Release stores).
+// A shared copy's pieces are claimed once each through `next_piece`, and the receiver keeps
+// CLAIMED (both buffers alive) until `pieces_done` counts all of them (Release/Acquire).
 unsafe impl Sync for SendRecord {}
 // SAFETY: plain owned data.
 unsafe impl Send for SendRecord {}
@@ -41,6 +64,11 @@ impl SendRecord {
             state: AtomicU32::new(PENDING),
             data: AtomicPtr::new(std::ptr::null_mut()),
             detached: UnsafeCell::new(None),
+            pieces: AtomicUsize::new(0),
+            next_piece: AtomicUsize::new(0),
+            pieces_done: AtomicUsize::new(0),
+            dst: AtomicPtr::new(std::ptr::null_mut()),
+            copy_len: AtomicUsize::new(0),
         })
     }
 
@@ -51,6 +79,9 @@ impl SendRecord {
         // and synchronized with the other owners' drops.
         rec.state.store(PENDING, Ordering::Relaxed);
         rec.data.store(data as *mut u8, Ordering::Relaxed);
+        for counter in [&rec.pieces, &rec.next_piece, &rec.pieces_done] {
+            counter.store(0, Ordering::Relaxed);
+        }
         // SAFETY: exclusive access, as above.
         rec.detached.with_mut(|detached| unsafe { *detached = None });
         true
@@ -71,6 +102,60 @@ impl SendRecord {
                 Err(CLAIMED) => yield_now(),
                 Err(_) => return None,
             }
+        }
+    }
+
+    /// Receiver, holding CLAIMED from [`claim`](Self::claim): copies `len` bytes from `src` (the
+    /// claimed pointer) to `dst`. From [`SHARED_MIN`] bytes on the copy is offered to the sender
+    /// in pieces; `announce` runs once it is offered (to wake a parked sender). Returns when
+    /// every byte is in place; the caller then calls [`complete`](Self::complete).
+    ///
+    /// # Safety
+    /// `src` is the pointer `claim` returned (readable for `len` bytes), `dst` is writable for
+    /// `len` bytes, not overlapping `src`, and untouched by anyone else until this returns.
+    pub unsafe fn copy_claimed(&self, src: *const u8, dst: *mut u8, len: usize, announce: impl FnOnce()) {
+        if len < SHARED_MIN {
+            // SAFETY: forwarded caller contract.
+            unsafe { copy::copy(dst, src, len, len) };
+            return;
+        }
+        let pieces = len.div_ceil(PIECE);
+        self.dst.store(dst, Ordering::Relaxed);
+        self.copy_len.store(len, Ordering::Relaxed);
+        self.pieces.store(pieces, Ordering::Release);
+        announce();
+        self.copy_pieces(pieces);
+        while self.pieces_done.load(Ordering::Acquire) < pieces {
+            // The sender is in the middle of a piece (it claims one only right before copying).
+            yield_now();
+        }
+    }
+
+    /// Sender, while its send is live (its buffer valid): copies pieces of a shared copy until
+    /// none is left to claim. Does nothing if the receiver has not shared one.
+    pub fn help(&self) {
+        let pieces = self.pieces.load(Ordering::Acquire);
+        if pieces > 0 && self.next_piece.load(Ordering::Relaxed) < pieces {
+            self.copy_pieces(pieces);
+        }
+    }
+
+    /// Claims and copies pieces of the shared copy until none is left.
+    fn copy_pieces(&self, pieces: usize) {
+        let (src, dst) = (self.data.load(Ordering::Relaxed), self.dst.load(Ordering::Relaxed));
+        let len = self.copy_len.load(Ordering::Relaxed);
+        loop {
+            let piece = self.next_piece.fetch_add(1, Ordering::Relaxed);
+            if piece >= pieces {
+                return;
+            }
+            let start = piece * PIECE;
+            // SAFETY: `pieces` was published (Acquire, or our own store) after `dst`/`copy_len`,
+            // and `data` is the claimed source; the piece lies inside both `len`-byte ranges.
+            // Each piece is claimed once, and the receiver keeps both buffers alive (it does
+            // not complete) until every piece is counted done below.
+            unsafe { copy::copy(dst.add(start), src.add(start), PIECE.min(len - start), len) };
+            self.pieces_done.fetch_add(1, Ordering::Release);
         }
     }
 
@@ -266,6 +351,65 @@ mod tests {
             }
             drop(to_receiver);
         });
+    }
+
+    /// Shared copies: first with the sender taking every piece (the receiver's `announce` waits
+    /// until the sender's `help` returned, so the receiver finds none left), then racing, with
+    /// the sender helping while it waits for DONE as the endpoint does; odd lengths, and a
+    /// length below the sharing threshold (never offered).
+    #[test]
+    fn shared_copy_by_the_sender_and_by_both() {
+        let lens: &[usize] =
+            if cfg!(miri) { &[SHARED_MIN + 3] } else { &[SHARED_MIN - 1, SHARED_MIN, SHARED_MIN + PIECE / 2 + 3, 2 << 20] };
+        let rounds = if cfg!(miri) { 2 } else { 30 };
+        for &len in lens {
+            for round in 0..rounds {
+                let data = pattern(round, len);
+                let mut dst = vec![0u8; len];
+                let mut rec = SendRecord::new();
+                assert!(SendRecord::reset(&mut rec, data.as_ptr()));
+                let sender_first = round == 0;
+                let (offered, helped) = (mpsc::channel::<()>(), mpsc::channel::<()>());
+                let receiver_gone = AtomicBool::new(false);
+                std::thread::scope(|s| {
+                    let rec = &rec;
+                    let receiver_gone = &receiver_gone;
+                    let (wait_offer, tell_helped) = (offered.1, helped.0);
+                    s.spawn(move || {
+                        if sender_first {
+                            if len >= SHARED_MIN {
+                                wait_offer.recv().unwrap();
+                            }
+                            rec.help();
+                            tell_helped.send(()).unwrap();
+                        }
+                        wait_until(receiver_gone, || {
+                            rec.help();
+                            rec.state() == DONE
+                        });
+                    });
+                    let _gone = Gone(receiver_gone);
+                    let src = rec.claim().expect("pending");
+                    let (tell_offer, wait_helped) = (offered.0, helped.1);
+                    // SAFETY: claimed: `src` is `data` (len bytes); `dst` is ours and len long.
+                    unsafe {
+                        rec.copy_claimed(src, dst.as_mut_ptr(), len, || {
+                            if sender_first {
+                                tell_offer.send(()).unwrap();
+                                wait_helped.recv().unwrap();
+                            }
+                        })
+                    };
+                    if sender_first && len < SHARED_MIN {
+                        wait_helped.recv().unwrap();
+                    }
+                    rec.complete();
+                });
+                assert!(dst == data, "len {len} round {round}: copied bytes differ");
+                let pieces = if len >= SHARED_MIN { len.div_ceil(PIECE) } else { 0 };
+                assert_eq!(rec.pieces_done.load(Ordering::Relaxed), pieces, "len {len}: pieces done");
+            }
+        }
     }
 
     /// Sender cancel against receiver claim (rendezvous) or acknowledgement (synchronous eager):
