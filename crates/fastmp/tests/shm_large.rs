@@ -14,8 +14,16 @@ const SENTINEL: u8 = 0xA5;
 
 /// Lengths around the piece size (64 KiB), the sharing threshold (256 KiB) and the streaming
 /// threshold (2 MiB), most of them odd.
-const SIZES: [usize; 8] =
-    [64 * KIB + 1, 256 * KIB - 1, 256 * KIB, 256 * KIB + 1, 5 * 64 * KIB + 17, 2048 * KIB - 1, 2048 * KIB + 33, 4096 * KIB + 5];
+const SIZES: [usize; 8] = [
+    64 * KIB + 1,
+    256 * KIB - 1,
+    256 * KIB,
+    256 * KIB + 1,
+    5 * 64 * KIB + 17,
+    2048 * KIB - 1,
+    2048 * KIB + 33,
+    4096 * KIB + 5,
+];
 
 fn shm(np: usize) -> Config {
     Config::new().device(DeviceKind::Shm).np(np)
@@ -80,7 +88,9 @@ fn truncated_large_receive() {
             let capacity = 300 * KIB + 1;
             let mut buf = vec![SENTINEL; capacity + 5];
             match world.recv(&mut buf[..capacity], 1, 0) {
-                Err(Error::Truncated { message_bytes, capacity: c, .. }) => assert_eq!((message_bytes, c), (len, capacity)),
+                Err(Error::Truncated { message_bytes, capacity: c, .. }) => {
+                    assert_eq!((message_bytes, c), (len, capacity))
+                }
                 other => panic!("expected truncation, got {other:?}"),
             }
             assert_bytes_eq(&buf[..capacity], &pattern(mix(&[1, 0]), len)[..capacity], "truncated prefix");
@@ -133,19 +143,17 @@ fn dropped_and_forgotten_sends_while_the_receiver_copies() {
                     })?;
                     bufs.iter_mut().for_each(|b| b.fill(0xEE));
                 } else {
+                    let mut bufs: Vec<Vec<u8>> = vec![vec![0u8; len]; WINDOW];
                     world.scope(|s| {
-                        let mut bufs: Vec<Vec<u8>> = vec![vec![0u8; len]; WINDOW];
                         let mut reqs = Vec::new();
                         for (k, b) in bufs.iter_mut().enumerate() {
                             reqs.push(s.irecv(b, 1, k as i32)?);
                         }
-                        waitall(&mut reqs)?;
-                        drop(reqs);
-                        for (k, b) in bufs.iter().enumerate() {
-                            check_pattern(b, seed(k), "released send");
-                        }
-                        Ok::<_, Error>(())
+                        waitall(&mut reqs).map(drop)
                     })?;
+                    for (k, b) in bufs.iter().enumerate() {
+                        check_pattern(b, seed(k), "released send");
+                    }
                 }
                 world.barrier()?;
             }
@@ -165,7 +173,8 @@ fn both_directions_with_more_ranks_than_cores() {
             let (me, np) = (world.rank(), world.size());
             let peer = me ^ 1;
             for round in 0..3usize {
-                let out: Vec<Vec<u8>> = (0..WINDOW).map(|k| pattern(mix(&[me as u64, round as u64, k as u64]), len)).collect();
+                let out: Vec<Vec<u8>> =
+                    (0..WINDOW).map(|k| pattern(mix(&[me as u64, round as u64, k as u64]), len)).collect();
                 let mut inc = vec![vec![0u8; len]; WINDOW];
                 world.scope(|s| {
                     let mut reqs = Vec::new();

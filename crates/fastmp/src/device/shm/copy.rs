@@ -139,7 +139,8 @@ mod tests {
     /// both paths (the message length picks the path).
     #[test]
     fn every_alignment_and_odd_lengths() {
-        let lens: &[usize] = if cfg!(miri) { &[0, 1, 31, 33, 129] } else { &[0, 1, 15, 31, 32, 33, 127, 128, 129, 255, 1000, 4099] };
+        let lens: &[usize] =
+            if cfg!(miri) { &[0, 1, 31, 33, 129] } else { &[0, 1, 15, 31, 32, 33, 127, 128, 129, 255, 1000, 4099] };
         let offsets = if cfg!(miri) { 0..4 } else { 0..64 };
         for message_len in [1024, STREAMING_MIN] {
             for dst_off in offsets.clone() {

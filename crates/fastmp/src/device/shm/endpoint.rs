@@ -183,7 +183,15 @@ fn copy_into(dst: *mut u8, capacity: usize, src: &[u8]) {
 impl ShmEndpoint {
     /// Receiver: copies a claimed rendezvous payload (`len` bytes at `src`) into a receive
     /// buffer, sharing the copy with the sender when it is large, then completes the record.
-    fn copy_rendezvous(&self, source: usize, rec: &SendRecord, src: *const u8, len: usize, dst: *mut u8, capacity: usize) {
+    fn copy_rendezvous(
+        &self,
+        source: usize,
+        rec: &SendRecord,
+        src: *const u8,
+        len: usize,
+        dst: *mut u8,
+        capacity: usize,
+    ) {
         let n = len.min(capacity);
         if n > 0 {
             let sender = &self.world.ranks[source].parker;

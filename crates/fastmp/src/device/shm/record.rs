@@ -359,8 +359,11 @@ mod tests {
     /// length below the sharing threshold (never offered).
     #[test]
     fn shared_copy_by_the_sender_and_by_both() {
-        let lens: &[usize] =
-            if cfg!(miri) { &[SHARED_MIN + 3] } else { &[SHARED_MIN - 1, SHARED_MIN, SHARED_MIN + PIECE / 2 + 3, 2 << 20] };
+        let lens: &[usize] = if cfg!(miri) {
+            &[SHARED_MIN + 3]
+        } else {
+            &[SHARED_MIN - 1, SHARED_MIN, SHARED_MIN + PIECE / 2 + 3, 2 << 20]
+        };
         let rounds = if cfg!(miri) { 2 } else { 30 };
         for &len in lens {
             for round in 0..rounds {
