@@ -31,7 +31,7 @@ cargo +nightly miri setup >/dev/null
 
 # frame_props::payload_longer...: the tcp receive path's raw-pointer copies into a receive buffer
 # shorter than the payload (Miri caught a pointer formed past such a buffer's end there).
-MODULES=(device::shm::ring device::shm::board device::shm::record device::slab device::rma_memory
+MODULES=(device::shm::ring device::shm::board device::shm::record device::shm::copy device::slab device::rma_memory
     device::shm::one_sided
     device::tcp::frame_props::payload_longer_than_its_buffer_is_cut_in_place)
 BASE_FLAGS="${MIRIFLAGS:-}"
