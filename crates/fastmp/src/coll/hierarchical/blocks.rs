@@ -3,12 +3,12 @@
 //! crossing), except the allgathers' final bcast of the whole result, NUMA-local first.
 
 use super::super::hierarchy::Grouping;
-use crate::comm::Comm;
 use super::super::select::{Collective, Pick};
 use super::super::transport::{LevelRuns, Run};
 use super::super::vector::Layout;
 use super::local::LocalLevel;
 use super::{in_process_order, into_process_order, into_rank_order, levels, packed_layout, process_layout};
+use crate::comm::Comm;
 use crate::error::Result;
 
 /// Local gather to each leader, leaders' allgatherv of the processes' blocks, local bcast of the
@@ -129,8 +129,9 @@ pub(in crate::coll) async fn gatherv(
     let rooted = Rooted::new(run, root)?;
     let Rooted { processes, me, root_process, root_leader, ref local, ref leaders, .. } = rooted;
     let (local_runs, leader_runs) = rooted.runs(2, run.is_blocking());
-    let (lens, per_process) =
-        rooted.lengths(run, local_runs.as_ref(), leader_runs.is_some(), send.len(), layout, Collective::Gatherv).await?;
+    let (lens, per_process) = rooted
+        .lengths(run, local_runs.as_ref(), leader_runs.is_some(), send.len(), layout, Collective::Gatherv)
+        .await?;
     let mut ours = vec![0u8; lens.iter().sum()];
     match &local_runs {
         Some(runs) => {
@@ -171,8 +172,9 @@ pub(in crate::coll) async fn scatterv(
     let rooted = Rooted::new(run, root)?;
     let Rooted { processes, me, root_process, root_leader, ref local, ref leaders, .. } = rooted;
     let (local_runs, leader_runs) = rooted.runs(2, run.is_blocking());
-    let (lens, per_process) =
-        rooted.lengths(run, local_runs.as_ref(), leader_runs.is_some(), recv.len(), layout, Collective::Scatterv).await?;
+    let (lens, per_process) = rooted
+        .lengths(run, local_runs.as_ref(), leader_runs.is_some(), recv.len(), layout, Collective::Scatterv)
+        .await?;
     let mut by_process = vec![0u8; if me == root || me == root_leader { per_process.iter().sum() } else { 0 }];
     if let Some(layout) = layout {
         pack_by_process(processes, layout, send, &mut by_process);

@@ -6,12 +6,12 @@ use std::cell::Cell;
 use bytemuck::Pod;
 
 use super::super::fold::zeroed;
+use super::super::hierarchy::Levels;
 use super::super::op::Op;
 use super::super::select::{Collective, Pick};
 use super::super::transport::{LevelRuns, Run};
 use super::local::LocalLevel;
 use super::{chunk_len, displacements, in_process_order, levels, packed_layout, pipeline};
-use super::super::hierarchy::Levels;
 use crate::comm::Comm;
 use crate::error::Result;
 
@@ -60,9 +60,9 @@ pub(in crate::coll) async fn bcast(run: &Run<'_>, buf: &mut [u8], root: usize) -
     }
 }
 
-/// Local reduce of each chunk to the leader, leaders' allreduce of it, local bcast of the
-/// result: three stages, the first running ahead of the other two. The local steps go
-/// NUMA-local first.
+/// Where every process holds as many members, [`allreduce_by_slices`]. Otherwise local reduce
+/// of each chunk to the leader, leaders' allreduce of it, local bcast of the result: three
+/// stages, the first running ahead of the other two. The local steps go NUMA-local first.
 pub(in crate::coll) async fn allreduce<T: Pod>(
     run: &Run<'_>,
     send: Option<&[T]>,
