@@ -20,10 +20,11 @@ const LOCAL_LEVEL_CONTEXT: ContextId = 2;
 const LEADERS_LEVEL_CONTEXT: ContextId = 4;
 const NUMA_NODE_LEVEL_CONTEXT: ContextId = 6;
 const NUMA_LEADERS_LEVEL_CONTEXT: ContextId = 8;
+const PEERS_LEVEL_CONTEXT: ContextId = 10;
 
 /// Contexts a communicator reserves for its levels, after its own pair (`CONTEXTS_PER_COMM`
 /// is built from this, so adding a level changes one place).
-pub(crate) const LEVEL_CONTEXTS: ContextId = NUMA_LEADERS_LEVEL_CONTEXT + 2 - LOCAL_LEVEL_CONTEXT;
+pub(crate) const LEVEL_CONTEXTS: ContextId = PEERS_LEVEL_CONTEXT + 2 - LOCAL_LEVEL_CONTEXT;
 
 /// A communicator's members grouped by a key (their process, or their NUMA node inside one
 /// process): groups are numbered in the order of their lowest member, members keep their order.
@@ -94,6 +95,13 @@ impl Grouping {
     pub(crate) fn is_contiguous(&self) -> bool {
         self.contiguous
     }
+
+    /// The member at position `place` of every group, in group order, where all groups have
+    /// as many members (else `None`).
+    pub(crate) fn peers_at(&self, place: usize) -> Option<Vec<usize>> {
+        let size = self.members[0].len();
+        self.members.iter().all(|m| m.len() == size).then(|| self.members.iter().map(|m| m[place]).collect())
+    }
 }
 
 /// The levels of one communicator, as seen from this rank.
@@ -104,6 +112,9 @@ pub(crate) struct Levels {
     local: Comm,
     /// One leader per process, in process order; only on leaders.
     leaders: Option<Comm>,
+    /// The members at this rank's place in their process, one per process, in process order;
+    /// where every process holds as many members (each member then owns a slice of a vector).
+    peers: Option<Comm>,
     /// The local level split by NUMA node, where this process's members span several.
     pub(crate) numa: Option<NumaLevels>,
 }
@@ -142,13 +153,20 @@ impl Levels {
         self.leaders.as_ref().map(|leaders| Comm { tuning: tuning.clone(), ..leaders.clone() })
     }
 
+    /// The peers' level, selecting algorithms from `tuning`; `None` where processes hold
+    /// different numbers of members.
+    pub(crate) fn peers(&self, tuning: &Arc<Tuning>) -> Option<Comm> {
+        self.peers.as_ref().map(|peers| Comm { tuning: tuning.clone(), ..peers.clone() })
+    }
+
     /// Runs `f` on every level communicator this rank belongs to (the local level, the
-    /// leaders' level on a leader, its NUMA node's and the node leaders' levels where there are
-    /// some), as they are: for bookkeeping, not for running collectives.
+    /// leaders' level on a leader, the peers' level, its NUMA node's and the node leaders'
+    /// levels where there are some), as they are: for bookkeeping, not for running collectives.
     pub(crate) fn each_level(&self, f: impl Fn(&Comm)) {
         f(&self.local);
         let numa = self.numa.as_ref();
-        [self.leaders.as_ref(), numa.map(|n| &n.node), numa.and_then(|n| n.node_leaders.as_ref())]
+        let (leaders, peers) = (self.leaders.as_ref(), self.peers.as_ref());
+        [leaders, peers, numa.map(|n| &n.node), numa.and_then(|n| n.node_leaders.as_ref())]
             .into_iter()
             .flatten()
             .for_each(f);
@@ -188,6 +206,7 @@ impl Comm {
         let local_rank = processes.rank_in_group(self.rank);
         let local = level(ours, LOCAL_LEVEL_CONTEXT);
         let leaders = (local_rank == 0).then(|| level(&processes.leaders(), LEADERS_LEVEL_CONTEXT));
+        let peers = processes.peers_at(local_rank).map(|peers| level(&peers, PEERS_LEVEL_CONTEXT));
         let numa_keys: Option<Vec<usize>> = ours.iter().map(|&r| placement.numa_of(self.group.world_rank(r))).collect();
         let numa = numa_keys.and_then(|keys| Grouping::by_key(&keys)).map(|nodes| {
             let in_comm = |locals: &[usize]| locals.iter().map(|&l| ours[l]).collect::<Vec<_>>();
@@ -196,7 +215,7 @@ impl Comm {
                 .then(|| level(&in_comm(&nodes.leaders()), NUMA_LEADERS_LEVEL_CONTEXT));
             NumaLevels { nodes, node, node_leaders }
         });
-        Some(Levels { processes, local, leaders, numa })
+        Some(Levels { processes, local, leaders, peers, numa })
     }
 }
 

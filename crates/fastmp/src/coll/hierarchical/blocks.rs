@@ -8,6 +8,7 @@ use super::super::transport::{LevelRuns, Run};
 use super::super::vector::Layout;
 use super::local::LocalLevel;
 use super::{in_process_order, into_process_order, into_rank_order, levels, packed_layout, process_layout};
+use crate::comm::Comm;
 use crate::error::Result;
 
 /// Local gather to each leader, leaders' allgatherv of the processes' blocks, local bcast of the
@@ -84,16 +85,10 @@ pub(in crate::coll) async fn allgatherv(
 /// Local gather to each leader, leaders' gatherv to the root's leader, which reorders the
 /// blocks into rank order and hands them to the root if that is another rank.
 pub(in crate::coll) async fn gather(run: &Run<'_>, send: &[u8], recv: &mut [u8], root: usize) -> Result<()> {
-    let levels = levels(run)?;
-    let processes = &levels.processes;
-    let (me, block) = (run.rank(), send.len());
-    let root_process = processes.group_of(root);
-    let root_leader = processes.members(root_process)[0];
-    let local = levels.local(&run.tuning);
-    let leaders = levels.leaders(&run.tuning);
-    let blocking = run.is_blocking();
-    let local_runs = (local.size() > 1).then(|| LevelRuns::take(&local, 1, blocking));
-    let leader_runs = leaders.as_ref().map(|leaders| LevelRuns::take(leaders, 1, blocking));
+    let rooted = Rooted::new(run, root)?;
+    let Rooted { processes, me, root_process, root_leader, ref local, ref leaders, .. } = rooted;
+    let block = send.len();
+    let (local_runs, leader_runs) = rooted.runs(1, run.is_blocking());
     let mut ours = vec![0u8; if leader_runs.is_some() { local.size() * block } else { 0 }];
     match &local_runs {
         Some(runs) => runs.next()?.dispatch_gather(send, &mut ours, 0, Pick::Tuned).await?,
@@ -131,29 +126,20 @@ pub(in crate::coll) async fn gatherv(
     layout: Option<&Layout>,
     root: usize,
 ) -> Result<()> {
-    let levels = levels(run)?;
-    let processes = &levels.processes;
-    let me = run.rank();
-    let root_process = processes.group_of(root);
-    let root_leader = processes.members(root_process)[0];
-    let local = levels.local(&run.tuning);
-    let leaders = levels.leaders(&run.tuning);
-    let blocking = run.is_blocking();
-    let local_runs = (local.size() > 1).then(|| LevelRuns::take(&local, 2, blocking));
-    let leader_runs = leaders.as_ref().map(|leaders| LevelRuns::take(leaders, 1, blocking));
-    let members = processes.members(processes.group_of(me));
-    let lens =
-        local_lengths(local_runs.as_ref().map(|runs| (runs, leader_runs.is_some())), send.len(), members.len()).await?;
+    let rooted = Rooted::new(run, root)?;
+    let Rooted { processes, me, root_process, root_leader, ref local, ref leaders, .. } = rooted;
+    let (local_runs, leader_runs) = rooted.runs(2, run.is_blocking());
+    let (lens, per_process) = rooted
+        .lengths(run, local_runs.as_ref(), leader_runs.is_some(), send.len(), layout, Collective::Gatherv)
+        .await?;
     let mut ours = vec![0u8; lens.iter().sum()];
     match &local_runs {
         Some(runs) => {
-            let local_layout = leader_runs.is_some().then(|| packed_layout(&local, &lens)).transpose()?;
+            let local_layout = leader_runs.is_some().then(|| packed_layout(local, &lens)).transpose()?;
             runs.next()?.dispatch_gatherv(send, &mut ours, local_layout.as_ref(), 0, Pick::Tuned).await?
         }
         None => ours.copy_from_slice(send),
     }
-    let all_lens = root_lengths(run, layout, root, root_leader, Collective::Gatherv).await?;
-    let per_process = process_totals(processes, &all_lens);
     let mut by_process = vec![0u8; per_process.iter().sum()];
     if let (Some(runs), Some(leaders)) = (&leader_runs, &leaders) {
         let process_layout = (me == root_leader).then(|| packed_layout(leaders, &per_process)).transpose()?;
@@ -183,21 +169,12 @@ pub(in crate::coll) async fn scatterv(
     recv: &mut [u8],
     root: usize,
 ) -> Result<()> {
-    let levels = levels(run)?;
-    let processes = &levels.processes;
-    let me = run.rank();
-    let root_process = processes.group_of(root);
-    let root_leader = processes.members(root_process)[0];
-    let local = levels.local(&run.tuning);
-    let leaders = levels.leaders(&run.tuning);
-    let blocking = run.is_blocking();
-    let local_runs = (local.size() > 1).then(|| LevelRuns::take(&local, 2, blocking));
-    let leader_runs = leaders.as_ref().map(|leaders| LevelRuns::take(leaders, 1, blocking));
-    let members = processes.members(processes.group_of(me));
-    let lens =
-        local_lengths(local_runs.as_ref().map(|runs| (runs, leader_runs.is_some())), recv.len(), members.len()).await?;
-    let all_lens = root_lengths(run, layout, root, root_leader, Collective::Scatterv).await?;
-    let per_process = process_totals(processes, &all_lens);
+    let rooted = Rooted::new(run, root)?;
+    let Rooted { processes, me, root_process, root_leader, ref local, ref leaders, .. } = rooted;
+    let (local_runs, leader_runs) = rooted.runs(2, run.is_blocking());
+    let (lens, per_process) = rooted
+        .lengths(run, local_runs.as_ref(), leader_runs.is_some(), recv.len(), layout, Collective::Scatterv)
+        .await?;
     let mut by_process = vec![0u8; if me == root || me == root_leader { per_process.iter().sum() } else { 0 }];
     if let Some(layout) = layout {
         pack_by_process(processes, layout, send, &mut by_process);
@@ -216,7 +193,7 @@ pub(in crate::coll) async fn scatterv(
     }
     match &local_runs {
         Some(runs) => {
-            let local_layout = leader_runs.is_some().then(|| packed_layout(&local, &lens)).transpose()?;
+            let local_layout = leader_runs.is_some().then(|| packed_layout(local, &lens)).transpose()?;
             runs.next()?.dispatch_scatterv(&ours, local_layout.as_ref(), recv, 0, Pick::Tuned).await
         }
         None => {
@@ -226,83 +203,115 @@ pub(in crate::coll) async fn scatterv(
     }
 }
 
-/// The byte lengths of this process's members' blocks (`mine` on each), on its leader: gathered
-/// over the local level's `runs` (absent alone in the process) to the member whose flag says
-/// it leads; empty on the others.
-async fn local_lengths(local: Option<(&LevelRuns<'_>, bool)>, mine: usize, members: usize) -> Result<Vec<usize>> {
-    let Some((runs, leader)) = local else { return Ok(vec![mine]) };
-    let mut lens = vec![0u64; if leader { members } else { 0 }];
-    let gather = runs.next()?;
-    gather
-        .dispatch_gather(bytemuck::bytes_of(&(mine as u64)), bytemuck::cast_slice_mut(&mut lens), 0, Pick::Tuned)
-        .await?;
-    Ok(lens.into_iter().map(|l| l as usize).collect())
+/// What the rooted hierarchical collectives (gather, scatter and their `v` forms) set up alike:
+/// the levels seen from this rank and where the root's process leads.
+struct Rooted<'l> {
+    processes: &'l Grouping,
+    me: usize,
+    root: usize,
+    root_process: usize,
+    root_leader: usize,
+    local: Comm,
+    /// On leaders.
+    leaders: Option<Comm>,
 }
 
-/// Every rank's block length from the root's `layout`, on the root and its process's leader
-/// (which the root tells); empty elsewhere.
-async fn root_lengths(
-    run: &Run<'_>,
-    layout: Option<&Layout>,
-    root: usize,
-    root_leader: usize,
-    coll: Collective,
-) -> Result<Vec<usize>> {
-    let me = run.rank();
-    let mut lens = vec![0u64; if me == root || me == root_leader { run.size() } else { 0 }];
-    if let Some(layout) = layout {
-        lens.iter_mut().enumerate().for_each(|(r, len)| *len = layout.block(r).len() as u64);
-        if me != root_leader {
-            run.coll_send(bytemuck::cast_slice(&lens), root_leader, coll).await?;
-        }
-    } else if me == root_leader {
-        run.coll_recv(bytemuck::cast_slice_mut(&mut lens), root, coll).await?;
+impl<'l> Rooted<'l> {
+    fn new(run: &'l Run<'_>, root: usize) -> Result<Self> {
+        let levels = levels(run)?;
+        let processes = &levels.processes;
+        let root_process = processes.group_of(root);
+        Ok(Rooted {
+            processes,
+            me: run.rank(),
+            root,
+            root_process,
+            root_leader: processes.members(root_process)[0],
+            local: levels.local(&run.tuning),
+            leaders: levels.leaders(&run.tuning),
+        })
     }
-    Ok(lens.into_iter().map(|l| l as usize).collect())
+
+    /// `local_steps` steps of the local level (none alone in the process) and one of the
+    /// leaders' level (on leaders), numbered now.
+    fn runs(&self, local_steps: u64, blocking: bool) -> (Option<LevelRuns<'_>>, Option<LevelRuns<'_>>) {
+        let local = (self.local.size() > 1).then(|| LevelRuns::take(&self.local, local_steps, blocking));
+        (local, self.leaders.as_ref().map(|leaders| LevelRuns::take(leaders, 1, blocking)))
+    }
+
+    /// The `v` forms' lengths in bytes: this process's members' blocks (`mine` on each) on its
+    /// leader, gathered over the next step of `local_runs` (empty on the other members), and
+    /// each process's total on the root and its leader (the root tells the leader its layout's
+    /// lengths; empty elsewhere).
+    async fn lengths(
+        &self,
+        run: &Run<'_>,
+        local_runs: Option<&LevelRuns<'_>>,
+        leader: bool,
+        mine: usize,
+        layout: Option<&Layout>,
+        coll: Collective,
+    ) -> Result<(Vec<usize>, Vec<usize>)> {
+        let members = self.processes.members(self.processes.group_of(self.me)).len();
+        let lens = match local_runs {
+            None => vec![mine as u64],
+            Some(runs) => {
+                let mut lens = vec![0u64; if leader { members } else { 0 }];
+                let (mine, lens_bytes) = (mine as u64, bytemuck::cast_slice_mut(&mut lens));
+                runs.next()?.dispatch_gather(bytemuck::bytes_of(&mine), lens_bytes, 0, Pick::Tuned).await?;
+                lens
+            }
+        };
+        let (me, root_leader) = (self.me, self.root_leader);
+        let mut all = vec![0u64; if me == self.root || me == root_leader { run.size() } else { 0 }];
+        if let Some(layout) = layout {
+            all.iter_mut().enumerate().for_each(|(r, len)| *len = layout.block(r).len() as u64);
+            if me != root_leader {
+                run.coll_send(bytemuck::cast_slice(&all), root_leader, coll).await?;
+            }
+        } else if me == root_leader {
+            run.coll_recv(bytemuck::cast_slice_mut(&mut all), self.root, coll).await?;
+        }
+        let per_process = if all.is_empty() {
+            Vec::new()
+        } else {
+            let groups = 0..self.processes.groups();
+            groups.map(|p| self.processes.members(p).iter().map(|&m| all[m] as usize).sum()).collect()
+        };
+        Ok((lens.into_iter().map(|l| l as usize).collect(), per_process))
+    }
+}
+
+/// Calls `copy(block, at)` for each block of `layout` in process order, `at` its start when
+/// the blocks are packed one after another: the one walk of packing and unpacking.
+fn by_process(processes: &Grouping, layout: &Layout, mut copy: impl FnMut(std::ops::Range<usize>, usize)) {
+    let mut at = 0;
+    for member in in_process_order(processes) {
+        let block = layout.block(member);
+        let len = block.len();
+        copy(block, at);
+        at += len;
+    }
 }
 
 /// Copies the blocks of `layout`, packed one after another in process order in `packed`, to
 /// their places in `buf`.
 fn unpack_by_process(processes: &Grouping, layout: &Layout, packed: &[u8], buf: &mut [u8]) {
-    let mut at = 0;
-    for member in in_process_order(processes) {
-        let block = layout.block(member);
-        buf[block.clone()].copy_from_slice(&packed[at..at + block.len()]);
-        at += block.len();
-    }
+    by_process(processes, layout, |block, at| buf[block.clone()].copy_from_slice(&packed[at..at + block.len()]));
 }
 
 /// The inverse of [`unpack_by_process`].
 fn pack_by_process(processes: &Grouping, layout: &Layout, buf: &[u8], packed: &mut [u8]) {
-    let mut at = 0;
-    for member in in_process_order(processes) {
-        let block = layout.block(member);
-        packed[at..at + block.len()].copy_from_slice(&buf[block.clone()]);
-        at += block.len();
-    }
-}
-
-/// Each process's total of `lens` (one per rank); empty without them.
-fn process_totals(processes: &Grouping, lens: &[usize]) -> Vec<usize> {
-    if lens.is_empty() {
-        return Vec::new();
-    }
-    (0..processes.groups()).map(|p| processes.members(p).iter().map(|&m| lens[m]).sum()).collect()
+    by_process(processes, layout, |block, at| packed[at..at + block.len()].copy_from_slice(&buf[block]));
 }
 
 /// The mirror of [`gather`]: the root puts its blocks in process order and hands them to its
 /// leader (unless it is the leader), leaders' scatterv of the processes' blocks, local scatter.
 pub(in crate::coll) async fn scatter(run: &Run<'_>, send: &[u8], recv: &mut [u8], root: usize) -> Result<()> {
-    let levels = levels(run)?;
-    let processes = &levels.processes;
-    let (me, block) = (run.rank(), recv.len());
-    let root_process = processes.group_of(root);
-    let root_leader = processes.members(root_process)[0];
-    let local = levels.local(&run.tuning);
-    let leaders = levels.leaders(&run.tuning);
-    let blocking = run.is_blocking();
-    let local_runs = (local.size() > 1).then(|| LevelRuns::take(&local, 1, blocking));
-    let leader_runs = leaders.as_ref().map(|leaders| LevelRuns::take(leaders, 1, blocking));
+    let rooted = Rooted::new(run, root)?;
+    let Rooted { processes, me, root_process, root_leader, ref local, ref leaders, .. } = rooted;
+    let block = recv.len();
+    let (local_runs, leader_runs) = rooted.runs(1, run.is_blocking());
     let total = block * run.size();
     let mut by_process = vec![0u8; if me == root || me == root_leader { total } else { 0 }];
     if me == root {

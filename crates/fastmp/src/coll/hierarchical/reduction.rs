@@ -6,11 +6,13 @@ use std::cell::Cell;
 use bytemuck::Pod;
 
 use super::super::fold::zeroed;
+use super::super::hierarchy::Levels;
 use super::super::op::Op;
 use super::super::select::{Collective, Pick};
 use super::super::transport::{LevelRuns, Run};
 use super::local::LocalLevel;
 use super::{chunk_len, displacements, in_process_order, levels, packed_layout, pipeline};
+use crate::comm::Comm;
 use crate::error::Result;
 
 /// Local arrival (NUMA nodes first), leaders' barrier, local departure.
@@ -58,9 +60,9 @@ pub(in crate::coll) async fn bcast(run: &Run<'_>, buf: &mut [u8], root: usize) -
     }
 }
 
-/// Local reduce of each chunk to the leader, leaders' allreduce of it, local bcast of the
-/// result: three stages, the first running ahead of the other two. The local steps go
-/// NUMA-local first.
+/// Where every process holds as many members, [`allreduce_by_slices`]. Otherwise local reduce
+/// of each chunk to the leader, leaders' allreduce of it, local bcast of the result: three
+/// stages, the first running ahead of the other two. The local steps go NUMA-local first.
 pub(in crate::coll) async fn allreduce<T: Pod>(
     run: &Run<'_>,
     send: Option<&[T]>,
@@ -79,6 +81,9 @@ pub(in crate::coll) async fn allreduce<T: Pod>(
         }
     };
     let levels = levels(run)?;
+    if let Some(peers) = levels.peers(&run.tuning) {
+        return allreduce_by_slices(run, levels, &peers, send, recv, op).await;
+    }
     let chunk = chunk_len(run, size_of::<T>());
     let chunks = recv.len().div_ceil(chunk) as u64;
     let local = LocalLevel::new(levels, &run.tuning);
@@ -101,6 +106,36 @@ pub(in crate::coll) async fn allreduce<T: Pod>(
     };
     let slots: Vec<Cell<Option<&mut [T]>>> = recv.chunks_mut(chunk).map(|c| Cell::new(Some(c))).collect();
     pipeline(&slots, Some(reduce_step), Some(share_step)).await
+}
+
+/// [`allreduce`] where every process holds as many members: each member owns a slice of the
+/// vector (local rank `i` the `i`-th of near-equal slices). Local reduce-scatter of the slices,
+/// the peers' allreduce of each slice across processes (every member at once, each over its own
+/// connections, so no member idles while a leader talks for the process and the network carries
+/// one copy of the vector per process), local allgather. Slices combine in process order, which
+/// is rank order where processes hold consecutive ranks (what non-commutative operations need).
+async fn allreduce_by_slices<T: Pod>(
+    run: &Run<'_>,
+    levels: &Levels,
+    peers: &Comm,
+    send: &[T],
+    recv: &mut [T],
+    op: &dyn Op<T>,
+) -> Result<()> {
+    let local = levels.local(&run.tuning);
+    let blocking = run.is_blocking();
+    let (members, len) = (local.size(), recv.len());
+    let counts: Vec<usize> = (0..members).map(|i| len / members + usize::from(i < len % members)).collect();
+    let displs = displacements(&counts);
+    let local_runs = LevelRuns::take(&local, 2, blocking);
+    let peer_runs = LevelRuns::take(peers, 1, blocking);
+    let me = local.rank();
+    let mine = displs[me]..displs[me] + counts[me];
+    local_runs.next()?.reduce_scatter(send, &mut recv[mine.clone()], &counts, op).await?;
+    peer_runs.next()?.dispatch_allreduce(None, &mut recv[mine], op).await?;
+    let bytes: Vec<usize> = counts.iter().map(|c| c * size_of::<T>()).collect();
+    let layout = packed_layout(&local, &bytes)?;
+    local_runs.next()?.dispatch_allgatherv(None, bytemuck::cast_slice_mut(recv), &layout, Pick::Tuned).await
 }
 
 /// Local reduce to each process's leader, leaders' reduce to the root's leader, which hands the
