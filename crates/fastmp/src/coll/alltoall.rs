@@ -49,7 +49,8 @@ async fn exchange(
     let source = |k: usize| (me + np - k) % np;
     // The own block is copied while the messages travel (by the progress agent when it is on).
     let own = std::mem::take(&mut inbox[me]);
-    let copying = check_own_block(own, outbox(me), coll).map(|()| OffloadedCopy::start(own, outbox(me), comm.is_blocking()));
+    let copying =
+        check_own_block(own, outbox(me), coll).map(|()| OffloadedCopy::start(own, outbox(me), comm.is_blocking()));
     let exchanged = match algorithm {
         // bFT: np - 1 pairwise steps, each a combined send and receive.
         Algorithm::Bft => {
