@@ -77,6 +77,7 @@ mod owned;
 mod p2p;
 pub mod pgas;
 mod progress;
+mod progress_agent;
 mod raw;
 mod scope;
 mod sync;

@@ -9,8 +9,9 @@
 use super::pattern::all_steps;
 use super::select::{Algorithm, Collective};
 use super::transport::Run;
-use super::vector::{Layout, carve_blocks, copy_own_block, equal_blocks, equal_chunks};
+use super::vector::{Layout, carve_blocks, check_own_block, equal_blocks, equal_chunks};
 use crate::error::Result;
+use crate::progress_agent::OffloadedCopy;
 
 pub(super) async fn alltoall(comm: &Run<'_>, send: &[u8], recv: &mut [u8], algorithm: Algorithm) -> Result<()> {
     let np = comm.size();
@@ -46,7 +47,10 @@ async fn exchange(
     let outbox = |peer: usize| &send[send_block(peer)];
     let dest = |k: usize| (me + k) % np;
     let source = |k: usize| (me + np - k) % np;
-    let copied = copy_own_block(inbox[me], outbox(me), coll);
+    // The own block is copied while the messages travel (by the progress agent when it is on).
+    let own = std::mem::take(&mut inbox[me]);
+    let copying =
+        check_own_block(own, outbox(me), coll).map(|()| OffloadedCopy::start(own, outbox(me), comm.is_blocking()));
     let exchanged = match algorithm {
         // bFT: np - 1 pairwise steps, each a combined send and receive.
         Algorithm::Bft => {
@@ -83,6 +87,10 @@ async fn exchange(
             received.and(pending.wait_all().await)
         }
         other => return Err(coll.unsupported(other)),
+    };
+    let copied = match copying {
+        Ok(copying) => copying.finish().await,
+        Err(e) => Err(e),
     };
     copied.and(exchanged)
 }

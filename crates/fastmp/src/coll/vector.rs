@@ -193,6 +193,13 @@ pub(crate) fn offset_block(offsets: &[usize], i: usize) -> Range<usize> {
 /// Copies a rank's own block, which never travels as a message; a length difference means the
 /// caller's counts disagree.
 pub(crate) fn copy_own_block(dst: &mut [u8], src: &[u8], coll: Collective) -> Result<()> {
+    check_own_block(dst, src, coll)?;
+    dst.copy_from_slice(src);
+    Ok(())
+}
+
+/// The error of [`copy_own_block`], if any, without copying.
+pub(crate) fn check_own_block(dst: &[u8], src: &[u8], coll: Collective) -> Result<()> {
     if dst.len() != src.len() {
         return Err(Error::InvalidArgument(format!(
             "{coll}: this rank's own block has {} bytes but its place in the buffer {}",
@@ -200,7 +207,6 @@ pub(crate) fn copy_own_block(dst: &mut [u8], src: &[u8], coll: Collective) -> Re
             dst.len()
         )));
     }
-    dst.copy_from_slice(src);
     Ok(())
 }
 

@@ -113,6 +113,8 @@ pub struct Config {
     pub(crate) sockets: SocketOptions,
     /// Whether the tcp device runs a progress thread (see [`Config::progress_thread`]).
     pub(crate) progress_thread: bool,
+    /// Whether nonblocking collectives hand bulk copies to the process's progress agent.
+    pub(crate) progress_agent: bool,
     /// Thread ranks per process of the hybrid device (`None`: its default), or the block size
     /// of the processes a shm world simulates ([`Config::simulate_processes`]).
     pub(crate) threads_per_process: Option<usize>,
@@ -261,6 +263,7 @@ impl Config {
             process: None,
             sockets: SocketOptions::default(),
             progress_thread: false,
+            progress_agent: false,
             threads_per_process: None,
             simulate_processes: false,
             simulate_numa: None,
@@ -275,7 +278,8 @@ impl Config {
     /// `FASTMP_NP` or processes × threads),
     /// `FASTMP_EAGER_LIMIT` (bytes), `FASTMP_PIN` (`compact`/`scatter`/`numa`/`none`),
     /// `FASTMP_STACK_SIZE` (bytes per rank thread), `FASTMP_TCP_SNDBUF`/`FASTMP_TCP_RCVBUF`
-    /// (socket buffer bytes), `FASTMP_PROGRESS_THREAD` (`1`: see [`Config::progress_thread`]).
+    /// (socket buffer bytes), `FASTMP_PROGRESS_THREAD` (`1`: see [`Config::progress_thread`]),
+    /// `FASTMP_PROGRESS_AGENT` (`1`: see [`Config::progress_agent`]).
     /// Unset variables keep the defaults of [`Config::new`].
     ///
     /// A process started by a launcher is one rank of a multi-process job: its rank and size come
@@ -324,6 +328,9 @@ impl Config {
         if let Some(on) = env_parse::<u8>("FASTMP_PROGRESS_THREAD")? {
             c.progress_thread = on != 0;
         }
+        if let Some(on) = env_parse::<u8>("FASTMP_PROGRESS_AGENT")? {
+            c.progress_agent = on != 0;
+        }
         // Undocumented, like `simulate_processes`: measuring locality-driven algorithms on shm.
         if c.device == DeviceKind::Shm
             && let Some(t) = env_parse::<usize>("FASTMP_SIMULATE_PROCESSES")?
@@ -348,6 +355,28 @@ impl Config {
     /// by the ranks themselves.
     pub fn progress_thread(mut self, on: bool) -> Self {
         self.progress_thread = on;
+        self
+    }
+
+    /// Starts the process's progress agent: a thread that makes the bulk copies of nonblocking
+    /// collectives (for now the own block of `ialltoall`/`ialltoallv` over messages, from 64
+    /// KiB) while the ranks compute; a rank that waits makes its own copies if the agent has not
+    /// started them, so nothing depends on the agent getting a core. Off by default
+    /// (`FASTMP_PROGRESS_AGENT=1` in [`Config::from_env`]): the thread competes with the ranks
+    /// for cores. Process-wide: once a job of the process switched it on, it stays on.
+    ///
+    /// ```
+    /// let sums = fastmp::Config::new().np(2).progress_agent(true).run(|world| {
+    ///     let send = vec![world.rank() as u8; 1 << 17];
+    ///     let mut recv = vec![0u8; 1 << 17];
+    ///     world.scope(|s| s.ialltoall(&send, &mut recv)?.wait().map(drop))?;
+    ///     Ok(recv.iter().map(|&b| u64::from(b)).sum::<u64>())
+    /// })?;
+    /// assert_eq!(sums, [1 << 16, 1 << 16]);
+    /// # Ok::<(), fastmp::Error>(())
+    /// ```
+    pub fn progress_agent(mut self, on: bool) -> Self {
+        self.progress_agent = on;
         self
     }
 

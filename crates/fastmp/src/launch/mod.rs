@@ -148,6 +148,9 @@ impl Config {
         R: Send,
     {
         self.validate()?;
+        if self.progress_agent {
+            crate::progress_agent::Agent::set_enabled(true);
+        }
         let Some(path) = crate::trace::path_for(self.trace.as_deref()) else { return self.run_untraced(&f) };
         // Ranks that are processes (a launcher's, or MPI's) write a file each.
         #[cfg(feature = "mpi")]

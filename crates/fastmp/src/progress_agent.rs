@@ -1,0 +1,340 @@
+//! The progress agent: a thread per process that runs the bulk work (copies, later reductions)
+//! of nonblocking collectives while their ranks compute.
+//!
+//! # Design
+//! An operation's future borrows its rank's `Rc` state, so no other thread may poll it: the
+//! agent never sees operations, only *work items*. A nonblocking run that reaches a bulk step
+//! whose inputs are ready (copy these bytes from here to there) hands the step off as an item
+//! ([`Agent::submit`]) and keeps the item's [`Ticket`] in its future; the future completes the
+//! step when the ticket reports it done. Stages that wait for peers still advance only in the
+//! rank's own fastmp calls (and, on tcp, in the device's progress thread).
+//!
+//! - *Nothing depends on the agent being scheduled.* Whoever gets an item first runs it: the
+//!   agent thread, or the rank itself when it polls the operation again (`Ticket::help`, from
+//!   `test`/`wait` or any other fastmp call) — so a job is correct and quick on one core and
+//!   with 16 ranks on 2 cores; the agent only adds a core where one is free.
+//! - *Soundness.* An item holds raw pointers into buffers the operation's scope keeps borrowed.
+//!   The ticket lives in the operation's future, and the future is always dropped or finished
+//!   before the scope ends (`Engine::finish_scope`; a leaked `Request` does not leak the future,
+//!   which the engine owns). Dropping a ticket *revokes* an item nobody started and *waits* for
+//!   one being run, so the agent never touches a buffer after its borrow ended, whatever the
+//!   user drops, leaks (`mem::forget`) or unwinds. Items touch local memory only, so a waiting
+//!   drop is bounded by one copy; a failed peer fails the operation's transfers, never an item.
+//! - *Cost when unused.* Off by default (`Config::progress_agent(true)`,
+//!   `FASTMP_PROGRESS_AGENT=1`); when off, nothing is spawned and runs take the inline path.
+//!   Items are only made for steps of at least [`AGENT_MIN_BYTES`], so small operations pay a
+//!   relaxed load at most.
+//! - The queue's lock is held to push or pop an item, never while an item runs.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+
+/// Smallest step handed to the agent: below it, running the step inline costs less than the
+/// hand-off (a queue push, a wake-up, and the cache misses of another core).
+pub(crate) const AGENT_MIN_BYTES: usize = 64 * 1024;
+
+/// What an item does; runs once, on whichever thread claims it.
+type Job = Box<dyn FnOnce() + Send>;
+
+/// Item states (`Item::state`).
+const QUEUED: u8 = 0;
+const RUNNING: u8 = 1;
+const DONE: u8 = 2;
+const REVOKED: u8 = 3;
+const PANICKED: u8 = 4;
+
+struct Item {
+    state: AtomicU8,
+    /// Taken by the thread that moved `state` from `QUEUED` (lock held only to take it).
+    job: Mutex<Option<Job>>,
+}
+
+impl Item {
+    /// Runs the job here if nobody claimed it yet; whether this call ran it.
+    fn try_run(&self) -> bool {
+        if self.state.compare_exchange(QUEUED, RUNNING, Ordering::Acquire, Ordering::Relaxed).is_err() {
+            return false;
+        }
+        let job = self.job.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job.map(|job| job())));
+        self.state.store(if ran.is_ok() { DONE } else { PANICKED }, Ordering::Release);
+        true
+    }
+}
+
+/// The submitter's handle on an item: reports completion, lets the owner run the item itself,
+/// and on drop revokes the item or waits until it is no longer running.
+pub(crate) struct Ticket {
+    item: Arc<Item>,
+}
+
+impl Ticket {
+    /// The item's outcome once it ran (`None` while queued or running).
+    pub(crate) fn outcome(&self) -> Option<Result<()>> {
+        match self.item.state.load(Ordering::Acquire) {
+            DONE => Some(Ok(())),
+            PANICKED => Some(Err(Error::Other("a progress agent work item panicked".into()))),
+            _ => None,
+        }
+    }
+
+    /// Runs the item on this thread if the agent has not started it.
+    pub(crate) fn help(&self) {
+        self.item.try_run();
+    }
+
+    /// Runs the item here or waits for the thread running it; its outcome.
+    #[cfg(test)]
+    fn finish(&self) -> Result<()> {
+        self.help();
+        wait_while_running(&self.item);
+        self.outcome().expect("a claimed item is finished once no longer running")
+    }
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        let revoked = self.item.state.compare_exchange(QUEUED, REVOKED, Ordering::AcqRel, Ordering::Acquire);
+        if revoked.is_ok() {
+            // Nobody will run it: free what it captured now rather than when the agent pops it.
+            drop(self.item.job.lock().unwrap_or_else(|e| e.into_inner()).take());
+        } else {
+            wait_while_running(&self.item);
+        }
+    }
+}
+
+/// Spins briefly, then yields, then sleeps until `item` is not running (it runs on another
+/// thread, which makes progress without us).
+fn wait_while_running(item: &Item) {
+    let mut rounds = 0u32;
+    while item.state.load(Ordering::Acquire) == RUNNING {
+        rounds += 1;
+        if rounds < 64 {
+            std::hint::spin_loop();
+        } else if rounds < 1024 {
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(Duration::from_micros(50));
+        }
+    }
+}
+
+/// Items waiting for the agent (or their owners).
+#[derive(Default)]
+struct Queue {
+    items: Mutex<VecDeque<Arc<Item>>>,
+    wake: Condvar,
+}
+
+impl Queue {
+    fn push(&self, item: Arc<Item>) {
+        self.items.lock().unwrap_or_else(|e| e.into_inner()).push_back(item);
+        self.wake.notify_one();
+    }
+
+    /// The next item, waiting for one up to `idle`.
+    fn pop(&self, idle: Duration) -> Option<Arc<Item>> {
+        let mut items = self.items.lock().unwrap_or_else(|e| e.into_inner());
+        if items.is_empty() {
+            items = self.wake.wait_timeout(items, idle).unwrap_or_else(|e| e.into_inner()).0;
+        }
+        items.pop_front()
+    }
+
+    /// Runs queued items until none is left (the agent thread's work, also used by tests).
+    fn drain(&self) {
+        while let Some(item) = self.pop(Duration::ZERO) {
+            item.try_run();
+        }
+    }
+}
+
+/// A process's progress agent: its queue and the thread that empties it.
+pub(crate) struct Agent {
+    queue: Arc<Queue>,
+}
+
+/// Whether runs hand bulk steps to the agent (`Config::progress_agent`, `FASTMP_PROGRESS_AGENT`).
+static ENABLED: AtomicBool = AtomicBool::new(false);
+
+impl Agent {
+    /// Switches the process's agent on for operations started from now on.
+    pub(crate) fn set_enabled(on: bool) {
+        ENABLED.store(on, Ordering::Relaxed);
+    }
+
+    /// The process's agent when it is on (started at the first use), else `None`.
+    pub(crate) fn get() -> Option<&'static Agent> {
+        if !ENABLED.load(Ordering::Relaxed) {
+            return None;
+        }
+        static AGENT: OnceLock<Agent> = OnceLock::new();
+        Some(AGENT.get_or_init(Agent::spawn))
+    }
+
+    /// An agent with its thread; without a thread (spawning failed) owners run their items.
+    fn spawn() -> Agent {
+        let queue = Arc::new(Queue::default());
+        let worker = Arc::clone(&queue);
+        let spawned = std::thread::Builder::new().name("fastmp-progress-agent".into()).spawn(move || {
+            loop {
+                worker.drain();
+                if let Some(item) = worker.pop(Duration::from_millis(100)) {
+                    item.try_run();
+                }
+            }
+        });
+        drop(spawned);
+        Agent { queue }
+    }
+
+    /// Queues a copy of `len` bytes from `src` to `dst`.
+    ///
+    /// # Safety
+    /// `src` must be readable and `dst` writable for `len` bytes, the ranges must not overlap,
+    /// and nothing else may write `dst` or `src` until the returned ticket is dropped or reports
+    /// an outcome (its drop waits for a running copy).
+    pub(crate) unsafe fn copy(&self, src: *const u8, dst: *mut u8, len: usize) -> Ticket {
+        let (src, dst) = (SendPtr(src.cast_mut()), SendPtr(dst));
+        self.submit(Box::new(move || {
+            let (src, dst) = (src, dst);
+            // SAFETY: the caller keeps both ranges valid and unaliased until the ticket is dropped
+            // or done, and the ticket's drop waits for this copy (see `Agent::copy`).
+            unsafe { std::ptr::copy_nonoverlapping(src.0.cast_const(), dst.0, len) }
+        }))
+    }
+
+    fn submit(&self, job: Job) -> Ticket {
+        let item = Arc::new(Item { state: AtomicU8::new(QUEUED), job: Mutex::new(Some(job)) });
+        self.queue.push(Arc::clone(&item));
+        Ticket { item }
+    }
+}
+
+/// A copy that is a step of a nonblocking run: started at once (handed to the agent when it is
+/// on, the run is nonblocking and the copy is at least [`AGENT_MIN_BYTES`], else made inline),
+/// finished by [`OffloadedCopy::finish`]. Borrows both buffers for as long as it lives, and its
+/// drop revokes or waits for the agent's copy (see [`Ticket`]).
+pub(crate) struct OffloadedCopy<'a> {
+    ticket: Option<Ticket>,
+    _buffers: std::marker::PhantomData<(&'a [u8], &'a mut [u8])>,
+}
+
+impl<'a> OffloadedCopy<'a> {
+    /// Starts copying `src` into `dst` (same lengths: the caller checked).
+    pub(crate) fn start(dst: &'a mut [u8], src: &'a [u8], blocking: bool) -> Self {
+        assert_eq!(dst.len(), src.len(), "OffloadedCopy::start: lengths checked by the caller");
+        let ticket = match Agent::get() {
+            Some(agent) if !blocking && src.len() >= AGENT_MIN_BYTES => {
+                // SAFETY: both slices are borrowed for 'a, which outlives the ticket (owned by
+                // `self`, which borrows them), and `&mut dst` excludes any overlap with `src`.
+                Some(unsafe { agent.copy(src.as_ptr(), dst.as_mut_ptr(), src.len()) })
+            }
+            _ => {
+                dst.copy_from_slice(src);
+                None
+            }
+        };
+        OffloadedCopy { ticket, _buffers: std::marker::PhantomData }
+    }
+
+    /// Completes once the copy is made: yields while the agent runs it, and runs it here if
+    /// the agent has not started it when the run is polled again (so it never waits for the
+    /// agent to be scheduled).
+    pub(crate) async fn finish(self) -> Result<()> {
+        let Some(ticket) = &self.ticket else { return Ok(()) };
+        std::future::poll_fn(|_| {
+            ticket.help();
+            ticket.outcome().map_or(std::task::Poll::Pending, std::task::Poll::Ready)
+        })
+        .await
+    }
+}
+
+/// A raw pointer that a work item carries to the thread that runs it.
+#[derive(Clone, Copy)]
+struct SendPtr(*mut u8);
+// SAFETY: only `Agent::copy`'s jobs hold one, under that function's contract (the memory stays
+// valid and unaliased until the ticket ends); the pointer itself is plain data.
+unsafe impl Send for SendPtr {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An agent with no thread: items run only when a test drains the queue or helps.
+    fn threadless() -> Agent {
+        Agent { queue: Arc::new(Queue::default()) }
+    }
+
+    #[test]
+    fn owner_runs_its_item_when_nobody_did() {
+        let agent = threadless();
+        let src = [7u8; 300];
+        let mut dst = [0u8; 300];
+        // SAFETY: both arrays outlive the ticket, which is finished before they are read.
+        let ticket = unsafe { agent.copy(src.as_ptr(), dst.as_mut_ptr(), src.len()) };
+        assert!(ticket.outcome().is_none());
+        ticket.finish().unwrap();
+        drop(ticket);
+        assert_eq!(dst, src);
+        agent.queue.drain(); // the already-run item is skipped
+    }
+
+    #[test]
+    fn the_agent_runs_items_and_the_owner_sees_them_done() {
+        let agent = threadless();
+        let src: Vec<u8> = (0..=255).collect();
+        let mut dst = vec![0u8; 256];
+        // SAFETY: both vectors outlive the ticket.
+        let ticket = unsafe { agent.copy(src.as_ptr(), dst.as_mut_ptr(), 256) };
+        let queue = Arc::clone(&agent.queue);
+        std::thread::spawn(move || queue.drain()).join().unwrap();
+        assert!(matches!(ticket.outcome(), Some(Ok(()))));
+        drop(ticket);
+        assert_eq!(dst, src);
+    }
+
+    #[test]
+    fn a_dropped_ticket_revokes_its_item() {
+        let agent = threadless();
+        let src = vec![1u8; 64];
+        let mut dst = vec![0u8; 64];
+        // SAFETY: the ticket is dropped before the vectors.
+        let ticket = unsafe { agent.copy(src.as_ptr(), dst.as_mut_ptr(), 64) };
+        drop(ticket);
+        drop(src);
+        agent.queue.drain(); // must not run the revoked copy (Miri flags a use after free if it did)
+        assert_eq!(dst, vec![0; 64]);
+        dst.clear();
+    }
+
+    #[test]
+    fn a_dropped_ticket_waits_for_its_running_item() {
+        let agent = threadless();
+        let src = vec![3u8; 1 << 12];
+        let mut dst = vec![0u8; 1 << 12];
+        for _ in 0..4 {
+            // SAFETY: the ticket is dropped (and so the copy over) before the vectors are used.
+            let ticket = unsafe { agent.copy(src.as_ptr(), dst.as_mut_ptr(), src.len()) };
+            let queue = Arc::clone(&agent.queue);
+            let runner = std::thread::spawn(move || queue.drain());
+            drop(ticket); // revokes or waits, depending on who came first
+            runner.join().unwrap();
+        }
+        assert!(dst.iter().all(|&b| b == 0 || b == 3));
+    }
+
+    #[test]
+    fn a_panicking_item_is_an_error_not_a_hang() {
+        let agent = threadless();
+        let ticket = agent.submit(Box::new(|| panic!("boom")));
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| ticket.finish()));
+        assert!(matches!(outcome, Ok(Err(Error::Other(_)))), "{outcome:?}");
+    }
+}
