@@ -266,7 +266,8 @@ pub struct Stats {
     pub min_us: f64,
     pub max_us: f64,
     /// Average over ranks of each rank's median call time: unlike the OSU mean it ignores the
-    /// occasional preempted call, which is what the tuner needs to rank algorithms.
+    /// occasional preempted call, which is what the tuner needs to rank algorithms while every
+    /// rank has a core (oversubscribed, it ranks by the mean: see `tune::Ranking`).
     pub median_us: f64,
 }
 

@@ -1,8 +1,10 @@
 //! `fastmp-bench tune`: measures every algorithm of every collective at each process count and
 //! power-of-two size (the collective benchmarks' method with fewer iterations, ranked by the
-//! median call time, best of [`ROUNDS`] interleaved rounds), keeps the fastest per (np, size),
-//! compresses the winners into selection rules and writes a JSON tuning file that
-//! `Tuning::from_json` and `FASTMP_TUNING_FILE` accept.
+//! call time of [`Ranking`], best of [`ROUNDS`] interleaved rounds), keeps the fastest per (np, size),
+//! compresses the winners into selection rules (the job's own rules decide beyond the largest
+//! measured process count) and writes a JSON tuning file that `Tuning::from_json` and
+//! `FASTMP_TUNING_FILE` accept. So `fastmp-bench tune --np-list 2` is a quick calibration of
+//! this machine that leaves the other process counts to the defaults.
 //!
 //! Without a launcher it starts thread ranks for each `--np-list` entry on the device of
 //! `FASTMP_DEVICE` (tcp: ranks talk over loopback). Under a launcher (`fastmprun -np N --device
@@ -38,13 +40,37 @@ pub struct Plan {
     pub points: Option<std::path::PathBuf>,
 }
 
-/// The median call time (averaged over ranks) of one algorithm at one size.
+/// The call time (averaged over ranks, as [`Ranking`] says) of one algorithm at one size.
 #[derive(Clone, Debug)]
 struct Point {
     coll: Collective,
     algorithm: Algorithm,
     size: usize,
-    median_us: f64,
+    time_us: f64,
+}
+
+/// Which call time ranks the algorithms at one process count.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Ranking {
+    /// Each rank's median call: robust to a preempted call when every rank has a core.
+    Median,
+    /// Each rank's mean call, when ranks outnumber the cores: then waiting for a descheduled
+    /// peer is the cost itself, not noise, and the median hides it (measured on 2 cores at np 8:
+    /// allreduce `nbft` won on medians, but `native`'s mean was about half of `nbft`'s).
+    Mean,
+}
+
+impl Ranking {
+    fn for_ranks(np: usize, cpus: usize) -> Self {
+        if np > cpus { Ranking::Mean } else { Ranking::Median }
+    }
+
+    fn time_us(self, stats: &crate::coll::Stats) -> f64 {
+        match self {
+            Ranking::Median => stats.median_us,
+            Ranking::Mean => stats.avg_us,
+        }
+    }
 }
 
 /// Measured points of one process count.
@@ -82,6 +108,9 @@ pub fn run(config: &Config, plan: &Plan, output: &Path) -> Result<(), String> {
     let cpus = fastmp::affinity::allowed_cpus().len();
     let mut measured: Measured = Vec::new();
     let mut device = "";
+    // The rules the job started with (the device's defaults, with FASTMP_TUNING_FILE applied):
+    // they decide beyond the measured process counts.
+    let mut base: Option<Tuning> = None;
     for &np in &np_list {
         let mut config = config.clone().np(np);
         if !launched && np > cpus {
@@ -90,18 +119,21 @@ pub fn run(config: &Config, plan: &Plan, output: &Path) -> Result<(), String> {
             bar.suspend(|| eprintln!("tune: np={np} > {cpus} CPUs: ranks run unpinned"));
             config = config.pin(Pin::None);
         }
+        let ranking = Ranking::for_ranks(np, cpus);
         let mut ranks = config
             .run(|world: Comm| {
                 let bar = if world.rank() == 0 { &bar } else { &hidden };
-                Ok((world.rank(), world.device_name(), measure_all(&world, &collectives, plan, bar)?))
+                let points = measure_all(&world, &collectives, plan, ranking, bar)?;
+                Ok((world.rank(), world.device_name(), world.tuning().clone(), points))
             })
             .map_err(|e| format!("tune at np={np}: {e}"))?;
-        let (rank, name, points) = ranks.swap_remove(0);
+        let (rank, name, tuning, points) = ranks.swap_remove(0);
         if rank != 0 {
             // A launched process other than rank 0: rank 0 reports.
             return Ok(());
         }
         device = name;
+        base = Some(tuning);
         measured.push((np, points));
     }
     bar.finish_and_clear();
@@ -117,7 +149,8 @@ pub fn run(config: &Config, plan: &Plan, output: &Path) -> Result<(), String> {
         "comment".into(),
         json!(format!(
             "fastmp-bench tune on the {device} device: np {}; {} points of {}..{} B; each point the best of {ROUNDS} \
-             interleaved rounds of the ranks' median call times; beyond np {} the scalable fallbacks",
+             interleaved rounds of the ranks' median call times (mean where np exceeds the CPUs); beyond np {} the \
+             rules the tuning job started with",
             nps.join(","),
             all.count(),
             min,
@@ -132,7 +165,8 @@ pub fn run(config: &Config, plan: &Plan, output: &Path) -> Result<(), String> {
     for coll in tuned {
         let winners: Vec<(usize, Vec<(usize, Algorithm)>)> =
             measured.iter().map(|(np, points)| (*np, fastest(coll, points))).collect();
-        let rules = compress(coll, &winners);
+        let beyond = base.as_ref().map_or(&[][..], |t| &t.rules(coll)[..]);
+        let rules = compress(coll, &winners, beyond);
         summary.push((coll, rules.iter().map(rule_text).collect::<Vec<_>>().join("; ")));
         file.insert(coll.name().into(), serde_json::to_value(&rules).map_err(|e| e.to_string())?);
     }
@@ -175,7 +209,11 @@ fn merge_points(path: &Path, measured: Measured) -> Result<Measured, String> {
             coll: Collective::from_name(name("collective")?).map_err(|e| bad(e.to_string()))?,
             algorithm: Algorithm::from_name(name("algorithm")?).map_err(|e| bad(e.to_string()))?,
             size: number("size")?,
-            median_us: field("median_us")?.as_f64().ok_or_else(|| bad("bad median_us".into()))?,
+            // Points files from before the mean ranking name the field `median_us`.
+            time_us: field("time_us")
+                .or_else(|_| field("median_us"))?
+                .as_f64()
+                .ok_or_else(|| bad("bad time_us".into()))?,
         };
         all.push((number("np")?, point));
     }
@@ -186,7 +224,7 @@ fn merge_points(path: &Path, measured: Measured) -> Result<Measured, String> {
             (*n, p.coll, p.algorithm, p.size) == (np, point.coll, point.algorithm, point.size)
         };
         match best.iter_mut().find(same) {
-            Some((_, kept)) => kept.median_us = kept.median_us.min(point.median_us),
+            Some((_, kept)) => kept.time_us = kept.time_us.min(point.time_us),
             None => best.push((np, point)),
         }
     }
@@ -195,7 +233,7 @@ fn merge_points(path: &Path, measured: Measured) -> Result<Measured, String> {
         .iter()
         .map(|(np, p)| {
             let line = json!({"np": np, "collective": p.coll.name(), "algorithm": p.algorithm.name(),
-                "size": p.size, "median_us": p.median_us});
+                "size": p.size, "time_us": p.time_us});
             format!("{line}\n")
         })
         .collect();
@@ -216,13 +254,19 @@ fn merge_points(path: &Path, measured: Measured) -> Result<Measured, String> {
 pub const ROUNDS: usize = 3;
 
 /// Every algorithm of every collective at every size on this communicator; the points at rank 0.
-fn measure_all(world: &Comm, collectives: &[Collective], plan: &Plan, bar: &ProgressBar) -> fastmp::Result<Vec<Point>> {
+fn measure_all(
+    world: &Comm,
+    collectives: &[Collective],
+    plan: &Plan,
+    ranking: Ranking,
+    bar: &ProgressBar,
+) -> fastmp::Result<Vec<Point>> {
     let mut points: Vec<Point> = Vec::new();
     for _ in 0..ROUNDS {
-        for point in measure_round(world, collectives, plan, bar)? {
+        for point in measure_round(world, collectives, plan, ranking, bar)? {
             match points.iter_mut().find(|p| (p.coll, p.algorithm, p.size) == (point.coll, point.algorithm, point.size))
             {
-                Some(best) => best.median_us = best.median_us.min(point.median_us),
+                Some(best) => best.time_us = best.time_us.min(point.time_us),
                 None => points.push(point),
             }
         }
@@ -235,6 +279,7 @@ fn measure_round(
     world: &Comm,
     collectives: &[Collective],
     plan: &Plan,
+    ranking: Ranking,
     bar: &ProgressBar,
 ) -> fastmp::Result<Vec<Point>> {
     let np = world.size();
@@ -256,7 +301,7 @@ fn measure_round(
                 let stats = measure(world, &comm, &mut work, size, plan.iterations)
                     .map_err(|e| Error::other(format!("{coll} {algorithm}, {size} B: {e}")))?;
                 if let Some(stats) = stats {
-                    points.push(Point { coll, algorithm, size, median_us: stats.median_us });
+                    points.push(Point { coll, algorithm, size, time_us: ranking.time_us(&stats) });
                     bar.inc(1);
                 }
             }
@@ -277,15 +322,14 @@ fn fastest(coll: Collective, points: &[Point]) -> Vec<(usize, Algorithm)> {
     let mut sizes: Vec<usize> = mine.iter().map(|p| p.size).collect();
     sizes.sort_unstable();
     sizes.dedup();
-    let best_at = |size: usize| {
-        mine.iter().filter(|p| p.size == size).min_by(|a, b| a.median_us.total_cmp(&b.median_us)).copied()
-    };
+    let best_at =
+        |size: usize| mine.iter().filter(|p| p.size == size).min_by(|a, b| a.time_us.total_cmp(&b.time_us)).copied();
     if selects_by_size(coll) {
         let mut winners: Vec<(usize, Algorithm)> = Vec::new();
         for size in sizes {
             let Some(best) = best_at(size) else { continue };
             let near_best = |a: Algorithm| {
-                mine.iter().any(|p| p.size == size && p.algorithm == a && p.median_us <= best.median_us * TIE)
+                mine.iter().any(|p| p.size == size && p.algorithm == a && p.time_us <= best.time_us * TIE)
             };
             let previous = winners.last().map(|&(_, a)| a).filter(|&a| near_best(a));
             winners.push((size, previous.unwrap_or(best.algorithm)));
@@ -295,7 +339,7 @@ fn fastest(coll: Collective, points: &[Point]) -> Vec<(usize, Algorithm)> {
     let relative = |algorithm: Algorithm| -> f64 {
         mine.iter()
             .filter(|p| p.algorithm == algorithm)
-            .filter_map(|p| best_at(p.size).map(|best| p.median_us / best.median_us.max(f64::MIN_POSITIVE)))
+            .filter_map(|p| best_at(p.size).map(|best| p.time_us / best.time_us.max(f64::MIN_POSITIVE)))
             .sum()
     };
     let algorithms = coll.algorithms().iter().copied().filter(|&a| mine.iter().any(|p| p.algorithm == a));
@@ -306,10 +350,11 @@ fn fastest(coll: Collective, points: &[Point]) -> Vec<(usize, Algorithm)> {
 /// rule up to the run's last size, each np's last run has no size limit and the last np none
 /// either; an np whose rules equal the next np's is left to those.
 /// Rules from the winners per process count. Beyond the largest measured process count the
-/// measurements say nothing, so the last rule is the collective's scalable fallback (an
-/// oversubscribed winner such as a flat tree, whose root holds np buffers, must not be
-/// extrapolated to hundreds of ranks).
-fn compress(coll: Collective, winners: &[(usize, Vec<(usize, Algorithm)>)]) -> Vec<Rule> {
+/// measurements say nothing, so the `beyond` rules decide there (the job's own, so that a quick
+/// `tune --np-list 2` loaded with FASTMP_TUNING_FILE keeps the defaults for other counts), and
+/// without them the collective's scalable fallback (an oversubscribed winner such as a flat
+/// tree, whose root holds np buffers, must not be extrapolated to hundreds of ranks).
+fn compress(coll: Collective, winners: &[(usize, Vec<(usize, Algorithm)>)], beyond: &[Rule]) -> Vec<Rule> {
     let per_np: Vec<(usize, Vec<Rule>)> = winners
         .iter()
         .filter(|(_, w)| !w.is_empty())
@@ -334,7 +379,13 @@ fn compress(coll: Collective, winners: &[(usize, Vec<(usize, Algorithm)>)]) -> V
             _ => rules.extend(group.iter().map(|r| Rule { max_np: Some(*np), ..*r })),
         }
     }
-    rules.push(Rule::always(coll.fallback()));
+    // Every np up to the largest measured one ends in a rule without a size limit, so `beyond`
+    // rules limited to those counts could never apply.
+    let largest = per_np.last().map_or(0, |(np, _)| *np);
+    rules.extend(beyond.iter().filter(|r| r.max_np.is_none_or(|m| m > largest)));
+    if rules.last().is_none_or(|r| r.max_np.is_some() || r.max_bytes.is_some() || r.locality.is_some()) {
+        rules.push(Rule::always(coll.fallback()));
+    }
     rules
 }
 
@@ -362,7 +413,7 @@ mod tests {
             (4, vec![(1, Mst), (2, Native), (4, Native), (8, Native)]),
             (8, vec![(1, Mst), (2, Native), (4, Native), (8, Native)]),
         ];
-        let rules = compress(Collective::Bcast, &winners);
+        let rules = compress(Collective::Bcast, &winners, &[]);
         let rule = |max_np, max_bytes, algorithm| Rule { max_np, max_bytes, locality: None, algorithm };
         assert_eq!(
             rules,
@@ -383,8 +434,59 @@ mod tests {
     }
 
     #[test]
+    fn the_jobs_rules_decide_beyond_the_measured_process_counts() {
+        use Algorithm::{Bt, Mst, Native, Nbft};
+        let rule = |max_np, max_bytes, algorithm| Rule { max_np, max_bytes, locality: None, algorithm };
+        let beyond = [
+            rule(Some(2), None, Bt),
+            rule(Some(8), Some(64), Nbft),
+            rule(Some(8), None, Native),
+            rule(None, None, Mst),
+        ];
+        let winners = vec![(2, vec![(1, Mst), (8, Native)])];
+        let rules = compress(Collective::Bcast, &winners, &beyond);
+        assert_eq!(
+            rules,
+            [rule(Some(2), Some(1), Mst), rule(Some(2), None, Native), beyond[1], beyond[2], beyond[3]],
+            "the job's rules for np <= 2 can never apply and are left out"
+        );
+        let mut tuning = Tuning::defaults();
+        tuning.set_rules(Collective::Bcast, rules).unwrap();
+        assert_eq!(tuning.select(Collective::Bcast, 2, 1), Mst);
+        assert_eq!(tuning.select(Collective::Bcast, 4, 8), Nbft);
+        assert_eq!(tuning.select(Collective::Bcast, 64, 8), Mst);
+        let bounded = [rule(Some(16), None, Native)];
+        let rules = compress(Collective::Bcast, &winners, &bounded);
+        assert_eq!(rules.last(), Some(&Rule::always(Collective::Bcast.fallback())), "always ends unbounded");
+    }
+
+    #[test]
+    fn oversubscribed_runs_rank_by_the_mean_call() {
+        let stats = crate::coll::Stats { avg_us: 9.0, min_us: 1.0, max_us: 40.0, median_us: 2.0 };
+        assert_eq!(Ranking::for_ranks(2, 2), Ranking::Median);
+        assert_eq!(Ranking::for_ranks(4, 2), Ranking::Mean);
+        assert_eq!(Ranking::for_ranks(2, 2).time_us(&stats), 2.0);
+        assert_eq!(Ranking::for_ranks(8, 2).time_us(&stats), 9.0);
+    }
+
+    #[test]
+    fn points_files_keep_the_best_time_and_read_the_old_field_name() {
+        let path = std::env::temp_dir().join(format!("fastmp-tune-points-{}.jsonl", std::process::id()));
+        let old = r#"{"np":4,"collective":"bcast","algorithm":"bt","size":8,"median_us":3.0}"#;
+        std::fs::write(&path, format!("{old}\n")).unwrap();
+        let new = Point { coll: Collective::Bcast, algorithm: Algorithm::Bt, size: 8, time_us: 5.0 };
+        let merged = merge_points(&path, vec![(4, vec![new])]).unwrap();
+        let written = std::fs::read_to_string(&path).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        assert_eq!(merged.len(), 1);
+        assert_eq!(merged[0].0, 4);
+        assert_eq!(merged[0].1[0].time_us, 3.0, "the best of repeated points wins");
+        assert!(written.contains(r#""time_us":3.0"#), "{written}");
+    }
+
+    #[test]
     fn size_blind_collectives_get_one_algorithm_per_np() {
-        let point = |algorithm, size, median_us| Point { coll: Collective::Alltoallv, algorithm, size, median_us };
+        let point = |algorithm, size, time_us| Point { coll: Collective::Alltoallv, algorithm, size, time_us };
         let points = [
             point(Algorithm::Bft, 1, 1.0),
             point(Algorithm::Nbft, 1, 2.0),
@@ -393,7 +495,7 @@ mod tests {
         ];
         assert_eq!(fastest(Collective::Alltoallv, &points), [(0, Algorithm::Nbft)]);
         assert_eq!(
-            compress(Collective::Alltoallv, &[(2, fastest(Collective::Alltoallv, &points))]),
+            compress(Collective::Alltoallv, &[(2, fastest(Collective::Alltoallv, &points))], &[]),
             [
                 Rule { max_np: Some(2), max_bytes: None, locality: None, algorithm: Algorithm::Nbft },
                 Rule::always(Algorithm::Nbft)
@@ -403,7 +505,7 @@ mod tests {
 
     #[test]
     fn near_ties_keep_the_previous_winner() {
-        let point = |algorithm, size, median_us| Point { coll: Collective::Bcast, algorithm, size, median_us };
+        let point = |algorithm, size, time_us| Point { coll: Collective::Bcast, algorithm, size, time_us };
         let points = [
             point(Algorithm::Bt, 1, 1.0),
             point(Algorithm::Mst, 1, 1.5),
