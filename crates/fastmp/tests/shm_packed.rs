@@ -48,7 +48,7 @@ fn send_burst(world: &Comm, dest: usize, from: usize, to: usize) -> Result<()> {
         let mut reqs = Vec::with_capacity(payloads.len());
         for (k, p) in payloads.iter().enumerate() {
             let i = from + k;
-            reqs.push(if i % 3 == 0 { s.issend(p, dest, tag(i))? } else { s.isend(p, dest, tag(i))? });
+            reqs.push(if i.is_multiple_of(3) { s.issend(p, dest, tag(i))? } else { s.isend(p, dest, tag(i))? });
         }
         fastmp::waitall(&mut reqs).map(drop)
     })
@@ -139,8 +139,8 @@ fn wraparound_at_every_offset_and_full_ring() {
         .run(|world| {
             let mut next = 0;
             let mut buf = vec![0u8; LARGE];
-            for round in 1..=70 {
-                let count = if round % 10 == 0 { BURST } else { round };
+            for round in 1..=70usize {
+                let count = if round.is_multiple_of(10) { BURST } else { round };
                 if world.rank() == 0 {
                     send_burst(&world, 1, next, next + count)?;
                 } else {
