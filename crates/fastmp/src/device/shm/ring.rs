@@ -1,9 +1,11 @@
 //! Single-producer single-consumer slot ring: one per ordered pair of ranks.
 //!
-//! A slot is one cache line holding the header and up to [`INLINE_BYTES`] of payload, so a small
-//! message costs one cache-line transfer: the consumer polls the slot's sequence word, which the
-//! producer writes last. Larger eager payloads go to the slot's pooled spill buffer, which moves
-//! with the slot (or is swapped out by the consumer, see [`SlotView::take_spill`]).
+//! A slot is exactly one cache line holding a compact header and up to [`INLINE_BYTES`] of payload,
+//! so a small message costs one cache-line transfer: the consumer polls the slot's sequence word,
+//! which the producer writes last. Larger eager payloads go to the slot's pooled spill buffer, which
+//! moves with the slot (or is swapped out by the consumer, see [`SlotView::take_spill`]). The
+//! sender's record reference (synchronous and rendezvous sends only) lives beside the slot, so the
+//! common message never pays for it in the line.
 //!
 //! Ownership protocol: slot `i` belongs to the producer while `head > i - slots` has been observed,
 //! and to the consumer once it sees `seq == i + 1`, until it advances `head` past it.
@@ -19,8 +21,8 @@ pub(crate) const SLOTS: usize = 64;
 /// Slots per ring: few under loom, so that its models reach the full-ring case.
 #[cfg(loom)]
 pub(crate) const SLOTS: usize = 4;
-/// Payload bytes carried inside the slot's cache line.
-pub(crate) const INLINE_BYTES: usize = 24;
+/// Payload bytes carried inside the slot's cache line (64 − 8 sequence − 16 header).
+pub(crate) const INLINE_BYTES: usize = 40;
 
 /// What a slot carries.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -46,21 +48,71 @@ pub(crate) struct Header {
     pub record: Option<RecordRef>,
 }
 
+/// [`Header`] as stored in the slot: 16 bytes (a 48-bit length; the record is kept beside the slot).
+#[derive(Clone, Copy)]
+#[repr(C)]
+struct SlotHeader {
+    len_low: u32,
+    tag: i32,
+    context: u32,
+    len_high: u16,
+    kind: Kind,
+    /// [`SYNC`] and [`HAS_RECORD`] bits.
+    flags: u8,
+}
+
+const SYNC: u8 = 1;
+const HAS_RECORD: u8 = 2;
+
+/// Lengths a slot header can carry: more than a 48-bit address space can hold, so any buffer that
+/// exists fits.
+const MAX_LEN: u64 = (1 << 48) - 1;
+
+impl SlotHeader {
+    fn new(h: &Header) -> Self {
+        assert!(h.len <= MAX_LEN, "message length {} exceeds the ring's 48-bit length", h.len);
+        SlotHeader {
+            len_low: h.len as u32,
+            tag: h.tag,
+            context: h.context,
+            len_high: (h.len >> 32) as u16,
+            kind: h.kind,
+            flags: if h.sync { SYNC } else { 0 } | if h.record.is_some() { HAS_RECORD } else { 0 },
+        }
+    }
+
+    fn len(&self) -> u64 {
+        u64::from(self.len_low) | (u64::from(self.len_high) << 32)
+    }
+
+    /// Whether the message owns a record reference (kept in the ring's `records`).
+    fn has_record(&self) -> bool {
+        self.flags & HAS_RECORD != 0
+    }
+}
+
 #[repr(C, align(64))]
 struct Slot {
     /// `index + 1` once the message of ring position `index` is published.
     seq: AtomicU64,
-    header: UnsafeCell<Header>,
+    header: UnsafeCell<SlotHeader>,
     inline: UnsafeCell<[u8; INLINE_BYTES]>,
 }
 
+// One cache line per slot: a larger slot would make every message touch two lines.
+#[cfg(not(loom))]
+const _: () = assert!(size_of::<Slot>() == 64 && std::mem::offset_of!(Slot, inline) + INLINE_BYTES == 64);
+
 /// A slot's pooled buffer for payloads that do not fit inline.
 type SpillCell = UnsafeCell<Option<Box<[u8]>>>;
+/// A slot's record reference, for the messages that carry one (see [`SlotHeader::has_record`]).
+type RecordCell = UnsafeCell<Option<RecordRef>>;
 
 /// The ring of one (sender → receiver) pair.
 pub(crate) struct Ring {
     slots: Box<[Slot]>,
     spills: Box<[SpillCell]>,
+    records: Box<[RecordCell]>,
     /// Consumer's position (messages consumed); written by the consumer only.
     head: CachePadded<AtomicU64>,
     /// Producer's position and its cached copy of `head`; touched by the producer only.
@@ -96,21 +148,23 @@ impl Ring {
         let slots = (0..count)
             .map(|_| Slot {
                 seq: AtomicU64::new(0),
-                header: UnsafeCell::new(Header {
+                header: UnsafeCell::new(SlotHeader::new(&Header {
                     len: 0,
                     tag: 0,
                     context: 0,
                     kind: Kind::Eager,
                     sync: false,
                     record: None,
-                }),
+                })),
                 inline: UnsafeCell::new([0; INLINE_BYTES]),
             })
             .collect();
         let spills = (0..count).map(|_| UnsafeCell::new(None)).collect();
+        let records = (0..count).map(|_| UnsafeCell::new(None)).collect();
         Ring {
             slots,
             spills,
+            records,
             head: CachePadded::new(AtomicU64::new(0)),
             tail: CachePadded::new(ProducerPos { tail: AtomicU64::new(0), head_cache: AtomicU64::new(0) }),
         }
@@ -136,9 +190,14 @@ impl Ring {
         let i = (tail as usize) & (count - 1);
         let slot = &self.slots[i];
         debug_assert!(payload.len() as u64 == header.len || header.kind == Kind::Rts);
+        let stored = SlotHeader::new(&header);
         // SAFETY: the slot is the producer's (head > tail - count, checked above), so no other
         // thread accesses its cells until the Release store of `seq` below.
-        slot.header.with_mut(|h| unsafe { *h = header });
+        slot.header.with_mut(|h| unsafe { *h = stored });
+        if stored.has_record() {
+            // SAFETY: as above.
+            self.records[i].with_mut(|r| unsafe { *r = header.record });
+        }
         if payload.len() <= INLINE_BYTES {
             // SAFETY: as above.
             slot.inline.with_mut(|inline| unsafe { (&mut *inline)[..payload.len()].copy_from_slice(payload) });
@@ -181,7 +240,17 @@ impl Ring {
         }
         // SAFETY: seq == head+1 (Acquire) means the producer finished writing this slot and will
         // not touch it until we advance `head`; the caller is the only consumer.
-        let header = slot.header.with(|h| unsafe { *h });
+        let stored = slot.header.with(|h| unsafe { *h });
+        // SAFETY: as above (the record cell is written before the same Release store).
+        let record = if stored.has_record() { self.records[i].with(|r| unsafe { *r }) } else { None };
+        let header = Header {
+            len: stored.len(),
+            tag: stored.tag,
+            context: stored.context,
+            kind: stored.kind,
+            sync: stored.flags & SYNC != 0,
+            record,
+        };
         Some(SlotView { ring: self, index: i, header })
     }
 
@@ -254,8 +323,8 @@ mod tests {
     use super::super::test_support::{Gone, wait_for};
     use super::*;
 
-    /// Payload sizes cycled through: empty, inline (≤ 24 B), exactly inline, spilled.
-    const SIZES: [usize; 9] = [0, 1, 7, 23, 24, 25, 40, 100, 3];
+    /// Payload sizes cycled through: empty, inline, exactly inline, just spilled, spilled.
+    const SIZES: [usize; 11] = [0, 1, 7, 23, 24, 25, INLINE_BYTES, INLINE_BYTES + 1, 39, 100, 3];
     const SPILL_CAPACITY: usize = 64;
 
     fn byte(i: usize, j: usize) -> u8 {
@@ -369,13 +438,13 @@ mod tests {
                 ring.peek().expect("published");
                 ring.pop();
             }
-            let big3: Vec<u8> = (0..30).map(|j| byte(3, j)).collect();
-            assert!(ring.push(eager(2 * SLOTS, big3.len()), &big3, 32));
+            let big3: Vec<u8> = (0..50).map(|j| byte(3, j)).collect();
+            assert!(ring.push(eager(2 * SLOTS, big3.len()), &big3, 48));
             let mut view = ring.peek().expect("published");
             assert_eq!(view.payload(), &big3[..]);
             // A large-enough replacement is reused as is.
             let spill3 = view.take_spill(Some(vec![0; 512].into_boxed_slice())).expect("spill buffer");
-            assert_eq!(&spill3[..30], &big3[..]);
+            assert_eq!(&spill3[..50], &big3[..]);
             ring.pop();
             for i in 1..SLOTS {
                 assert!(ring.push(eager(i, 0), &[], 0));
