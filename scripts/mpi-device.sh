@@ -9,7 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # The mpi-device suites (crates/fastmp/tests/<name>.rs, each `#![cfg(feature = "mpi")]`).
-SUITES=(mpi_p2p mpi_collectives mpi_one_sided)
+SUITES=(mpi_p2p mpi_collectives mpi_one_sided mpi_intercomm)
 
 command -v mpirun >/dev/null || { echo "mpi-device.sh: mpirun not found (install openmpi-bin libopenmpi-dev)" >&2; exit 1; }
 

@@ -65,6 +65,7 @@ unsafe extern "C" {
     ) -> c_int;
     pub(crate) fn fastmp_mpi_imrecv(buf: *mut c_void, capacity: usize, message: *mut Slot, request: *mut Slot)
     -> c_int;
+    pub(crate) fn fastmp_mpi_mrecv(buf: *mut c_void, capacity: usize, message: *mut Slot) -> c_int;
     pub(crate) fn fastmp_mpi_irecv(
         buf: *mut c_void,
         len: usize,

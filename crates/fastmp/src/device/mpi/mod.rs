@@ -307,7 +307,7 @@ impl MpiEndpoint {
                     || {
                         Error::InvalidArgument(format!(
                             "mpi device: no MPI communicator carries context {context} (only communicators created \
-                         from the world by dup/split/create have one)"
+                         from the world by dup/split/create/merge and intercommunicators have one)"
                         ))
                     },
                 )
@@ -518,8 +518,8 @@ impl Device for MpiEndpoint {
         Ok(Started::Pending(id))
     }
 
-    /// With no earlier receive waiting to be matched, a matched probe loop and a receive of the
-    /// message (no request tracked); otherwise in line behind them.
+    /// With no earlier receive waiting to be matched, a matched probe loop and a blocking
+    /// `MPI_Mrecv` of the message (no request tracked); otherwise in line behind them.
     unsafe fn recv(&self, buf: *mut u8, capacity: usize, spec: MatchSpec) -> Result<RawStatus> {
         self.check_live()?;
         if !self.requests().unmatched.is_empty() {
@@ -539,12 +539,9 @@ impl Device for MpiEndpoint {
             // SAFETY: forwarded caller contract.
             return unsafe { receive_truncated(&mut message, status, buf, capacity) };
         }
-        let mut request: Slot = 0;
         // SAFETY: forwarded caller contract; the message fits, and is received before returning.
-        let rc = unsafe { ffi::fastmp_mpi_imrecv(buf.cast(), capacity, &mut message, &mut request) };
-        check(rc, "MPI_Imrecv")?;
-        let (rc, _) = self.wait_slot(&mut request);
-        check(rc, "MPI_Test (receive)").map(|()| status)
+        let rc = unsafe { ffi::fastmp_mpi_mrecv(buf.cast(), capacity, &mut message) };
+        check(rc, "MPI_Mrecv").map(|()| status)
     }
 
     fn iprobe(&self, spec: MatchSpec) -> Result<Option<RawStatus>> {
@@ -705,6 +702,11 @@ impl Device for MpiEndpoint {
             return None;
         }
         collectives::provider(self, context + 1, members)
+    }
+
+    /// An intercommunicator's pair: MPI communicators over both groups' members.
+    fn open_context(&self, context: ContextId, members: &[usize]) -> Result<()> {
+        self.create_routes(context, members)
     }
 
     fn one_sided(&self) -> Option<&dyn super::one_sided::OneSided> {
