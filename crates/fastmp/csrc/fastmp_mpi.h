@@ -63,6 +63,12 @@ int fastmp_mpi_mrecv(void *buf, size_t capacity, fastmp_slot *message);
 /* A receive of exactly `len` bytes from `source` (>= 0) with `tag` (>= 0): only for messages whose
  * length is known in advance (the hybrid device's payloads, announced by their header). */
 int fastmp_mpi_irecv(void *buf, size_t len, int source, int tag, int comm, fastmp_slot *request);
+/* Small blocking receives: one process-wide bounce buffer (its caller holds it exclusively) of
+ * address space larger than any message, so MPI never truncates into it. fastmp_mpi_bounce_irecv
+ * posts the receive (wildcards below 0); once complete, fastmp_mpi_bounce_take copies its first
+ * `copy` bytes to `buf` and returns the pages of a long message (`received` bytes). */
+int fastmp_mpi_bounce_irecv(int source, int tag, int comm, fastmp_slot *request);
+void fastmp_mpi_bounce_take(void *buf, size_t copy, size_t received);
 /* The MPI_TAG_UB attribute of MPI_COMM_WORLD. */
 int fastmp_mpi_tag_ub(int *tag_ub);
 

@@ -1,9 +1,13 @@
 /* Point-to-point: nonblocking sends and receives, matched probes, request completion. Sources
  * and tags below 0 are the wildcards (MPI_ANY_SOURCE / MPI_ANY_TAG), so Rust needs none of MPI's
  * constants. */
+/* mmap's MAP_ANONYMOUS and MAP_NORESERVE under -std=c11. */
+#define _DEFAULT_SOURCE
 #include "fastmp_mpi.h"
 
 #include <limits.h>
+#include <pthread.h>
+#include <sys/mman.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -201,4 +205,35 @@ int fastmp_mpi_tag_ub(int *tag_ub) {
     if (!flag || value == NULL) return MPI_ERR_OTHER;
     *tag_ub = *value;
     return MPI_SUCCESS;
+}
+
+/* The bounce buffer of small blocking receives: address space for any message up to
+ * BOUNCE_BYTES, reserved once and backed only where written, so a receive posted on it with the
+ * largest count never truncates (Open MPI 4.1 writes a truncated message above its eager size
+ * past the posted buffer, see fastmp_mpi.h) and a small one costs one copy. */
+#define BOUNCE_BYTES ((size_t)1 << 36)
+/* Bytes kept backed after a receive; pages above are returned to the system. */
+#define BOUNCE_KEEP ((size_t)1 << 16)
+static char *bounce = NULL;
+static pthread_once_t bounce_once = PTHREAD_ONCE_INIT;
+
+static void reserve_bounce(void) {
+    void *p = mmap(NULL, BOUNCE_BYTES, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    bounce = p == MAP_FAILED ? NULL : p;
+}
+
+int fastmp_mpi_bounce_irecv(int source, int tag, int comm, fastmp_slot *request) {
+    RESOLVE(c, comm);
+    pthread_once(&bounce_once, reserve_bounce);
+    if (bounce == NULL) return MPI_ERR_NO_MEM;
+    MPI_Request r;
+    int rc = MPI_Irecv(bounce, INT_MAX, MPI_BYTE, source < 0 ? MPI_ANY_SOURCE : source,
+                       tag < 0 ? MPI_ANY_TAG : tag, c, &r);
+    if (rc == MPI_SUCCESS) store_request(request, r);
+    return rc;
+}
+
+void fastmp_mpi_bounce_take(void *buf, size_t copy, size_t received) {
+    memcpy(buf, bounce, copy);
+    if (received > BOUNCE_KEEP) madvise(bounce + BOUNCE_KEEP, received - BOUNCE_KEEP, MADV_DONTNEED);
 }

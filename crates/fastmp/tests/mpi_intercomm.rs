@@ -131,8 +131,7 @@ fn collectives_move_data_between_the_groups() {
         let per_remote = if even { 2 } else { 1 };
         let mut all = vec![0u64; per_remote * inter.remote_size()];
         inter.allgather(&mine, &mut all)?;
-        let want: Vec<u64> =
-            remote_worlds.iter().flat_map(|&w| if even { vec![w, 10 * w] } else { vec![w] }).collect();
+        let want: Vec<u64> = remote_worlds.iter().flat_map(|&w| if even { vec![w, 10 * w] } else { vec![w] }).collect();
         assert_eq!(all, want);
         inter.barrier()?;
 
