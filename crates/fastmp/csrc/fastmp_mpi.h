@@ -43,6 +43,9 @@ int fastmp_mpi_max_name(void);
  * Receives go through matched probes (fastmp_mpi_improbe + fastmp_mpi_imrecv) so that a message
  * is only ever received into a buffer it fits: Open MPI 4.1's single-copy path writes a
  * truncated message past the end of a smaller posted MPI_Irecv buffer. */
+/* Reads the hidden test knob FASTMP_MPI_MAX_COUNT (the largest count of one MPI call, INT_MAX
+ * unless lowered): messages longer than it travel as one element of a derived datatype. */
+void fastmp_mpi_read_max_count(void);
 int fastmp_mpi_isend(const void *buf, size_t len, int dest, int tag, int comm, int synchronous,
                      fastmp_slot *request, int *done);
 int fastmp_mpi_test(fastmp_slot *request, int *done, int *source, int *tag, long long *bytes,
@@ -54,9 +57,18 @@ int fastmp_mpi_iprobe(int source, int tag, int comm, int *found, int *out_source
 int fastmp_mpi_improbe(int source, int tag, int comm, int *found, fastmp_slot *message,
                        int *out_source, int *out_tag, long long *bytes);
 int fastmp_mpi_imrecv(void *buf, size_t capacity, fastmp_slot *message, fastmp_slot *request);
+/* The blocking receive of a matched message known to fit `capacity` (one MPI call instead of
+ * MPI_Imrecv + MPI_Test: the blocking receive's fast path). */
+int fastmp_mpi_mrecv(void *buf, size_t capacity, fastmp_slot *message);
 /* A receive of exactly `len` bytes from `source` (>= 0) with `tag` (>= 0): only for messages whose
  * length is known in advance (the hybrid device's payloads, announced by their header). */
 int fastmp_mpi_irecv(void *buf, size_t len, int source, int tag, int comm, fastmp_slot *request);
+/* Small blocking receives: one process-wide bounce buffer (its caller holds it exclusively) of
+ * address space larger than any message, so MPI never truncates into it. fastmp_mpi_bounce_irecv
+ * posts the receive (wildcards below 0); once complete, fastmp_mpi_bounce_take copies its first
+ * `copy` bytes to `buf` and returns the pages of a long message (`received` bytes). */
+int fastmp_mpi_bounce_irecv(int source, int tag, int comm, fastmp_slot *request);
+void fastmp_mpi_bounce_take(void *buf, size_t copy, size_t received);
 /* The MPI_TAG_UB attribute of MPI_COMM_WORLD. */
 int fastmp_mpi_tag_ub(int *tag_ub);
 

@@ -55,6 +55,7 @@ int fastmp_mpi_init(int want_multiple, int *multiple) {
         if (rc == MPI_SUCCESS) atexit(finalize_at_exit);
     }
     if (rc != MPI_SUCCESS) return rc;
+    fastmp_mpi_read_max_count();
     *multiple = provided >= MPI_THREAD_MULTIPLE;
     if (provided < MPI_THREAD_SERIALIZED) return MPI_ERR_OTHER;
     /* Errors of the world itself (and of anything before a dup) return too. */

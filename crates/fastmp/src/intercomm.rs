@@ -130,6 +130,9 @@ impl Comm {
         // remote group uses the same numbers for its own; disjoint, so they never meet).
         let base = self.take_contexts(agreed, 2)?;
         let local = self.derived(base + CONTEXTS_PER_COMM, self.group.clone());
+        let mut both: Vec<usize> = self.group.members().iter().chain(remote_group.members()).copied().collect();
+        both.sort_unstable();
+        self.dev.open_context(base, &both)?;
         let remote = Comm {
             context: base,
             group: remote_group,

@@ -280,6 +280,10 @@ impl<D: Device + ?Sized> Device for Progressing<D> {
         self.inner.collectives(context, members)
     }
 
+    fn open_context(&self, context: ContextId, members: &[usize]) -> Result<()> {
+        self.inner.open_context(context, members)
+    }
+
     fn one_sided(&self) -> Option<&dyn crate::device::one_sided::OneSided> {
         self.inner.one_sided()
     }

@@ -340,3 +340,52 @@ fn dropped_large_send_finishes_at_scope_end() {
         world.barrier()
     });
 }
+
+/// Sends `len` bytes to the partner three ways (blocking, nonblocking, synchronous) and receives
+/// them, then once more into a buffer a little too small (truncation).
+fn exchange_long_messages(world: &Comm, len: usize) -> Result<()> {
+    let peer = partner(world);
+    let data = pattern(5, len);
+    if world.rank() % 2 == 1 {
+        world.send(&data, peer, 20)?;
+        world.scope(|s| s.isend(&data, peer, 21)?.wait().map(drop))?;
+        world.ssend(&data, peer, 22)?;
+        world.send(&data, peer, 23)?;
+        return world.barrier();
+    }
+    let mut got = vec![0u8; len + 1];
+    assert_status(&world.recv(&mut got, peer, 20)?, peer, 20, len);
+    assert!(got[..len] == data[..], "blocking receive");
+    got.fill(0);
+    let st = world.scope(|s| s.irecv(&mut got, peer, 21)?.wait())?;
+    assert_status(&st, peer, 21, len);
+    assert!(got[..len] == data[..], "nonblocking receive");
+    got.fill(0);
+    assert_status(&world.recv(&mut got, peer, 22)?, peer, 22, len);
+    assert!(got[..len] == data[..], "synchronous send");
+    let mut short = vec![0u8; len - 2];
+    match world.recv(&mut short, peer, 23) {
+        Err(Error::Truncated { message_bytes, source_rank, tag: 23, .. }) => {
+            assert_eq!((message_bytes, source_rank), (len, peer));
+            assert!(short[..] == data[..len - 2], "the first bytes of a truncated message");
+        }
+        other => panic!("expected a truncation error, got {other:?}"),
+    }
+    world.barrier()
+}
+
+/// Messages longer than one MPI count travel as a derived datatype. `scripts/mpi-device.sh` runs
+/// this with `FASTMP_MPI_MAX_COUNT=65536` (a hidden knob lowering the 2^31 - 1 limit), so these
+/// 196 613 bytes take that path (three chunks and a remainder) in CI.
+#[test]
+fn long_messages_cross_the_count_limit() {
+    job(|world| exchange_long_messages(&world, 3 * 65_536 + 5));
+}
+
+/// 2 GiB + 3 bytes for real (about 6.5 GiB of memory over the two ranks); run by hand:
+/// `mpirun -np 2 -x FASTMP_DEVICE=mpi <mpi_p2p binary> --ignored --exact over_2_gib`.
+#[test]
+#[ignore = "needs about 6.5 GiB of memory and tens of seconds"]
+fn over_2_gib() {
+    job(|world| exchange_long_messages(&world, (1usize << 31) + 3));
+}

@@ -281,6 +281,15 @@ pub trait Device {
         None
     }
 
+    /// Announces a context pair (`context`, `context + 1`) that a communicator the collectives
+    /// layer does not serve (an intercommunicator's) uses among `members` (world ranks, in the
+    /// same order at each of them); collective over `members`. Devices that carry each context
+    /// on a communicator of their own create it here; the others need nothing.
+    fn open_context(&self, context: ContextId, members: &[usize]) -> Result<()> {
+        let _ = (context, members);
+        Ok(())
+    }
+
     /// The highest thread support of this endpoint (MPI_Query_thread). The default is what
     /// a `Comm` gives by construction: it is not `Send`, so only its rank's thread calls it.
     fn thread_level(&self) -> crate::ThreadLevel {

@@ -65,6 +65,7 @@ unsafe extern "C" {
     ) -> c_int;
     pub(crate) fn fastmp_mpi_imrecv(buf: *mut c_void, capacity: usize, message: *mut Slot, request: *mut Slot)
     -> c_int;
+    pub(crate) fn fastmp_mpi_mrecv(buf: *mut c_void, capacity: usize, message: *mut Slot) -> c_int;
     pub(crate) fn fastmp_mpi_irecv(
         buf: *mut c_void,
         len: usize,
@@ -73,5 +74,7 @@ unsafe extern "C" {
         comm: c_int,
         request: *mut Slot,
     ) -> c_int;
+    pub(crate) fn fastmp_mpi_bounce_irecv(source: c_int, tag: c_int, comm: c_int, request: *mut Slot) -> c_int;
+    pub(crate) fn fastmp_mpi_bounce_take(buf: *mut c_void, copy: usize, received: usize);
     pub(crate) fn fastmp_mpi_tag_ub(tag_ub: *mut c_int) -> c_int;
 }

@@ -209,12 +209,50 @@ fn improbe(route: &Route, source: c_int, tag: c_int) -> Result<Option<(Slot, Raw
     }))
 }
 
-/// Tests an MPI request slot once: `Some((rc, cancelled))` when it completed (or failed).
-fn test_slot(slot: &mut Slot) -> Option<(c_int, bool)> {
+/// A completed (or failed) MPI request: its error code and MPI status.
+struct Tested {
+    rc: c_int,
+    source: c_int,
+    tag: c_int,
+    bytes: usize,
+    cancelled: bool,
+}
+
+/// Tests an MPI request slot once: `Some` when it completed (or failed).
+fn test_once(slot: &mut Slot) -> Option<Tested> {
     let (mut done, mut source, mut tag, mut bytes, mut cancelled) = (0, 0, 0, 0, 0);
     // SAFETY: `slot` holds a live MPI request of this process; the shim writes the outputs.
     let rc = unsafe { ffi::fastmp_mpi_test(slot, &mut done, &mut source, &mut tag, &mut bytes, &mut cancelled) };
-    (done != 0 || rc != 0).then_some((rc, cancelled != 0))
+    (done != 0 || rc != 0).then(|| Tested { rc, source, tag, bytes: bytes.max(0) as usize, cancelled: cancelled != 0 })
+}
+
+/// Tests an MPI request slot once: `Some((rc, cancelled))` when it completed (or failed).
+fn test_slot(slot: &mut Slot) -> Option<(c_int, bool)> {
+    test_once(slot).map(|t| (t.rc, t.cancelled))
+}
+
+/// Blocking receives into buffers up to this long go through the shim's bounce buffer
+/// (`fastmp_mpi_bounce_irecv`): posted before the message arrives, as `MPI_Recv` is, where a
+/// matched probe makes Open MPI queue the message as unexpected first (about twice the 8-byte
+/// latency), at the cost of copying at most this many bytes.
+const BOUNCE_LIMIT: usize = 4096;
+
+/// Set while a receive holds the process's one bounce buffer.
+static BOUNCE_BUSY: AtomicBool = AtomicBool::new(false);
+
+/// The bounce buffer, held until dropped (a forgotten hold only disables the bounce path).
+struct BounceHeld;
+
+impl BounceHeld {
+    fn acquire() -> Option<BounceHeld> {
+        BOUNCE_BUSY.compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed).ok().map(|_| BounceHeld)
+    }
+}
+
+impl Drop for BounceHeld {
+    fn drop(&mut self) {
+        BOUNCE_BUSY.store(false, Ordering::Release);
+    }
 }
 
 /// Blocks (spin → yield → short sleeps, testing the request) until `slot` completes.
@@ -307,7 +345,7 @@ impl MpiEndpoint {
                     || {
                         Error::InvalidArgument(format!(
                             "mpi device: no MPI communicator carries context {context} (only communicators created \
-                         from the world by dup/split/create have one)"
+                         from the world by dup/split/create/merge and intercommunicators have one)"
                         ))
                     },
                 )
@@ -403,6 +441,41 @@ impl MpiEndpoint {
         requests.unmatched.push(id);
         requests.match_receives();
         Ok(id)
+    }
+
+    /// A small blocking receive through the bounce buffer (the caller holds it): posted at once,
+    /// then its first `capacity` bytes copied to `buf`. Only while no earlier receive waits to be
+    /// matched (`recv`'s condition), so MPI's matching order holds.
+    ///
+    /// # Safety
+    /// As for [`Device::recv`].
+    unsafe fn recv_bounced(
+        &self,
+        buf: *mut u8,
+        capacity: usize,
+        route: &Route,
+        source: c_int,
+        tag: c_int,
+    ) -> Result<RawStatus> {
+        let mut slot: Slot = 0;
+        // SAFETY: the shim writes the slot; the bounce buffer is this caller's until it returns.
+        check(unsafe { ffi::fastmp_mpi_bounce_irecv(source, tag, route.handle, &mut slot) }, "MPI_Irecv")?;
+        let mut tested = None;
+        if let Err(e) = self.wait_until(&mut || {
+            tested = test_once(&mut slot);
+            Ok(tested.is_some())
+        }) {
+            // The job ended while waiting: MPI gives the bounce buffer back before it is released.
+            // SAFETY: `slot` holds the live receive posted above.
+            unsafe { ffi::fastmp_mpi_cancel(&mut slot) };
+            self.wait_slot(&mut slot);
+            return Err(e);
+        }
+        let Tested { rc, source, tag, bytes, .. } = tested.expect("wait_until returns once tested");
+        check(rc, "MPI_Test (receive)")?;
+        // SAFETY: `buf` holds `capacity` writable bytes (caller contract); the receive completed.
+        unsafe { ffi::fastmp_mpi_bounce_take(buf.cast(), bytes.min(capacity), bytes) };
+        super::receive_result(route.world_of(source), tag, bytes, capacity)
     }
 
     /// Receives a message taken off matching into `buf` (truncating through a temporary buffer).
@@ -518,8 +591,8 @@ impl Device for MpiEndpoint {
         Ok(Started::Pending(id))
     }
 
-    /// With no earlier receive waiting to be matched, a matched probe loop and a receive of the
-    /// message (no request tracked); otherwise in line behind them.
+    /// With no earlier receive waiting to be matched, a matched probe loop and a blocking
+    /// `MPI_Mrecv` of the message (no request tracked); otherwise in line behind them.
     unsafe fn recv(&self, buf: *mut u8, capacity: usize, spec: MatchSpec) -> Result<RawStatus> {
         self.check_live()?;
         if !self.requests().unmatched.is_empty() {
@@ -529,6 +602,12 @@ impl Device for MpiEndpoint {
         }
         let route = self.route(spec.context)?;
         let source = self.source_of(&route, spec.source)?;
+        if capacity <= BOUNCE_LIMIT
+            && let Some(_held) = BounceHeld::acquire()
+        {
+            // SAFETY: forwarded caller contract.
+            return unsafe { self.recv_bounced(buf, capacity, &route, source, mpi_tag(spec.tag)) };
+        }
         let mut found = None;
         self.wait_until(&mut || {
             found = improbe(&route, source, mpi_tag(spec.tag))?;
@@ -539,12 +618,9 @@ impl Device for MpiEndpoint {
             // SAFETY: forwarded caller contract.
             return unsafe { receive_truncated(&mut message, status, buf, capacity) };
         }
-        let mut request: Slot = 0;
         // SAFETY: forwarded caller contract; the message fits, and is received before returning.
-        let rc = unsafe { ffi::fastmp_mpi_imrecv(buf.cast(), capacity, &mut message, &mut request) };
-        check(rc, "MPI_Imrecv")?;
-        let (rc, _) = self.wait_slot(&mut request);
-        check(rc, "MPI_Test (receive)").map(|()| status)
+        let rc = unsafe { ffi::fastmp_mpi_mrecv(buf.cast(), capacity, &mut message) };
+        check(rc, "MPI_Mrecv").map(|()| status)
     }
 
     fn iprobe(&self, spec: MatchSpec) -> Result<Option<RawStatus>> {
@@ -705,6 +781,11 @@ impl Device for MpiEndpoint {
             return None;
         }
         collectives::provider(self, context + 1, members)
+    }
+
+    /// An intercommunicator's pair: MPI communicators over both groups' members.
+    fn open_context(&self, context: ContextId, members: &[usize]) -> Result<()> {
+        self.create_routes(context, members)
     }
 
     fn one_sided(&self) -> Option<&dyn super::one_sided::OneSided> {
