@@ -67,6 +67,7 @@ int fastmp_mpi_irecv(void *buf, size_t len, int source, int tag, int comm, fastm
  * address space larger than any message, so MPI never truncates into it. fastmp_mpi_bounce_irecv
  * posts the receive (wildcards below 0); once complete, fastmp_mpi_bounce_take copies its first
  * `copy` bytes to `buf` and returns the pages of a long message (`received` bytes). */
+int fastmp_mpi_bounce_ready(void); /* 1 where the bounce buffer could be reserved */
 int fastmp_mpi_bounce_irecv(int source, int tag, int comm, fastmp_slot *request);
 void fastmp_mpi_bounce_take(void *buf, size_t copy, size_t received);
 /* The MPI_TAG_UB attribute of MPI_COMM_WORLD. */

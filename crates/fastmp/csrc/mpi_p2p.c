@@ -222,6 +222,11 @@ static void reserve_bounce(void) {
     bounce = p == MAP_FAILED ? NULL : p;
 }
 
+int fastmp_mpi_bounce_ready(void) {
+    pthread_once(&bounce_once, reserve_bounce);
+    return bounce != NULL;
+}
+
 int fastmp_mpi_bounce_irecv(int source, int tag, int comm, fastmp_slot *request) {
     RESOLVE(c, comm);
     pthread_once(&bounce_once, reserve_bounce);

@@ -244,7 +244,14 @@ static BOUNCE_BUSY: AtomicBool = AtomicBool::new(false);
 struct BounceHeld;
 
 impl BounceHeld {
+    /// Holds the bounce buffer if it exists and is free. Where the address space could not be
+    /// reserved (strict overcommit, a small `ulimit -v`), receives keep the matched-probe path.
     fn acquire() -> Option<BounceHeld> {
+        static READY: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        // SAFETY: no arguments; the shim reserves the buffer once (pthread_once).
+        if !*READY.get_or_init(|| unsafe { ffi::fastmp_mpi_bounce_ready() } != 0) {
+            return None;
+        }
         BOUNCE_BUSY.compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed).ok().map(|_| BounceHeld)
     }
 }

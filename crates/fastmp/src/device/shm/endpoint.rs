@@ -26,6 +26,10 @@ const RECORD_POOL: usize = 256;
 /// returned when it is received): pre-filling 8 × the eager limit per rank cost 32 MB at 512
 /// ranks.
 const SPARE_CAPACITY: usize = 8;
+/// Spares allocated when the rank first receives a spilled message, so the first unexpected
+/// one later (its timing is the scheduler's) finds a replacement instead of making the
+/// sender allocate in the steady state.
+const PRIMED_SPARES: usize = 2;
 /// Polls a blocking receive makes before posting itself (about a microsecond).
 const UNPOSTED_POLLS: u32 = 64;
 
@@ -136,6 +140,8 @@ struct State {
     pending: RankMap<VecDeque<ReqId>>,
     pending_count: usize,
     spare_spills: Vec<Box<[u8]>>,
+    /// Whether `PRIMED_SPARES` were added (once, at the first spilled message received).
+    spares_primed: bool,
     records: Vec<Arc<SendRecord>>,
     /// Released rendezvous sends still owed to a receiver.
     detached: Vec<Arc<SendRecord>>,
@@ -214,6 +220,7 @@ impl ShmEndpoint {
             pending: RankMap::default(),
             // Spares replace spill buffers taken by unexpected messages.
             spare_spills: Vec::with_capacity(SPARE_CAPACITY),
+            spares_primed: false,
             records: Vec::with_capacity(RECORD_POOL),
             detached: Vec::new(),
             messages: Slab::default(),
@@ -401,6 +408,11 @@ impl ShmEndpoint {
         let record = h.record.map(|r| unsafe { SendRecord::from_message(r) });
         if record.as_ref().is_some_and(|rec| rec.state() == record::CANCELLED) {
             return None;
+        }
+        if len > INLINE_BYTES && h.kind == Kind::Eager && !st.spares_primed {
+            st.spares_primed = true;
+            let limit = self.world.eager_limit;
+            st.spare_spills.extend((0..PRIMED_SPARES).map(|_| vec![0u8; limit].into_boxed_slice()));
         }
         let env = Envelope { source, context: h.context, tag: h.tag, len };
         let msg = Incoming { env, bytes: (h.kind == Kind::Eager).then(|| view.payload()), record: record.as_ref() };
