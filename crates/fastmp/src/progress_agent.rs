@@ -146,7 +146,8 @@ impl Queue {
         items.pop_front()
     }
 
-    /// Runs queued items until none is left (the agent thread's work, also used by tests).
+    /// Runs queued items until none is left (the agent thread's work, done by hand in tests).
+    #[cfg(test)]
     fn drain(&self) {
         while let Some(item) = self.pop(Duration::ZERO) {
             item.try_run();
@@ -173,24 +174,23 @@ impl Agent {
         if !ENABLED.load(Ordering::Relaxed) {
             return None;
         }
-        static AGENT: OnceLock<Agent> = OnceLock::new();
-        Some(AGENT.get_or_init(Agent::spawn))
+        static AGENT: OnceLock<Option<Agent>> = OnceLock::new();
+        AGENT.get_or_init(Agent::spawn).as_ref()
     }
 
-    /// An agent with its thread; without a thread (spawning failed) owners run their items.
-    fn spawn() -> Agent {
+    /// An agent with its thread, or `None` where the thread could not be spawned (runs then
+    /// make their copies inline, and no queue fills up that nobody drains).
+    fn spawn() -> Option<Agent> {
         let queue = Arc::new(Queue::default());
         let worker = Arc::clone(&queue);
         let spawned = std::thread::Builder::new().name("fastmp-progress-agent".into()).spawn(move || {
             loop {
-                worker.drain();
                 if let Some(item) = worker.pop(Duration::from_millis(100)) {
                     item.try_run();
                 }
             }
         });
-        drop(spawned);
-        Agent { queue }
+        spawned.ok().map(|_| Agent { queue })
     }
 
     /// Queues a copy of `len` bytes from `src` to `dst`.
