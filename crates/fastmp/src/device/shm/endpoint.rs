@@ -30,6 +30,10 @@ const SPARE_CAPACITY: usize = 8;
 /// one later (its timing is the scheduler's) finds a replacement instead of making the
 /// sender allocate in the steady state.
 const PRIMED_SPARES: usize = 2;
+/// Smallest message a sender copies straight into a posted receive (receiver-first) instead
+/// of sending it through the ring: from here the spill buffer's second copy costs more than
+/// the sender's look at the receiver's board (a cache line it does not own).
+const DIRECT_MIN: usize = 1024;
 /// Polls a blocking receive makes before posting itself (about a microsecond).
 const UNPOSTED_POLLS: u32 = 64;
 
@@ -577,20 +581,23 @@ impl ShmEndpoint {
         let OutMsg { dest, tag, context, buf, len, mode } = *m;
         let peer = &self.world.ranks[dest];
         let ring = self.outgoing.ring_to(&self.world, self.rank, dest);
+        // Receiver-first: a posted receive takes the data in one copy, where the ring would copy
+        // twice (into a spill buffer and out of it). Only when nothing of ours is still unmatched
+        // in the ring, so an earlier message cannot be overtaken; only from `DIRECT_MIN` (below,
+        // the look at the peer's board costs more than the copy it saves), and only below the
+        // size whose rendezvous copy both ranks share (there the sender would copy alone while
+        // the receiver waits).
+        // SAFETY: this endpoint is the only producer of rings from its rank.
+        if (DIRECT_MIN..record::SHARED_MIN).contains(&len)
+            && unsafe { ring.producer_idle() }
+            && let Some(claim) = peer.board.claim_remote(context, self.rank, tag)
+        {
+            self.copy_to_claim(&claim, buf, len);
+            peer.board.complete(&claim, Completion { source: self.rank, tag, bytes: len });
+            peer.parker.notify();
+            return Some(SendPhase::Done);
+        }
         let phase = if len > self.world.eager_limit {
-            // Receiver-first: only when nothing of ours is still unmatched in the ring, so an
-            // earlier message cannot be overtaken, and only below the size whose rendezvous copy
-            // both ranks share (there the sender would copy alone while the receiver waits).
-            // SAFETY: this endpoint is the only producer of rings from its rank.
-            if len < record::SHARED_MIN
-                && unsafe { ring.producer_idle() }
-                && let Some(claim) = peer.board.claim_remote(context, self.rank, tag)
-            {
-                self.copy_to_claim(&claim, buf, len);
-                peer.board.complete(&claim, Completion { source: self.rank, tag, bytes: len });
-                peer.parker.notify();
-                return Some(SendPhase::Done);
-            }
             let rec = self.get_record(st, buf);
             let header = Header {
                 len: len as u64,
