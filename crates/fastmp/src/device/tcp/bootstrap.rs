@@ -46,6 +46,23 @@ pub(crate) enum Rendezvous {
 pub(crate) struct SocketOptions {
     pub send_buffer: Option<usize>,
     pub recv_buffer: Option<usize>,
+    /// Pacing fragment of long payloads in bytes (`FASTMP_TCP_PACE`; 0 or unset: off), see `tx`.
+    pub pace: Option<usize>,
+}
+
+/// Smallest pacing fragment: smaller ones would cost a system call per few segments.
+const MIN_PACE: usize = 16 * 1024;
+
+impl SocketOptions {
+    /// Rejects a pacing fragment too small to be useful (0 switches pacing off).
+    pub(crate) fn check_pace(&self) -> Result<()> {
+        match self.pace {
+            Some(p) if p != 0 && p < MIN_PACE => Err(Error::InvalidArgument(format!(
+                "FASTMP_TCP_PACE={p}: a pacing fragment must be 0 (off) or at least {MIN_PACE} bytes"
+            ))),
+            _ => Ok(()),
+        }
+    }
 }
 
 /// Everything a rank needs to join the mesh.
