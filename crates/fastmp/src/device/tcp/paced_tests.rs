@@ -120,8 +120,7 @@ fn wildcard_receives_take_paced_messages_from_two_senders() {
     let len = 9 * PACE + 5;
     let eps = endpoints(3);
     std::thread::scope(|s| {
-        for sender in 1..3 {
-            let ep = &eps[sender];
+        for (sender, ep) in eps.iter().enumerate().skip(1) {
             s.spawn(move || send(ep, &pattern(len, sender), 0, 7));
         }
         let mut seen = Vec::new();
