@@ -278,7 +278,8 @@ impl Config {
     /// `FASTMP_NP` or processes × threads),
     /// `FASTMP_EAGER_LIMIT` (bytes), `FASTMP_PIN` (`compact`/`scatter`/`numa`/`none`),
     /// `FASTMP_STACK_SIZE` (bytes per rank thread), `FASTMP_TCP_SNDBUF`/`FASTMP_TCP_RCVBUF`
-    /// (socket buffer bytes), `FASTMP_PROGRESS_THREAD` (`1`: see [`Config::progress_thread`]),
+    /// (socket buffer bytes), `FASTMP_TCP_PACE` (tcp: long payloads handed to the kernel in
+    /// fragments of this many bytes, at least 16384, default 262144; 0: off), `FASTMP_PROGRESS_THREAD` (`1`: see [`Config::progress_thread`]),
     /// `FASTMP_PROGRESS_AGENT` (`1`: see [`Config::progress_agent`]).
     /// Unset variables keep the defaults of [`Config::new`].
     ///
@@ -318,6 +319,8 @@ impl Config {
         }
         c.sockets.send_buffer = env_parse::<usize>("FASTMP_TCP_SNDBUF")?;
         c.sockets.recv_buffer = env_parse::<usize>("FASTMP_TCP_RCVBUF")?;
+        c.sockets.pace = env_parse::<usize>("FASTMP_TCP_PACE")?;
+        c.sockets.check_pace()?;
         if let Some(limit) = env_parse::<usize>("FASTMP_EAGER_LIMIT")? {
             c.eager_limit = Some(limit);
         }
@@ -385,6 +388,7 @@ impl Config {
         crate::device::tcp::TcpOptions {
             eager_limit: self.effective_eager_limit(),
             progress_thread: self.progress_thread,
+            pace: self.sockets.pace_fragment(),
         }
     }
 

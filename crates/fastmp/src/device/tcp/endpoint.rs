@@ -74,7 +74,7 @@ impl TcpEndpoint {
                     Some(Peer {
                         stream,
                         rx: Mutex::new(Rx::new(accept)),
-                        tx: Mutex::new(Tx::default()),
+                        tx: Mutex::new(Tx::paced(options.pace)),
                         tx_busy: AtomicBool::new(false),
                         closed: AtomicBool::new(false),
                         write_shut: AtomicBool::new(false),

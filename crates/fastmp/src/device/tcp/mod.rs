@@ -31,6 +31,8 @@ pub(crate) mod handshake;
 mod one_sided;
 #[cfg(test)]
 mod one_sided_tests;
+#[cfg(test)]
+mod paced_tests;
 mod progress;
 mod protocol;
 mod rx;
@@ -72,6 +74,8 @@ pub(crate) struct TcpOptions {
     /// also while user threads progress by themselves (overlap for nonblocking operations
     /// during long computations, at the cost of a busier core). Off by default.
     pub progress_thread: bool,
+    /// Pacing fragment of long payloads in bytes, 0: off (see `tx`).
+    pub pace: usize,
 }
 
 /// State shared by a rank's user threads and its input-handler thread.

@@ -65,7 +65,7 @@ fn site(process: u64, node: &str) -> Site {
 
 /// A connected pair of endpoints (ranks 0 and 1) in this process.
 fn pair(eager_limit: usize) -> (TcpEndpoint, TcpEndpoint) {
-    let options = TcpOptions { eager_limit, progress_thread: false };
+    let options = TcpOptions { eager_limit, progress_thread: false, pace: 0 };
     let here = Site::of_this_process().unwrap();
     let mut meshes = connect_all(&[here.clone(), here]).into_iter();
     let (zero, one) = (meshes.next().unwrap(), meshes.next().unwrap());
@@ -179,7 +179,8 @@ fn endpoint_and_raw_peer() -> (TcpEndpoint, TcpStream) {
     let mut meshes = connect_all(&[here.clone(), here]).into_iter();
     let (zero, mut one) = (meshes.next().unwrap(), meshes.next().unwrap());
     let raw = one.streams[0].take().unwrap();
-    let endpoint = TcpEndpoint::new(0, zero, TcpOptions { eager_limit: 1024, progress_thread: false }).unwrap();
+    let endpoint =
+        TcpEndpoint::new(0, zero, TcpOptions { eager_limit: 1024, progress_thread: false, pace: 0 }).unwrap();
     (endpoint, raw)
 }
 

@@ -5,10 +5,19 @@
 //! payload that has to wait is copied (eager sends complete at once, like MPI's buffered
 //! standard mode). Rendezvous payloads wait in place, borrowed from the user's buffer, until
 //! written or until their request is released.
+//!
+//! Pacing (`FASTMP_TCP_PACE`, 256 KiB by default, 0: off): a long payload is handed to the
+//! kernel one fragment at a time, the next only once the socket's send queue (unacknowledged plus unsent bytes) is below
+//! one fragment. The bytes on the wire are the same; what changes is that the kernel never holds
+//! more than the congestion window can send at once. On loopback, bytes it must hold back are
+//! sent later from the receiver's CPU as acknowledgements arrive, interleave with the sender's
+//! own transmissions and reach the receiver out of order, and each reordering costs a spurious
+//! fast retransmit that halves the window; paced, there were none (`nstat`).
 
 use std::collections::VecDeque;
 use std::io::{self, IoSlice, Write};
 use std::net::TcpStream;
+use std::os::fd::AsRawFd;
 
 use super::frame::{HEADER_LEN, Header};
 use crate::device::ReqId;
@@ -51,6 +60,8 @@ pub(super) struct Tx {
     /// Small frames held back (`send_corked`): header and payload bytes, in order. They go out
     /// ahead of the next frame sent or flushed on this connection, in one write.
     corked: Vec<u8>,
+    /// Pacing fragment in bytes (0: off): see the module doc.
+    pace: usize,
 }
 
 /// Held-back bytes beyond which `send_corked` writes at once.
@@ -61,6 +72,11 @@ const CORK_LIMIT: usize = 32 * 1024;
 unsafe impl Send for Tx {}
 
 impl Tx {
+    /// A send side that paces payloads longer than `fragment` bytes (0: no pacing).
+    pub(super) fn paced(fragment: usize) -> Self {
+        Tx { pace: fragment, ..Tx::default() }
+    }
+
     pub(super) fn is_empty(&self) -> bool {
         self.queue.is_empty()
     }
@@ -191,7 +207,11 @@ impl Tx {
         while let Some(q) = self.queue.front_mut() {
             let body = q.body.bytes();
             let total = HEADER_LEN + body.len();
-            q.written += write_parts(stream, &q.header, body, q.written)?;
+            let end = paced_end(stream, self.pace, q.written, total);
+            if end == q.written {
+                return Ok(());
+            }
+            q.written += write_parts(stream, &q.header, &body[..end - HEADER_LEN], q.written)?;
             if q.written < total {
                 return Ok(());
             }
@@ -202,6 +222,28 @@ impl Tx {
         }
         Ok(())
     }
+}
+
+/// How far into a frame of `total` bytes, `written` of them written, may be written now with
+/// pacing fragment `pace`: everything when pacing is off or at most one fragment is left, one
+/// more fragment when the send queue holds less than one, else nothing yet. Never ends inside
+/// the header.
+fn paced_end(stream: &TcpStream, pace: usize, written: usize, total: usize) -> usize {
+    if pace == 0 || total - written <= pace {
+        return total;
+    }
+    match send_queue_len(stream) {
+        Some(queued) if queued >= pace => written,
+        _ => (written + pace).clamp(HEADER_LEN, total),
+    }
+}
+
+/// Bytes in the socket's send queue, unacknowledged or not yet sent (`None` if unknown).
+fn send_queue_len(stream: &TcpStream) -> Option<usize> {
+    let mut queued: libc::c_int = 0;
+    // SAFETY: `TIOCOUTQ` (`SIOCOUTQ`) writes one int through the pointer, which is live.
+    let rc = unsafe { libc::ioctl(stream.as_raw_fd(), libc::TIOCOUTQ, &raw mut queued) };
+    (rc == 0).then(|| usize::try_from(queued).unwrap_or(0))
 }
 
 /// Writes `header ++ body` from offset `from` without blocking; returns the bytes written
