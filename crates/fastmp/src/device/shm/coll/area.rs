@@ -248,6 +248,10 @@ impl NativeArea {
             return Poll::Ready(Ok(()));
         }
         if slot.failed.load(Ordering::Acquire) >= epoch || passed_by(slot, epoch) {
+            // Reached just before the mark that says it went on (an eager root posts, then is past).
+            if flag(slot) >= epoch {
+                return Poll::Ready(Ok(()));
+            }
             return Poll::Ready(Err(self.abandoned_by(p)));
         }
         if let Some(err) = self.world.abort_error() {
