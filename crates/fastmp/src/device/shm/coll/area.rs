@@ -588,10 +588,15 @@ impl EagerBox {
         self.root.store(root, Ordering::Relaxed);
         self.kind.store(kind, Ordering::Relaxed);
         self.len.store(payload.len(), Ordering::Relaxed);
-        for (word, bytes) in self.words.iter().zip(payload.chunks(8)) {
+        // Whole words with fixed-size copies (a variable-length copy per word is a call each).
+        let mut words = payload.chunks_exact(8);
+        for (word, bytes) in self.words.iter().zip(&mut words) {
+            word.store(u64::from_ne_bytes(bytes.try_into().expect("8 bytes")), Ordering::Relaxed);
+        }
+        if !words.remainder().is_empty() {
             let mut padded = [0u8; 8];
-            padded[..bytes.len()].copy_from_slice(bytes);
-            word.store(u64::from_ne_bytes(padded), Ordering::Relaxed);
+            padded[..words.remainder().len()].copy_from_slice(words.remainder());
+            self.words[payload.len() / 8].store(u64::from_ne_bytes(padded), Ordering::Relaxed);
         }
         self.seq.store(2 * epoch, Ordering::Release);
     }
@@ -609,12 +614,22 @@ impl EagerBox {
         {
             return false;
         }
-        let (mut at, mut done) = (range.start, 0);
-        while done < into.len() {
-            let word = self.words[at / 8].load(Ordering::Relaxed).to_ne_bytes();
-            let n = (8 - at % 8).min(into.len() - done);
-            into[done..done + n].copy_from_slice(&word[at % 8..at % 8 + n]);
-            (at, done) = (at + n, done + n);
+        let byte = |at: usize| self.words[at / 8].load(Ordering::Relaxed).to_ne_bytes()[at % 8];
+        // Bytes up to a word boundary, whole words with fixed-size copies, then the tail.
+        let head = ((8 - range.start % 8) % 8).min(into.len());
+        let (head_bytes, rest) = into.split_at_mut(head);
+        for (i, b) in head_bytes.iter_mut().enumerate() {
+            *b = byte(range.start + i);
+        }
+        let first = (range.start + head) / 8;
+        let mut words = rest.chunks_exact_mut(8);
+        for (word, bytes) in self.words[first..].iter().zip(&mut words) {
+            bytes.copy_from_slice(&word.load(Ordering::Relaxed).to_ne_bytes());
+        }
+        let tail = words.into_remainder();
+        let tail_start = range.end - tail.len();
+        for (i, b) in tail.iter_mut().enumerate() {
+            *b = byte(tail_start + i);
         }
         fence(Ordering::Acquire);
         self.seq.load(Ordering::Relaxed) == expected
