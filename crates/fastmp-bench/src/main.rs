@@ -182,8 +182,7 @@ struct Args {
     /// file is made from all of them.
     #[arg(long, value_name = "FILE")]
     points: Option<PathBuf>,
-    /// Tune: a short calibration of this machine (np 2, the common collectives, fewer
-    /// iterations; about half a minute), writing a file that keeps the shipped rules elsewhere.
+    /// Tune: a short calibration of this machine (np 2, the common collectives; seconds), writing a file that keeps the shipped rules elsewhere.
     /// --np-list, --collectives and --iterations still override its choices.
     #[arg(long)]
     quick: bool,

@@ -29,10 +29,10 @@ use crate::support::Sizes;
 /// Process counts measured when `--np-list` is not given (and no launcher fixed one).
 pub const DEFAULT_NP_LIST: [usize; 3] = [2, 4, 8];
 
-/// `tune --quick`: a calibration users run once on their machine (about half a minute on 2
-/// cores) where the shipped table does not hold. Two ranks, where defaults measured on one
-/// machine held least on another (issue 19); the tuning file keeps the shipped rules for every
-/// other process count and collective.
+/// `tune --quick`: a calibration users run once on their machine (seconds on 2 cores) where
+/// the shipped table does not hold. Two ranks, where defaults measured on one machine held
+/// least on another (issue 19); the tuning file keeps the shipped rules for every other process
+/// count and collective.
 pub const QUICK_NP_LIST: [usize; 1] = [2];
 
 /// The collectives `tune --quick` measures: the common ones.
@@ -47,9 +47,10 @@ pub const QUICK_COLLECTIVES: [Collective; 8] = [
     Collective::Allreduce,
 ];
 
-/// `tune --quick`'s timed iterations (and warm-ups) per point: a third of tune's; each point is
-/// still the best of [`ROUNDS`] interleaved rounds.
-pub const QUICK_ITERATIONS: Iterations = Iterations { small: (30, 3), large: (3, 1) };
+/// `tune --quick`'s timed iterations (and warm-ups) per point: tune's own (with a third of them
+/// the whole run took 1.5 s on 2 loaded cores, so the full counts cost little and average more
+/// calls per point); each point is the best of [`ROUNDS`] interleaved rounds.
+pub const QUICK_ITERATIONS: Iterations = Iterations::TUNE;
 
 /// What to measure.
 pub struct Plan {
