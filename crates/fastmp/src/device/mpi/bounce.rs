@@ -88,7 +88,10 @@ mod tests {
         let limit = unsafe { ffi::fastmp_mpi_bounce_bytes() };
         assert!(check_length(limit).is_ok());
         let message = check_length(limit + 1).expect_err("one byte too long").to_string();
-        assert!(message.contains(&format!("{} bytes is longer than the device's largest message", limit + 1)), "{message}");
+        assert!(
+            message.contains(&format!("{} bytes is longer than the device's largest message", limit + 1)),
+            "{message}"
+        );
     }
 
     #[test]

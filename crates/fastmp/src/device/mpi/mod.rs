@@ -254,7 +254,16 @@ fn improbe(route: &Route, source: c_int, tag: Tag) -> Result<Option<(Slot, RawSt
     let (mut found, mut slot, mut src, mut got_tag, mut bytes) = (0, 0, 0, 0, 0);
     // SAFETY: the shim writes the outputs.
     let rc = unsafe {
-        ffi::fastmp_mpi_improbe(source, tag.wire, route.handle, &mut found, &mut slot, &mut src, &mut got_tag, &mut bytes)
+        ffi::fastmp_mpi_improbe(
+            source,
+            tag.wire,
+            route.handle,
+            &mut found,
+            &mut slot,
+            &mut src,
+            &mut got_tag,
+            &mut bytes,
+        )
     };
     check(rc, "MPI_Improbe")?;
     Ok((found != 0).then(|| {
@@ -602,7 +611,6 @@ fn stale(what: &str) -> Error {
     Error::InvalidArgument(format!("{what} handle is stale (already completed or released)"))
 }
 
-
 impl Device for MpiEndpoint {
     fn rank(&self) -> usize {
         self.job.rank
@@ -944,7 +952,8 @@ mod tests {
         assert!(message.starts_with("MPI_Isend: MPI error"), "{message}");
         assert!(message.to_lowercase().contains("rank"), "MPI's description names the rank: {message}");
         // A communicator handle the shim never gave out.
-        let message = improbe(&Route { handle: 9999, members: None }, -1, Tag::ANY).expect_err("no such comm").to_string();
+        let message =
+            improbe(&Route { handle: 9999, members: None }, -1, Tag::ANY).expect_err("no such comm").to_string();
         assert!(message.starts_with("MPI_Improbe: MPI error"), "{message}");
         // The device's own checks come first and are fastmp's errors.
         // SAFETY: as above.
