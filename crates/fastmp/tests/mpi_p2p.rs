@@ -285,7 +285,7 @@ fn tags_up_to_the_mpi_bound_travel_and_user_tags_above_it_are_refused() {
         let mut got = [0u8];
         match world.sendrecv(&[5u8], peer, i32::MAX, &mut got, peer, i32::MAX) {
             Ok(st) => assert_eq!((got, st.tag), ([5], i32::MAX)),
-            Err(Error::TagOutOfRange { tag: i32::MAX, max }) => assert!(max >= (1 << 28) - 1 && max < i32::MAX),
+            Err(Error::TagOutOfRange { tag: i32::MAX, max }) => assert!(((1 << 28) - 1..i32::MAX).contains(&max)),
             Err(other) => panic!("expected the message or a tag error, got {other:?}"),
         }
         // Collectives' internal tags are mapped into the bound whatever it is.
