@@ -57,10 +57,15 @@ for line in sys.stdin:
 ')
 [ "${#binaries[@]}" -eq "${#SUITES[@]}" ] || { echo "mpi-device.sh: expected ${#SUITES[@]} test binaries, got ${#binaries[@]}" >&2; exit 1; }
 
+# MPICH 4.0.2 over UCX fails an assertion in MPI_Finalize (ucp_rcache: "destroying inuse
+# region") when a window was never freed, which the one-sided misuse test does on purpose (a
+# window dropped without free on every rank keeps its memory exposed): skipped there.
+skips=()
+((mpich == 0)) || skips=(--skip misuse_is_an_error_on_the_rank_that_made_it)
 for np in 2 4; do
     for bin in "${binaries[@]}"; do
         echo "== mpirun -np $np $(basename "$bin")"
-        launch "$np" FASTMP_DEVICE=mpi RUST_BACKTRACE=${RUST_BACKTRACE:-0} -- "$bin" --test-threads=1 -q "$@"
+        launch "$np" FASTMP_DEVICE=mpi RUST_BACKTRACE=${RUST_BACKTRACE:-0} -- "$bin" --test-threads=1 -q "${skips[@]}" "$@"
     done
 done
 

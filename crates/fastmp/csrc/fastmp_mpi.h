@@ -63,13 +63,17 @@ int fastmp_mpi_mrecv(void *buf, size_t capacity, fastmp_slot *message);
 /* A receive of exactly `len` bytes from `source` (>= 0) with `tag` (>= 0): only for messages whose
  * length is known in advance (the hybrid device's payloads, announced by their header). */
 int fastmp_mpi_irecv(void *buf, size_t len, int source, int tag, int comm, fastmp_slot *request);
-/* Small blocking receives: one process-wide bounce buffer (its caller holds it exclusively) of
- * address space larger than any message, so MPI never truncates into it. fastmp_mpi_bounce_irecv
- * posts the receive (wildcards below 0); once complete, fastmp_mpi_bounce_take copies its first
- * `copy` bytes to `buf` and returns the pages of a long message (`received` bytes). */
-int fastmp_mpi_bounce_ready(void); /* 1 where the bounce buffer could be reserved */
-int fastmp_mpi_bounce_irecv(int source, int tag, int comm, fastmp_slot *request);
-void fastmp_mpi_bounce_take(void *buf, size_t copy, size_t received);
+/* Small receives: process-wide bounce slots (Rust hands each to one receive at a time) of
+ * address space larger than any message, so MPI never truncates into them.
+ * fastmp_mpi_bounce_irecv posts a receive on slot `slot` (wildcards below 0); once it completed,
+ * fastmp_mpi_bounce_take copies its first `copy` bytes to `buf` and returns the pages of a long
+ * message (`received` bytes). */
+int fastmp_mpi_bounce_slots(void); /* how many slots exist: 0 where they could not be reserved */
+/* A slot's size: no message may be longer (a longer one would overrun it, as MPI may write a
+ * truncated message past the posted buffer). */
+size_t fastmp_mpi_bounce_bytes(void);
+int fastmp_mpi_bounce_irecv(int slot, int source, int tag, int comm, fastmp_slot *request);
+void fastmp_mpi_bounce_take(int slot, void *buf, size_t copy, size_t received);
 /* The MPI_TAG_UB attribute of MPI_COMM_WORLD. */
 int fastmp_mpi_tag_ub(int *tag_ub);
 

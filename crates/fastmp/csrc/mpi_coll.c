@@ -7,6 +7,8 @@
  * fastmp_coll_wait. A NULL send buffer is MPI_IN_PLACE. Every entry returns an MPI error code. */
 
 #include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "fastmp_mpi.h"
 
@@ -101,6 +103,16 @@ int fastmp_coll_allgather(int comm, const void *send, void *recv, int count, voi
 int fastmp_coll_allgatherv(int comm, const void *send, int send_count, void *recv, const int *counts,
                            const int *displs, void *req) {
     MPI_Comm c = fastmp_mpi_comm(comm);
+#ifdef MPICH_VERSION
+    /* MPICH 4.0.2's (i)allgatherv on one rank copies the send buffer to the start of `recv`,
+     * ignoring the displacement; its in-place form is right. So the rank's block is placed here
+     * and MPI runs in place. */
+    int size = 0;
+    if (send != NULL && MPI_Comm_size(c, &size) == MPI_SUCCESS && size == 1 && send_count == counts[0]) {
+        memmove((char *)recv + displs[0], send, (size_t)send_count);
+        send = NULL;
+    }
+#endif
     return req ? MPI_Iallgatherv(SEND(send), send_count, MPI_BYTE, recv, counts, displs, MPI_BYTE, c,
                                  (MPI_Request *)req)
                : MPI_Allgatherv(SEND(send), send_count, MPI_BYTE, recv, counts, displs, MPI_BYTE, c);
@@ -127,6 +139,23 @@ int fastmp_coll_reduce(int comm, const void *send, void *recv, int count, int ty
                        void *req) {
     MPI_Comm c = fastmp_mpi_comm(comm);
     REDUCTION_ARGS(type, op);
+#ifdef MPICH_VERSION
+    /* MPICH 4.0.2's blocking MPI_Reduce with MPI_IN_PLACE at the root reads from MPI_IN_PLACE's
+     * address once the vector is 4000 bytes or more (segfault; MPI_Ireduce is fine): there the
+     * root's contribution goes through a copy instead. Only the root passes NULL (in place). */
+    if (send == NULL && req == NULL) {
+        int size = 0;
+        int rc = MPI_Type_size(dt, &size);
+        if (rc != MPI_SUCCESS) return rc;
+        size_t bytes = (size_t)count * (size_t)size;
+        void *own = malloc(bytes > 0 ? bytes : 1);
+        if (own == NULL) return MPI_ERR_NO_MEM;
+        memcpy(own, recv, bytes);
+        rc = MPI_Reduce(own, recv, count, dt, mop, root, c);
+        free(own);
+        return rc;
+    }
+#endif
     return req ? MPI_Ireduce(SEND(send), recv, count, dt, mop, root, c, (MPI_Request *)req)
                : MPI_Reduce(SEND(send), recv, count, dt, mop, root, c);
 }

@@ -207,38 +207,43 @@ int fastmp_mpi_tag_ub(int *tag_ub) {
     return MPI_SUCCESS;
 }
 
-/* The bounce buffer of small blocking receives: address space for any message up to
- * BOUNCE_BYTES, reserved once and backed only where written, so a receive posted on it with the
- * largest count never truncates (Open MPI 4.1 writes a truncated message above its eager size
- * past the posted buffer, see fastmp_mpi.h) and a small one costs one copy. */
+/* The bounce slots of small receives: BOUNCE_SLOTS buffers of address space for any message up
+ * to BOUNCE_BYTES, reserved once and backed only where written, so a receive posted on one with
+ * the largest count never truncates (Open MPI 4.1 writes a truncated message above its eager
+ * size past the posted buffer, see fastmp_mpi.h) and a small one costs one copy. Rust hands
+ * each slot to one receive at a time. */
 #define BOUNCE_BYTES ((size_t)1 << 36)
+#define BOUNCE_SLOTS 64
 /* Bytes kept backed after a receive; pages above are returned to the system. */
 #define BOUNCE_KEEP ((size_t)1 << 16)
 static char *bounce = NULL;
 static pthread_once_t bounce_once = PTHREAD_ONCE_INIT;
 
 static void reserve_bounce(void) {
-    void *p = mmap(NULL, BOUNCE_BYTES, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    void *p = mmap(NULL, BOUNCE_BYTES * BOUNCE_SLOTS, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     bounce = p == MAP_FAILED ? NULL : p;
 }
 
-int fastmp_mpi_bounce_ready(void) {
+size_t fastmp_mpi_bounce_bytes(void) { return BOUNCE_BYTES; }
+
+int fastmp_mpi_bounce_slots(void) {
     pthread_once(&bounce_once, reserve_bounce);
-    return bounce != NULL;
+    return bounce != NULL ? BOUNCE_SLOTS : 0;
 }
 
-int fastmp_mpi_bounce_irecv(int source, int tag, int comm, fastmp_slot *request) {
+int fastmp_mpi_bounce_irecv(int slot, int source, int tag, int comm, fastmp_slot *request) {
     RESOLVE(c, comm);
-    pthread_once(&bounce_once, reserve_bounce);
-    if (bounce == NULL) return MPI_ERR_NO_MEM;
+    if (fastmp_mpi_bounce_slots() <= slot || slot < 0) return MPI_ERR_ARG;
     MPI_Request r;
-    int rc = MPI_Irecv(bounce, INT_MAX, MPI_BYTE, source < 0 ? MPI_ANY_SOURCE : source,
-                       tag < 0 ? MPI_ANY_TAG : tag, c, &r);
+    int rc = MPI_Irecv(bounce + (size_t)slot * BOUNCE_BYTES, INT_MAX, MPI_BYTE,
+                       source < 0 ? MPI_ANY_SOURCE : source, tag < 0 ? MPI_ANY_TAG : tag, c, &r);
     if (rc == MPI_SUCCESS) store_request(request, r);
     return rc;
 }
 
-void fastmp_mpi_bounce_take(void *buf, size_t copy, size_t received) {
-    memcpy(buf, bounce, copy);
-    if (received > BOUNCE_KEEP) madvise(bounce + BOUNCE_KEEP, received - BOUNCE_KEEP, MADV_DONTNEED);
+void fastmp_mpi_bounce_take(int slot, void *buf, size_t copy, size_t received) {
+    char *at = bounce + (size_t)slot * BOUNCE_BYTES;
+    memcpy(buf, at, copy);
+    if (received > BOUNCE_KEEP) madvise(at + BOUNCE_KEEP, received - BOUNCE_KEEP, MADV_DONTNEED);
 }

@@ -224,6 +224,79 @@ fn bad_ranks_and_tags_are_errors() {
 }
 
 #[test]
+fn receives_posted_at_once_and_matched_later_keep_the_posting_order() {
+    job(|world| {
+        let peer = partner(&world);
+        if world.rank() % 2 == 1 {
+            for (i, len) in [4usize, 4, 4, 4, 100].into_iter().enumerate() {
+                world.send(&pattern(i as u64, len), peer, 40)?;
+            }
+            world.send(&[7u8], peer, 41)?;
+            return world.barrier();
+        }
+        // Small first (posted to MPI at once), then large (matched by probe), and the reverse:
+        // each pair takes the messages in the order its receives were posted.
+        for small_first in [true, false] {
+            let (mut small, mut large) = ([0u8; 4], vec![0u8; 100_000]);
+            let (first, second) = world.scope(|s| {
+                let (a, b) = if small_first {
+                    (s.irecv(&mut small, peer, 40)?, s.irecv(&mut large, peer, 40)?)
+                } else {
+                    let b = s.irecv(&mut large, peer, 40)?;
+                    (s.irecv(&mut small, peer, 40)?, b)
+                };
+                Ok((a.wait()?, b.wait()?))
+            })?;
+            let (small_seed, large_seed) = if small_first { (0, 1) } else { (3, 2) };
+            assert_eq!(small.to_vec(), pattern(small_seed, 4), "small_first={small_first}");
+            assert_eq!(large[..4].to_vec(), pattern(large_seed, 4), "small_first={small_first}");
+            assert_eq!((first.bytes, second.bytes, first.tag, first.source), (4, 4, 40, peer));
+        }
+        // A message longer than a small nonblocking receive: its first bytes, then the error.
+        let mut small = [0u8; 8];
+        let truncated = world.scope(|s| s.irecv(&mut small, peer, 40)?.wait());
+        match truncated {
+            Err(Error::Truncated { message_bytes: 100, capacity: 8, source_rank, tag: 40 }) => {
+                assert_eq!(source_rank, peer);
+                assert_eq!(small.to_vec(), pattern(4, 8));
+            }
+            other => panic!("expected a truncation error, got {other:?}"),
+        }
+        // A small receive posted to MPI and cancelled, then one that receives.
+        let mut buf = [0u8; 1];
+        let st = world.scope(|s| {
+            let req = s.irecv(&mut buf, peer, 42)?;
+            req.cancel()?;
+            req.wait()
+        })?;
+        assert!(st.cancelled, "{st:?}");
+        let st = world.scope(|s| s.irecv(&mut buf, ANY_SOURCE, ANY_TAG)?.wait())?;
+        assert_eq!((buf, st.tag, st.source), ([7], 41, peer));
+        world.barrier()
+    });
+}
+
+#[test]
+fn tags_up_to_the_mpi_bound_travel_and_user_tags_above_it_are_refused() {
+    job(|world| {
+        let peer = partner(&world);
+        // i32::MAX is within Open MPI's MPI_TAG_UB; above MPICH's (2^28 - 1) it is refused,
+        // naming the bound, on both sides.
+        let mut got = [0u8];
+        match world.sendrecv(&[5u8], peer, i32::MAX, &mut got, peer, i32::MAX) {
+            Ok(st) => assert_eq!((got, st.tag), ([5], i32::MAX)),
+            Err(Error::TagOutOfRange { tag: i32::MAX, max }) => assert!(((1 << 28) - 1..i32::MAX).contains(&max)),
+            Err(other) => panic!("expected the message or a tag error, got {other:?}"),
+        }
+        // Collectives' internal tags are mapped into the bound whatever it is.
+        let mut sum = [0u64];
+        world.allreduce(&[1u64], &mut sum, fastmp::op::Sum)?;
+        assert_eq!(sum[0], world.size() as u64);
+        world.barrier()
+    });
+}
+
+#[test]
 fn synchronous_send_waits_for_the_receive() {
     job(|world| {
         let peer = partner(&world);

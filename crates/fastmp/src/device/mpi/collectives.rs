@@ -594,8 +594,14 @@ impl CollectiveProvider for MpiCollectives {
         let Some((element, code)) = mpi_reduction(reduction) else {
             return self.reduce_by_gather(op, send, recv, reduction, root).await;
         };
+        let at_root = self.me == root;
         let (count, root) = (int(n, "MPI_Reduce")?, root as c_int);
-        let (send, recv) = (send_ptr(send), at_mut(recv));
+        // MPI_IN_PLACE only where the standard allows it, at the root: elsewhere an in-place
+        // contribution is the send buffer (MPICH 4.0 crashes on MPI_IN_PLACE at a non-root).
+        let (send, recv) = match send {
+            None if !at_root => (at(recv), null_mut()),
+            send => (send_ptr(send), at_mut(recv)),
+        };
         // SAFETY: the buffers (`count` elements; `recv` at the root only) stay borrowed until
         // `delegate` is over; a null `send` is MPI_IN_PLACE at the root.
         self.delegate(op, "MPI_Reduce", |req| unsafe {

@@ -74,8 +74,15 @@ unsafe extern "C" {
         comm: c_int,
         request: *mut Slot,
     ) -> c_int;
-    pub(crate) fn fastmp_mpi_bounce_ready() -> c_int;
-    pub(crate) fn fastmp_mpi_bounce_irecv(source: c_int, tag: c_int, comm: c_int, request: *mut Slot) -> c_int;
-    pub(crate) fn fastmp_mpi_bounce_take(buf: *mut c_void, copy: usize, received: usize);
+    pub(crate) fn fastmp_mpi_bounce_slots() -> c_int;
+    pub(crate) fn fastmp_mpi_bounce_bytes() -> usize;
+    pub(crate) fn fastmp_mpi_bounce_irecv(
+        slot: c_int,
+        source: c_int,
+        tag: c_int,
+        comm: c_int,
+        request: *mut Slot,
+    ) -> c_int;
+    pub(crate) fn fastmp_mpi_bounce_take(slot: c_int, buf: *mut c_void, copy: usize, received: usize);
     pub(crate) fn fastmp_mpi_tag_ub(tag_ub: *mut c_int) -> c_int;
 }

@@ -243,7 +243,7 @@ impl MpiThreadEndpoint {
     /// posted receive it fits, else into the unexpected messages.
     fn drain(&self) -> Result<()> {
         let lane = &self.lanes.headers[self.thread];
-        while let Some((mut message, status)) = improbe(lane, -1, -1)? {
+        while let Some((mut message, status)) = improbe(lane, -1, super::Tag::ANY)? {
             let mut header = [0u32; HEADER_WORDS];
             let mut slot: Slot = 0;
             // SAFETY: `header` has room for the header, which is received before it is read.

@@ -12,10 +12,12 @@
 //! Errors: every communicator has `MPI_ERRORS_RETURN`, and an MPI error code becomes a
 //! [`crate::Error`] carrying `MPI_Error_string`'s text ([`check`]).
 
+mod bounce;
 pub(crate) mod collectives;
 mod ffi;
 pub(crate) mod lanes;
 pub(crate) mod one_sided;
+mod tags;
 
 use std::collections::HashMap;
 use std::ffi::c_int;
@@ -29,7 +31,9 @@ use super::{
     Started, lock_ignoring_poison,
 };
 use crate::error::{Error, Result};
+use bounce::BounceSlot;
 use ffi::Slot;
+use tags::TagMap;
 
 /// Maps an MPI error code to a fastmp error naming the call, with MPI's own description.
 pub(crate) fn check(code: c_int, call: &'static str) -> Result<()> {
@@ -111,6 +115,37 @@ enum Pending {
     Done(Result<RawStatus>),
     /// A message taken by `improbe`, not yet received (its MPI message in the slot).
     Message { route: Arc<Route>, status: RawStatus },
+    /// A small receive posted to MPI at once on a bounce slot (its MPI request in the slot).
+    Bounced(Bounced),
+}
+
+/// A receive posted on a bounce slot, copied to its buffer when it completes.
+struct Bounced {
+    route: Arc<Route>,
+    bounce: BounceSlot,
+    /// The caller's buffer (an address: the device's buffer contract keeps it valid).
+    buf: usize,
+    capacity: usize,
+    tag: Tag,
+}
+
+impl Bounced {
+    /// Copies the completed receive out of its slot (the first `capacity` bytes of a longer
+    /// message, which is then a truncation error) and frees the slot.
+    ///
+    /// # Safety
+    /// `buf` still holds `capacity` writable bytes; the receive completed.
+    unsafe fn finish(self, tested: Tested, me: usize) -> Result<RawStatus> {
+        check(tested.rc, "MPI_Test (receive)")?;
+        if tested.cancelled {
+            // As the other devices report a cancelled receive.
+            return Ok(RawStatus { source: me, tag: 0, bytes: 0, cancelled: true });
+        }
+        // SAFETY: forwarded caller contract.
+        unsafe { self.bounce.take(self.buf as *mut u8, tested.bytes.min(self.capacity), tested.bytes) };
+        let source = self.route.world_of(tested.source);
+        super::receive_result(source, self.tag.reported(tested.tag), tested.bytes, self.capacity)
+    }
 }
 
 struct Receive {
@@ -119,7 +154,7 @@ struct Receive {
     buf: usize,
     capacity: usize,
     source: c_int,
-    tag: c_int,
+    tag: Tag,
     /// The message it matched, once it has.
     matched: Option<RawStatus>,
 }
@@ -196,16 +231,44 @@ unsafe fn receive_truncated(message: &mut Slot, status: RawStatus, buf: *mut u8,
     super::receive_result(status.source, status.tag, status.bytes, capacity)
 }
 
-/// One `MPI_Improbe` on `route`'s communicator (sources and tags below 0 are wildcards).
-fn improbe(route: &Route, source: c_int, tag: c_int) -> Result<Option<(Slot, RawStatus)>> {
+/// A receive's tag: fastmp's, and the MPI tag carrying it ([`TagMap::wire`]).
+#[derive(Clone, Copy)]
+struct Tag {
+    asked: i32,
+    wire: c_int,
+}
+
+impl Tag {
+    /// Any tag (`MPI_ANY_TAG`).
+    const ANY: Tag = Tag { asked: -1, wire: -1 };
+
+    /// The tag a status reports: the one asked for, or MPI's for a wildcard (where the two
+    /// only differ on internal contexts, which never receive with a wildcard tag).
+    fn reported(self, got: c_int) -> i32 {
+        if self.asked < 0 { got } else { self.asked }
+    }
+}
+
+/// One `MPI_Improbe` on `route`'s communicator (sources below 0 are wildcards).
+fn improbe(route: &Route, source: c_int, tag: Tag) -> Result<Option<(Slot, RawStatus)>> {
     let (mut found, mut slot, mut src, mut got_tag, mut bytes) = (0, 0, 0, 0, 0);
     // SAFETY: the shim writes the outputs.
     let rc = unsafe {
-        ffi::fastmp_mpi_improbe(source, tag, route.handle, &mut found, &mut slot, &mut src, &mut got_tag, &mut bytes)
+        ffi::fastmp_mpi_improbe(
+            source,
+            tag.wire,
+            route.handle,
+            &mut found,
+            &mut slot,
+            &mut src,
+            &mut got_tag,
+            &mut bytes,
+        )
     };
     check(rc, "MPI_Improbe")?;
     Ok((found != 0).then(|| {
-        (slot, RawStatus { source: route.world_of(src), tag: got_tag, bytes: bytes.max(0) as usize, cancelled: false })
+        let tag = tag.reported(got_tag);
+        (slot, RawStatus { source: route.world_of(src), tag, bytes: bytes.max(0) as usize, cancelled: false })
     }))
 }
 
@@ -229,37 +292,6 @@ fn test_once(slot: &mut Slot) -> Option<Tested> {
 /// Tests an MPI request slot once: `Some((rc, cancelled))` when it completed (or failed).
 fn test_slot(slot: &mut Slot) -> Option<(c_int, bool)> {
     test_once(slot).map(|t| (t.rc, t.cancelled))
-}
-
-/// Blocking receives into buffers up to this long go through the shim's bounce buffer
-/// (`fastmp_mpi_bounce_irecv`): posted before the message arrives, as `MPI_Recv` is, where a
-/// matched probe makes Open MPI queue the message as unexpected first (about twice the 8-byte
-/// latency), at the cost of copying at most this many bytes.
-const BOUNCE_LIMIT: usize = 4096;
-
-/// Set while a receive holds the process's one bounce buffer.
-static BOUNCE_BUSY: AtomicBool = AtomicBool::new(false);
-
-/// The bounce buffer, held until dropped (a forgotten hold only disables the bounce path).
-struct BounceHeld;
-
-impl BounceHeld {
-    /// Holds the bounce buffer if it exists and is free. Where the address space could not be
-    /// reserved (strict overcommit, a small `ulimit -v`), receives keep the matched-probe path.
-    fn acquire() -> Option<BounceHeld> {
-        static READY: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-        // SAFETY: no arguments; the shim reserves the buffer once (pthread_once).
-        if !*READY.get_or_init(|| unsafe { ffi::fastmp_mpi_bounce_ready() } != 0) {
-            return None;
-        }
-        BOUNCE_BUSY.compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed).ok().map(|_| BounceHeld)
-    }
-}
-
-impl Drop for BounceHeld {
-    fn drop(&mut self) {
-        BOUNCE_BUSY.store(false, Ordering::Release);
-    }
 }
 
 /// Blocks (spin → yield → short sleeps, testing the request) until `slot` completes.
@@ -287,6 +319,7 @@ struct Job {
     placement: Placement,
     policy: WaitPolicy,
     thread_multiple: bool,
+    tags: TagMap,
 }
 
 impl Drop for Job {
@@ -319,6 +352,9 @@ impl MpiEndpoint {
         check(unsafe { ffi::fastmp_mpi_comm_size(p2p, &mut size) }, "MPI_Comm_size")?;
         let (rank, size) = (rank as usize, size as usize);
         let placement = placement(p2p, size)?;
+        let mut tag_ub: c_int = 0;
+        // SAFETY: the shim writes one int.
+        check(unsafe { ffi::fastmp_mpi_tag_ub(&mut tag_ub) }, "MPI_Comm_get_attr(MPI_TAG_UB)")?;
         let on_node = (0..size).filter(|&r| placement.node_of(r) == placement.node_of(rank)).count();
         let job = Job {
             rank,
@@ -331,6 +367,7 @@ impl MpiEndpoint {
             placement,
             policy: WaitPolicy::for_ranks_on(on_node, online_cpus()),
             thread_multiple,
+            tags: TagMap::new(tag_ub)?,
         };
         let rma = one_sided::MpiRma::new(p2p);
         Ok(MpiEndpoint { job: Arc::new(job), rma })
@@ -372,6 +409,11 @@ impl MpiEndpoint {
         route.local_of(rank).ok_or_else(|| {
             Error::InvalidArgument(format!("mpi device: world rank {rank} is not a member of this communicator"))
         })
+    }
+
+    /// fastmp's `tag` on `context` and the MPI tag carrying it.
+    fn tag(&self, tag: i32, context: ContextId) -> Result<Tag> {
+        Ok(Tag { asked: tag, wire: self.job.tags.wire(tag, context)? })
     }
 
     fn source_of(&self, route: &Route, source: Source) -> Result<c_int> {
@@ -419,7 +461,7 @@ impl MpiEndpoint {
                 Ok(status)
             }
             Pending::Done(result) => result,
-            Pending::Recv(_) | Pending::Message { .. } => {
+            Pending::Recv(_) | Pending::Message { .. } | Pending::Bounced(_) => {
                 Err(Error::InvalidArgument("mpi device: request completed in an unexpected state".into()))
             }
         }
@@ -442,7 +484,8 @@ impl MpiEndpoint {
         self.check_live()?;
         let route = self.route(spec.context)?;
         let source = self.source_of(&route, spec.source)?;
-        let recv = Receive { route, buf: buf as usize, capacity, source, tag: mpi_tag(spec.tag), matched: None };
+        let tag = self.tag(spec.tag, spec.context)?;
+        let recv = Receive { route, buf: buf as usize, capacity, source, tag, matched: None };
         let mut requests = self.requests();
         let id = requests.slab.insert(Entry { slot: 0, pending: Pending::Recv(recv) });
         requests.unmatched.push(id);
@@ -450,39 +493,51 @@ impl MpiEndpoint {
         Ok(id)
     }
 
-    /// A small blocking receive through the bounce buffer (the caller holds it): posted at once,
-    /// then its first `capacity` bytes copied to `buf`. Only while no earlier receive waits to be
-    /// matched (`recv`'s condition), so MPI's matching order holds.
+    /// Posts a small receive on `bounce` at once. Only while no earlier receive waits to be
+    /// matched (its callers' condition), so MPI's matching order holds.
+    fn post_bounced(
+        &self,
+        bounce: BounceSlot,
+        buf: *mut u8,
+        capacity: usize,
+        route: Arc<Route>,
+        source: c_int,
+        tag: Tag,
+    ) -> Result<(Slot, Bounced)> {
+        let mut slot: Slot = 0;
+        // SAFETY: the shim writes the slot; the bounce slot is this receive's until it is dropped.
+        let rc = unsafe { ffi::fastmp_mpi_bounce_irecv(bounce.index(), source, tag.wire, route.handle, &mut slot) };
+        check(rc, "MPI_Irecv")?;
+        Ok((slot, Bounced { route, bounce, buf: buf as usize, capacity, tag }))
+    }
+
+    /// A small blocking receive on `bounce`: posted at once, then copied to `buf`.
     ///
     /// # Safety
     /// As for [`Device::recv`].
     unsafe fn recv_bounced(
         &self,
+        bounce: BounceSlot,
         buf: *mut u8,
         capacity: usize,
-        route: &Route,
+        route: Arc<Route>,
         source: c_int,
-        tag: c_int,
+        tag: Tag,
     ) -> Result<RawStatus> {
-        let mut slot: Slot = 0;
-        // SAFETY: the shim writes the slot; the bounce buffer is this caller's until it returns.
-        check(unsafe { ffi::fastmp_mpi_bounce_irecv(source, tag, route.handle, &mut slot) }, "MPI_Irecv")?;
+        let (mut slot, bounced) = self.post_bounced(bounce, buf, capacity, route, source, tag)?;
         let mut tested = None;
         if let Err(e) = self.wait_until(&mut || {
             tested = test_once(&mut slot);
             Ok(tested.is_some())
         }) {
-            // The job ended while waiting: MPI gives the bounce buffer back before it is released.
+            // The job ended while waiting: MPI gives the slot back before it is freed.
             // SAFETY: `slot` holds the live receive posted above.
             unsafe { ffi::fastmp_mpi_cancel(&mut slot) };
             self.wait_slot(&mut slot);
             return Err(e);
         }
-        let Tested { rc, source, tag, bytes, .. } = tested.expect("wait_until returns once tested");
-        check(rc, "MPI_Test (receive)")?;
         // SAFETY: `buf` holds `capacity` writable bytes (caller contract); the receive completed.
-        unsafe { ffi::fastmp_mpi_bounce_take(buf.cast(), bytes.min(capacity), bytes) };
-        super::receive_result(route.world_of(source), tag, bytes, capacity)
+        unsafe { bounced.finish(tested.expect("wait_until returns once tested"), self.job.rank) }
     }
 
     /// Receives a message taken off matching into `buf` (truncating through a temporary buffer).
@@ -505,7 +560,8 @@ impl MpiEndpoint {
         // SAFETY: forwarded buffer contract; the message is live and used up here.
         let rc = unsafe { ffi::fastmp_mpi_imrecv(buf.cast(), capacity, &mut message, &mut request) };
         check(rc, "MPI_Imrecv")?;
-        let recv = Receive { route, buf: buf as usize, capacity, source: -1, tag: -1, matched: Some(status) };
+        let tag = Tag::ANY;
+        let recv = Receive { route, buf: buf as usize, capacity, source: -1, tag, matched: Some(status) };
         Ok(Started::Pending(self.track(request, Pending::Recv(recv))))
     }
 }
@@ -555,10 +611,6 @@ fn stale(what: &str) -> Error {
     Error::InvalidArgument(format!("{what} handle is stale (already completed or released)"))
 }
 
-fn mpi_tag(tag: i32) -> c_int {
-    if tag < 0 { -1 } else { tag }
-}
-
 impl Device for MpiEndpoint {
     fn rank(&self) -> usize {
         self.job.rank
@@ -580,12 +632,14 @@ impl Device for MpiEndpoint {
         self.check_live()?;
         let route = self.route(context)?;
         let local = self.local_rank(&route, dest)?;
+        let wire = self.job.tags.wire(tag, context)?;
+        bounce::check_length(len)?;
         let (mut slot, mut done): (Slot, c_int) = (0, 0);
         let sync = c_int::from(mode == SendMode::Synchronous);
         // SAFETY: the caller keeps `buf..buf+len` readable until the request completes or is
         // released (the device's buffer contract); the shim writes the slot and the flag.
         let rc =
-            unsafe { ffi::fastmp_mpi_isend(buf.cast(), len, local, tag, route.handle, sync, &mut slot, &mut done) };
+            unsafe { ffi::fastmp_mpi_isend(buf.cast(), len, local, wire, route.handle, sync, &mut slot, &mut done) };
         check(rc, "MPI_Isend")?;
         if done != 0 {
             return Ok(Started::Complete(Ok(RawStatus { source: self.job.rank, tag, bytes: len, cancelled: false })));
@@ -593,7 +647,23 @@ impl Device for MpiEndpoint {
         Ok(Started::Pending(self.track(slot, Pending::Send { tag, bytes: len })))
     }
 
+    /// A small receive with no earlier one waiting to be matched is posted to MPI at once on a
+    /// bounce slot; any other is matched later, in post order.
     unsafe fn irecv(&self, buf: *mut u8, capacity: usize, spec: MatchSpec) -> Result<Started> {
+        if capacity <= bounce::LIMIT
+            && let Some(bounce) = BounceSlot::acquire()
+        {
+            self.check_live()?;
+            let route = self.route(spec.context)?;
+            let source = self.source_of(&route, spec.source)?;
+            let tag = self.tag(spec.tag, spec.context)?;
+            let mut requests = self.requests();
+            if requests.unmatched.is_empty() {
+                // Under the lock: no receive is queued between the check and the post.
+                let (slot, bounced) = self.post_bounced(bounce, buf, capacity, route, source, tag)?;
+                return Ok(Started::Pending(requests.slab.insert(Entry { slot, pending: Pending::Bounced(bounced) })));
+            }
+        }
         let id = self.post_receive(buf, capacity, spec)?;
         Ok(Started::Pending(id))
     }
@@ -609,15 +679,16 @@ impl Device for MpiEndpoint {
         }
         let route = self.route(spec.context)?;
         let source = self.source_of(&route, spec.source)?;
-        if capacity <= BOUNCE_LIMIT
-            && let Some(_held) = BounceHeld::acquire()
+        let tag = self.tag(spec.tag, spec.context)?;
+        if capacity <= bounce::LIMIT
+            && let Some(bounce) = BounceSlot::acquire()
         {
             // SAFETY: forwarded caller contract.
-            return unsafe { self.recv_bounced(buf, capacity, &route, source, mpi_tag(spec.tag)) };
+            return unsafe { self.recv_bounced(bounce, buf, capacity, route, source, tag) };
         }
         let mut found = None;
         self.wait_until(&mut || {
-            found = improbe(&route, source, mpi_tag(spec.tag))?;
+            found = improbe(&route, source, tag)?;
             Ok(found.is_some())
         })?;
         let (mut message, status) = found.expect("wait_until returns once found");
@@ -634,15 +705,16 @@ impl Device for MpiEndpoint {
         self.check_live()?;
         let route = self.route(spec.context)?;
         let source = self.source_of(&route, spec.source)?;
+        let wanted = self.tag(spec.tag, spec.context)?;
         let (mut found, mut src, mut tag, mut bytes) = (0, 0, 0, 0);
         // SAFETY: the shim writes the four outputs.
         let rc = unsafe {
-            ffi::fastmp_mpi_iprobe(source, mpi_tag(spec.tag), route.handle, &mut found, &mut src, &mut tag, &mut bytes)
+            ffi::fastmp_mpi_iprobe(source, wanted.wire, route.handle, &mut found, &mut src, &mut tag, &mut bytes)
         };
         check(rc, "MPI_Iprobe")?;
         Ok((found != 0).then(|| RawStatus {
             source: route.world_of(src),
-            tag,
+            tag: wanted.reported(tag),
             bytes: bytes as usize,
             cancelled: false,
         }))
@@ -660,16 +732,21 @@ impl Device for MpiEndpoint {
                 }
                 Some(Entry {
                     slot,
-                    pending: Pending::Send { .. } | Pending::Recv(Receive { matched: Some(_), .. }),
+                    pending:
+                        Pending::Send { .. } | Pending::Recv(Receive { matched: Some(_), .. }) | Pending::Bounced(_),
                 }) => *slot,
                 Some(Entry { pending: Pending::Recv(_), .. }) => return Ok(None),
                 _ => return Err(stale("request")),
             }
         };
         // Outside the lock: a completing receive may copy its data here.
-        let Some((rc, cancelled)) = test_slot(&mut slot) else { return Ok(None) };
+        let Some(tested) = test_once(&mut slot) else { return Ok(None) };
         let entry = self.requests().slab.remove(req).ok_or_else(|| stale("request"))?;
-        self.finish(entry.pending, rc, cancelled).map(Some)
+        match entry.pending {
+            // SAFETY: the buffer stays valid until its request is retired, here (buffer contract).
+            Pending::Bounced(bounced) => unsafe { bounced.finish(tested, self.job.rank) }.map(Some),
+            pending => self.finish(pending, tested.rc, tested.cancelled).map(Some),
+        }
     }
 
     /// An unmatched receive is cancelled at once (it was never given to MPI); a matched one has
@@ -687,10 +764,10 @@ impl Device for MpiEndpoint {
                 requests.unmatched.retain(|&id| id != req);
                 Ok(())
             }
-            Pending::Send { .. } => {
+            Pending::Send { .. } | Pending::Bounced(_) => {
                 let mut slot = entry.slot;
                 drop(requests);
-                // SAFETY: `slot` holds a live send request of this process.
+                // SAFETY: `slot` holds a live request of this process.
                 check(unsafe { ffi::fastmp_mpi_cancel(&mut slot) }, "MPI_Cancel")
             }
             _ => Ok(()),
@@ -713,6 +790,13 @@ impl Device for MpiEndpoint {
             Pending::Recv(Receive { matched: None, .. }) | Pending::Done(_) => {}
             Pending::Recv(_) | Pending::Send { .. } => {
                 self.wait_slot(&mut entry.slot);
+            }
+            Pending::Bounced(bounced) => {
+                // MPI gives the slot back (cancelled or received, its data dropped) before it is freed.
+                // SAFETY: the slot holds a live receive of this process.
+                unsafe { ffi::fastmp_mpi_cancel(&mut entry.slot) };
+                self.wait_slot(&mut entry.slot);
+                drop(bounced);
             }
             Pending::Message { status, .. } => {
                 // A matched message must be received to leave MPI: into a scratch buffer, as a
@@ -819,7 +903,8 @@ impl Device for MpiEndpoint {
         self.check_live()?;
         let route = self.route(spec.context)?;
         let source = self.source_of(&route, spec.source)?;
-        let Some((slot, status)) = improbe(&route, source, mpi_tag(spec.tag))? else { return Ok(None) };
+        let tag = self.tag(spec.tag, spec.context)?;
+        let Some((slot, status)) = improbe(&route, source, tag)? else { return Ok(None) };
         let id = self.track(slot, Pending::Message { route, status });
         Ok(Some((MessageId(id), status)))
     }
@@ -867,7 +952,8 @@ mod tests {
         assert!(message.starts_with("MPI_Isend: MPI error"), "{message}");
         assert!(message.to_lowercase().contains("rank"), "MPI's description names the rank: {message}");
         // A communicator handle the shim never gave out.
-        let message = improbe(&Route { handle: 9999, members: None }, -1, -1).expect_err("no such comm").to_string();
+        let message =
+            improbe(&Route { handle: 9999, members: None }, -1, Tag::ANY).expect_err("no such comm").to_string();
         assert!(message.starts_with("MPI_Improbe: MPI error"), "{message}");
         // The device's own checks come first and are fastmp's errors.
         // SAFETY: as above.
