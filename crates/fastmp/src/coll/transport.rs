@@ -244,6 +244,31 @@ impl<'c> Run<'c> {
         self.flat_peers.is_some() || self.straddle.get().passed_by[0].is_some()
     }
 
+    /// Blocks until `op` finished, looking for a straddle between its tests (the device's wait
+    /// polls at least every park timeout).
+    fn wait_watched(&self, mut op: InFlight<'_>, coll: Collective) -> Result<RawStatus> {
+        let mut done = None;
+        self.dev.wait_until(&mut || {
+            done = op.test()?;
+            if done.is_none() {
+                self.check_straddle(coll)?;
+            }
+            Ok(done.is_some())
+        })?;
+        Ok(done.expect("the wait ends once the request finished"))
+    }
+
+    /// Whether a blocking receive from `peer` takes the watched path: only one from another
+    /// process. A rank of a straddling process that waits forever on a peer of its own process
+    /// waits on one that waits (with the same algorithm) on another process, which finds the
+    /// evidence and fails the job.
+    fn watches(&self, peer: usize) -> bool {
+        self.watched() && {
+            let placement = self.placement();
+            placement.process_of(self.group.world_rank(peer)) != placement.process_of(self.dev.rank())
+        }
+    }
+
     /// Looks once for `evidence`; names the other choice if found.
     fn find(&self, evidence: &Evidence<'_>) -> Result<Option<&'static str>> {
         let probe = |context, source, seq| {
@@ -389,7 +414,7 @@ impl<'c> Run<'c> {
     ) -> Result<()> {
         match started {
             Outcome::Complete(result) => outcome(result, peer, expected, coll),
-            Outcome::InFlight(op) if self.blocking && !self.watched() => outcome(op.wait(), peer, expected, coll),
+            Outcome::InFlight(op) if self.blocking => outcome(op.wait(), peer, expected, coll),
             Outcome::InFlight(op) => {
                 let mut batch = Batch { run: self, reqs: vec![(op, peer, expected, coll)], failed: None };
                 poll_fn(|_| batch.poll_all()).await
@@ -421,8 +446,16 @@ impl<'c> Run<'c> {
     pub(crate) async fn coll_recv(&self, bytes: &mut [u8], peer: usize, coll: Collective) -> Result<()> {
         let spec = self.spec(peer, coll);
         let expected = bytes.len();
-        if self.blocking && !self.watched() {
+        if self.blocking && !self.watches(peer) {
             return outcome(requests::recv(&*self.dev, bytes, spec), peer, Some(expected), coll);
+        }
+        if self.blocking {
+            // SAFETY: as in `coll_send`.
+            let result = match unsafe { InFlight::recv(&*self.dev, bytes, spec)? } {
+                Outcome::Complete(result) => result,
+                Outcome::InFlight(op) => self.wait_watched(op, coll),
+            };
+            return outcome(result, peer, Some(expected), coll);
         }
         // SAFETY: as in `coll_send`.
         let started = unsafe { InFlight::recv(&*self.dev, bytes, spec)? };
