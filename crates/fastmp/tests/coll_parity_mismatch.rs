@@ -202,8 +202,22 @@ fn straddle<F>(config: Config, what: &str, coll: Collective, odd: usize, choices
 where
     F: Fn(&Comm) -> Result<()> + Send + Sync + 'static,
 {
+    straddle_ranks(config, what, coll, move |rank| rank == odd, choices, call);
+}
+
+/// [`straddle`] with every rank for which `odd` holds forcing `choices.0`.
+fn straddle_ranks<F>(
+    config: Config,
+    what: &str,
+    coll: Collective,
+    odd: impl Fn(usize) -> bool + Send + Sync + 'static,
+    choices: (Algorithm, Algorithm),
+    call: F,
+) where
+    F: Fn(&Comm) -> Result<()> + Send + Sync + 'static,
+{
     let outcome = job(config, what, move |world| {
-        let algorithm = if world.rank() == odd { choices.0 } else { choices.1 };
+        let algorithm = if odd(world.rank()) { choices.0 } else { choices.1 };
         let tuning = Tuning::defaults_for(DeviceKind::Hybrid).force(coll, algorithm)?;
         call(&world.with_tuning(tuning))
     });
@@ -267,6 +281,53 @@ fn nonblocking_hierarchical_and_flat_choices_fail() {
             let mut recv = vec![0u64; 100];
             c.scope(|s| s.iallreduce(&[1u64; 100], &mut recv, Sum)?.wait().map(drop))
         });
+    }
+}
+
+/// A whole process choosing a flat algorithm while the other chooses `hierarchical` (no
+/// native operation is shared across the processes to mark bypassed): hybrid np 4 (2 + 2),
+/// every collective, both directions, blocking, with the second process odd and then the
+/// first; then nonblocking bcast and allreduce.
+#[test]
+fn whole_processes_choosing_differently_fail() {
+    let hybrid = || Config::new().device(DeviceKind::Hybrid).np(4).threads_per_process(2);
+    for coll in Collective::ALL {
+        for first_odd in [false, true] {
+            for choices in [(Algorithm::Hierarchical, flat(coll)), (flat(coll), Algorithm::Hierarchical)] {
+                let what =
+                    format!("hybrid 2 + 2 {coll}: process {} {} among {}", first_odd as u8 ^ 1, choices.0, choices.1);
+                let odd = move |rank: usize| (rank < 2) == first_odd;
+                straddle_ranks(hybrid(), &what, coll, odd, choices, move |c| agreeing(coll)(c, 5000));
+            }
+        }
+    }
+    for choices in [(Algorithm::Hierarchical, Algorithm::Bt), (Algorithm::Bt, Algorithm::Hierarchical)] {
+        let what = format!("hybrid 2 + 2 ibcast: process 1 {} among {}", choices.0, choices.1);
+        straddle_ranks(
+            hybrid(),
+            &what,
+            Collective::Bcast,
+            |rank| rank >= 2,
+            choices,
+            |c| {
+                let mut buf = vec![1u32; 5000];
+                c.scope(|s| s.ibcast(&mut buf, 0)?.wait().map(drop))
+            },
+        );
+    }
+    for choices in [(Algorithm::Hierarchical, Algorithm::Bde), (Algorithm::Bde, Algorithm::Hierarchical)] {
+        let what = format!("hybrid 2 + 2 iallreduce: process 1 {} among {}", choices.0, choices.1);
+        straddle_ranks(
+            hybrid(),
+            &what,
+            Collective::Allreduce,
+            |rank| rank >= 2,
+            choices,
+            |c| {
+                let mut recv = vec![0u64; 5000];
+                c.scope(|s| s.iallreduce(&[1u64; 5000], &mut recv, Sum)?.wait().map(drop))
+            },
+        );
     }
 }
 

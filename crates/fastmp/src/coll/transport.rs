@@ -13,12 +13,13 @@ use std::future::{Future, poll_fn};
 use std::ops::Deref;
 use std::pin::pin;
 use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
 
 use crate::coll::select::{Algorithm, Collective};
 use crate::comm::Comm;
 use crate::device::collectives::{CollectiveProvider, Collectives, EVERY_DISPATCH, Operation};
 use crate::device::requests::{self, InFlight, Outcome};
-use crate::device::{MatchSpec, RawStatus, SendMode, Source};
+use crate::device::{ContextId, MatchSpec, RawStatus, SendMode, Source};
 use crate::error::{Error, Result};
 use crate::trace;
 
@@ -27,6 +28,46 @@ const COLL_BITS: u32 = 5;
 const _: () = assert!((Collective::Scan as u32) < (1 << COLL_BITS) - 1);
 /// Operation numbers wrap here in tags; more outstanding operations than this cannot exist.
 const SEQ_MASK: u32 = (1 << (31 - COLL_BITS)) - 1;
+
+/// Tag of operation `seq`'s messages of `coll`.
+fn tag_of(seq: u64, coll: Collective) -> i32 {
+    ((seq as u32 & SEQ_MASK) << COLL_BITS) as i32 | (coll as i32 + 1)
+}
+
+/// How long an operation that can straddle processes waits before it looks for [`Evidence`]
+/// (a correct program never pays more than a clock read per fruitless poll), and how often it
+/// looks again.
+const STRADDLE_PATIENCE: Duration = Duration::from_millis(100);
+const STRADDLE_LOOK_EVERY: Duration = Duration::from_millis(10);
+
+/// Where a message proving that whole processes chose another algorithm for this operation
+/// would arrive. Ranks of one process that choose differently fail on the device's native
+/// operations they share (`Run::chose`); between processes nothing is shared, so a waiting
+/// rank looks for the other choice's messages instead: each choice sends its network messages
+/// on its own context, under operation numbers both choices agree on.
+#[derive(Clone, Copy)]
+enum Evidence<'c> {
+    /// A step of a `hierarchical` operation on a network level: a message of the parent
+    /// operation `seq` on `parent`'s collective context from a rank of another process (ranks
+    /// of this process hand results over there too) ran it flat.
+    FlatPeers { parent: &'c Comm, seq: u64 },
+    /// A flat choice on a communicator whose levels cross processes: a message of the network
+    /// level operation `seq` that the choice passed by, on that level's collective `context`,
+    /// came from a `hierarchical` peer.
+    HierarchicalPeers { context: ContextId, seq: u64 },
+}
+
+/// What a run waiting across processes knows about a possible straddle: the
+/// [`Evidence::HierarchicalPeers`] its flat choices found (a level step's
+/// [`Evidence::FlatPeers`] is fixed when it starts, see `Run::flat_peers`), and when it waited.
+#[derive(Clone, Copy, Default)]
+struct Straddle {
+    /// (context, seq) of the network level operations passed by (leaders, peers).
+    passed_by: [Option<(ContextId, u64)>; 2],
+    /// When the run first found a request unfinished, and when it last looked for evidence.
+    waiting_since: Option<Instant>,
+    looked: Option<Instant>,
+}
 
 /// One collective operation of this rank on a communicator.
 pub(crate) struct Run<'c> {
@@ -48,6 +89,10 @@ pub(crate) struct Run<'c> {
     /// by the dispatch); recorded when the run ends.
     traced: Option<trace::Stamp>,
     trace_event: Cell<trace::Event>,
+    /// Where this run, when it waits long, looks for proof of peers that chose differently.
+    straddle: Cell<Straddle>,
+    /// On a network level step of a `hierarchical` operation: its parent ([`Evidence::FlatPeers`]).
+    flat_peers: Option<Evidence<'c>>,
 }
 
 /// The operation is over however it ends (finished, failed, or its future dropped): a device
@@ -139,7 +184,115 @@ impl<'c> Run<'c> {
         let tag_base = ((seq as u32 & SEQ_MASK) << COLL_BITS) as i32;
         let collectives = comm.collectives.as_deref();
         let trace_event = Cell::new(trace::Event::of(trace::Kind::Collective("collective")));
-        Run { comm, collectives, seq, tag_base, blocking, dispatches: Cell::new(0), level, traced: None, trace_event }
+        Run {
+            comm,
+            collectives,
+            seq,
+            tag_base,
+            blocking,
+            dispatches: Cell::new(0),
+            level,
+            traced: None,
+            trace_event,
+            straddle: Cell::default(),
+            flat_peers: None,
+        }
+    }
+
+    /// The next `count` operations of `level`, a level of this operation's communicator that
+    /// crosses processes (leaders, peers): waits in them look for peers that ran this
+    /// operation flat ([`Evidence::FlatPeers`]).
+    pub(crate) fn network_level_runs<'l>(&'l self, level: &'l Comm, count: u64, blocking: bool) -> LevelRuns<'l> {
+        let mut runs = LevelRuns::take(level, count, blocking);
+        runs.evidence = Some(Evidence::FlatPeers { parent: self.comm, seq: self.seq });
+        runs
+    }
+
+    /// Ends the operation with an error if it has waited long and finds [`Evidence`] that
+    /// peers in other processes chose another algorithm for it. Called by waits that found a
+    /// request unfinished; costs a clock read where the run can straddle, nothing elsewhere.
+    fn check_straddle(&self, coll: Collective) -> Result<()> {
+        if !self.watched() {
+            return Ok(());
+        }
+        let mut straddle = self.straddle.get();
+        let now = Instant::now();
+        let since = *straddle.waiting_since.get_or_insert(now);
+        let due = straddle.looked.is_none_or(|at| now - at >= STRADDLE_LOOK_EVERY);
+        let found = if now - since >= STRADDLE_PATIENCE && due {
+            straddle.looked = Some(now);
+            let passed_by = straddle.passed_by.into_iter().flatten();
+            let hierarchical = passed_by.map(|(context, seq)| Evidence::HierarchicalPeers { context, seq });
+            let mut evidence = self.flat_peers.into_iter().chain(hierarchical);
+            evidence.find_map(|e| self.find(&e).transpose()).transpose()?
+        } else {
+            None
+        };
+        self.straddle.set(straddle);
+        match found {
+            Some(other) => Err(Error::InvalidArgument(format!(
+                "{coll}: ranks of different processes chose different algorithms for the same call (this rank {}, \
+                 a rank of another process {other}): the call's arguments, or the ranks' tunings, differ between ranks",
+                if other == "hierarchical" { "a flat one" } else { "hierarchical" }
+            ))),
+            None => Ok(()),
+        }
+    }
+
+    /// Whether waits of this run look for peers that chose differently.
+    fn watched(&self) -> bool {
+        self.flat_peers.is_some() || self.straddle.get().passed_by[0].is_some()
+    }
+
+    /// Blocks until `op` finished, looking for a straddle between its tests (the device's wait
+    /// polls at least every park timeout).
+    fn wait_watched(&self, mut op: InFlight<'_>, coll: Collective) -> Result<RawStatus> {
+        let mut done = None;
+        self.dev.wait_until(&mut || {
+            done = op.test()?;
+            if done.is_none() {
+                self.check_straddle(coll)?;
+            }
+            Ok(done.is_some())
+        })?;
+        Ok(done.expect("the wait ends once the request finished"))
+    }
+
+    /// Whether a blocking receive from `peer` takes the watched path: only one from another
+    /// process. A rank of a straddling process that waits forever on a peer of its own process
+    /// waits on one that waits (with the same algorithm) on another process, which finds the
+    /// evidence and fails the job.
+    fn watches(&self, peer: usize) -> bool {
+        self.watched() && {
+            let placement = self.placement();
+            placement.process_of(self.group.world_rank(peer)) != placement.process_of(self.dev.rank())
+        }
+    }
+
+    /// Looks once for `evidence`; names the other choice if found.
+    fn find(&self, evidence: &Evidence<'_>) -> Result<Option<&'static str>> {
+        let probe = |context, source, seq| {
+            Collective::ALL.into_iter().try_fold(false, |found, coll| {
+                Ok::<_, Error>(
+                    found || self.dev.iprobe(MatchSpec { context, source, tag: tag_of(seq, coll) })?.is_some(),
+                )
+            })
+        };
+        match *evidence {
+            Evidence::FlatPeers { parent, seq } => {
+                let placement = parent.placement();
+                let mine = placement.process_of(self.dev.rank());
+                for &world in parent.group.members() {
+                    if placement.process_of(world) != mine && probe(parent.coll_context(), Source::Rank(world), seq)? {
+                        return Ok(Some("a flat one"));
+                    }
+                }
+                Ok(None)
+            }
+            Evidence::HierarchicalPeers { context, seq } => {
+                Ok(probe(context, Source::Any, seq)?.then_some("hierarchical"))
+            }
+        }
     }
 
     /// Notes what a traced run is, at its first algorithm choice.
@@ -210,7 +363,17 @@ impl<'c> Run<'c> {
         if algorithm != Algorithm::Hierarchical
             && let Some(levels) = self.comm.levels()
         {
-            levels.each_level(LevelRuns::pass_by);
+            levels.each_level(|level| {
+                let seq = LevelRuns::pass_by(level);
+                // Levels without the device's own collectives cross processes.
+                let mut straddle = self.straddle.get();
+                if level.collectives.is_none()
+                    && let Some(slot) = straddle.passed_by.iter_mut().find(|slot| slot.is_none())
+                {
+                    *slot = Some((level.coll_context(), seq));
+                    self.straddle.set(straddle);
+                }
+            });
         }
         algorithm
     }
@@ -283,8 +446,16 @@ impl<'c> Run<'c> {
     pub(crate) async fn coll_recv(&self, bytes: &mut [u8], peer: usize, coll: Collective) -> Result<()> {
         let spec = self.spec(peer, coll);
         let expected = bytes.len();
-        if self.blocking {
+        if self.blocking && !self.watches(peer) {
             return outcome(requests::recv(&*self.dev, bytes, spec), peer, Some(expected), coll);
+        }
+        if self.blocking {
+            // SAFETY: as in `coll_send`.
+            let result = match unsafe { InFlight::recv(&*self.dev, bytes, spec)? } {
+                Outcome::Complete(result) => result,
+                Outcome::InFlight(op) => self.wait_watched(op, coll),
+            };
+            return outcome(result, peer, Some(expected), coll);
         }
         // SAFETY: as in `coll_send`.
         let started = unsafe { InFlight::recv(&*self.dev, bytes, spec)? };
@@ -331,6 +502,8 @@ pub(crate) struct LevelRuns<'c> {
     blocking: bool,
     next: Cell<u64>,
     end: u64,
+    /// Where the runs look for peers that chose differently (network levels).
+    evidence: Option<Evidence<'c>>,
 }
 
 impl<'c> LevelRuns<'c> {
@@ -338,7 +511,7 @@ impl<'c> LevelRuns<'c> {
     pub(crate) fn take(comm: &'c Comm, count: u64, blocking: bool) -> Self {
         let next = comm.coll_seq.get();
         comm.coll_seq.set(next + count);
-        LevelRuns { comm, blocking, next: Cell::new(next), end: next + count }
+        LevelRuns { comm, blocking, next: Cell::new(next), end: next + count, evidence: None }
     }
 
     /// The next of these operations, started.
@@ -351,21 +524,24 @@ impl<'c> LevelRuns<'c> {
             collectives.provider().may_start()?;
         }
         self.next.set(seq + 1);
-        Ok(Run::numbered(self.comm, seq, self.blocking, true))
+        let mut run = Run::numbered(self.comm, seq, self.blocking, true);
+        run.flat_peers = self.evidence;
+        Ok(run)
     }
 }
 
 impl LevelRuns<'_> {
     /// Takes the next operation of level communicator `comm` and never runs it: peers waiting
     /// in any part of it on the device's collectives fail instead of waiting for this rank
-    /// (see [`Run::chose`]). Allocation-free.
-    pub(crate) fn pass_by(comm: &Comm) {
+    /// (see [`Run::chose`]). Allocation-free. Returns the operation's number.
+    pub(crate) fn pass_by(comm: &Comm) -> u64 {
         let seq = comm.coll_seq.get();
         comm.coll_seq.set(seq + 1);
         if let Some(collectives) = comm.collectives.as_deref() {
             collectives.provider().bypassed(seq, EVERY_DISPATCH);
             collectives.provider().finished(seq);
         }
+        seq
     }
 }
 
@@ -438,7 +614,13 @@ impl<'a> Batch<'a> {
                 false
             }
         });
-        if self.reqs.is_empty() { Poll::Ready(self.failed.take().map_or(Ok(()), Err)) } else { Poll::Pending }
+        let Some(&(_, _, _, coll)) = self.reqs.first() else {
+            return Poll::Ready(self.failed.take().map_or(Ok(()), Err));
+        };
+        match self.run.check_straddle(coll) {
+            Ok(()) => Poll::Pending,
+            Err(e) => Poll::Ready(Err(e)),
+        }
     }
 
     /// Finishes every request; the first error wins, and all requests are finished or

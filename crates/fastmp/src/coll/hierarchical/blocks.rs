@@ -25,7 +25,7 @@ pub(in crate::coll) async fn allgather(run: &Run<'_>, send: Option<&[u8]>, recv:
     let blocking = run.is_blocking();
     let local_runs = (local.size() > 1).then(|| LevelRuns::take(local, 1, blocking));
     let bcasts = level.runs(1, blocking, true);
-    let leader_runs = leaders.as_ref().map(|leaders| LevelRuns::take(leaders, 1, blocking));
+    let leader_runs = leaders.as_ref().map(|leaders| run.network_level_runs(leaders, 1, blocking));
     let mut ours = vec![0u8; if leader_runs.is_some() { local.size() * block } else { 0 }];
     match &local_runs {
         Some(runs) => runs.next()?.dispatch_gather(&mine, &mut ours, 0, Pick::Tuned).await?,
@@ -60,7 +60,7 @@ pub(in crate::coll) async fn allgatherv(
     let blocking = run.is_blocking();
     let local_runs = (local.size() > 1).then(|| LevelRuns::take(local, 1, blocking));
     let bcasts = level.runs(1, blocking, true);
-    let leader_runs = leaders.as_ref().map(|leaders| LevelRuns::take(leaders, 1, blocking));
+    let leader_runs = leaders.as_ref().map(|leaders| run.network_level_runs(leaders, 1, blocking));
     let members = processes.members(processes.group_of(me));
     let lens = |ranks: &[usize]| ranks.iter().map(|&r| layout.block(r).len()).collect::<Vec<_>>();
     let mut ours = vec![0u8; if leader_runs.is_some() { lens(members).iter().sum() } else { 0 }];
@@ -88,7 +88,7 @@ pub(in crate::coll) async fn gather(run: &Run<'_>, send: &[u8], recv: &mut [u8],
     let rooted = Rooted::new(run, root)?;
     let Rooted { processes, me, root_process, root_leader, ref local, ref leaders, .. } = rooted;
     let block = send.len();
-    let (local_runs, leader_runs) = rooted.runs(1, run.is_blocking());
+    let (local_runs, leader_runs) = rooted.runs(run, 1);
     let mut ours = vec![0u8; if leader_runs.is_some() { local.size() * block } else { 0 }];
     match &local_runs {
         Some(runs) => runs.next()?.dispatch_gather(send, &mut ours, 0, Pick::Tuned).await?,
@@ -128,7 +128,7 @@ pub(in crate::coll) async fn gatherv(
 ) -> Result<()> {
     let rooted = Rooted::new(run, root)?;
     let Rooted { processes, me, root_process, root_leader, ref local, ref leaders, .. } = rooted;
-    let (local_runs, leader_runs) = rooted.runs(2, run.is_blocking());
+    let (local_runs, leader_runs) = rooted.runs(run, 2);
     let (lens, per_process) = rooted
         .lengths(run, local_runs.as_ref(), leader_runs.is_some(), send.len(), layout, Collective::Gatherv)
         .await?;
@@ -171,7 +171,7 @@ pub(in crate::coll) async fn scatterv(
 ) -> Result<()> {
     let rooted = Rooted::new(run, root)?;
     let Rooted { processes, me, root_process, root_leader, ref local, ref leaders, .. } = rooted;
-    let (local_runs, leader_runs) = rooted.runs(2, run.is_blocking());
+    let (local_runs, leader_runs) = rooted.runs(run, 2);
     let (lens, per_process) = rooted
         .lengths(run, local_runs.as_ref(), leader_runs.is_some(), recv.len(), layout, Collective::Scatterv)
         .await?;
@@ -234,9 +234,10 @@ impl<'l> Rooted<'l> {
 
     /// `local_steps` steps of the local level (none alone in the process) and one of the
     /// leaders' level (on leaders), numbered now.
-    fn runs(&self, local_steps: u64, blocking: bool) -> (Option<LevelRuns<'_>>, Option<LevelRuns<'_>>) {
+    fn runs<'s>(&'s self, run: &'s Run<'_>, local_steps: u64) -> (Option<LevelRuns<'s>>, Option<LevelRuns<'s>>) {
+        let blocking = run.is_blocking();
         let local = (self.local.size() > 1).then(|| LevelRuns::take(&self.local, local_steps, blocking));
-        (local, self.leaders.as_ref().map(|leaders| LevelRuns::take(leaders, 1, blocking)))
+        (local, self.leaders.as_ref().map(|leaders| run.network_level_runs(leaders, 1, blocking)))
     }
 
     /// The `v` forms' lengths in bytes: this process's members' blocks (`mine` on each) on its
@@ -311,7 +312,7 @@ pub(in crate::coll) async fn scatter(run: &Run<'_>, send: &[u8], recv: &mut [u8]
     let rooted = Rooted::new(run, root)?;
     let Rooted { processes, me, root_process, root_leader, ref local, ref leaders, .. } = rooted;
     let block = recv.len();
-    let (local_runs, leader_runs) = rooted.runs(1, run.is_blocking());
+    let (local_runs, leader_runs) = rooted.runs(run, 1);
     let total = block * run.size();
     let mut by_process = vec![0u8; if me == root || me == root_leader { total } else { 0 }];
     if me == root {

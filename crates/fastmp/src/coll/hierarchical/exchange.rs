@@ -24,7 +24,7 @@ pub(in crate::coll) async fn alltoall(run: &Run<'_>, send: &[u8], recv: &mut [u8
     let leaders = levels.leaders(&run.tuning);
     let blocking = run.is_blocking();
     let local_runs = (local.size() > 1).then(|| LevelRuns::take(&local, 2, blocking));
-    let leader_runs = leaders.as_ref().map(|leaders| LevelRuns::take(leaders, 1, blocking));
+    let leader_runs = leaders.as_ref().map(|leaders| run.network_level_runs(leaders, 1, blocking));
     let row = np * block;
     let mut ours = vec![0u8; if leader_runs.is_some() { local.size() * row } else { 0 }];
     match &local_runs {
@@ -87,7 +87,7 @@ pub(in crate::coll) async fn alltoallv(
     let leaders = levels.leaders(&run.tuning);
     let blocking = run.is_blocking();
     let local_runs = (local.size() > 1).then(|| LevelRuns::take(&local, 3, blocking));
-    let leader_runs = leaders.as_ref().map(|leaders| LevelRuns::take(leaders, 1, blocking));
+    let leader_runs = leaders.as_ref().map(|leaders| run.network_level_runs(leaders, 1, blocking));
     let leader = leader_runs.is_some();
     // This rank's lengths to every rank, then from every rank; on the leader, every member's.
     let block_lens = |layout: &Layout| (0..np).map(|r| layout.block(r).len() as u64).collect::<Vec<_>>();

@@ -23,7 +23,7 @@ pub(in crate::coll) async fn barrier(run: &Run<'_>) -> Result<()> {
     let leaders = levels.leaders(&run.tuning);
     let blocking = run.is_blocking();
     let local_runs = local.runs(2, blocking, true);
-    let leader_runs = leaders.as_ref().map(|leaders| LevelRuns::take(leaders, 1, blocking));
+    let leader_runs = leaders.as_ref().map(|leaders| run.network_level_runs(leaders, 1, blocking));
     local_runs.arrive().await?;
     if let Some(leader_runs) = &leader_runs {
         leader_runs.next()?.barrier().await?;
@@ -48,7 +48,7 @@ pub(in crate::coll) async fn bcast(run: &Run<'_>, buf: &mut [u8], root: usize) -
     let local = LocalLevel::new(levels, &run.tuning);
     let leaders = levels.leaders(&run.tuning);
     let local_runs = (local.flat().size() > 1).then(|| local.runs(chunks, false, true));
-    let leader_runs = leaders.as_ref().map(|leaders| LevelRuns::take(leaders, chunks, false));
+    let leader_runs = leaders.as_ref().map(|leaders| run.network_level_runs(leaders, chunks, false));
     let local_step = local_runs.as_ref().map(|runs| async move |c: &mut [u8]| runs.bcast(c, local_root).await);
     let network_step = leader_runs
         .as_ref()
@@ -92,7 +92,7 @@ pub(in crate::coll) async fn allreduce<T: Pod>(
     // The local level's reduces take their numbers before its bcasts, on every member.
     let reduces = local.runs(chunks, false, op.is_commutative());
     let bcasts = local.runs(chunks, false, true);
-    let leader_runs = leaders.as_ref().map(|leaders| LevelRuns::take(leaders, chunks, false));
+    let leader_runs = leaders.as_ref().map(|leaders| run.network_level_runs(leaders, chunks, false));
     let next_send = Cell::new(0);
     let reduce_step = async |c: &mut [T]| {
         let start = next_send.replace(next_send.get() + c.len());
@@ -128,7 +128,7 @@ async fn allreduce_by_slices<T: Pod>(
     let (members, len) = (local.size(), recv.len());
     let counts: Vec<usize> = (0..members).map(|i| even_block(len, members, i).len()).collect();
     let local_runs = LevelRuns::take(&local, 2, blocking);
-    let peer_runs = LevelRuns::take(peers, 1, blocking);
+    let peer_runs = run.network_level_runs(peers, 1, blocking);
     let mine = even_block(len, members, local.rank());
     local_runs.next()?.reduce_scatter(send, &mut recv[mine.clone()], &counts, op).await?;
     peer_runs.next()?.dispatch_allreduce(None, &mut recv[mine], op).await?;
@@ -155,7 +155,7 @@ pub(in crate::coll) async fn reduce<T: Pod>(
     let leaders = levels.leaders(&run.tuning);
     let blocking = run.is_blocking();
     let local_runs = local.runs(1, blocking, op.is_commutative());
-    let leader_runs = leaders.as_ref().map(|leaders| LevelRuns::take(leaders, 1, blocking));
+    let leader_runs = leaders.as_ref().map(|leaders| run.network_level_runs(leaders, 1, blocking));
     let Some(leader_runs) = leader_runs else {
         local_runs.reduce(send, &mut [], op).await?;
         if me == root {
@@ -194,7 +194,7 @@ pub(in crate::coll) async fn reduce_scatter<T: Pod>(
     let blocking = run.is_blocking();
     let reduces = local.runs(1, blocking, op.is_commutative());
     let scatters = (local.flat().size() > 1).then(|| LevelRuns::take(local.flat(), 1, blocking));
-    let leader_runs = leaders.as_ref().map(|leaders| LevelRuns::take(leaders, 1, blocking));
+    let leader_runs = leaders.as_ref().map(|leaders| run.network_level_runs(leaders, 1, blocking));
     let members = processes.members(processes.group_of(run.rank()));
     let ours: Vec<usize> = members.iter().map(|&m| counts[m]).collect();
     let mut mine = zeroed::<T>(if leader_runs.is_some() { ours.iter().sum() } else { 0 });
@@ -249,7 +249,7 @@ pub(in crate::coll) async fn scan<T: Pod>(
     let blocking = run.is_blocking();
     let local_runs = (local.flat().size() > 1).then(|| LevelRuns::take(local.flat(), 1, blocking));
     let bcasts = local.runs(1, blocking, true);
-    let leader_runs = leaders.as_ref().map(|leaders| LevelRuns::take(leaders, 1, blocking));
+    let leader_runs = leaders.as_ref().map(|leaders| run.network_level_runs(leaders, 1, blocking));
     // This rank's prefix inside its process (undefined for the first member of an exscan).
     let mut part = zeroed::<T>(send.len());
     match &local_runs {
