@@ -147,3 +147,140 @@ fn oversubscribed_ranks_stay_correct() {
         })
         .unwrap();
 }
+
+/// Elements per reduction: odd, and each rank's chunk above the agent's 64 KiB threshold.
+const ELEMS: usize = 3 * 8 * 1024 + 5;
+
+fn values(me: usize, salt: u64) -> Vec<u64> {
+    (0..ELEMS as u64).map(|i| i.wrapping_mul(2654435761) ^ (me as u64 * 977 + salt)).collect()
+}
+
+/// The default tuning (the shm device's native collectives hand their bcast copies and
+/// allreduce folds to the agent): every predefined op, a user op, in place, every root.
+fn reductions_and_bcasts_agree(world: Comm) -> Result<()> {
+    use fastmp::op::{Band, Bxor, Max, Min, Prod, UserOp};
+    let (me, np) = (world.rank(), world.size());
+    let mine = values(me, 1);
+    macro_rules! check_op {
+        ($op:expr) => {{
+            let (mut blocking, mut nonblocking) = (vec![0u64; ELEMS], vec![7u64; ELEMS]);
+            world.allreduce(&mine, &mut blocking, $op)?;
+            world.scope(|s| s.iallreduce(&mine, &mut nonblocking, $op)?.wait().map(drop))?;
+            assert_eq!(blocking, nonblocking, "iallreduce {} on rank {me}", stringify!($op));
+        }};
+    }
+    check_op!(Sum);
+    check_op!(Prod);
+    check_op!(Max);
+    check_op!(Min);
+    check_op!(Band);
+    check_op!(Bxor);
+    check_op!(UserOp::commutative(|a: &[u64], b: &mut [u64]| b
+        .iter_mut()
+        .zip(a)
+        .for_each(|(b, a)| *b = b.wrapping_add(*a))));
+    let floats: Vec<f64> = mine.iter().map(|&v| (v % 1000) as f64 * 0.5).collect();
+    let (mut blocking, mut nonblocking) = (vec![0.0; ELEMS], vec![1.0; ELEMS]);
+    world.allreduce(&floats, &mut blocking, Sum)?;
+    world.scope(|s| s.iallreduce(&floats, &mut nonblocking, Sum)?.wait().map(drop))?;
+    assert_eq!(blocking, nonblocking, "iallreduce f64 on rank {me}");
+    for root in 0..np {
+        let expected = values(root, 2);
+        let mut buf = if me == root { expected.clone() } else { vec![0; ELEMS] };
+        world.scope(|s| s.ibcast(&mut buf, root)?.wait().map(drop))?;
+        assert_eq!(buf, expected, "ibcast from {root} on rank {me}");
+    }
+    // Several in flight at once, completed in reverse order.
+    let (mut sum, mut max) = (vec![0u64; ELEMS], vec![0u64; ELEMS]);
+    let mut bcast = if me == 0 { values(0, 3) } else { vec![0; ELEMS] };
+    world.scope(|s| {
+        let a = s.iallreduce(&mine, &mut sum, Sum)?;
+        let b = s.ibcast(&mut bcast, 0)?;
+        let c = s.iallreduce(&mine, &mut max, Max)?;
+        c.wait()?;
+        b.wait()?;
+        a.wait().map(drop)
+    })?;
+    let (mut sum2, mut max2) = (vec![0u64; ELEMS], vec![0u64; ELEMS]);
+    world.allreduce(&mine, &mut sum2, Sum)?;
+    world.allreduce(&mine, &mut max2, Max)?;
+    assert_eq!((sum, max), (sum2, max2), "overlapping iallreduces on rank {me}");
+    assert_eq!(bcast, values(0, 3), "overlapping ibcast on rank {me}");
+    Ok(())
+}
+
+#[test]
+fn native_bcast_and_allreduce_with_the_agent_equal_the_blocking_twins() {
+    for (device, np) in [(DeviceKind::Shm, 2), (DeviceKind::Shm, 3), (DeviceKind::Tcp, 2), (DeviceKind::Hybrid, 4)] {
+        config(device, np).run(reductions_and_bcasts_agree).unwrap_or_else(|e| panic!("{device:?} np {np}: {e}"));
+    }
+}
+
+/// Reduction and bcast items leaked with `mem::forget`: the scope's end finishes them.
+#[test]
+fn leaked_reductions_are_finished_by_the_scope() {
+    config(DeviceKind::Shm, 3)
+        .run(|world| {
+            let me = world.rank();
+            let mine = values(me, 4);
+            let mut expected = vec![0u64; ELEMS];
+            world.allreduce(&mine, &mut expected, Sum)?;
+            for round in 0..3 {
+                let (mut sum, mut bcast) = (vec![0u64; ELEMS], vec![0u64; ELEMS]);
+                if me == round % 3 {
+                    bcast.clone_from(&mine);
+                }
+                world.scope(|s| {
+                    std::mem::forget(s.iallreduce(&mine, &mut sum, Sum)?);
+                    std::mem::forget(s.ibcast(&mut bcast, round % 3)?);
+                    Ok(())
+                })?;
+                assert_eq!(sum, expected, "rank {me}");
+                assert_eq!(bcast, values(round % 3, 4), "rank {me}");
+            }
+            Ok(())
+        })
+        .unwrap();
+}
+
+/// A rank that panics with reductions in flight fails the job with its panic; nobody hangs.
+#[test]
+fn a_panicking_scope_with_reductions_in_flight_fails_the_job() {
+    let outcome = config(DeviceKind::Shm, 3).run(|world| {
+        let me = world.rank();
+        let mine = values(me, 5);
+        let mut sum = vec![0u64; ELEMS];
+        world.scope(|s| {
+            let request = s.iallreduce(&mine, &mut sum, Sum)?;
+            if me == 1 {
+                panic!("deliberate panic on rank 1 with an allreduce outstanding");
+            }
+            request.wait().map(drop)
+        })
+    });
+    match outcome {
+        Err(Error::RankFailed { rank: 1, .. }) => {}
+        other => panic!("expected rank 1 to fail the job, got {other:?}"),
+    }
+}
+
+/// A rank that leaves instead of joining an iallreduce: the others get an `Err`, not a hang.
+#[test]
+fn a_failing_rank_fails_the_others_reductions() {
+    let outcome = config(DeviceKind::Shm, 3).run(|world| {
+        let me = world.rank();
+        if me == 0 {
+            return Err(Error::other("rank 0 gives up"));
+        }
+        let mine = values(me, 6);
+        let mut sum = vec![0u64; ELEMS];
+        world.scope(|s| s.iallreduce(&mine, &mut sum, Sum)?.wait().map(drop))
+    });
+    assert!(outcome.is_err(), "the job must fail: {outcome:?}");
+}
+
+/// Eight ranks on however few cores, reductions and bcasts through the agent.
+#[test]
+fn oversubscribed_reductions_stay_correct() {
+    config(DeviceKind::Shm, 8).run(reductions_and_bcasts_agree).unwrap();
+}

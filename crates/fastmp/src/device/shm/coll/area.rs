@@ -448,10 +448,15 @@ impl Session<'_> {
         current < claimed && claim.compare_exchange(current, claimed, Ordering::AcqRel, Ordering::Acquire).is_ok()
     }
 
-    /// Announces that the claimed copy into `p`'s buffer is complete.
-    pub(crate) fn copied(&self, p: usize) {
-        self.area.slot(self.how.lane, p).claim.store(2 * self.epoch, Ordering::Release);
-        self.area.notify(self.how.me, p..p + 1);
+    /// Announces that the claimed copy into `p`'s buffer is complete; a step another thread may
+    /// take (the progress agent, right after making the copy), so `p` need not wait for this
+    /// rank's next call.
+    pub(crate) fn copied_signal(&self, p: usize) -> impl FnOnce() + Send + '_ {
+        let (area, lane, me, epoch) = (self.area, self.how.lane, self.how.me, self.epoch);
+        move || {
+            area.slot(lane, p).claim.store(2 * epoch, Ordering::Release);
+            area.notify(me, p..p + 1);
+        }
     }
 
     /// Waits until `copier` (a source) completed the copy into this rank's buffer it claimed.
