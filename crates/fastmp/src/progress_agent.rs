@@ -30,6 +30,7 @@
 //! - *Reductions* go to the agent only with a thread-safe op (`Op::shareable`: the predefined
 //!   ops); a user closure may hold thread-bound state, so it always runs on its rank.
 
+use std::cell::Cell;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
@@ -58,6 +59,8 @@ struct Item {
     /// The submitting rank's thread: woken when another thread finished the item, so a rank
     /// parked in a wait sees it at once rather than at its park timeout.
     owner: std::thread::Thread,
+    /// Whether a thread other than the owner ran the job (set before `state` leaves `RUNNING`).
+    ran_elsewhere: AtomicBool,
 }
 
 impl Item {
@@ -68,8 +71,10 @@ impl Item {
         }
         let job = self.job.lock().unwrap_or_else(|e| e.into_inner()).take();
         let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job.map(|job| job())));
+        let elsewhere = std::thread::current().id() != self.owner.id();
+        self.ran_elsewhere.store(elsewhere, Ordering::Relaxed);
         self.state.store(if ran.is_ok() { DONE } else { PANICKED }, Ordering::Release);
-        if std::thread::current().id() != self.owner.id() {
+        if elsewhere {
             // A spurious wake-up at worst: waiters re-check their condition.
             self.owner.unpark();
         }
@@ -115,8 +120,33 @@ impl Drop for Ticket {
             drop(self.item.job.lock().unwrap_or_else(|e| e.into_inner()).take());
         } else {
             wait_while_running(&self.item);
+            // The state's acquire (above or in the wait) orders this load after the runner's store.
+            if self.item.ran_elsewhere.load(Ordering::Relaxed) && std::thread::current().id() == self.item.owner.id() {
+                COUNTS.with(|c| c.set(AgentCounts { run_elsewhere: c.get().run_elsewhere + 1, ..c.get() }));
+            }
         }
     }
+}
+
+/// What this thread handed to the progress agent so far: a testing aid that shows the agent
+/// path was taken (a rank's counts on the shm device, whose ranks are threads).
+#[doc(hidden)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AgentCounts {
+    /// Work items this thread queued for the agent.
+    pub handed: u64,
+    /// Of those, items another thread (the agent) ran, counted once their ticket was dropped.
+    pub run_elsewhere: u64,
+}
+
+thread_local! {
+    static COUNTS: Cell<AgentCounts> = const { Cell::new(AgentCounts { handed: 0, run_elsewhere: 0 }) };
+}
+
+/// This thread's [`AgentCounts`].
+#[doc(hidden)]
+pub fn agent_counts() -> AgentCounts {
+    COUNTS.with(Cell::get)
 }
 
 /// Spins briefly, then yields, then sleeps until `item` is not running (it runs on another
@@ -218,7 +248,13 @@ impl Agent {
 
     fn submit(&self, job: Job) -> Ticket {
         let owner = std::thread::current();
-        let item = Arc::new(Item { state: AtomicU8::new(QUEUED), job: Mutex::new(Some(job)), owner });
+        let item = Arc::new(Item {
+            state: AtomicU8::new(QUEUED),
+            job: Mutex::new(Some(job)),
+            owner,
+            ran_elsewhere: AtomicBool::new(false),
+        });
+        COUNTS.with(|c| c.set(AgentCounts { handed: c.get().handed + 1, ..c.get() }));
         self.queue.push(Arc::clone(&item));
         Ticket { item }
     }

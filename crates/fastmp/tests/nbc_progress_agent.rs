@@ -284,3 +284,62 @@ fn a_failing_rank_fails_the_others_reductions() {
 fn oversubscribed_reductions_stay_correct() {
     config(DeviceKind::Shm, 8).run(reductions_and_bcasts_agree).unwrap();
 }
+
+/// The agent path is taken: on shm (ranks are threads, so a rank's thread counts are its own)
+/// ialltoall's own-block copy, iallreduce's folds and ibcast's copies are handed to the agent.
+#[test]
+fn large_operations_hand_items_to_the_agent() {
+    let handed = |f: &mut dyn FnMut() -> Result<()>| -> Result<u64> {
+        let before = fastmp::agent_counts().handed;
+        f()?;
+        Ok(fastmp::agent_counts().handed - before)
+    };
+    let per_rank = config(DeviceKind::Shm, 2)
+        .run(|world| {
+            let comm = over_messages(&world)?;
+            let (me, np) = (comm.rank(), comm.size());
+            let send = send_of(me, np);
+            let mut recv = vec![0u8; send.len()];
+            let alltoall = handed(&mut || comm.scope(|s| s.ialltoall(&send, &mut recv)?.wait().map(drop)))?;
+            let mine = values(me, 7);
+            let mut sum = vec![0u64; ELEMS];
+            let allreduce = handed(&mut || world.scope(|s| s.iallreduce(&mine, &mut sum, Sum)?.wait().map(drop)))?;
+            let mut buf = if me == 0 { mine.clone() } else { vec![0; ELEMS] };
+            let bcast = handed(&mut || world.scope(|s| s.ibcast(&mut buf, 0)?.wait().map(drop)))?;
+            Ok([alltoall, allreduce, bcast])
+        })
+        .unwrap();
+    for (rank, [alltoall, allreduce, _]) in per_rank.iter().enumerate() {
+        assert!(*alltoall >= 1, "rank {rank} handed no ialltoall copy to the agent");
+        assert!(*allreduce >= 1, "rank {rank} handed no iallreduce fold to the agent");
+    }
+    let bcasts: u64 = per_rank.iter().map(|counts| counts[2]).sum();
+    assert!(bcasts >= 1, "no rank handed an ibcast copy to the agent");
+}
+
+/// The agent thread runs items while their rank does no fastmp call (the point of the agent):
+/// a rank that starts ialltoall and then only sleeps finds its own-block copy run by another
+/// thread. Retried, as a loaded machine may not schedule the agent within one sleep.
+#[test]
+fn the_agent_runs_items_while_the_rank_computes() {
+    config(DeviceKind::Shm, 2)
+        .run(|world| {
+            let comm = over_messages(&world)?;
+            let (me, np) = (comm.rank(), comm.size());
+            let send = send_of(me, np);
+            let mut recv = vec![0u8; send.len()];
+            let start = fastmp::agent_counts();
+            for _ in 0..2000 {
+                comm.scope(|s| {
+                    let request = s.ialltoall(&send, &mut recv)?;
+                    std::thread::sleep(std::time::Duration::from_millis(5));
+                    request.wait().map(drop)
+                })?;
+                if fastmp::agent_counts().run_elsewhere > start.run_elsewhere {
+                    return Ok(());
+                }
+            }
+            Err(Error::other(format!("rank {me}: the agent ran none of 2000 own-block copies")))
+        })
+        .unwrap();
+}
