@@ -286,7 +286,8 @@ fn oversubscribed_reductions_stay_correct() {
 }
 
 /// The agent path is taken: on shm (ranks are threads, so a rank's thread counts are its own)
-/// ialltoall's own-block copy, iallreduce's folds and ibcast's copies are handed to the agent.
+/// ialltoall's own-block copy, iallreduce's share folds and ibcast's copies are handed to the
+/// agent.
 #[test]
 fn large_operations_hand_items_to_the_agent() {
     let handed = |f: &mut dyn FnMut() -> Result<()>| -> Result<u64> {
@@ -309,10 +310,13 @@ fn large_operations_hand_items_to_the_agent() {
             Ok([alltoall, allreduce, bcast])
         })
         .unwrap();
-    for (rank, [alltoall, allreduce, _]) in per_rank.iter().enumerate() {
+    for (rank, [alltoall, ..]) in per_rank.iter().enumerate() {
         assert!(*alltoall >= 1, "rank {rank} handed no ialltoall copy to the agent");
-        assert!(*allreduce >= 1, "rank {rank} handed no iallreduce fold to the agent");
     }
+    // Each share of the vector is folded once, by whichever rank claimed it (the last to arrive
+    // may claim both).
+    let allreduces: u64 = per_rank.iter().map(|counts| counts[1]).sum();
+    assert_eq!(allreduces, 2, "iallreduce shares handed to the agent: {per_rank:?}");
     let bcasts: u64 = per_rank.iter().map(|counts| counts[2]).sum();
     assert!(bcasts >= 1, "no rank handed an ibcast copy to the agent");
 }
@@ -335,11 +339,15 @@ fn the_agent_runs_items_while_the_rank_computes() {
                     std::thread::sleep(std::time::Duration::from_millis(5));
                     request.wait().map(drop)
                 })?;
-                if fastmp::agent_counts().run_elsewhere > start.run_elsewhere {
+                // Every rank goes on until all have seen the agent run one of their copies.
+                let seen = u64::from(fastmp::agent_counts().run_elsewhere > start.run_elsewhere);
+                let mut all_seen = [0u64];
+                comm.allreduce(&[seen], &mut all_seen, fastmp::op::Min)?;
+                if all_seen[0] == 1 {
                     return Ok(());
                 }
             }
-            Err(Error::other(format!("rank {me}: the agent ran none of 2000 own-block copies")))
+            Err(Error::other(format!("rank {me}: the agent ran none of 2000 own-block copies of some rank")))
         })
         .unwrap();
 }

@@ -679,40 +679,83 @@ pub(super) async fn allreduce<T: Pod>(
         })
         .await;
     };
-    collective_then(comm, kind, buffers, everyone.clone(), everyone.clone(), checks, async |s| {
-        let dest = unsafe { exclusive(s, recv_ptr, bytes, chunk.clone()) }?;
+    // Each share (chunk q of every vector) is claimed by one rank: its owner, or a rank that
+    // arrives when all others have entered (it claims every share still free), so the rank that
+    // arrived first gets its share done by the last one's agent while it computes.
+    let share_bytes = |q: usize| {
+        let block = even_block(len, np, q);
+        block.start * size_of::<T>()..block.end * size_of::<T>()
+    };
+    let progress = || comm.op.dev.progress();
+    let (how, epoch) = comm.provider.open_lane(comm.op, &progress).await?;
+    let mut session = comm.provider.area.enter(how, epoch, kind, buffers, (everyone.clone(), everyone.clone()));
+    let outcomes: Vec<std::sync::OnceLock<Result<()>>> = everyone.clone().map(|_| std::sync::OnceLock::new()).collect();
+    let last_to_arrive = others(comm).all(|p| matches!(session.try_peer(p), Ok(Some(_))));
+    let mut outcome = session.await_sources().await.and_then(|()| checks(&session));
+    let mut steps = Vec::new();
+    let s = &session;
+    let mut start_share = |q: usize| -> Result<()> {
+        let bytes_q = share_bytes(q);
+        let block = even_block(len, np, q);
         // The agent cannot ask the session for the peers' buffers: resolve them here, as bytes
-        // (a `Pod` slice is plain data, whichever thread reads it).
-        // Chunk `me` of every rank's send buffer.
+        // (a `Pod` slice is plain data, whichever thread reads it). Chunk q of every send buffer.
         let sources: Vec<&[u8]> = everyone
             .clone()
-            .map(|j| send_of(s, send.unwrap_or(&[]), j, mine.clone()).map(bytemuck::cast_slice))
+            .map(|j| send_of(s, send.unwrap_or(&[]), j, block.clone()).map(bytemuck::cast_slice))
             .collect::<Result<_>>()?;
         let mut targets = Vec::with_capacity(np);
-        for p in others(comm) {
-            let dst = s.peer(p)?;
-            // SAFETY: chunk `me` of `p`'s receive buffer, published for this allreduce: only this
-            // rank touches it (see above), and it is not a send buffer (not in place).
-            targets.push(unsafe { exclusive(s, dst.recv, dst.recv_len, chunk.clone()) }?);
+        for p in everyone.clone() {
+            let recv_of_p = if p == me { recv_ptr } else { s.peer(p)?.recv };
+            // SAFETY: chunk q of `p`'s receive buffer, published for this allreduce (or our
+            // own): only the rank that won share q's claim touches it, and it is not a send
+            // buffer (not in place).
+            targets.push(unsafe { exclusive(s, recv_of_p, bytes, bytes_q.clone()) }?);
         }
-        let outcome = std::sync::OnceLock::new();
-        let outcome_of_step = &outcome;
+        let signal = s.copied_signal(q);
+        let outcome_of_step = &outcomes[q];
         // SAFETY: the step lives in this future (see `copy_then_signal`).
         let step = unsafe {
-            Offloaded::start(chunk.len() * np, false, move || {
+            Offloaded::start(bytes_q.len() * np, false, move || {
+                let (dest, copies) = targets.split_first_mut().expect("np >= 1");
                 let result = typed_mut::<T>(dest).and_then(|dest| {
                     fold_chunk(shared_op, true, (me, np), dest, |j| typed::<T>(sources[j]))?;
                     let result: &[u8] = bytemuck::cast_slice(dest);
-                    targets.iter_mut().for_each(|target| target.copy_from_slice(result));
+                    copies.iter_mut().for_each(|target| target.copy_from_slice(result));
                     Ok(())
                 });
+                if result.is_ok() {
+                    signal();
+                }
                 let _ = outcome_of_step.set(result);
             })
         };
-        step.finish().await?;
-        outcome.into_inner().unwrap_or(Ok(()))
-    })
-    .await
+        steps.push(step);
+        Ok(())
+    };
+    let mut mine_claimed = false;
+    if outcome.is_ok() {
+        let shares: Vec<usize> = if last_to_arrive { everyone.clone().collect() } else { vec![me] };
+        for q in shares {
+            if s.claim_copy(q) {
+                mine_claimed |= q == me;
+                outcome = start_share(q);
+                if outcome.is_err() {
+                    break;
+                }
+            }
+        }
+    }
+    for step in steps {
+        outcome = outcome.and(step.finish().await);
+    }
+    for share in outcomes {
+        outcome = outcome.and(share.into_inner().unwrap_or(Ok(())));
+    }
+    if outcome.is_ok() && !mine_claimed && !chunk.is_empty() {
+        outcome = session.await_claimed_done().await;
+    }
+    let left = session.leave(outcome.is_ok()).await;
+    outcome.and(left)
 }
 
 /// Folds chunk `me` of every rank's vector (`input(j)`) into `dest`, in rank order; in place,

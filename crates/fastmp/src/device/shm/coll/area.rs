@@ -465,6 +465,22 @@ impl Session<'_> {
         self.area.await_flag(self.how, copier, self.epoch, &|_| mine.claim.load(Ordering::Acquire) / 2).await
     }
 
+    /// Waits until whichever rank claimed the step into this rank's slot (an allreduce share)
+    /// completed it; fails if any peer gave up, as the claimer is not known.
+    pub(crate) async fn await_claimed_done(&self) -> Result<()> {
+        let (area, how, epoch) = (self.area, self.how, self.epoch);
+        let mine = area.slot(how.lane, how.me);
+        let done = |_: &Slot| mine.claim.load(Ordering::Acquire) / 2;
+        let any_peer = || {
+            (0..area.size())
+                .filter(|&p| p != how.me)
+                .map(|p| area.flag_reached(how.lane, p, epoch, &done))
+                .find(Poll::is_ready)
+                .unwrap_or(Poll::Pending)
+        };
+        area.until(how, any_peer).await
+    }
+
     /// Step 3 of the protocol: records the outcome, then waits until no accessor can touch this
     /// rank's buffers any more. Never fails early: the wait ends when every accessor has left or
     /// is excused (each accessor's part is bounded, so this terminates). Returns an error if an
