@@ -272,21 +272,13 @@ impl Comm {
             list.unwrap_or_else(|| Vec::with_capacity(REQUESTS_PER_SCOPE)),
             |ledger| Scope { comm: self, token, ledger, env: PhantomData },
             |scope| {
+                let result = catch_unwind(AssertUnwindSafe(|| f(scope)));
                 // Collectives first: dropping an abandoned one releases its device requests
                 // itself; the point-to-point requests are finished after this returns.
-                let finish = |abandon| process.engine.finish_scope(&*self.dev, token, abandon);
-                match catch_unwind(AssertUnwindSafe(|| f(scope))) {
-                    Ok(value) => {
-                        finish(false);
-                        value
-                    }
-                    Err(payload) => {
-                        // Abandoned operations are dropped while unwinding, so they mark the job
-                        // failed by this rank's panic before telling peers they gave up (peers
-                        // then report the panic, not "abandoned").
-                        let _abandon = OnDrop(|| finish(true));
-                        resume_unwind(payload)
-                    }
+                process.engine.finish_scope(&*self.dev, token, result.is_err());
+                match result {
+                    Ok(value) => value,
+                    Err(payload) => resume_unwind(payload),
                 }
             },
         );
@@ -668,14 +660,5 @@ mod tests {
             Ok(())
         })
         .unwrap();
-    }
-}
-
-/// Runs its closure when dropped (here: while unwinding).
-struct OnDrop<F: FnMut()>(F);
-
-impl<F: FnMut()> Drop for OnDrop<F> {
-    fn drop(&mut self) {
-        (self.0)();
     }
 }

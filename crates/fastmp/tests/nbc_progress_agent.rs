@@ -89,7 +89,7 @@ fn leaked_requests_are_finished_by_the_scope() {
         .unwrap();
 }
 
-/// A rank that panics with an agent copy in flight fails the job with its panic, and nobody
+/// A rank that panics with an agent copy in flight fails the job (naming it), and nobody
 /// hangs; the panicking scope drops (revokes or waits for) its copy before the buffers go.
 #[test]
 fn a_panicking_scope_with_copies_in_flight_fails_the_job() {
@@ -108,6 +108,8 @@ fn a_panicking_scope_with_copies_in_flight_fails_the_job() {
     });
     match outcome {
         Err(Error::RankFailed { rank: 1, .. }) => {}
+        // A peer may see rank 1's abandonment before its panic is recorded.
+        Err(Error::RankFailed { cause, .. }) if cause.contains("rank 1 abandoned") => {}
         other => panic!("expected rank 1 to fail the job, got {other:?}"),
     }
 }
@@ -243,7 +245,7 @@ fn leaked_reductions_are_finished_by_the_scope() {
         .unwrap();
 }
 
-/// A rank that panics with reductions in flight fails the job with its panic; nobody hangs.
+/// A rank that panics with reductions in flight fails the job (naming it); nobody hangs.
 #[test]
 fn a_panicking_scope_with_reductions_in_flight_fails_the_job() {
     let outcome = config(DeviceKind::Shm, 3).run(|world| {
@@ -260,6 +262,8 @@ fn a_panicking_scope_with_reductions_in_flight_fails_the_job() {
     });
     match outcome {
         Err(Error::RankFailed { rank: 1, .. }) => {}
+        // A peer may see rank 1's abandonment before its panic is recorded.
+        Err(Error::RankFailed { cause, .. }) if cause.contains("rank 1 abandoned") => {}
         other => panic!("expected rank 1 to fail the job, got {other:?}"),
     }
 }
