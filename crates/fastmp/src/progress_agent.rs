@@ -187,12 +187,15 @@ impl Queue {
         items.pop_front()
     }
 
-    /// Runs queued items until none is left (the agent thread's work, done by hand in tests).
-    #[cfg(test)]
+    /// Runs queued items until none is left (the agent thread's work, done by another thread).
     fn drain(&self) {
-        while let Some(item) = self.pop(Duration::ZERO) {
+        while let Some(item) = self.try_pop() {
             item.try_run();
         }
+    }
+
+    fn try_pop(&self) -> Option<Arc<Item>> {
+        self.items.lock().unwrap_or_else(|e| e.into_inner()).pop_front()
     }
 }
 
@@ -257,6 +260,15 @@ impl Agent {
         COUNTS.with(|c| c.set(AgentCounts { handed: c.get().handed + 1, ..c.get() }));
         self.queue.push(Arc::clone(&item));
         Ticket { item }
+    }
+}
+
+/// Runs the items queued for the agent, any rank's, on this thread: a rank that would only wait
+/// for a step another rank handed to the agent (its allreduce share) does the agent's work
+/// meanwhile. Safe for any item: its owner's ticket revokes or waits for it, whoever runs it.
+pub(crate) fn help_the_agent() {
+    if let Some(agent) = Agent::get() {
+        agent.queue.drain();
     }
 }
 

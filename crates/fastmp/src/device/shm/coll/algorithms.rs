@@ -752,7 +752,9 @@ pub(super) async fn allreduce<T: Pod>(
         outcome = outcome.and(share.into_inner().unwrap_or(Ok(())));
     }
     if outcome.is_ok() && !mine_claimed && !chunk.is_empty() {
-        outcome = session.await_claimed_done().await;
+        // Whoever claimed our share handed it to its agent: run queued steps (that one, or a
+        // peer's) rather than only wait.
+        outcome = session.await_claimed_done(&crate::progress_agent::help_the_agent).await;
     }
     let left = session.leave(outcome.is_ok()).await;
     outcome.and(left)

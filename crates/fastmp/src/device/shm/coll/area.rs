@@ -466,12 +466,14 @@ impl Session<'_> {
     }
 
     /// Waits until whichever rank claimed the step into this rank's slot (an allreduce share)
-    /// completed it; fails if any peer gave up, as the claimer is not known.
-    pub(crate) async fn await_claimed_done(&self) -> Result<()> {
+    /// completed it, calling `meanwhile` at each check; fails if any peer gave up, as the
+    /// claimer is not known.
+    pub(crate) async fn await_claimed_done(&self, meanwhile: &dyn Fn()) -> Result<()> {
         let (area, how, epoch) = (self.area, self.how, self.epoch);
         let mine = area.slot(how.lane, how.me);
         let done = |_: &Slot| mine.claim.load(Ordering::Acquire) / 2;
         let any_peer = || {
+            meanwhile();
             (0..area.size())
                 .filter(|&p| p != how.me)
                 .map(|p| area.flag_reached(how.lane, p, epoch, &done))
