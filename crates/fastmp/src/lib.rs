@@ -181,6 +181,10 @@ pub mod op {
     pub use crate::window::{NoOp, Replace};
 }
 
+/// Testing aid: what this thread (a shm rank) handed to the progress agent.
+#[doc(hidden)]
+pub use progress_agent::{AgentCounts, agent_counts};
+
 /// Pinning helpers used by the launcher and benchmarks.
 pub mod affinity {
     pub use crate::launch::affinity::{

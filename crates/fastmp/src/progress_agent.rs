@@ -25,7 +25,12 @@
 //!   Items are only made for steps of at least [`AGENT_MIN_BYTES`], so small operations pay a
 //!   relaxed load at most.
 //! - The queue's lock is held to push or pop an item, never while an item runs.
+//! - *Wake-ups.* An item finished by the agent unparks its owner's thread, so a rank parked
+//!   in a wait for it resumes at once (not at its park timeout).
+//! - *Reductions* go to the agent only with a thread-safe op (`Op::shareable`: the predefined
+//!   ops); a user closure may hold thread-bound state, so it always runs on its rank.
 
+use std::cell::Cell;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
@@ -51,6 +56,11 @@ struct Item {
     state: AtomicU8,
     /// Taken by the thread that moved `state` from `QUEUED` (lock held only to take it).
     job: Mutex<Option<Job>>,
+    /// The submitting rank's thread: woken when another thread finished the item, so a rank
+    /// parked in a wait sees it at once rather than at its park timeout.
+    owner: std::thread::Thread,
+    /// Whether a thread other than the owner ran the job (set before `state` leaves `RUNNING`).
+    ran_elsewhere: AtomicBool,
 }
 
 impl Item {
@@ -61,7 +71,13 @@ impl Item {
         }
         let job = self.job.lock().unwrap_or_else(|e| e.into_inner()).take();
         let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job.map(|job| job())));
+        let elsewhere = std::thread::current().id() != self.owner.id();
+        self.ran_elsewhere.store(elsewhere, Ordering::Relaxed);
         self.state.store(if ran.is_ok() { DONE } else { PANICKED }, Ordering::Release);
+        if elsewhere {
+            // A spurious wake-up at worst: waiters re-check their condition.
+            self.owner.unpark();
+        }
         true
     }
 }
@@ -104,8 +120,33 @@ impl Drop for Ticket {
             drop(self.item.job.lock().unwrap_or_else(|e| e.into_inner()).take());
         } else {
             wait_while_running(&self.item);
+            // The state's acquire (above or in the wait) orders this load after the runner's store.
+            if self.item.ran_elsewhere.load(Ordering::Relaxed) && std::thread::current().id() == self.item.owner.id() {
+                COUNTS.with(|c| c.set(AgentCounts { run_elsewhere: c.get().run_elsewhere + 1, ..c.get() }));
+            }
         }
     }
+}
+
+/// What this thread handed to the progress agent so far: a testing aid that shows the agent
+/// path was taken (a rank's counts on the shm device, whose ranks are threads).
+#[doc(hidden)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AgentCounts {
+    /// Work items this thread queued for the agent.
+    pub handed: u64,
+    /// Of those, items another thread (the agent) ran, counted once their ticket was dropped.
+    pub run_elsewhere: u64,
+}
+
+thread_local! {
+    static COUNTS: Cell<AgentCounts> = const { Cell::new(AgentCounts { handed: 0, run_elsewhere: 0 }) };
+}
+
+/// This thread's [`AgentCounts`].
+#[doc(hidden)]
+pub fn agent_counts() -> AgentCounts {
+    COUNTS.with(Cell::get)
 }
 
 /// Spins briefly, then yields, then sleeps until `item` is not running (it runs on another
@@ -146,12 +187,15 @@ impl Queue {
         items.pop_front()
     }
 
-    /// Runs queued items until none is left (the agent thread's work, done by hand in tests).
-    #[cfg(test)]
+    /// Runs queued items until none is left (the agent thread's work, done by another thread).
     fn drain(&self) {
-        while let Some(item) = self.pop(Duration::ZERO) {
+        while let Some(item) = self.try_pop() {
             item.try_run();
         }
+    }
+
+    fn try_pop(&self) -> Option<Arc<Item>> {
+        self.items.lock().unwrap_or_else(|e| e.into_inner()).pop_front()
     }
 }
 
@@ -193,59 +237,96 @@ impl Agent {
         spawned.ok().map(|_| Agent { queue })
     }
 
-    /// Queues a copy of `len` bytes from `src` to `dst`.
+    /// Queues `job`, which may borrow data for `'a`.
     ///
     /// # Safety
-    /// `src` must be readable and `dst` writable for `len` bytes, the ranges must not overlap,
-    /// and nothing else may write `dst` or `src` until the returned ticket is dropped or reports
-    /// an outcome (its drop waits for a running copy).
-    pub(crate) unsafe fn copy(&self, src: *const u8, dst: *mut u8, len: usize) -> Ticket {
-        let (src, dst) = (SendPtr(src.cast_mut()), SendPtr(dst));
-        self.submit(Box::new(move || {
-            let (src, dst) = (src, dst);
-            // SAFETY: the caller keeps both ranges valid and unaliased until the ticket is dropped
-            // or done, and the ticket's drop waits for this copy (see `Agent::copy`).
-            unsafe { std::ptr::copy_nonoverlapping(src.0.cast_const(), dst.0, len) }
-        }))
+    /// The returned ticket must be dropped before `'a` ends (never leaked): its drop revokes the
+    /// job or waits for it, so the job never runs after its borrows ended.
+    unsafe fn submit_borrowing<'a>(&self, job: Box<dyn FnOnce() + Send + 'a>) -> Ticket {
+        // SAFETY: only the lifetime bound changes; the caller drops the ticket before 'a ends,
+        // and the ticket's drop makes sure the job is not (and will not be) running by then.
+        let job: Job = unsafe { std::mem::transmute::<Box<dyn FnOnce() + Send + 'a>, Job>(job) };
+        self.submit(job)
     }
 
     fn submit(&self, job: Job) -> Ticket {
-        let item = Arc::new(Item { state: AtomicU8::new(QUEUED), job: Mutex::new(Some(job)) });
+        let owner = std::thread::current();
+        let item = Arc::new(Item {
+            state: AtomicU8::new(QUEUED),
+            job: Mutex::new(Some(job)),
+            owner,
+            ran_elsewhere: AtomicBool::new(false),
+        });
+        COUNTS.with(|c| c.set(AgentCounts { handed: c.get().handed + 1, ..c.get() }));
         self.queue.push(Arc::clone(&item));
         Ticket { item }
     }
 }
 
-/// A copy that is a step of a nonblocking run: started at once (handed to the agent when it is
-/// on, the run is nonblocking and the copy is at least [`AGENT_MIN_BYTES`], else made inline),
-/// finished by [`OffloadedCopy::finish`]. Borrows both buffers for as long as it lives, and its
-/// drop revokes or waits for the agent's copy (see [`Ticket`]).
-pub(crate) struct OffloadedCopy<'a> {
-    ticket: Option<Ticket>,
-    _buffers: std::marker::PhantomData<(&'a [u8], &'a mut [u8])>,
+/// Runs the items queued for the agent, any rank's, on this thread: a rank that would only wait
+/// for a step another rank handed to the agent (its allreduce share) does the agent's work
+/// meanwhile. Safe for any item: its owner's ticket revokes or waits for it, whoever runs it.
+pub(crate) fn help_the_agent() {
+    if let Some(agent) = Agent::get() {
+        agent.queue.drain();
+    }
 }
 
-impl<'a> OffloadedCopy<'a> {
-    /// Starts copying `src` into `dst` (same lengths: the caller checked).
-    pub(crate) fn start(dst: &'a mut [u8], src: &'a [u8], blocking: bool) -> Self {
-        assert_eq!(dst.len(), src.len(), "OffloadedCopy::start: lengths checked by the caller");
+/// Whether a step of `bytes` of a run would go to the agent (it is on, the run is nonblocking,
+/// the step is large enough): callers that must prepare a step differently for the agent (a
+/// reduction with a thread-safe op) ask first.
+pub(crate) fn would_offload(bytes: usize, blocking: bool) -> bool {
+    !blocking && bytes >= AGENT_MIN_BYTES && Agent::get().is_some()
+}
+
+/// A bulk step of a nonblocking run (a copy, a reduction) that borrows its buffers for `'a`:
+/// started at once — handed to the agent when [`would_offload`] says so, else run inline —
+/// and completed by [`Offloaded::finish`]. Its drop revokes or waits for the agent's run (see
+/// [`Ticket`]).
+pub(crate) struct Offloaded<'a> {
+    ticket: Option<Ticket>,
+    _borrows: std::marker::PhantomData<&'a mut ()>,
+}
+
+impl<'a> Offloaded<'a> {
+    /// Starts `step`, which touches `bytes` bytes.
+    ///
+    /// # Safety
+    /// The returned value must be dropped or finished before `'a` ends, never leaked: keep it in
+    /// the operation's future (which the engine always drops or finishes before the scope ends)
+    /// or on the stack.
+    pub(crate) unsafe fn start(bytes: usize, blocking: bool, step: impl FnOnce() + Send + 'a) -> Self {
         let ticket = match Agent::get() {
-            Some(agent) if !blocking && src.len() >= AGENT_MIN_BYTES => {
-                // SAFETY: both slices are borrowed for 'a, which outlives the ticket (owned by
-                // `self`, which borrows them), and `&mut dst` excludes any overlap with `src`.
-                Some(unsafe { agent.copy(src.as_ptr(), dst.as_mut_ptr(), src.len()) })
+            // SAFETY: the ticket lives in `self`, which the caller drops before 'a ends.
+            Some(agent) if !blocking && bytes >= AGENT_MIN_BYTES => {
+                Some(unsafe { agent.submit_borrowing(Box::new(step)) })
             }
             _ => {
-                dst.copy_from_slice(src);
+                step();
                 None
             }
         };
-        OffloadedCopy { ticket, _buffers: std::marker::PhantomData }
+        Offloaded { ticket, _borrows: std::marker::PhantomData }
     }
 
-    /// Completes once the copy is made: yields while the agent runs it, and runs it here if
-    /// the agent has not started it when the run is polled again (so it never waits for the
-    /// agent to be scheduled).
+    /// Starts copying `src` into `dst` (same lengths: the caller checked).
+    ///
+    /// # Safety
+    /// As for [`Offloaded::start`].
+    pub(crate) unsafe fn copy(dst: &'a mut [u8], src: &'a [u8], blocking: bool) -> Self {
+        assert_eq!(dst.len(), src.len(), "Offloaded::copy: lengths checked by the caller");
+        // SAFETY: forwarded contract.
+        unsafe { Offloaded::start(src.len(), blocking, move || dst.copy_from_slice(src)) }
+    }
+
+    /// Whether the step went to the agent (else it already ran).
+    pub(crate) fn in_flight(&self) -> bool {
+        self.ticket.is_some()
+    }
+
+    /// Completes once the step ran: yields while the agent runs it, and runs it here if the
+    /// agent has not started it when the run is polled again (so it never waits for the agent
+    /// to be scheduled).
     pub(crate) async fn finish(self) -> Result<()> {
         let Some(ticket) = &self.ticket else { return Ok(()) };
         std::future::poll_fn(|_| {
@@ -256,13 +337,6 @@ impl<'a> OffloadedCopy<'a> {
     }
 }
 
-/// A raw pointer that a work item carries to the thread that runs it.
-#[derive(Clone, Copy)]
-struct SendPtr(*mut u8);
-// SAFETY: only `Agent::copy`'s jobs hold one, under that function's contract (the memory stays
-// valid and unaliased until the ticket ends); the pointer itself is plain data.
-unsafe impl Send for SendPtr {}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -272,13 +346,22 @@ mod tests {
         Agent { queue: Arc::new(Queue::default()) }
     }
 
+    /// Queues a copy of `src` into `dst` on `agent`.
+    ///
+    /// # Safety
+    /// The ticket must be dropped before the buffers are used again.
+    unsafe fn copy(agent: &Agent, src: &[u8], dst: &mut [u8]) -> Ticket {
+        // SAFETY: forwarded contract.
+        unsafe { agent.submit_borrowing(Box::new(move || dst.copy_from_slice(src))) }
+    }
+
     #[test]
     fn owner_runs_its_item_when_nobody_did() {
         let agent = threadless();
         let src = [7u8; 300];
         let mut dst = [0u8; 300];
         // SAFETY: both arrays outlive the ticket, which is finished before they are read.
-        let ticket = unsafe { agent.copy(src.as_ptr(), dst.as_mut_ptr(), src.len()) };
+        let ticket = unsafe { copy(&agent, &src, &mut dst) };
         assert!(ticket.outcome().is_none());
         ticket.finish().unwrap();
         drop(ticket);
@@ -292,7 +375,7 @@ mod tests {
         let src: Vec<u8> = (0..=255).collect();
         let mut dst = vec![0u8; 256];
         // SAFETY: both vectors outlive the ticket.
-        let ticket = unsafe { agent.copy(src.as_ptr(), dst.as_mut_ptr(), 256) };
+        let ticket = unsafe { copy(&agent, &src, &mut dst) };
         let queue = Arc::clone(&agent.queue);
         std::thread::spawn(move || queue.drain()).join().unwrap();
         assert!(matches!(ticket.outcome(), Some(Ok(()))));
@@ -306,7 +389,7 @@ mod tests {
         let src = vec![1u8; 64];
         let mut dst = vec![0u8; 64];
         // SAFETY: the ticket is dropped before the vectors.
-        let ticket = unsafe { agent.copy(src.as_ptr(), dst.as_mut_ptr(), 64) };
+        let ticket = unsafe { copy(&agent, &src, &mut dst) };
         drop(ticket);
         drop(src);
         agent.queue.drain(); // must not run the revoked copy (Miri flags a use after free if it did)
@@ -321,7 +404,7 @@ mod tests {
         let mut dst = vec![0u8; 1 << 12];
         for _ in 0..4 {
             // SAFETY: the ticket is dropped (and so the copy over) before the vectors are used.
-            let ticket = unsafe { agent.copy(src.as_ptr(), dst.as_mut_ptr(), src.len()) };
+            let ticket = unsafe { copy(&agent, &src, &mut dst) };
             let queue = Arc::clone(&agent.queue);
             let runner = std::thread::spawn(move || queue.drain());
             drop(ticket); // revokes or waits, depending on who came first

@@ -11,7 +11,7 @@ use super::select::{Algorithm, Collective};
 use super::transport::Run;
 use super::vector::{Layout, carve_blocks, check_own_block, equal_blocks, equal_chunks};
 use crate::error::Result;
-use crate::progress_agent::OffloadedCopy;
+use crate::progress_agent::Offloaded;
 
 pub(super) async fn alltoall(comm: &Run<'_>, send: &[u8], recv: &mut [u8], algorithm: Algorithm) -> Result<()> {
     let np = comm.size();
@@ -49,8 +49,10 @@ async fn exchange(
     let source = |k: usize| (me + np - k) % np;
     // The own block is copied while the messages travel (by the progress agent when it is on).
     let own = std::mem::take(&mut inbox[me]);
-    let copying =
-        check_own_block(own, outbox(me), coll).map(|()| OffloadedCopy::start(own, outbox(me), comm.is_blocking()));
+    // SAFETY: the copy lives in this future, which the engine drops or finishes before the
+    // scope's borrows end (a blocking run finishes it below, on its stack).
+    let copying = check_own_block(own, outbox(me), coll)
+        .map(|()| unsafe { Offloaded::copy(own, outbox(me), comm.is_blocking()) });
     let exchanged = match algorithm {
         // bFT: np - 1 pairwise steps, each a combined send and receive.
         Algorithm::Bft => {

@@ -25,6 +25,13 @@ pub trait Op<T> {
     fn predefined(&self) -> Option<Predefined> {
         None
     }
+    /// This op, if it may run on another thread (the progress agent reduces with it while the
+    /// rank computes). The predefined ops are plain functions; user ops keep `None`, since a
+    /// closure may hold state bound to its rank's thread.
+    #[doc(hidden)]
+    fn shareable(&self) -> Option<&(dyn Op<T> + Sync)> {
+        None
+    }
 }
 
 /// MPI's predefined element-wise operations, as [`Op::predefined`] names them.
@@ -53,6 +60,9 @@ impl<T, O: Op<T> + ?Sized> Op<T> for &O {
     fn predefined(&self) -> Option<Predefined> {
         (**self).predefined()
     }
+    fn shareable(&self) -> Option<&(dyn Op<T> + Sync)> {
+        (**self).shareable()
+    }
 }
 
 macro_rules! elementwise_op {
@@ -71,6 +81,9 @@ macro_rules! elementwise_op {
             #[inline]
             fn predefined(&self) -> Option<Predefined> {
                 Some(Predefined::$name)
+            }
+            fn shareable(&self) -> Option<&(dyn Op<$t> + Sync)> {
+                Some(self)
             }
         })+
     };
@@ -130,6 +143,9 @@ macro_rules! float_arith {
             fn predefined(&self) -> Option<Predefined> {
                 Some(Predefined::Sum)
             }
+            fn shareable(&self) -> Option<&(dyn Op<$t> + Sync)> {
+                Some(self)
+            }
         }
         impl Op<$t> for Prod {
             #[inline]
@@ -141,6 +157,9 @@ macro_rules! float_arith {
             #[inline]
             fn predefined(&self) -> Option<Predefined> {
                 Some(Predefined::Prod)
+            }
+            fn shareable(&self) -> Option<&(dyn Op<$t> + Sync)> {
+                Some(self)
             }
         }
     )+};

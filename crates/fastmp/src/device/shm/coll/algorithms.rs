@@ -21,6 +21,7 @@ use crate::coll::vector::even_block;
 use crate::coll::{Collective, Layout};
 use crate::device::collectives::Operation;
 use crate::error::{Error, Result};
+use crate::progress_agent::{Offloaded, would_offload};
 
 /// This rank's part in one operation: the communicator's provider and the operation.
 #[derive(Clone, Copy)]
@@ -107,6 +108,28 @@ fn others(comm: Native<'_>) -> impl Iterator<Item = usize> {
     (1..np).map(move |k| (me + k) % np)
 }
 
+/// Copies `from` into `into`, the claimed copy into `p`'s buffer, and announces it: on the
+/// progress agent when a nonblocking run's copy is large enough (the agent announces it too, so
+/// `p` need not wait for this rank's next call), else here.
+fn copy_then_signal<'s>(
+    comm: Native<'_>,
+    s: &'s Session,
+    into: &'s mut [u8],
+    from: &'s [u8],
+    p: usize,
+) -> Offloaded<'s> {
+    let signal = s.copied_signal(p);
+    // SAFETY: the step is kept in the operation's future (or finished on the blocking run's
+    // stack), which is dropped or finished before the session — and so the buffers' borrows —
+    // end.
+    unsafe {
+        Offloaded::start(from.len(), comm.op.blocking, move || {
+            into.copy_from_slice(from);
+            signal();
+        })
+    }
+}
+
 /// Bytes `range` of a buffer published in `session`'s operation, bounds-checked against `len`.
 ///
 /// # Safety
@@ -185,7 +208,8 @@ pub(super) async fn bcast(comm: Native<'_>, buf: &mut [u8], root: usize) -> Resu
         let progress = || comm.op.dev.progress();
         let (how, epoch) = comm.provider.open_lane(comm.op, &progress).await?;
         let session = comm.provider.area.enter(how, epoch, kind, buffers, (0..np, 0..np));
-        let pushed = others(comm).try_for_each(|p| {
+        let mut pushes = Vec::new();
+        let mut pushed = others(comm).try_for_each(|p| {
             let Some(dst) = session.try_peer(p)? else { return Ok(()) };
             check_len(&session, p, "buffer", dst.recv_len, len)?;
             if session.claim_copy(p) {
@@ -193,11 +217,17 @@ pub(super) async fn bcast(comm: Native<'_>, buf: &mut [u8], root: usize) -> Resu
                 // so nobody else writes it; our own buffer is only read.
                 let into = unsafe { exclusive(&session, dst.recv, dst.recv_len, 0..len) }?;
                 // SAFETY: see above.
-                into.copy_from_slice(unsafe { shared(&session, buffers.send, len, 0..len) }?);
-                session.copied(p);
+                let from = unsafe { shared(&session, buffers.send, len, 0..len) }?;
+                let push = copy_then_signal(comm, &session, into, from, p);
+                if push.in_flight() {
+                    pushes.push(push);
+                }
             }
             Ok(())
         });
+        for push in pushes {
+            pushed = pushed.and(push.finish().await);
+        }
         let left = session.leave(pushed.is_ok()).await;
         return pushed.and(left);
     }
@@ -206,19 +236,21 @@ pub(super) async fn bcast(comm: Native<'_>, buf: &mut [u8], root: usize) -> Resu
     let pull = |s: &Session| {
         let src = s.peer(root)?;
         check_len(s, root, "buffer", src.send_len, len)?;
-        if !s.claim_copy(me) {
-            copied_by_root.set(true);
-            return Ok(());
+        copied_by_root.set(!s.claim_copy(me));
+        Ok(())
+    };
+    let await_push = async |s: &Session| {
+        if copied_by_root.get() {
+            return s.await_copied(root).await;
         }
+        let src = s.peer(root)?;
         // SAFETY: our own receive buffer, published for this bcast; we won the claim, so the
         // root does not write it. The root's buffer is only read.
         let into = unsafe { exclusive(s, buffers.recv, len, 0..len) }?;
         // SAFETY: see above.
-        into.copy_from_slice(unsafe { shared(s, src.send, src.send_len, 0..len) }?);
-        s.copied(me);
-        Ok(())
+        let from = unsafe { shared(s, src.send, src.send_len, 0..len) }?;
+        copy_then_signal(comm, s, into, from, me).finish().await
     };
-    let await_push = async |s: &Session| if copied_by_root.get() { s.await_copied(root).await } else { Ok(()) };
     let only_root = root..root + 1;
     collective_then(comm, kind, buffers, only_root.clone(), only_root, pull, await_push).await
 }
@@ -649,7 +681,6 @@ pub(super) async fn allreduce<T: Pod>(
     let (me, np) = (comm.rank(), comm.size());
     let len = send.map_or_else(|| reducible_len(&*recv), reducible_len);
     let bytes = size_of_val(recv);
-    let size = size_of::<T>();
     let recv_ptr: *mut u8 = recv.as_mut_ptr().cast();
     let buffers = Buffers {
         send: send.map_or(recv_ptr.cast_const(), |send| send.as_ptr().cast()),
@@ -660,32 +691,130 @@ pub(super) async fn allreduce<T: Pod>(
     };
     let everyone = 0..np;
     let kind = kind(Collective::Allreduce, size_of::<T>());
-    collective(comm, kind, buffers, everyone.clone(), everyone.clone(), |s| {
+    let mine = even_block(len, np, me);
+    let chunk = mine.start * size_of::<T>()..mine.end * size_of::<T>();
+    // A nonblocking run hands its chunk's fold and copies to the progress agent when the op may
+    // run on another thread; the rank then only checks the arguments in its synchronous work.
+    // Not in place: there the chunks read are the ones written, which the agent's step could
+    // not hold as separate borrows.
+    let agent_op = send.and(op.shareable()).filter(|_| would_offload(chunk.len() * np, comm.op.blocking));
+    let checks = |s: &Session| {
         check_sends(comm, s, buffers.send_len)?;
-        others(comm).try_for_each(|p| check_len(s, p, "receive buffer", s.peer(p)?.recv_len, bytes))?;
-        let mine = even_block(len, np, me);
-        let chunk = mine.start * size..mine.end * size;
-        // SAFETY: chunk `me` of our own receive buffer, published for this allreduce: of every
-        // buffer only rank `me` touches chunk `me` (in place, only we read it; peers write
-        // their own chunks of it).
-        let dest = typed_mut(unsafe { exclusive(s, recv_ptr, bytes, chunk.clone()) }?)?;
-        match send {
-            Some(send) => fold_in_rank_order(op, dest, everyone.clone(), |j| send_of(s, send, j, mine.clone()))?,
-            None => fold_into_own(op, dest, me, everyone.clone(), |j| send_of(s, &[], j, mine.clone()))?,
+        others(comm).try_for_each(|p| check_len(s, p, "receive buffer", s.peer(p)?.recv_len, bytes))
+    };
+    // SAFETY (both uses below): chunk `me` of our own receive buffer, published for this
+    // allreduce: of every buffer only rank `me` touches chunk `me` (in place, only we read it;
+    // peers write their own chunks of it).
+    let Some(shared_op) = agent_op else {
+        return collective(comm, kind, buffers, everyone.clone(), everyone.clone(), |s| {
+            checks(s)?;
+            let dest = typed_mut(unsafe { exclusive(s, recv_ptr, bytes, chunk.clone()) }?)?;
+            fold_chunk(op, send.is_some(), (me, np), dest, |j| send_of(s, send.unwrap_or(&[]), j, mine.clone()))?;
+            if chunk.is_empty() {
+                return Ok(());
+            }
+            let result: &[u8] = bytemuck::cast_slice(dest);
+            for p in others(comm) {
+                let dst = s.peer(p)?;
+                // SAFETY: chunk `me` of `p`'s receive buffer, published for this allreduce: only
+                // this rank touches it (see above), and in place we finished reading it in the fold.
+                unsafe { exclusive(s, dst.recv, dst.recv_len, chunk.clone()) }?.copy_from_slice(result);
+            }
+            Ok(())
+        })
+        .await;
+    };
+    // Each share (chunk q of every vector) is claimed by one rank: its owner, or a rank that
+    // arrives when all others have entered (it claims every share still free), so the rank that
+    // arrived first gets its share done by the last one's agent while it computes.
+    let share_bytes = |q: usize| {
+        let block = even_block(len, np, q);
+        block.start * size_of::<T>()..block.end * size_of::<T>()
+    };
+    let progress = || comm.op.dev.progress();
+    let (how, epoch) = comm.provider.open_lane(comm.op, &progress).await?;
+    let mut session = comm.provider.area.enter(how, epoch, kind, buffers, (everyone.clone(), everyone.clone()));
+    let outcomes: Vec<std::sync::OnceLock<Result<()>>> = everyone.clone().map(|_| std::sync::OnceLock::new()).collect();
+    let last_to_arrive = others(comm).all(|p| matches!(session.try_peer(p), Ok(Some(_))));
+    let mut outcome = session.await_sources().await.and_then(|()| checks(&session));
+    let mut steps = Vec::new();
+    let s = &session;
+    let mut start_share = |q: usize| -> Result<()> {
+        let bytes_q = share_bytes(q);
+        let block = even_block(len, np, q);
+        // The agent cannot ask the session for the peers' buffers: resolve them here, as bytes
+        // (a `Pod` slice is plain data, whichever thread reads it). Chunk q of every send buffer.
+        let sources: Vec<&[u8]> = everyone
+            .clone()
+            .map(|j| send_of(s, send.unwrap_or(&[]), j, block.clone()).map(bytemuck::cast_slice))
+            .collect::<Result<_>>()?;
+        let mut targets = Vec::with_capacity(np);
+        for p in everyone.clone() {
+            let recv_of_p = if p == me { recv_ptr } else { s.peer(p)?.recv };
+            // SAFETY: chunk q of `p`'s receive buffer, published for this allreduce (or our
+            // own): only the rank that won share q's claim touches it, and it is not a send
+            // buffer (not in place).
+            targets.push(unsafe { exclusive(s, recv_of_p, bytes, bytes_q.clone()) }?);
         }
-        if chunk.is_empty() {
-            return Ok(());
-        }
-        let result: &[u8] = bytemuck::cast_slice(dest);
-        for p in others(comm) {
-            let dst = s.peer(p)?;
-            // SAFETY: chunk `me` of `p`'s receive buffer, published for this allreduce: only
-            // this rank touches it (see above), and in place we finished reading it in the fold.
-            unsafe { exclusive(s, dst.recv, dst.recv_len, chunk.clone()) }?.copy_from_slice(result);
-        }
+        let signal = s.copied_signal(q);
+        let outcome_of_step = &outcomes[q];
+        // SAFETY: the step lives in this future (see `copy_then_signal`).
+        let step = unsafe {
+            Offloaded::start(bytes_q.len() * np, false, move || {
+                let (dest, copies) = targets.split_first_mut().expect("np >= 1");
+                let result = typed_mut::<T>(dest).and_then(|dest| {
+                    fold_chunk(shared_op, true, (me, np), dest, |j| typed::<T>(sources[j]))?;
+                    let result: &[u8] = bytemuck::cast_slice(dest);
+                    copies.iter_mut().for_each(|target| target.copy_from_slice(result));
+                    Ok(())
+                });
+                if result.is_ok() {
+                    signal();
+                }
+                let _ = outcome_of_step.set(result);
+            })
+        };
+        steps.push(step);
         Ok(())
-    })
-    .await
+    };
+    let mut mine_claimed = false;
+    if outcome.is_ok() {
+        let shares: Vec<usize> = if last_to_arrive { everyone.clone().collect() } else { vec![me] };
+        for q in shares {
+            if s.claim_copy(q) {
+                mine_claimed |= q == me;
+                outcome = start_share(q);
+                if outcome.is_err() {
+                    break;
+                }
+            }
+        }
+    }
+    for step in steps {
+        outcome = outcome.and(step.finish().await);
+    }
+    for share in outcomes {
+        outcome = outcome.and(share.into_inner().unwrap_or(Ok(())));
+    }
+    if outcome.is_ok() && !mine_claimed && !chunk.is_empty() {
+        // Whoever claimed our share handed it to its agent: run queued steps (that one, or a
+        // peer's) rather than only wait.
+        outcome = session.await_claimed_done(&crate::progress_agent::help_the_agent).await;
+    }
+    let left = session.leave(outcome.is_ok()).await;
+    outcome.and(left)
+}
+
+/// Folds chunk `me` of every rank's vector (`input(j)`) into `dest`, in rank order; in place,
+/// `dest` already holds this rank's own.
+fn fold_chunk<'v, T: Pod>(
+    op: &dyn Op<T>,
+    has_send: bool,
+    (me, np): (usize, usize),
+    dest: &mut [T],
+    input: impl Fn(usize) -> Result<&'v [T]>,
+) -> Result<()> {
+    if has_send { fold_in_rank_order(op, dest, 0..np, input) } else { fold_into_own(op, dest, me, 0..np, input) }
 }
 
 /// Rank i reduces its own block over all send buffers into its receive buffer.

@@ -458,16 +458,39 @@ impl Session<'_> {
         current < claimed && claim.compare_exchange(current, claimed, Ordering::AcqRel, Ordering::Acquire).is_ok()
     }
 
-    /// Announces that the claimed copy into `p`'s buffer is complete.
-    pub(crate) fn copied(&self, p: usize) {
-        self.area.slot(self.how.lane, p).claim.store(2 * self.epoch, Ordering::Release);
-        self.area.notify(self.how.me, p..p + 1);
+    /// Announces that the claimed copy into `p`'s buffer is complete; a step another thread may
+    /// take (the progress agent, right after making the copy), so `p` need not wait for this
+    /// rank's next call.
+    pub(crate) fn copied_signal(&self, p: usize) -> impl FnOnce() + Send + '_ {
+        let (area, lane, me, epoch) = (self.area, self.how.lane, self.how.me, self.epoch);
+        move || {
+            area.slot(lane, p).claim.store(2 * epoch, Ordering::Release);
+            area.notify(me, p..p + 1);
+        }
     }
 
     /// Waits until `copier` (a source) completed the copy into this rank's buffer it claimed.
     pub(crate) async fn await_copied(&self, copier: usize) -> Result<()> {
         let mine = self.area.slot(self.how.lane, self.how.me);
         self.area.await_flag(self.how, copier, self.epoch, &|_| mine.claim.load(Ordering::Acquire) / 2).await
+    }
+
+    /// Waits until whichever rank claimed the step into this rank's slot (an allreduce share)
+    /// completed it, calling `meanwhile` at each check; fails if any peer gave up, as the
+    /// claimer is not known.
+    pub(crate) async fn await_claimed_done(&self, meanwhile: &dyn Fn()) -> Result<()> {
+        let (area, how, epoch) = (self.area, self.how, self.epoch);
+        let mine = area.slot(how.lane, how.me);
+        let done = |_: &Slot| mine.claim.load(Ordering::Acquire) / 2;
+        let any_peer = || {
+            meanwhile();
+            (0..area.size())
+                .filter(|&p| p != how.me)
+                .map(|p| area.flag_reached(how.lane, p, epoch, &done))
+                .find(Poll::is_ready)
+                .unwrap_or(Poll::Pending)
+        };
+        area.until(how, any_peer).await
     }
 
     /// Step 3 of the protocol: records the outcome, then waits until no accessor can touch this
