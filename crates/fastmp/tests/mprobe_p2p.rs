@@ -8,7 +8,7 @@ use common::{device_suite, mix, pattern};
 use fastmp::{ANY_SOURCE, ANY_TAG, Config, DeviceKind, Error, PROC_NULL};
 
 /// Sizes on every protocol path of both devices: empty, inline, eager, and rendezvous (above the
-/// shm 8 KiB and tcp 64 KiB eager limits).
+/// shm 4 KiB and tcp 64 KiB eager limits).
 const SIZES: [usize; 5] = [0, 16, 4000, 70_000, 300_000];
 
 fn cfg(dev: DeviceKind, np: usize) -> Config {
