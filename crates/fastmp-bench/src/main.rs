@@ -182,10 +182,6 @@ struct Args {
     /// file is made from all of them.
     #[arg(long, value_name = "FILE")]
     points: Option<PathBuf>,
-    /// Tune: a short calibration of this machine (np 2, the common collectives; seconds), writing a file that keeps the shipped rules elsewhere.
-    /// --np-list, --collectives and --iterations still override its choices.
-    #[arg(long)]
-    quick: bool,
     /// Tune: only these collectives (default: all).
     #[arg(long, value_delimiter = ',', value_name = "NAMES")]
     collectives: Vec<String>,
@@ -356,7 +352,6 @@ impl Args {
         }
         given("--collectives", !self.collectives.is_empty(), is_tune)?;
         given("--np-list", self.np_list.is_some(), (is_tune && !self.pgas) || is_scaling)?;
-        given("--quick", self.quick, is_tune && !self.pgas)?;
         given("--points", self.points.is_some(), is_tune && !self.pgas)?;
         given("--json", self.json, !is_tune)
     }
@@ -471,20 +466,17 @@ fn run(args: &Args) -> Result<(), String> {
             return launch(config, args, |world, out| uoms::bench(world, &spec, out));
         }
         Bench::Tune => {
-            let mut collectives: Vec<Collective> = args
+            let collectives = args
                 .collectives
                 .iter()
                 .map(|c| Collective::from_name(c).map_err(|e| e.to_string()))
                 .collect::<Result<_, _>>()?;
-            if args.quick && collectives.is_empty() {
-                collectives = tune::QUICK_COLLECTIVES.to_vec();
-            }
             let plan = tune::Plan {
-                np_list: args.np_list.clone().or_else(|| args.quick.then(|| tune::QUICK_NP_LIST.to_vec())),
+                np_list: args.np_list.clone(),
                 points: args.points.clone(),
                 collectives,
                 sizes,
-                iterations: args.iterations(if args.quick { tune::QUICK_ITERATIONS } else { Iterations::TUNE })?,
+                iterations: args.iterations(Iterations::TUNE)?,
             };
             let output = args.output.clone().unwrap_or_else(|| "fastmp-tuning.json".into());
             return tune::run(&config, &plan, &output);

@@ -12,8 +12,7 @@
 //! measured points across runs (one JSON object per line; the best of repeated points wins), and
 //! the tuning file is made from all of them: one launcher run per process count, or runs over
 //! different collectives and sizes, add up to one table. Algorithms the device cannot run
-//! (`native` on tcp) are not measured, so they never enter the table. `tune --quick` is the
-//! short calibration for users ([`QUICK_NP_LIST`], [`QUICK_COLLECTIVES`], [`QUICK_ITERATIONS`]).
+//! (`native` on tcp) are not measured, so they never enter the table.
 
 use std::path::Path;
 use std::time::Instant;
@@ -28,29 +27,6 @@ use crate::support::Sizes;
 
 /// Process counts measured when `--np-list` is not given (and no launcher fixed one).
 pub const DEFAULT_NP_LIST: [usize; 3] = [2, 4, 8];
-
-/// `tune --quick`: a calibration users run once on their machine (seconds on 2 cores) where
-/// the shipped table does not hold. Two ranks, where defaults measured on one machine held
-/// least on another (issue 19); the tuning file keeps the shipped rules for every other process
-/// count and collective.
-pub const QUICK_NP_LIST: [usize; 1] = [2];
-
-/// The collectives `tune --quick` measures: the common ones.
-pub const QUICK_COLLECTIVES: [Collective; 8] = [
-    Collective::Barrier,
-    Collective::Bcast,
-    Collective::Scatter,
-    Collective::Gather,
-    Collective::Allgather,
-    Collective::Alltoall,
-    Collective::Reduce,
-    Collective::Allreduce,
-];
-
-/// `tune --quick`'s timed iterations (and warm-ups) per point: tune's own (with a third of them
-/// the whole run took 1.5 s on 2 loaded cores, so the full counts cost little and average more
-/// calls per point); each point is the best of [`ROUNDS`] interleaved rounds.
-pub const QUICK_ITERATIONS: Iterations = Iterations::TUNE;
 
 /// What to measure.
 pub struct Plan {

@@ -192,30 +192,6 @@ fn tune_writes_a_loadable_tuning_file() {
 }
 
 #[test]
-fn tune_quick_calibrates_two_ranks_and_keeps_the_shipped_rules_elsewhere() {
-    let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("cli-tune-quick.json");
-    let _ = std::fs::remove_file(&path);
-    let out = bench(&["tune", "--quick", "--max-size", "16", "--pin", "none", "--output", path.to_str().unwrap()]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let text = std::fs::read_to_string(&path).unwrap();
-    let file: serde_json::Value = serde_json::from_str(&text).unwrap();
-    assert!(file["comment"].as_str().unwrap().contains("np 2;"), "{text}");
-    let quick = ["barrier", "bcast", "scatter", "gather", "allgather", "alltoall", "reduce", "allreduce"];
-    for coll in Collective::ALL {
-        assert_eq!(file[coll.name()].is_array(), quick.contains(&coll.name()), "{}: {text}", coll.name());
-    }
-    let tuning = Tuning::from_json(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
-    let shipped = Tuning::defaults();
-    for coll in Collective::ALL {
-        for (np, bytes) in [(4, 8), (8, 4096), (16, 1 << 20)] {
-            assert_eq!(tuning.select(coll, np, bytes), shipped.select(coll, np, bytes), "{coll} np {np}: {text}");
-        }
-    }
-    let out = bench(&["bcast", "--quick"]);
-    assert!(String::from_utf8_lossy(&out.stderr).contains("--quick does not apply to bcast"));
-}
-
-#[test]
 fn ring_p2p_reference_reports_like_allreduce() {
     for np in [1, 2, 3] {
         let out = coll_bench("allreduce_ring_p2p", np, &["--json", "--segments", "3"]);

@@ -15,7 +15,7 @@ use std::panic::AssertUnwindSafe;
 use bytemuck::Pod;
 
 use super::ShmCollectives;
-use super::area::{Buffers, EAGER_MAX, Session};
+use super::area::{Buffers, Session};
 use crate::coll::op::{Op, fold_in_rank_order, fold_into_own};
 use crate::coll::vector::even_block;
 use crate::coll::{Collective, Layout};
@@ -194,13 +194,6 @@ pub(super) async fn barrier(comm: Native<'_>) -> Result<()> {
 pub(super) async fn bcast(comm: Native<'_>, buf: &mut [u8], root: usize) -> Result<()> {
     let (me, np, len) = (comm.rank(), comm.size(), buf.len());
     let kind = kind(Collective::Bcast, 1);
-    if len <= EAGER_MAX {
-        return if me == root {
-            eager_rooted(comm, kind, root, buf, len, 0..0, &mut []).await
-        } else {
-            eager_rooted(comm, kind, root, &[], len, 0..len, buf).await
-        };
-    }
     if me == root {
         // Only the published pointer is used from here on: a new `&mut` reborrow of `buf` would
         // invalidate it (Stacked Borrows).
@@ -253,28 +246,6 @@ pub(super) async fn bcast(comm: Native<'_>, buf: &mut [u8], root: usize) -> Resu
     };
     let only_root = root..root + 1;
     collective_then(comm, kind, buffers, only_root.clone(), only_root, pull, await_push).await
-}
-
-/// A small rooted collective through the lane's eager buffer (see `NativeArea::post_eager`): the
-/// root posts `payload` and returns without waiting for anyone; a reader copies bytes `range` of
-/// the `len`-byte payload into `into` whenever it comes. Nothing borrowed is published.
-async fn eager_rooted(
-    comm: Native<'_>,
-    kind: usize,
-    root: usize,
-    payload: &[u8],
-    len: usize,
-    range: Range<usize>,
-    into: &mut [u8],
-) -> Result<()> {
-    let progress = || comm.op.dev.progress();
-    let (how, epoch) = comm.provider.open_lane(comm.op, &progress).await?;
-    let area = &comm.provider.area;
-    if comm.rank() == root {
-        area.post_eager(how, epoch, kind, payload).await
-    } else {
-        area.take_eager(how, epoch, kind, root, len, range, into).await
-    }
 }
 
 /// How a buffer splits into per-rank blocks: equal blocks (implied by arguments every rank has,
@@ -337,22 +308,6 @@ unsafe fn source_layout<'s>(_session: &'s Session, src: &Buffers) -> &'s Layout 
 }
 
 pub(super) async fn scatter(comm: Native<'_>, send: &[u8], recv: &mut [u8], root: usize) -> Result<()> {
-    let (me, block) = (comm.rank(), recv.len());
-    let total = block * comm.size();
-    if total <= EAGER_MAX {
-        let kind = kind(Collective::Scatter, 1);
-        if me != root {
-            return eager_rooted(comm, kind, root, &[], total, me * block..(me + 1) * block, recv).await;
-        }
-        if send.len() != total {
-            return Err(Error::InvalidArgument(format!(
-                "scatter: the root's send buffer has {} bytes where {total} were expected",
-                send.len()
-            )));
-        }
-        recv.copy_from_slice(&send[me * block..][..block]);
-        return eager_rooted(comm, kind, root, send, total, 0..0, &mut []).await;
-    }
     scatter_blocks(comm, send, Blocks::Equal(recv.len()), recv, root).await
 }
 
@@ -891,7 +846,6 @@ pub(super) async fn scan<T: Pod>(
 
 #[cfg(test)]
 mod tests {
-    use super::EAGER_MAX;
     use crate::coll::{Algorithm, Collective, Tuning};
     use crate::op::{Op, Sum, UserOp};
     use crate::{Comm, Config, Error, Result};
@@ -1119,11 +1073,7 @@ mod tests {
                     }
                     let mut b = [0u8; 4];
                     let bcast = world.bcast(&mut b, 0);
-                    // A small bcast's root posts eagerly and never waits for its readers.
-                    assert!(bcast.is_err() || world.rank() == 0 || np > 2, "bcast");
-                    let mut large = [0u8; 2 * EAGER_MAX];
-                    let bcast = world.bcast(&mut large, 0);
-                    assert!(bcast.is_err() || np > 2 && world.rank() != 0, "large bcast");
+                    assert!(bcast.is_err() || np > 2 && world.rank() != 0, "bcast");
                     assert!(world.barrier().is_err());
                     let mut v = [0u64];
                     assert!(world.allreduce(&[1], &mut v, Sum).is_err());
@@ -1138,18 +1088,9 @@ mod tests {
     #[test]
     fn mismatched_arguments_are_errors() {
         let outcome = job(3, |world| {
-            let mut b = vec![0u8; EAGER_MAX + 1 + world.rank()];
+            let mut b = vec![0u8; 4 + world.rank()];
             // The root hears of its peers' failures when it leaves.
             assert!(world.bcast(&mut b, 0).is_err(), "bcast lengths");
-            // A small one's root posts eagerly and leaves; its readers find the lengths differ.
-            let mut b = vec![0u8; 4 + world.rank()];
-            assert!(world.bcast(&mut b, 0).is_err() || world.rank() == 0, "small bcast lengths");
-            let mut b = vec![0u8; 4 + world.rank()];
-            let blocks = vec![0u8; 3 * b.len()];
-            assert!(world.scatter(&blocks, &mut b, 0).is_err() || world.rank() == 0, "small scatter lengths");
-            // Eager on one side, shared buffers on the other: an error, not a hang.
-            let mut b = vec![0u8; if world.rank() == 1 { EAGER_MAX + 1 } else { 8 }];
-            assert!(world.bcast(&mut b, 0).is_err() || world.rank() != 1, "eager against shared");
             let mut v = vec![0u64; 2 + world.rank()];
             assert!(world.allreduce(&vec![1; 2 + world.rank()], &mut v, Sum).is_err(), "allreduce lengths");
             // Same byte length, different element types: refused, never overlapping writes.

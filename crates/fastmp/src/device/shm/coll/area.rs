@@ -34,7 +34,7 @@
 use std::collections::HashMap;
 use std::ops::Range;
 use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering, fence};
-use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::sync::{Arc, Mutex, Weak};
 use std::task::Poll;
 
 use crossbeam_utils::CachePadded;
@@ -83,9 +83,6 @@ struct Slot {
     extra: AtomicPtr<()>,
     /// Last epoch this rank chose a message-based algorithm for instead (it never enters it).
     bypassed: AtomicU64,
-    /// Last epoch this rank handled eagerly (posted to or took from the lane's [`EagerBox`]): it
-    /// never enters that epoch.
-    eager: AtomicU64,
     /// Last epoch this rank left.
     left: AtomicU64,
     /// Last epoch this rank abandoned with an error.
@@ -111,7 +108,6 @@ impl Slot {
             recv_len: AtomicUsize::new(0),
             extra: AtomicPtr::new(std::ptr::null_mut()),
             bypassed: AtomicU64::new(0),
-            eager: AtomicU64::new(0),
             left: AtomicU64::new(0),
             failed: AtomicU64::new(0),
             claim: AtomicU64::new(0),
@@ -131,8 +127,6 @@ pub(crate) struct NativeArea {
     world: Arc<ShmWorld>,
     members: Box<[usize]>,
     lanes: Box<[Box<[CachePadded<Slot>]>]>,
-    /// Per lane, the buffer of the eager rooted collectives; made at the first one.
-    eager: OnceLock<Box<[EagerBox]>>,
 }
 
 /// How a rank waits for a flag: in place (blocking operations, with the device's spin → yield
@@ -248,10 +242,6 @@ impl NativeArea {
             return Poll::Ready(Ok(()));
         }
         if slot.failed.load(Ordering::Acquire) >= epoch || passed_by(slot, epoch) {
-            // Reached just before the mark that says it went on (an eager root posts, then is past).
-            if flag(slot) >= epoch {
-                return Poll::Ready(Ok(()));
-            }
             return Poll::Ready(Err(self.abandoned_by(p)));
         }
         if let Some(err) = self.world.abort_error() {
@@ -549,8 +539,7 @@ impl Session<'_> {
 /// so it never will; `bypassed` is read first (Acquire), so an entry before a later bypass is
 /// seen.
 fn passed_by(slot: &Slot, epoch: u64) -> bool {
-    let past = slot.bypassed.load(Ordering::Acquire).max(slot.eager.load(Ordering::Acquire));
-    past >= epoch && slot.entered.load(Ordering::Acquire) < 2 * epoch - 1
+    slot.bypassed.load(Ordering::Acquire) >= epoch && slot.entered.load(Ordering::Acquire) < 2 * epoch - 1
 }
 
 /// Why accessor `p` (which has not left `epoch`) can be ignored: it has not started publishing
@@ -567,188 +556,6 @@ fn excuse(area: &NativeArea, lane: usize, p: usize, epoch: u64) -> Option<Error>
     match area.world.gone(area.members[p]) {
         Some(err) if not_entered() => Some(err),
         _ => None,
-    }
-}
-
-/// Largest payload (bytes) of an eager rooted collective: small enough that a copy through the
-/// lane's buffer costs less than the handshake it saves, large enough for the sizes where the
-/// handshake dominates (see [`NativeArea::post_eager`]).
-pub(crate) const EAGER_MAX: usize = 4096;
-
-/// A lane's buffer for eager rooted collectives (small bcasts and scatters): the root copies its
-/// payload in and returns at once, without waiting for its readers, which copy out whenever they
-/// come. Words are atomics read and written under a seqlock, so the buffer needs no `unsafe`
-/// and publishes nothing borrowed (a forgotten request leaves nothing dangling), and a reader
-/// that races with a rewrite (only possible when ranks disagree on the operations) sees the
-/// torn read and fails instead of returning mixed data.
-struct EagerBox {
-    /// `2e - 1` while the root of epoch `e` writes, `2e` once written.
-    seq: AtomicU64,
-    root: AtomicUsize,
-    kind: AtomicUsize,
-    len: AtomicUsize,
-    /// A rank waiting for the readers of the previous payload (rank + 1; 0: none), so that
-    /// readers wake it without notifying every rank.
-    waiter: AtomicUsize,
-    words: Box<[AtomicU64]>,
-}
-
-impl EagerBox {
-    fn new() -> Self {
-        EagerBox {
-            seq: AtomicU64::new(0),
-            root: AtomicUsize::new(0),
-            kind: AtomicUsize::new(0),
-            len: AtomicUsize::new(0),
-            waiter: AtomicUsize::new(0),
-            words: (0..EAGER_MAX.div_ceil(8)).map(|_| AtomicU64::new(0)).collect(),
-        }
-    }
-
-    fn write(&self, epoch: u64, root: usize, kind: usize, payload: &[u8]) {
-        self.seq.store(2 * epoch - 1, Ordering::Relaxed);
-        fence(Ordering::Release);
-        self.root.store(root, Ordering::Relaxed);
-        self.kind.store(kind, Ordering::Relaxed);
-        self.len.store(payload.len(), Ordering::Relaxed);
-        // Whole words with fixed-size copies (a variable-length copy per word is a call each).
-        let mut words = payload.chunks_exact(8);
-        for (word, bytes) in self.words.iter().zip(&mut words) {
-            word.store(u64::from_ne_bytes(bytes.try_into().expect("8 bytes")), Ordering::Relaxed);
-        }
-        if !words.remainder().is_empty() {
-            let mut padded = [0u8; 8];
-            padded[..words.remainder().len()].copy_from_slice(words.remainder());
-            self.words[payload.len() / 8].store(u64::from_ne_bytes(padded), Ordering::Relaxed);
-        }
-        self.seq.store(2 * epoch, Ordering::Release);
-    }
-
-    /// Copies bytes `range` of epoch `epoch`'s payload into `into` if the box holds that
-    /// payload, of `kind`, `len` bytes, from `root`, unchanged throughout the copy.
-    fn read(&self, epoch: u64, root: usize, kind: usize, len: usize, range: Range<usize>, into: &mut [u8]) -> bool {
-        let expected = 2 * epoch;
-        if self.seq.load(Ordering::Acquire) != expected
-            || self.root.load(Ordering::Relaxed) != root
-            || self.kind.load(Ordering::Relaxed) != kind
-            || self.len.load(Ordering::Relaxed) != len
-            || range.end > len
-            || range.len() != into.len()
-        {
-            return false;
-        }
-        let byte = |at: usize| self.words[at / 8].load(Ordering::Relaxed).to_ne_bytes()[at % 8];
-        // Bytes up to a word boundary, whole words with fixed-size copies, then the tail.
-        let head = ((8 - range.start % 8) % 8).min(into.len());
-        let (head_bytes, rest) = into.split_at_mut(head);
-        for (i, b) in head_bytes.iter_mut().enumerate() {
-            *b = byte(range.start + i);
-        }
-        let first = (range.start + head) / 8;
-        let mut words = rest.chunks_exact_mut(8);
-        for (word, bytes) in self.words[first..].iter().zip(&mut words) {
-            bytes.copy_from_slice(&word.load(Ordering::Relaxed).to_ne_bytes());
-        }
-        let tail = words.into_remainder();
-        let tail_start = range.end - tail.len();
-        for (i, b) in tail.iter_mut().enumerate() {
-            *b = byte(tail_start + i);
-        }
-        fence(Ordering::Acquire);
-        self.seq.load(Ordering::Relaxed) == expected
-    }
-}
-
-impl NativeArea {
-    fn eager_box(&self, lane: usize) -> &EagerBox {
-        &self.eager.get_or_init(|| (0..LANES).map(|_| EagerBox::new()).collect())[lane]
-    }
-
-    /// Root `how.me` of `epoch`: copies `payload` into the lane's eager buffer and returns
-    /// without waiting for its readers. It waits only if a reader of the buffer's previous
-    /// payload (an operation at least `LANES` earlier on this communicator) has not taken it yet.
-    pub(crate) async fn post_eager(&self, how: Waiting<'_>, epoch: u64, kind: usize, payload: &[u8]) -> Result<()> {
-        if payload.len() > EAGER_MAX {
-            return Err(Error::InvalidArgument(format!(
-                "native collective: {} bytes do not fit the eager buffer of {EAGER_MAX}",
-                payload.len()
-            )));
-        }
-        let (lane, me) = (how.lane, how.me);
-        let eager = self.eager_box(lane);
-        let previous = eager.seq.load(Ordering::Acquire).div_ceil(2);
-        if previous > 0 {
-            let previous_root = eager.root.load(Ordering::Relaxed);
-            eager.waiter.store(me + 1, Ordering::SeqCst);
-            let taken = self.until(how, || self.previous_taken(lane, me, previous_root, previous)).await;
-            eager.waiter.store(0, Ordering::Relaxed);
-            taken?;
-        }
-        eager.write(epoch, me, kind, payload);
-        self.slot(lane, me).eager.store(epoch, Ordering::Release);
-        self.notify(me, 0..self.size());
-        Ok(())
-    }
-
-    /// Whether every reader of `previous` (everyone but its root and `me`) is done with it: it
-    /// took it, or went past it otherwise (only when ranks disagree), or is gone.
-    fn previous_taken(&self, lane: usize, me: usize, root: usize, previous: u64) -> Poll<Result<()>> {
-        for p in (0..self.size()).filter(|&p| p != me && p != root) {
-            let slot = self.slot(lane, p);
-            let past = [&slot.eager, &slot.bypassed, &slot.failed, &slot.left]
-                .iter()
-                .map(|flag| flag.load(Ordering::SeqCst))
-                .chain([slot.entered.load(Ordering::SeqCst).div_ceil(2)])
-                .max()
-                .unwrap_or(0);
-            if past >= previous {
-                continue;
-            }
-            if let Some(err) = self.world.abort_error() {
-                return Poll::Ready(Err(err));
-            }
-            if self.world.gone(self.members[p]).is_none() {
-                return Poll::Pending;
-            }
-        }
-        Poll::Ready(Ok(()))
-    }
-
-    /// A reader of `epoch`: waits for `root`'s eager payload (of `kind`, `len` bytes) and copies
-    /// bytes `range` of it into `into`. Fails, never waits for ever, when the root took another
-    /// path for this epoch (arguments differ between ranks), failed or is gone.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) async fn take_eager(
-        &self,
-        how: Waiting<'_>,
-        epoch: u64,
-        kind: usize,
-        root: usize,
-        len: usize,
-        range: Range<usize>,
-        into: &mut [u8],
-    ) -> Result<()> {
-        let (lane, me) = (how.lane, how.me);
-        let root_slot = self.slot(lane, root);
-        let posted = self
-            .until(how, || {
-                if root_slot.eager.load(Ordering::Acquire) < epoch
-                    && root_slot.entered.load(Ordering::Acquire) >= 2 * epoch - 1
-                {
-                    return Poll::Ready(Err(mismatch(root)));
-                }
-                self.flag_reached(lane, root, epoch, &|s| s.eager.load(Ordering::Acquire))
-            })
-            .await;
-        let outcome = posted.and_then(|()| {
-            if self.eager_box(lane).read(epoch, root, kind, len, range, into) { Ok(()) } else { Err(mismatch(root)) }
-        });
-        // Done with the buffer either way: its next writer waits for this.
-        self.slot(lane, me).eager.store(epoch, Ordering::SeqCst);
-        if let Some(waiter) = self.eager_box(lane).waiter.load(Ordering::SeqCst).checked_sub(1) {
-            self.notify(me, waiter..waiter + 1);
-        }
-        outcome
     }
 }
 
@@ -778,7 +585,6 @@ impl ShmWorld {
             world: Arc::clone(self),
             members: members.into(),
             lanes: (0..LANES).map(|_| members.iter().map(|_| CachePadded::new(Slot::new(rounds))).collect()).collect(),
-            eager: OnceLock::new(),
         });
         areas.insert(key, Arc::downgrade(&area));
         area
