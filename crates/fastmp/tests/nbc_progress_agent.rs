@@ -106,12 +106,7 @@ fn a_panicking_scope_with_copies_in_flight_fails_the_job() {
             request.wait().map(drop)
         })
     });
-    match outcome {
-        Err(Error::RankFailed { rank: 1, .. }) => {}
-        // A peer may see rank 1's abandonment before its panic is recorded.
-        Err(Error::RankFailed { cause, .. }) if cause.contains("rank 1 abandoned") => {}
-        other => panic!("expected rank 1 to fail the job, got {other:?}"),
-    }
+    expect_rank_1_failed(outcome);
 }
 
 /// A rank that leaves with an error instead of joining the alltoall: the others get an `Err`
@@ -260,12 +255,7 @@ fn a_panicking_scope_with_reductions_in_flight_fails_the_job() {
             request.wait().map(drop)
         })
     });
-    match outcome {
-        Err(Error::RankFailed { rank: 1, .. }) => {}
-        // A peer may see rank 1's abandonment before its panic is recorded.
-        Err(Error::RankFailed { cause, .. }) if cause.contains("rank 1 abandoned") => {}
-        other => panic!("expected rank 1 to fail the job, got {other:?}"),
-    }
+    expect_rank_1_failed(outcome);
 }
 
 /// A rank that leaves instead of joining an iallreduce: the others get an `Err`, not a hang.
@@ -354,4 +344,14 @@ fn the_agent_runs_items_while_the_rank_computes() {
             Err(Error::other(format!("rank {me}: the agent ran none of 2000 own-block copies of some rank")))
         })
         .unwrap();
+}
+
+/// The job failed because rank 1 panicked (a peer may see rank 1's abandonment before its panic
+/// is recorded).
+fn expect_rank_1_failed<T: std::fmt::Debug>(outcome: fastmp::Result<T>) {
+    match outcome {
+        Err(Error::RankFailed { rank: 1, .. }) => {}
+        Err(Error::RankFailed { cause, .. }) if cause.contains("rank 1 abandoned") => {}
+        other => panic!("expected rank 1 to fail the job, got {other:?}"),
+    }
 }
