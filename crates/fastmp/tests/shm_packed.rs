@@ -13,21 +13,16 @@ const LARGE: usize = DEFAULT_EAGER_LIMIT + 123;
 /// Messages a sender puts in flight at once: more than the ring's 64 slots, so it fills.
 const BURST: usize = 150;
 
+#[path = "common/indexed_messages.rs"]
+mod indexed_messages;
+
 fn shm(np: usize) -> Config {
     Config::new().device(DeviceKind::Shm).np(np)
-}
-
-fn byte(i: usize, j: usize) -> u8 {
-    (i.wrapping_mul(131) ^ j.wrapping_mul(7) ^ (j >> 8)) as u8
 }
 
 /// Message `i`'s length: every small length in turn, and every seventh message a rendezvous.
 fn length(i: usize) -> usize {
     if i % 7 == 6 { LARGE } else { i % (SMALL_MAX + 1) }
-}
-
-fn payload(i: usize) -> Vec<u8> {
-    (0..length(i)).map(|j| byte(i, j)).collect()
 }
 
 /// The tag encodes the index, so the receiver can check order as well as content.
@@ -36,22 +31,11 @@ fn tag(i: usize) -> i32 {
 }
 
 fn check(i: usize, buf: &[u8], bytes: usize) {
-    let want = payload(i);
-    assert_eq!(bytes, want.len(), "message {i}: length");
-    assert_eq!(&buf[..bytes], &want[..], "message {i}: payload");
+    indexed_messages::check(i, length(i), buf, bytes);
 }
 
-/// Sends messages `from..to` as one burst of nonblocking sends (every third one synchronous).
 fn send_burst(world: &Comm, dest: usize, from: usize, to: usize) -> Result<()> {
-    let payloads: Vec<Vec<u8>> = (from..to).map(payload).collect();
-    world.scope(|s| {
-        let mut reqs = Vec::with_capacity(payloads.len());
-        for (k, p) in payloads.iter().enumerate() {
-            let i = from + k;
-            reqs.push(if i.is_multiple_of(3) { s.issend(p, dest, tag(i))? } else { s.isend(p, dest, tag(i))? });
-        }
-        fastmp::waitall(&mut reqs).map(drop)
-    })
+    indexed_messages::send_burst(world, dest, from, to, length)
 }
 
 /// Every length 0..=SMALL_MAX (and rendezvous ones) in bursts that overfill the ring, received

@@ -9,6 +9,9 @@ use fastmp::{ANY_SOURCE, ANY_TAG, Comm, Config, DEFAULT_EAGER_LIMIT, DeviceKind,
 /// threshold (1 KiB) and the eager limit.
 const LENGTHS: [usize; 10] = [0, 8, 40, 41, 1000, 1023, 1024, 1025, DEFAULT_EAGER_LIMIT, 4000];
 
+#[path = "common/indexed_messages.rs"]
+mod indexed_messages;
+
 fn shm(np: usize) -> Config {
     Config::new().device(DeviceKind::Shm).np(np)
 }
@@ -18,27 +21,15 @@ fn length(i: usize) -> usize {
 }
 
 fn payload(i: usize) -> Vec<u8> {
-    (0..length(i)).map(|j| (i.wrapping_mul(131) ^ j.wrapping_mul(7) ^ (j >> 8)) as u8).collect()
+    indexed_messages::payload(i, length(i))
 }
 
 fn check(i: usize, buf: &[u8], bytes: usize) {
-    let want = payload(i);
-    assert_eq!(bytes, want.len(), "message {i}: length");
-    assert_eq!(&buf[..bytes], &want[..], "message {i}: payload");
+    indexed_messages::check(i, length(i), buf, bytes);
 }
 
-/// Sends messages `from..to` as one burst of nonblocking sends (every third one synchronous).
 fn send_burst(world: &Comm, dest: usize, from: usize, to: usize) -> Result<()> {
-    let payloads: Vec<Vec<u8>> = (from..to).map(payload).collect();
-    world.scope(|s| {
-        let mut reqs = Vec::with_capacity(payloads.len());
-        for (k, p) in payloads.iter().enumerate() {
-            let i = from + k;
-            let tag = i as i32;
-            reqs.push(if i.is_multiple_of(3) { s.issend(p, dest, tag)? } else { s.isend(p, dest, tag)? });
-        }
-        fastmp::waitall(&mut reqs).map(drop)
-    })
+    indexed_messages::send_burst(world, dest, from, to, length)
 }
 
 /// Rounds of preposted receives (wildcards alternating with exact ones) and a burst of every
