@@ -21,6 +21,11 @@ use crate::error::{Error, Result};
 
 /// Records kept for reuse; beyond this, finished records are freed.
 const RECORD_POOL: usize = 256;
+/// Pooled records a send looks at for one it can reuse (the newest first).
+const RECORD_SCAN: usize = 4;
+/// Records in the pool from the start, so that a receiver still holding the record of the
+/// previous send does not make the next one allocate.
+const PRIMED_RECORDS: usize = 2;
 /// Room reserved for spare spill buffers, so the pool's vector does not grow on the hot path.
 /// The buffers themselves come from traffic (a spill taken by an unexpected message is
 /// returned when it is received): pre-filling 8 × the eager limit per rank cost 32 MB at 512
@@ -225,7 +230,11 @@ impl ShmEndpoint {
             // Spares replace spill buffers taken by unexpected messages.
             spare_spills: Vec::with_capacity(SPARE_CAPACITY),
             spares_primed: false,
-            records: Vec::with_capacity(RECORD_POOL),
+            records: {
+                let mut pool = Vec::with_capacity(RECORD_POOL);
+                pool.extend((0..PRIMED_RECORDS).map(|_| SendRecord::new()));
+                pool
+            },
             detached: Vec::new(),
             messages: Slab::default(),
             pending_count: 0,
@@ -559,10 +568,14 @@ impl ShmEndpoint {
 
     // ---------------------------------------------------------------- sending side
 
+    /// A pooled record, re-armed for `data`. A recycled record whose receiver has not yet dropped
+    /// its reference stays pooled for a later send rather than being freed, so a receiver running
+    /// late (an oversubscribed core) does not make the steady state allocate.
     fn get_record(&self, st: &mut State, data: *const u8) -> Arc<SendRecord> {
-        while let Some(mut rec) = st.records.pop() {
-            if SendRecord::reset(&mut rec, data) {
-                return rec;
+        let len = st.records.len();
+        for i in (len.saturating_sub(RECORD_SCAN)..len).rev() {
+            if SendRecord::reset(&mut st.records[i], data) {
+                return st.records.swap_remove(i);
             }
         }
         let mut rec = SendRecord::new();

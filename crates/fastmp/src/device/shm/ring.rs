@@ -202,6 +202,13 @@ impl Ring {
             // SAFETY: as above.
             slot.inline.with_mut(|inline| unsafe { (&mut *inline)[..payload.len()].copy_from_slice(payload) });
         } else {
+            // SAFETY: as above.
+            if self.spills[i].with(|spill| unsafe { (*spill).is_none() }) {
+                let free_end = pos.head_cache.load(Ordering::Relaxed) + count as u64;
+                // SAFETY: every slot in `tail..free_end` is the producer's (the cached head is at
+                // most the consumer's real one).
+                unsafe { self.provide_spills(tail..free_end, spill_capacity) };
+            }
             self.spills[i].with_mut(|spill| {
                 // SAFETY: as above.
                 let spill = unsafe { &mut *spill };
@@ -215,6 +222,26 @@ impl Ring {
         slot.seq.store(tail + 1, Ordering::Release);
         pos.tail.store(tail + 1, Ordering::Relaxed);
         true
+    }
+
+    /// Gives every slot in `positions` that has no spill buffer one of `capacity` bytes, at once.
+    /// Done at a slot's first spilled payload, so that a program's hot loop allocates nothing once
+    /// any spill has happened: the receiver-first path (see the endpoint) leaves no trace in the
+    /// ring, so which slots a program spills through would otherwise vary from run to run.
+    ///
+    /// # Safety
+    /// Producer thread only, and every position in `positions` must be the producer's.
+    unsafe fn provide_spills(&self, positions: std::ops::Range<u64>, capacity: usize) {
+        let mask = self.slots.len() - 1;
+        for p in positions {
+            self.spills[p as usize & mask].with_mut(|spill| {
+                // SAFETY: the caller guarantees the slot is the producer's.
+                let spill = unsafe { &mut *spill };
+                if spill.is_none() {
+                    *spill = Some(vec![0u8; capacity].into_boxed_slice());
+                }
+            });
+        }
     }
 
     /// True when every message this producer pushed has been consumed.
