@@ -488,9 +488,9 @@ mod tests {
         let ones: Vec<u8> = bytemuck::cast_slice(&[1i32, 2, 3, 4]).to_vec();
         seg.accumulate(4, 16, &ones, None, Element::I32, AccumulateOp::Sum).unwrap();
         seg.accumulate(4, 16, &ones, None, Element::I32, AccumulateOp::Sum).unwrap();
-        let mut out = [0u8; 16];
-        seg.read(4, &mut out).unwrap();
-        assert_eq!(bytemuck::cast_slice::<u8, i32>(&out), &[2, 4, 6, 8]);
+        let mut out = [0i32; 4];
+        seg.read(4, bytemuck::cast_slice_mut(&mut out)).unwrap();
+        assert_eq!(out, [2, 4, 6, 8]);
         assert_eq!(seg.fetch_and_op(4, Element::I32, AccumulateOp::Sum, 10).unwrap(), 2);
         assert_eq!(seg.fetch_and_op(4, Element::I32, AccumulateOp::NoOp, 0).unwrap(), 12);
         assert_eq!(seg.compare_and_swap(8, Element::I32, 4, 99).unwrap(), 4);
