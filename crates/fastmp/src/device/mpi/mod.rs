@@ -428,6 +428,16 @@ impl MpiEndpoint {
         }
     }
 
+    /// `f` of `context`'s route: the world's by reference (a route returned by value through a
+    /// `Result` costs a small send more than its copy), any other from the table.
+    fn with_route<R>(&self, context: ContextId, f: impl FnOnce(&Route) -> Result<R>) -> Result<R> {
+        match context {
+            0 => f(&self.job.world_p2p),
+            1 => f(&self.job.world_coll),
+            _ => f(&self.route(context)?),
+        }
+    }
+
     fn check_live(&self) -> Result<()> {
         if self.job.finalized.load(Ordering::Acquire) { Err(Error::Finalized("mpi device")) } else { Ok(()) }
     }
@@ -661,21 +671,34 @@ impl Device for MpiEndpoint {
         mode: SendMode,
     ) -> Result<Started> {
         self.check_live()?;
-        let route = self.route(context)?;
-        let local = self.local_rank(&route, dest)?;
+        let (handle, local) = self.with_route(context, |route| Ok((route.handle, self.local_rank(route, dest)?)))?;
         let wire = self.job.tags.wire(tag, context)?;
         bounce::check_length(len)?;
         let (mut slot, mut done): (Slot, c_int) = (0, 0);
         let sync = c_int::from(mode == SendMode::Synchronous);
         // SAFETY: the caller keeps `buf..buf+len` readable until the request completes or is
         // released (the device's buffer contract); the shim writes the slot and the flag.
-        let rc =
-            unsafe { ffi::fastmp_mpi_isend(buf.cast(), len, local, wire, route.handle, sync, &mut slot, &mut done) };
+        let rc = unsafe { ffi::fastmp_mpi_isend(buf.cast(), len, local, wire, handle, sync, &mut slot, &mut done) };
         check(rc, "MPI_Isend")?;
         if done != 0 {
             return Ok(Started::Complete(Ok(RawStatus { source: self.job.rank, tag, bytes: len, cancelled: false })));
         }
         Ok(Started::Pending(self.track(slot, Pending::Send { tag, bytes: len })))
+    }
+
+    /// A small standard send is one `MPI_Send`: MPI delivers it eagerly, so no request is
+    /// allocated, tested and freed; any other starts as `isend` and is waited for.
+    fn send(&self, buf: &[u8], dest: usize, tag: i32, context: ContextId, mode: SendMode) -> Result<()> {
+        if mode != SendMode::Standard || buf.len() > bounce::LIMIT {
+            // SAFETY: `buf` stays borrowed until `complete` returns, which releases on every error.
+            let started = unsafe { self.isend(buf.as_ptr(), buf.len(), dest, tag, context, mode)? };
+            return self.complete(started).map(drop);
+        }
+        self.check_live()?;
+        let (handle, local) = self.with_route(context, |route| Ok((route.handle, self.local_rank(route, dest)?)))?;
+        let wire = self.job.tags.wire(tag, context)?;
+        // SAFETY: `buf` is borrowed for the whole (blocking) call.
+        check(unsafe { ffi::fastmp_mpi_send(buf.as_ptr().cast(), buf.len(), local, wire, handle) }, "MPI_Send")
     }
 
     /// A small receive with no earlier one waiting to be matched is posted to MPI at once on a
