@@ -48,6 +48,7 @@ int fastmp_mpi_max_name(void);
 void fastmp_mpi_read_max_count(void);
 int fastmp_mpi_isend(const void *buf, size_t len, int dest, int tag, int comm, int synchronous,
                      fastmp_slot *request, int *done);
+int fastmp_mpi_send(const void *buf, size_t len, int dest, int tag, int comm);
 int fastmp_mpi_test(fastmp_slot *request, int *done, int *source, int *tag, long long *bytes,
                     int *cancelled);
 int fastmp_mpi_cancel(fastmp_slot *request);

@@ -102,6 +102,19 @@ int fastmp_mpi_isend(const void *buf, size_t len, int dest, int tag, int comm, i
     return rc;
 }
 
+/* A blocking MPI_Send: no request to allocate, test and free (the caller only sends small
+ * messages this way, which MPI delivers eagerly). */
+int fastmp_mpi_send(const void *buf, size_t len, int dest, int tag, int comm) {
+    RESOLVE(c, comm);
+    int count;
+    MPI_Datatype type;
+    int rc = bytes_type(len, &count, &type);
+    if (rc != MPI_SUCCESS) return rc;
+    rc = MPI_Send(buf, count, type, dest, tag, c);
+    release_type(&type);
+    return rc;
+}
+
 static void describe(const MPI_Status *st, int *source, int *tag, long long *bytes) {
     MPI_Count n = 0;
     MPI_Get_elements_x(st, MPI_BYTE, &n);

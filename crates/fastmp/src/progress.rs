@@ -197,6 +197,15 @@ impl<D: Device + ?Sized> Device for Progressing<D> {
         unsafe { self.inner.irecv(buf, capacity, spec) }
     }
 
+    fn send(&self, buf: &[u8], dest: usize, tag: i32, context: ContextId, mode: SendMode) -> Result<()> {
+        if self.engine.is_idle() {
+            return self.inner.send(buf, dest, tag, context, mode);
+        }
+        // SAFETY: `buf` stays borrowed until `complete` returns, which releases on every error.
+        let started = unsafe { self.inner.isend(buf.as_ptr(), buf.len(), dest, tag, context, mode)? };
+        self.complete(started).map(drop)
+    }
+
     unsafe fn recv(&self, buf: *mut u8, capacity: usize, spec: MatchSpec) -> Result<RawStatus> {
         if self.engine.is_idle() {
             // SAFETY: forwarded caller contract.

@@ -198,6 +198,15 @@ pub trait Device {
         self.complete(started)
     }
 
+    /// Blocking send: returns once `buf` may be reused. The default starts `isend` and waits;
+    /// a device whose small sends finish inside one library call skips the request.
+    fn send(&self, buf: &[u8], dest: usize, tag: i32, context: ContextId, mode: SendMode) -> Result<()> {
+        // SAFETY: `buf` stays borrowed until `complete` returns, which finishes the request or
+        // releases it on every error.
+        let started = unsafe { self.isend(buf.as_ptr(), buf.len(), dest, tag, context, mode)? };
+        self.complete(started).map(drop)
+    }
+
     /// Blocks until a started operation finishes. A failed wait leaves the request outstanding,
     /// so it is released (a no-op if `test` already retired it): the buffer is free on return.
     fn complete(&self, started: Started) -> Result<RawStatus> {

@@ -119,9 +119,8 @@ pub(crate) fn send(
     tag: i32,
     context: ContextId,
     mode: SendMode,
-) -> Result<RawStatus> {
-    // SAFETY: the request is consumed by `wait` right here, never leaked.
-    unsafe { InFlight::send(dev, buf, dest, tag, context, mode) }?.wait()
+) -> Result<()> {
+    dev.send(buf, dest, tag, context, mode)
 }
 
 /// Buffered send (MPI_Bsend): returns at once; a send the device could not finish inside the

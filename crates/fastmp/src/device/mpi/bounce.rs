@@ -3,6 +3,7 @@
 //! the message as unexpected first (about twice the 8-byte latency). Each slot is address space
 //! larger than any message (so MPI never truncates into it), handed to one receive at a time.
 
+use std::cell::Cell;
 use std::ffi::c_int;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -17,6 +18,27 @@ pub(super) const LIMIT: usize = 4096;
 /// Free slots, one bit each (the shim has at most 64).
 static FREE: AtomicU64 = AtomicU64::new(0);
 
+/// The slot a thread used last, kept for its next receive: a ping-pong takes and gives back a
+/// slot per message, and the shared bit set costs two atomic read-modify-writes each time.
+/// Given back to [`FREE`] when the thread ends.
+struct Cached(Cell<Option<c_int>>);
+
+impl Drop for Cached {
+    fn drop(&mut self) {
+        if let Some(index) = self.0.take() {
+            give_back(index);
+        }
+    }
+}
+
+thread_local! {
+    static CACHED: Cached = const { Cached(Cell::new(None)) };
+}
+
+fn give_back(index: c_int) {
+    FREE.fetch_or(1 << index, Ordering::Release);
+}
+
 /// A bounce slot held by one receive; freed when dropped (a forgotten one is only lost to the
 /// pool, whose receives then take the matched-probe path).
 #[derive(Debug)]
@@ -26,6 +48,9 @@ impl BounceSlot {
     /// A free slot, if the shim could reserve them (not under strict overcommit or a small
     /// `ulimit -v`) and one is free.
     pub(super) fn acquire() -> Option<BounceSlot> {
+        if let Some(index) = CACHED.try_with(|c| c.0.take()).ok().flatten() {
+            return Some(BounceSlot(index));
+        }
         static READY: OnceLock<()> = OnceLock::new();
         READY.get_or_init(|| {
             // SAFETY: no arguments; the shim reserves the slots once (pthread_once).
@@ -60,7 +85,11 @@ impl BounceSlot {
 
 impl Drop for BounceSlot {
     fn drop(&mut self) {
-        FREE.fetch_or(1 << self.0, Ordering::Release);
+        // Kept by this thread if it holds none (a thread being torn down gives it back).
+        let spare = CACHED.try_with(|c| c.0.replace(Some(self.0))).unwrap_or(Some(self.0));
+        if let Some(index) = spare {
+            give_back(index);
+        }
     }
 }
 

@@ -35,6 +35,7 @@ unsafe extern "C" {
         request: *mut Slot,
         done: *mut c_int,
     ) -> c_int;
+    pub(crate) fn fastmp_mpi_send(buf: *const c_void, len: usize, dest: c_int, tag: c_int, comm: c_int) -> c_int;
     pub(crate) fn fastmp_mpi_test(
         request: *mut Slot,
         done: *mut c_int,

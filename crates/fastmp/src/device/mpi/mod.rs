@@ -78,11 +78,13 @@ fn init_mpi(need_multiple: bool) -> Result<bool> {
     granted.clone().map_err(Error::InvalidArgument)
 }
 
-/// The MPI communicator of one fastmp context and how its ranks relate to world ranks.
+/// The MPI communicator of one fastmp context and how its ranks relate to world ranks. Cloning
+/// the world's touches no reference count (every message clones its route).
+#[derive(Clone)]
 struct Route {
     handle: c_int,
     /// World rank of each communicator rank; `None` for the world itself (identity).
-    members: Option<Vec<usize>>,
+    members: Option<Arc<[usize]>>,
 }
 
 impl Route {
@@ -114,14 +116,14 @@ enum Pending {
     /// Finished while matching (truncated, or cancelled before it matched).
     Done(Result<RawStatus>),
     /// A message taken by `improbe`, not yet received (its MPI message in the slot).
-    Message { route: Arc<Route>, status: RawStatus },
+    Message { route: Route, status: RawStatus },
     /// A small receive posted to MPI at once on a bounce slot (its MPI request in the slot).
     Bounced(Bounced),
 }
 
 /// A receive posted on a bounce slot, copied to its buffer when it completes.
 struct Bounced {
-    route: Arc<Route>,
+    route: Route,
     bounce: BounceSlot,
     /// The caller's buffer (an address: the device's buffer contract keeps it valid).
     buf: usize,
@@ -149,7 +151,7 @@ impl Bounced {
 }
 
 struct Receive {
-    route: Arc<Route>,
+    route: Route,
     /// The caller's buffer (an address: the device's buffer contract keeps it valid).
     buf: usize,
     capacity: usize,
@@ -210,6 +212,31 @@ impl Requests {
                 entry.pending = entry_pending;
             }
         }
+    }
+}
+
+/// The locked [`Requests`]; unlocking publishes whether receives wait to be matched.
+struct RequestsGuard<'a> {
+    requests: std::sync::MutexGuard<'a, Requests>,
+    waiting: &'a AtomicBool,
+}
+
+impl std::ops::Deref for RequestsGuard<'_> {
+    type Target = Requests;
+    fn deref(&self) -> &Requests {
+        &self.requests
+    }
+}
+
+impl std::ops::DerefMut for RequestsGuard<'_> {
+    fn deref_mut(&mut self) -> &mut Requests {
+        &mut self.requests
+    }
+}
+
+impl Drop for RequestsGuard<'_> {
+    fn drop(&mut self) {
+        self.waiting.store(!self.requests.unmatched.is_empty(), Ordering::Release);
     }
 }
 
@@ -310,11 +337,14 @@ struct Job {
     rank: usize,
     size: usize,
     /// World communicator handles: point-to-point (also the parent of every other) and collective.
-    world_p2p: Arc<Route>,
-    world_coll: Arc<Route>,
+    world_p2p: Route,
+    world_coll: Route,
     /// Routes of every other context, created by `collectives`.
-    routes: RwLock<HashMap<ContextId, Arc<Route>>>,
+    routes: RwLock<HashMap<ContextId, Route>>,
     requests: Mutex<Requests>,
+    /// Whether any receive waits to be matched, as of the last release of `requests`' lock: a
+    /// blocking receive reads it without taking the lock.
+    unmatched_waiting: AtomicBool,
     finalized: AtomicBool,
     placement: Placement,
     policy: WaitPolicy,
@@ -359,10 +389,11 @@ impl MpiEndpoint {
         let job = Job {
             rank,
             size,
-            world_p2p: Arc::new(Route { handle: p2p, members: None }),
-            world_coll: Arc::new(Route { handle: coll, members: None }),
+            world_p2p: Route { handle: p2p, members: None },
+            world_coll: Route { handle: coll, members: None },
             routes: RwLock::default(),
             requests: Mutex::new(Requests { slab: Slab::with_capacity(64), unmatched: Vec::with_capacity(64) }),
+            unmatched_waiting: AtomicBool::new(false),
             finalized: AtomicBool::new(false),
             placement,
             policy: WaitPolicy::for_ranks_on(on_node, online_cpus()),
@@ -379,7 +410,7 @@ impl MpiEndpoint {
         self.route(context).map(|r| r.handle)
     }
 
-    fn route(&self, context: ContextId) -> Result<Arc<Route>> {
+    fn route(&self, context: ContextId) -> Result<Route> {
         let job = &*self.job;
         match context {
             0 => Ok(job.world_p2p.clone()),
@@ -394,6 +425,16 @@ impl MpiEndpoint {
                     },
                 )
             }
+        }
+    }
+
+    /// `f` of `context`'s route: the world's by reference (a route returned by value through a
+    /// `Result` costs a small send more than its copy), any other from the table.
+    fn with_route<R>(&self, context: ContextId, f: impl FnOnce(&Route) -> Result<R>) -> Result<R> {
+        match context {
+            0 => f(&self.job.world_p2p),
+            1 => f(&self.job.world_coll),
+            _ => f(&self.route(context)?),
         }
     }
 
@@ -443,7 +484,7 @@ impl MpiEndpoint {
                 ffi::fastmp_mpi_comm_create_group(parent, ranks.as_ptr(), ranks.len() as c_int, tag, &mut handle)
             };
             check(rc, "MPI_Comm_create_group")?;
-            created.push((ctx, Arc::new(Route { handle, members: Some(members.to_vec()) })));
+            created.push((ctx, Route { handle, members: Some(members.into()) }));
         }
         self.job.routes.write().unwrap_or_else(std::sync::PoisonError::into_inner).extend(created);
         Ok(())
@@ -471,8 +512,8 @@ impl MpiEndpoint {
         wait_slot(self.job.policy, slot)
     }
 
-    fn requests(&self) -> std::sync::MutexGuard<'_, Requests> {
-        lock_ignoring_poison(&self.job.requests)
+    fn requests(&self) -> RequestsGuard<'_> {
+        RequestsGuard { requests: lock_ignoring_poison(&self.job.requests), waiting: &self.job.unmatched_waiting }
     }
 
     fn track(&self, slot: Slot, pending: Pending) -> ReqId {
@@ -500,7 +541,7 @@ impl MpiEndpoint {
         bounce: BounceSlot,
         buf: *mut u8,
         capacity: usize,
-        route: Arc<Route>,
+        route: Route,
         source: c_int,
         tag: Tag,
     ) -> Result<(Slot, Bounced)> {
@@ -520,7 +561,7 @@ impl MpiEndpoint {
         bounce: BounceSlot,
         buf: *mut u8,
         capacity: usize,
-        route: Arc<Route>,
+        route: Route,
         source: c_int,
         tag: Tag,
     ) -> Result<RawStatus> {
@@ -547,7 +588,7 @@ impl MpiEndpoint {
     unsafe fn receive_message(
         &self,
         mut message: Slot,
-        route: Arc<Route>,
+        route: Route,
         status: RawStatus,
         buf: *mut u8,
         capacity: usize,
@@ -630,21 +671,34 @@ impl Device for MpiEndpoint {
         mode: SendMode,
     ) -> Result<Started> {
         self.check_live()?;
-        let route = self.route(context)?;
-        let local = self.local_rank(&route, dest)?;
+        let (handle, local) = self.with_route(context, |route| Ok((route.handle, self.local_rank(route, dest)?)))?;
         let wire = self.job.tags.wire(tag, context)?;
         bounce::check_length(len)?;
         let (mut slot, mut done): (Slot, c_int) = (0, 0);
         let sync = c_int::from(mode == SendMode::Synchronous);
         // SAFETY: the caller keeps `buf..buf+len` readable until the request completes or is
         // released (the device's buffer contract); the shim writes the slot and the flag.
-        let rc =
-            unsafe { ffi::fastmp_mpi_isend(buf.cast(), len, local, wire, route.handle, sync, &mut slot, &mut done) };
+        let rc = unsafe { ffi::fastmp_mpi_isend(buf.cast(), len, local, wire, handle, sync, &mut slot, &mut done) };
         check(rc, "MPI_Isend")?;
         if done != 0 {
             return Ok(Started::Complete(Ok(RawStatus { source: self.job.rank, tag, bytes: len, cancelled: false })));
         }
         Ok(Started::Pending(self.track(slot, Pending::Send { tag, bytes: len })))
+    }
+
+    /// A small standard send is one `MPI_Send`: MPI delivers it eagerly, so no request is
+    /// allocated, tested and freed; any other starts as `isend` and is waited for.
+    fn send(&self, buf: &[u8], dest: usize, tag: i32, context: ContextId, mode: SendMode) -> Result<()> {
+        if mode != SendMode::Standard || buf.len() > bounce::LIMIT {
+            // SAFETY: `buf` stays borrowed until `complete` returns, which releases on every error.
+            let started = unsafe { self.isend(buf.as_ptr(), buf.len(), dest, tag, context, mode)? };
+            return self.complete(started).map(drop);
+        }
+        self.check_live()?;
+        let (handle, local) = self.with_route(context, |route| Ok((route.handle, self.local_rank(route, dest)?)))?;
+        let wire = self.job.tags.wire(tag, context)?;
+        // SAFETY: `buf` is borrowed for the whole (blocking) call.
+        check(unsafe { ffi::fastmp_mpi_send(buf.as_ptr().cast(), buf.len(), local, wire, handle) }, "MPI_Send")
     }
 
     /// A small receive with no earlier one waiting to be matched is posted to MPI at once on a
@@ -672,7 +726,7 @@ impl Device for MpiEndpoint {
     /// `MPI_Mrecv` of the message (no request tracked); otherwise in line behind them.
     unsafe fn recv(&self, buf: *mut u8, capacity: usize, spec: MatchSpec) -> Result<RawStatus> {
         self.check_live()?;
-        if !self.requests().unmatched.is_empty() {
+        if self.job.unmatched_waiting.load(Ordering::Acquire) {
             // SAFETY: forwarded caller contract; `complete` returns once the device is done.
             let started = Started::Pending(self.post_receive(buf, capacity, spec)?);
             return self.complete(started);
@@ -827,12 +881,10 @@ impl Device for MpiEndpoint {
     /// Matches waiting receives (each `MPI_Improbe` also progresses MPI), or one `MPI_Iprobe` on
     /// the world when none waits.
     fn progress(&self) {
-        let mut requests = self.requests();
-        if !requests.unmatched.is_empty() {
-            requests.match_receives();
+        if self.job.unmatched_waiting.load(Ordering::Acquire) {
+            self.requests().match_receives();
             return;
         }
-        drop(requests);
         let (mut found, mut src, mut tag, mut bytes) = (0, 0, 0, 0);
         // SAFETY: the shim writes the four outputs.
         unsafe {
