@@ -201,9 +201,7 @@ impl<D: Device + ?Sized> Device for Progressing<D> {
         if self.engine.is_idle() {
             return self.inner.send(buf, dest, tag, context, mode);
         }
-        // SAFETY: `buf` stays borrowed until `complete` returns, which releases on every error.
-        let started = unsafe { self.inner.isend(buf.as_ptr(), buf.len(), dest, tag, context, mode)? };
-        self.complete(started).map(drop)
+        crate::device::send_by_request(self, buf, dest, tag, context, mode)
     }
 
     unsafe fn recv(&self, buf: *mut u8, capacity: usize, spec: MatchSpec) -> Result<RawStatus> {

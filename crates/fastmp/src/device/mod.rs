@@ -17,6 +17,7 @@ pub(crate) mod rma_memory;
 pub(crate) mod shm;
 pub(crate) mod slab;
 pub(crate) mod tcp;
+
 #[cfg(test)]
 mod test_transport;
 pub(crate) mod wait;
@@ -201,10 +202,7 @@ pub trait Device {
     /// Blocking send: returns once `buf` may be reused. The default starts `isend` and waits;
     /// a device whose small sends finish inside one library call skips the request.
     fn send(&self, buf: &[u8], dest: usize, tag: i32, context: ContextId, mode: SendMode) -> Result<()> {
-        // SAFETY: `buf` stays borrowed until `complete` returns, which finishes the request or
-        // releases it on every error.
-        let started = unsafe { self.isend(buf.as_ptr(), buf.len(), dest, tag, context, mode)? };
-        self.complete(started).map(drop)
+        send_by_request(self, buf, dest, tag, context, mode)
     }
 
     /// Blocks until a started operation finishes. A failed wait leaves the request outstanding,
@@ -353,4 +351,20 @@ pub trait Device {
     fn one_sided(&self) -> Option<&dyn OneSided> {
         None
     }
+}
+
+/// A blocking send as `isend` plus `complete`: [`Device::send`]'s default, and the way a wrapper
+/// sends when it must drive its own engine during the wait.
+pub(crate) fn send_by_request<D: Device + ?Sized>(
+    dev: &D,
+    buf: &[u8],
+    dest: usize,
+    tag: i32,
+    context: ContextId,
+    mode: SendMode,
+) -> Result<()> {
+    // SAFETY: `buf` stays borrowed until `complete` returns, which finishes the request or
+    // releases it on every error.
+    let started = unsafe { dev.isend(buf.as_ptr(), buf.len(), dest, tag, context, mode)? };
+    dev.complete(started).map(drop)
 }
