@@ -90,6 +90,10 @@ pub fn signal_group(group: u32, signal: c_int) {
 /// - unblock every signal: the launcher's blocked SIGINT/SIGTERM/SIGHUP/SIGCHLD would
 ///   otherwise be inherited through exec (std does not reset the mask here), and a rank
 ///   could then not be terminated by SIGTERM;
+/// - give SIGINT/SIGTERM/SIGHUP their default action: the launcher takes these itself and
+///   forwards them, so a rank must act on a forwarded one even where the launcher was started
+///   with them ignored (a background job of a non-interactive shell ignores SIGINT, and a shell
+///   cannot trap a signal ignored on entry);
 /// - die with SIGKILL if the launcher dies, so even a SIGKILLed launcher leaves no orphans;
 /// - `inherit` (rank 0's rendezvous listener) loses close-on-exec so the program gets it;
 /// - a non-empty `cpus` becomes the child's CPU affinity (the CPUs it and its threads may use).
@@ -98,7 +102,7 @@ pub fn prepare_child(command: &mut Command, inherit: Option<RawFd>, cpus: &[usiz
     let nothing_blocked = signal_set(&[])?;
     let affinity = cpu_set(cpus)?;
     // SAFETY: the closure runs in the forked child before exec and only calls the
-    // async-signal-safe functions sigprocmask, prctl, getppid, fcntl and sched_setaffinity; it
+    // async-signal-safe functions sigprocmask, signal, prctl, getppid, fcntl and sched_setaffinity; it
     // allocates nothing and only reads values it owns.
     unsafe {
         command.pre_exec(move || {
@@ -109,6 +113,11 @@ pub fn prepare_child(command: &mut Command, inherit: Option<RawFd>, cpus: &[usiz
             }
             if libc::sigprocmask(libc::SIG_SETMASK, &nothing_blocked, std::ptr::null_mut()) != 0 {
                 return Err(io::Error::last_os_error());
+            }
+            for signal in TERMINATION_SIGNALS {
+                if libc::signal(signal, libc::SIG_DFL) == libc::SIG_ERR {
+                    return Err(io::Error::last_os_error());
+                }
             }
             if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
                 return Err(io::Error::last_os_error());
