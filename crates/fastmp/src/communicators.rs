@@ -5,7 +5,7 @@ use std::rc::Rc;
 
 use crate::coll::op::Max;
 use crate::comm::{CONTEXTS_PER_COMM, Comm};
-use crate::device::requests::{self, InFlight};
+use crate::device::requests::InFlight;
 use crate::device::{ContextId, Device, Locality, MatchSpec, RawStatus, SendMode, Source, TAG_UB};
 use crate::error::{Error, Result};
 use crate::group::{Group, GroupOrdering};
@@ -101,7 +101,7 @@ pub(crate) fn exchange(
     // SAFETY: the receive is waited for below or, on an early return, dropped, which releases
     // it before `inc`'s borrow ends; it is never leaked.
     let recv = unsafe { InFlight::recv(dev, inc, spec) }?;
-    requests::send(dev, out, to, spec.tag, spec.context, SendMode::Standard)?;
+    dev.send(out, to, spec.tag, spec.context, SendMode::Standard)?;
     let raw = recv.wait()?;
     expect_bytes(call, raw, expected)
 }

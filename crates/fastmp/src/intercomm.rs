@@ -409,7 +409,7 @@ impl InterComm {
 
     fn send_remote(&self, bytes: &[u8], dest: usize, tag: i32) -> Result<()> {
         let dest = self.remote.group.world_rank(dest);
-        requests::send(&*self.remote.dev, bytes, dest, tag, self.remote.coll_context(), SendMode::Standard).map(drop)
+        self.remote.dev.send(bytes, dest, tag, self.remote.coll_context(), SendMode::Standard)
     }
 
     fn spec_from(&self, source: usize, tag: i32) -> MatchSpec {

@@ -75,7 +75,7 @@ impl Comm {
     pub(crate) fn send_bytes(&self, bytes: &[u8], dest: usize, tag: i32, mode: SendMode) -> Result<()> {
         let Some(dest) = self.dest_or_null(dest, tag)? else { return Ok(()) };
         let started = trace::start();
-        requests::send(&*self.dev, bytes, dest, tag, self.context, mode)?;
+        self.dev.send(bytes, dest, tag, self.context, mode)?;
         trace::record(started, || (self.dev.rank(), Event::p2p(Kind::Send, dest, tag, bytes.len())));
         Ok(())
     }

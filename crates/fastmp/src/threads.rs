@@ -190,7 +190,7 @@ impl ThreadComm {
 
     fn send_bytes(&self, call: &str, bytes: &[u8], dest: usize, tag: i32, mode: SendMode) -> Result<()> {
         match self.dest(call, dest, tag)? {
-            Some(world) => requests::send(self.dev(), bytes, world, tag, self.inner.context, mode).map(drop),
+            Some(world) => self.dev().send(bytes, world, tag, self.inner.context, mode),
             None => Ok(()),
         }
     }
@@ -232,14 +232,7 @@ impl ThreadComm {
         // SAFETY: the receive is waited for (or dropped, which releases it) in this frame.
         let receive = unsafe { InFlight::recv(self.dev(), bytemuck::cast_slice_mut(recvbuf), spec)? };
         if let Some(world) = dest_world {
-            requests::send(
-                self.dev(),
-                bytemuck::cast_slice(sendbuf),
-                world,
-                sendtag,
-                self.inner.context,
-                SendMode::Standard,
-            )?;
+            self.dev().send(bytemuck::cast_slice(sendbuf), world, sendtag, self.inner.context, SendMode::Standard)?;
         }
         let raw = receive.wait()?;
         self.status(raw, size_of::<R>())

@@ -111,18 +111,6 @@ impl Drop for InFlight<'_> {
     }
 }
 
-/// Blocking send: returns once `buf` may be reused (MPI_Send's semantics).
-pub(crate) fn send(
-    dev: &dyn Device,
-    buf: &[u8],
-    dest: usize,
-    tag: i32,
-    context: ContextId,
-    mode: SendMode,
-) -> Result<()> {
-    dev.send(buf, dest, tag, context, mode)
-}
-
 /// Buffered send (MPI_Bsend): returns at once; a send the device could not finish inside the
 /// call is detached (its data copied, delivered without `buf`).
 pub(crate) fn detached_send(dev: &dyn Device, buf: &[u8], dest: usize, tag: i32, context: ContextId) -> Result<()> {

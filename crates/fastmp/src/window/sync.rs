@@ -69,7 +69,7 @@ impl Core {
 
     fn signal(&self, target: usize, tag: i32) -> Result<()> {
         let world = self.comm.group.world_rank(target);
-        requests::send(&*self.comm.dev, &[], world, tag, self.comm.context, SendMode::Standard).map(drop)
+        self.comm.dev.send(&[], world, tag, self.comm.context, SendMode::Standard)
     }
 
     /// Receives one zero-byte signal with `tag` from `source`; returns its sender's window rank.
