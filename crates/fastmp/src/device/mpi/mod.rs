@@ -690,9 +690,7 @@ impl Device for MpiEndpoint {
     /// allocated, tested and freed; any other starts as `isend` and is waited for.
     fn send(&self, buf: &[u8], dest: usize, tag: i32, context: ContextId, mode: SendMode) -> Result<()> {
         if mode != SendMode::Standard || buf.len() > bounce::LIMIT {
-            // SAFETY: `buf` stays borrowed until `complete` returns, which releases on every error.
-            let started = unsafe { self.isend(buf.as_ptr(), buf.len(), dest, tag, context, mode)? };
-            return self.complete(started).map(drop);
+            return super::send_by_request(self, buf, dest, tag, context, mode);
         }
         self.check_live()?;
         let (handle, local) = self.with_route(context, |route| Ok((route.handle, self.local_rank(route, dest)?)))?;
