@@ -102,8 +102,8 @@ pub fn prepare_child(command: &mut Command, inherit: Option<RawFd>, cpus: &[usiz
     let nothing_blocked = signal_set(&[])?;
     let affinity = cpu_set(cpus)?;
     // SAFETY: the closure runs in the forked child before exec and only calls the
-    // async-signal-safe functions sigprocmask, signal, prctl, getppid, fcntl and sched_setaffinity; it
-    // allocates nothing and only reads values it owns.
+    // async-signal-safe functions sigprocmask, signal, prctl, getppid, fcntl and
+    // sched_setaffinity; it allocates nothing and only reads values it owns.
     unsafe {
         command.pre_exec(move || {
             if let Some(set) = &affinity
