@@ -271,10 +271,17 @@ impl<'c> Run<'c> {
 
     /// Looks once for `evidence`; names the other choice if found.
     fn find(&self, evidence: &Evidence<'_>) -> Result<Option<&'static str>> {
+        // A peer that has exited, or a wildcard no rank can still match, is no evidence: the
+        // device fails such probes inside a wait, but the operation may still complete.
         let probe = |context, source, seq| {
             Collective::ALL.into_iter().try_fold(false, |found, coll| {
                 Ok::<_, Error>(
-                    found || self.dev.iprobe(MatchSpec { context, source, tag: tag_of(seq, coll) })?.is_some(),
+                    found
+                        || match self.dev.iprobe(MatchSpec { context, source, tag: tag_of(seq, coll) }) {
+                            Ok(status) => status.is_some(),
+                            Err(Error::PeerExited { .. } | Error::Deadlock { .. }) => false,
+                            Err(e) => return Err(e),
+                        },
                 )
             })
         };
