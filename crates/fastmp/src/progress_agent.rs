@@ -20,8 +20,9 @@
 //!   one being run, so the agent never touches a buffer after its borrow ended, whatever the
 //!   user drops, leaks (`mem::forget`) or unwinds. Items touch local memory only, so a waiting
 //!   drop is bounded by one copy; a failed peer fails the operation's transfers, never an item.
-//! - *Cost when unused.* Off by default (`Config::progress_agent(true)`,
-//!   `FASTMP_PROGRESS_AGENT=1`); when off, nothing is spawned and runs take the inline path.
+//! - *Cost when unused.* On by default only where the ranks leave one of the process's CPUs
+//!   idle (`Config::progress_agent`, `FASTMP_PROGRESS_AGENT=1`/`0`/`auto`); when off, nothing
+//!   is spawned and runs take the inline path.
 //!   Items are only made for steps of at least [`AGENT_MIN_BYTES`], so small operations pay a
 //!   relaxed load at most.
 //! - The queue's lock is held to push or pop an item, never while an item runs.

@@ -24,6 +24,26 @@ pub fn allowed_cpus() -> Vec<usize> {
     Vec::new()
 }
 
+/// Ranks competing for the cores this process may run on, when it holds `per_process` thread
+/// ranks and is one of `processes` launched processes: only its own where the launcher bound it
+/// to a part of the machine (it then has those CPUs to itself, as fastmprun and `mpirun
+/// --bind-to` arrange), otherwise every rank of the processes on this node (from the launcher's
+/// local size, else all of them).
+pub(crate) fn competing_ranks(per_process: usize, processes: usize) -> Result<usize> {
+    let bound = allowed_cpus().len() < crate::machine::topology().cpus().len();
+    if bound {
+        return Ok(per_process);
+    }
+    let mut local = None;
+    for var in ["FASTMP_LOCAL_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"] {
+        if let Some(n) = super::config::env_parse::<usize>(var)? {
+            local = Some(n);
+            break;
+        }
+    }
+    Ok(per_process * local.unwrap_or(processes).clamp(1, processes.max(1)))
+}
+
 /// The CPU `rank` of `np` goes to under `pin`, given the allowed CPUs `cpus`, on this machine's
 /// [`topology`](crate::topology) (see [`cpu_for_in`]).
 ///

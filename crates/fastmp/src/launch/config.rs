@@ -116,8 +116,9 @@ pub struct Config {
     pub(crate) sockets: SocketOptions,
     /// Whether the tcp device runs a progress thread (see [`Config::progress_thread`]).
     pub(crate) progress_thread: bool,
-    /// Whether nonblocking collectives hand bulk copies to the process's progress agent.
-    pub(crate) progress_agent: bool,
+    /// Whether nonblocking collectives hand bulk copies to the process's progress agent
+    /// (`None`: where a core is left idle, see [`Config::progress_agent`]).
+    pub(crate) progress_agent: Option<bool>,
     /// Thread ranks per process of the hybrid device (`None`: its default), or the block size
     /// of the processes a shm world simulates ([`Config::simulate_processes`]).
     pub(crate) threads_per_process: Option<usize>,
@@ -171,6 +172,15 @@ fn threads_per_process_from_env() -> Result<Option<usize>> {
     match std::env::var("FASTMP_THREADS_PER_PROCESS") {
         Ok(v) if v.trim() == "auto" => Ok(Some(affinity::allowed_cpus().len().max(1))),
         Ok(_) => env_parse::<usize>("FASTMP_THREADS_PER_PROCESS"),
+        Err(_) => Ok(None),
+    }
+}
+
+/// `FASTMP_PROGRESS_AGENT`: `1` or `0`, or `auto` (`None`, also when unset).
+fn progress_agent_from_env() -> Result<Option<bool>> {
+    match std::env::var("FASTMP_PROGRESS_AGENT") {
+        Ok(v) if v.trim() == "auto" => Ok(None),
+        Ok(_) => Ok(env_parse::<u8>("FASTMP_PROGRESS_AGENT")?.map(|on| on != 0)),
         Err(_) => Ok(None),
     }
 }
@@ -266,7 +276,7 @@ impl Config {
             process: None,
             sockets: SocketOptions::default(),
             progress_thread: false,
-            progress_agent: false,
+            progress_agent: None,
             threads_per_process: None,
             simulate_processes: false,
             simulate_numa: None,
@@ -283,7 +293,7 @@ impl Config {
     /// `FASTMP_STACK_SIZE` (bytes per rank thread), `FASTMP_TCP_SNDBUF`/`FASTMP_TCP_RCVBUF`
     /// (socket buffer bytes), `FASTMP_TCP_PACE` (tcp: long payloads handed to the kernel in
     /// fragments of this many bytes, at least 16384, default 262144; 0: off), `FASTMP_PROGRESS_THREAD` (`1`: see [`Config::progress_thread`]),
-    /// `FASTMP_PROGRESS_AGENT` (`1`: see [`Config::progress_agent`]).
+    /// `FASTMP_PROGRESS_AGENT` (`1`, `0` or `auto`, the default: see [`Config::progress_agent`]).
     /// Unset variables keep the defaults of [`Config::new`].
     ///
     /// A process started by a launcher is one rank of a multi-process job: its rank and size come
@@ -334,9 +344,7 @@ impl Config {
         if let Some(on) = env_parse::<u8>("FASTMP_PROGRESS_THREAD")? {
             c.progress_thread = on != 0;
         }
-        if let Some(on) = env_parse::<u8>("FASTMP_PROGRESS_AGENT")? {
-            c.progress_agent = on != 0;
-        }
+        c.progress_agent = progress_agent_from_env()?;
         // Undocumented, like `simulate_processes`: measuring locality-driven algorithms on shm.
         if c.device == DeviceKind::Shm
             && let Some(t) = env_parse::<usize>("FASTMP_SIMULATE_PROCESSES")?
@@ -364,12 +372,14 @@ impl Config {
         self
     }
 
-    /// Starts the process's progress agent: a thread that makes the bulk copies of nonblocking
-    /// collectives (for now the own block of `ialltoall`/`ialltoallv` over messages, from 64
-    /// KiB) while the ranks compute; a rank that waits makes its own copies if the agent has not
-    /// started them, so nothing depends on the agent getting a core. Off by default
-    /// (`FASTMP_PROGRESS_AGENT=1` in [`Config::from_env`]): the thread competes with the ranks
-    /// for cores. Process-wide: once a job of the process switched it on, it stays on.
+    /// Starts the process's progress agent (`true`), or not (`false`): a thread that makes the
+    /// bulk copies and reductions of nonblocking collectives from 64 KiB while the ranks
+    /// compute; a rank that waits makes its own copies if the agent has not started them, so
+    /// nothing depends on the agent getting a core. Unset (`FASTMP_PROGRESS_AGENT=auto`, the
+    /// default), the agent starts where this process's ranks leave one of its CPUs idle (more
+    /// allowed CPUs than ranks competing for them, counting the other processes of the job on
+    /// this node unless the process is bound): elsewhere the thread would take time from the
+    /// ranks. Process-wide: once a job of the process switched it on, it stays on.
     ///
     /// ```
     /// let sums = fastmp::Config::new().np(2).progress_agent(true).run(|world| {
@@ -382,7 +392,7 @@ impl Config {
     /// # Ok::<(), fastmp::Error>(())
     /// ```
     pub fn progress_agent(mut self, on: bool) -> Self {
-        self.progress_agent = on;
+        self.progress_agent = Some(on);
         self
     }
 

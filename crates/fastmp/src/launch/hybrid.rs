@@ -93,6 +93,11 @@ impl Blocks {
 
 impl Config {
     /// Thread ranks per process of this hybrid job: as configured, else two processes' worth.
+    /// Thread ranks in each process of a hybrid job.
+    pub(super) fn hybrid_threads(&self) -> usize {
+        self.hybrid_blocks().per_process
+    }
+
     fn hybrid_blocks(&self) -> Blocks {
         Blocks { np: self.np, per_process: self.threads_per_process.unwrap_or(self.np.div_ceil(2)).max(1) }
     }
@@ -106,24 +111,11 @@ impl Config {
     }
 
     /// Ranks competing for the cores of this process when it is one of `processes` launched
-    /// ones: only its own threads where the launcher bound it to a part of the machine (it then
-    /// has those CPUs to itself, as fastmprun and `mpirun --bind-to` arrange), otherwise every
-    /// rank of the processes on this node (from the launcher's local size, else all of them).
-    /// Spinning while the awaited rank of another process has no core starves it: 2 processes
-    /// x 2 threads on 2 cores took 400 µs instead of 50 µs per 64 KiB bcast.
+    /// ones ([`affinity::competing_ranks`]). Spinning while the awaited rank of another process
+    /// has no core starves it: 2 processes x 2 threads on 2 cores took 400 µs instead of 50 µs
+    /// per 64 KiB bcast.
     fn competing_ranks(&self, blocks: Blocks, processes: usize) -> Result<usize> {
-        let bound = affinity::allowed_cpus().len() < crate::machine::topology().cpus().len();
-        if bound {
-            return Ok(blocks.per_process);
-        }
-        let mut local = None;
-        for var in ["FASTMP_LOCAL_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"] {
-            if let Some(n) = super::config::env_parse::<usize>(var)? {
-                local = Some(n);
-                break;
-            }
-        }
-        Ok(blocks.per_process * local.unwrap_or(processes).clamp(1, processes))
+        affinity::competing_ranks(blocks.per_process, processes)
     }
 
     /// Pins the calling thread (world rank `rank`) by its place among its process's threads.

@@ -148,7 +148,7 @@ impl Config {
         R: Send,
     {
         self.validate()?;
-        if self.progress_agent {
+        if self.progress_agent.map_or_else(|| self.leaves_a_cpu_idle(), Ok)? {
             crate::progress_agent::Agent::set_enabled(true);
         }
         let Some(path) = crate::trace::path_for(self.trace.as_deref()) else { return self.run_untraced(&f) };
@@ -161,6 +161,17 @@ impl Config {
         let results = self.run_untraced(&f);
         tracing.finish()?;
         results
+    }
+
+    /// Whether this process may run on more CPUs than the job's ranks compete for (the
+    /// progress agent's automatic mode).
+    fn leaves_a_cpu_idle(&self) -> Result<bool> {
+        let (per_process, processes) = match (self.device, self.process) {
+            (DeviceKind::Hybrid, Some(place)) => (self.hybrid_threads(), place.size),
+            (_, Some(place)) => (1, place.size),
+            (_, None) => (self.np, 1),
+        };
+        Ok(affinity::allowed_cpus().len() > affinity::competing_ranks(per_process, processes)?)
     }
 
     fn run_untraced<F, R>(&self, f: &F) -> Result<Vec<R>>
