@@ -6,7 +6,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 use super::ShmWorld;
-use super::board::{Claim, Completion};
+use super::board::{self, Claim, Completion};
 use super::copy;
 use super::inbox::{IncomingRings, OutgoingRings, RankMap};
 use super::record::{self, SendRecord};
@@ -156,6 +156,9 @@ struct State {
     detached: Vec<Arc<SendRecord>>,
     /// Messages taken by a matched probe.
     messages: Slab<(Envelope, Held)>,
+    /// The request posted in each board entry, so that a message this rank matches to its own
+    /// entry completes the request at once, without the entry's DONE round trip.
+    board_reqs: [Option<ReqId>; board::ENTRIES],
 }
 
 /// The shm [`Device`] of one rank. Not `Sync`: it belongs to its rank's thread.
@@ -238,6 +241,7 @@ impl ShmEndpoint {
             detached: Vec::new(),
             messages: Slab::default(),
             pending_count: 0,
+            board_reqs: [None; board::ENTRIES],
         };
         ShmEndpoint {
             world,
@@ -374,7 +378,15 @@ impl ShmEndpoint {
         if let Some(claim) = board.claim_own(context, source, tag) {
             return match self.fill(msg, claim.buf, claim.capacity) {
                 Filled::Delivered(len) => {
-                    board.complete(&claim, Completion { source, tag, bytes: len });
+                    // Our own entry: the request completes here and the entry is free at once
+                    // (claimers skip past an owner's claim only once it is no longer POSTED).
+                    board.free(claim.index, claim.generation);
+                    let id = st.board_reqs[claim.index].take().expect("a posted board entry has its request");
+                    let Ok(Req::Recv(r)) = st.reqs.get_mut(id) else { unreachable!("board receives are live") };
+                    debug_assert!(
+                        matches!(r.phase, RecvPhase::Board { index, generation } if index == claim.index && generation == claim.generation)
+                    );
+                    r.phase = RecvPhase::Done(receive_result(source, tag, len, r.capacity));
                     (true, None)
                 }
                 Filled::Vanished => {
@@ -891,10 +903,14 @@ impl Device for ShmEndpoint {
             Some((index, generation)) => RecvPhase::Board { index, generation },
             None => RecvPhase::Private,
         };
-        let private = matches!(phase, RecvPhase::Private);
+        let entry = match phase {
+            RecvPhase::Board { index, .. } => Some(index),
+            _ => None,
+        };
         let id = st.reqs.insert(Req::Recv(RecvReq { spec, buf, capacity, phase }));
-        if private {
-            st.matcher.push_posted(spec, id);
+        match entry {
+            Some(index) => st.board_reqs[index] = Some(id),
+            None => st.matcher.push_posted(spec, id),
         }
         Ok(Started::Pending(id))
     }
