@@ -25,10 +25,10 @@ MPI_Datatype fastmp_mpi_element_type(int code);
 typedef uint64_t fastmp_slot;
 
 /* ---- mpi_core.c ---- */
-/* Initialises MPI once per process, asking for MPI_THREAD_MULTIPLE if `want_multiple`, else
- * MPI_THREAD_SERIALIZED; `*multiple` tells whether MULTIPLE was granted. MPI_ERR_OTHER if MPI
- * grants less than SERIALIZED (fastmp may call from any thread of a rank, one at a time). */
-int fastmp_mpi_init(int want_multiple, int *multiple);
+/* Initialises MPI once per process at thread level `wanted` (0 MPI_THREAD_SINGLE, 1 SERIALIZED,
+ * 2 MULTIPLE); `*granted` is the level MPI granted in the same code (FUNNELED counts as 0).
+ * MPI_ERR_OTHER if SERIALIZED or more was wanted and MPI grants less. */
+int fastmp_mpi_init(int wanted, int *granted);
 int fastmp_mpi_world_dup(int *handle);
 int fastmp_mpi_comm_create_group(int parent, const int *ranks, int n, int tag, int *handle);
 int fastmp_mpi_comm_free(int handle);

@@ -8,7 +8,7 @@ use std::ffi::{c_char, c_int, c_longlong, c_void};
 pub(crate) type Slot = u64;
 
 unsafe extern "C" {
-    pub(crate) fn fastmp_mpi_init(want_multiple: c_int, multiple: *mut c_int) -> c_int;
+    pub(crate) fn fastmp_mpi_init(wanted: c_int, granted: *mut c_int) -> c_int;
     pub(crate) fn fastmp_mpi_world_dup(handle: *mut c_int) -> c_int;
     pub(crate) fn fastmp_mpi_comm_create_group(
         parent: c_int,

@@ -52,30 +52,67 @@ fn error_string(code: c_int) -> String {
     String::from_utf8_lossy(&buf[..(len.max(0) as usize).min(buf.len())]).trim_end_matches('\0').to_string()
 }
 
-/// Asks MPI for `MPI_THREAD_MULTIPLE` (`FASTMP_MPI_THREADS=multiple`) instead of the default
-/// `MPI_THREAD_SERIALIZED`: Open MPI 4.1 locks its matching under MULTIPLE, which took an 8-byte
-/// ping-pong from 0.41 to 1.8-3.2 µs on the development VM (C benchmark), so it is opt-in.
+/// The thread level asked of MPI: `multiple`, `serialized`, or `single`. Unset, a process whose
+/// first job starts on its main thread asks for `MPI_THREAD_SINGLE`, any other for
+/// `MPI_THREAD_SERIALIZED`: Open MPI 4.1 takes its locks at every level above SINGLE (FUNNELED
+/// too), which cost its own C benchmark 0.35 → 0.40 µs of 8-byte ping-pong and 0.4–0.5 µs of
+/// 8-byte allreduce on the development VM; under MULTIPLE it also locks its matching (0.41 →
+/// 1.8–3.2 µs), so MULTIPLE is opt-in.
 pub(crate) const THREADS_VAR: &str = "FASTMP_MPI_THREADS";
+
+/// A thread level of MPI, in the shim's codes (`fastmp_mpi_init`).
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug)]
+enum Level {
+    /// MPI_THREAD_SINGLE (or FUNNELED): only the thread that initialised MPI may call it.
+    Single = 0,
+    Serialized = 1,
+    Multiple = 2,
+}
+
+/// What MPI granted this process, and the thread that asked.
+#[derive(Clone)]
+struct Granted {
+    level: Level,
+    thread: std::thread::ThreadId,
+}
 
 /// Initialises MPI once per process (the first job decides the thread level); returns whether
 /// MPI granted `MPI_THREAD_MULTIPLE`. `need_multiple` asks for it whatever the environment says
-/// (the hybrid device's thread ranks call MPI at once).
+/// (the hybrid device's thread ranks call MPI at once). Under `MPI_THREAD_SINGLE` a job on any
+/// thread but the one that initialised MPI is an `Err`: MPI would be called from two threads.
 fn init_mpi(need_multiple: bool) -> Result<bool> {
-    static GRANTED: OnceLock<std::result::Result<bool, String>> = OnceLock::new();
+    static GRANTED: OnceLock<std::result::Result<Granted, String>> = OnceLock::new();
     let granted = GRANTED.get_or_init(|| {
-        let want_multiple = match std::env::var(THREADS_VAR).as_deref() {
-            Ok("multiple") => true,
-            Ok("serialized") | Err(_) => need_multiple,
-            Ok(other) => return Err(format!("{THREADS_VAR}={other}: expected 'multiple' or 'serialized'")),
+        let on_main = std::thread::current().name() == Some("main");
+        let asked = match std::env::var(THREADS_VAR).as_deref() {
+            Ok("multiple") => Some(Level::Multiple),
+            Ok("serialized") => Some(Level::Serialized),
+            Ok("single") => Some(Level::Single),
+            Err(_) => None,
+            Ok(other) => return Err(format!("{THREADS_VAR}={other}: expected 'multiple', 'serialized' or 'single'")),
         };
-        let mut multiple: c_int = 0;
+        let default = if on_main { Level::Single } else { Level::Serialized };
+        let wanted = if need_multiple { Level::Multiple } else { asked.unwrap_or(default) };
+        let mut level: c_int = 0;
         // SAFETY: the shim writes one int; it initialises MPI at most once per process.
-        let rc = unsafe { ffi::fastmp_mpi_init(c_int::from(want_multiple), &mut multiple) };
-        check(rc, "MPI_Init_thread (fastmp needs at least MPI_THREAD_SERIALIZED)")
-            .map(|()| multiple != 0)
-            .map_err(|e| e.to_string())
+        let rc = unsafe { ffi::fastmp_mpi_init(wanted as c_int, &mut level) };
+        check(rc, "MPI_Init_thread (fastmp needs the level it asks for, at least MPI_THREAD_SERIALIZED off the main thread)")
+            .map_err(|e| e.to_string())?;
+        let level = match level {
+            2 => Level::Multiple,
+            1 => Level::Serialized,
+            _ => Level::Single,
+        };
+        Ok(Granted { level, thread: std::thread::current().id() })
     });
-    granted.clone().map_err(Error::InvalidArgument)
+    let granted = granted.clone().map_err(Error::InvalidArgument)?;
+    if granted.level == Level::Single && granted.thread != std::thread::current().id() {
+        return Err(Error::InvalidArgument(format!(
+            "mpi device: MPI was initialised with MPI_THREAD_SINGLE on the thread that started this process's first \
+             job, and this job runs on another thread; set {THREADS_VAR}=serialized (or multiple) before the first job"
+        )));
+    }
+    Ok(granted.level == Level::Multiple)
 }
 
 /// The MPI communicator of one fastmp context and how its ranks relate to world ranks. Cloning
