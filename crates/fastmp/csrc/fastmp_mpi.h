@@ -75,6 +75,10 @@ int fastmp_mpi_bounce_slots(void); /* how many slots exist: 0 where they could n
 size_t fastmp_mpi_bounce_bytes(void);
 int fastmp_mpi_bounce_irecv(int slot, int source, int tag, int comm, fastmp_slot *request);
 void fastmp_mpi_bounce_take(int slot, void *buf, size_t copy, size_t received);
+/* A blocking receive on slot `slot` (MPI_Recv, then fastmp_mpi_bounce_take of the first
+ * `capacity` bytes into `buf`): the small blocking receive in one call, with its status. */
+int fastmp_mpi_bounce_recv(int slot, int source, int tag, int comm, void *buf, size_t capacity, int *out_source,
+                           int *out_tag, long long *bytes);
 /* The MPI_TAG_UB attribute of MPI_COMM_WORLD. */
 int fastmp_mpi_tag_ub(int *tag_ub);
 

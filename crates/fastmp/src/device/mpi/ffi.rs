@@ -85,5 +85,16 @@ unsafe extern "C" {
         request: *mut Slot,
     ) -> c_int;
     pub(crate) fn fastmp_mpi_bounce_take(slot: c_int, buf: *mut c_void, copy: usize, received: usize);
+    pub(crate) fn fastmp_mpi_bounce_recv(
+        slot: c_int,
+        source: c_int,
+        tag: c_int,
+        comm: c_int,
+        buf: *mut c_void,
+        capacity: usize,
+        out_source: *mut c_int,
+        out_tag: *mut c_int,
+        bytes: *mut c_longlong,
+    ) -> c_int;
     pub(crate) fn fastmp_mpi_tag_ub(tag_ub: *mut c_int) -> c_int;
 }

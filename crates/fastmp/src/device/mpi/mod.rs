@@ -36,8 +36,14 @@ use ffi::Slot;
 use tags::TagMap;
 
 /// Maps an MPI error code to a fastmp error naming the call, with MPI's own description.
+#[inline]
 pub(crate) fn check(code: c_int, call: &'static str) -> Result<()> {
-    if code == 0 { Ok(()) } else { Err(Error::other(format!("{call}: MPI error {code}: {}", error_string(code)))) }
+    if code == 0 { Ok(()) } else { Err(mpi_error(code, call)) }
+}
+
+#[cold]
+fn mpi_error(code: c_int, call: &'static str) -> Error {
+    Error::other(format!("{call}: MPI error {code}: {}", error_string(code)))
 }
 
 /// `MPI_Error_string` of `code`.
@@ -96,8 +102,11 @@ fn init_mpi(need_multiple: bool) -> Result<bool> {
         let mut level: c_int = 0;
         // SAFETY: the shim writes one int; it initialises MPI at most once per process.
         let rc = unsafe { ffi::fastmp_mpi_init(wanted as c_int, &mut level) };
-        check(rc, "MPI_Init_thread (fastmp needs the level it asks for, at least MPI_THREAD_SERIALIZED off the main thread)")
-            .map_err(|e| e.to_string())?;
+        check(
+            rc,
+            "MPI_Init_thread (fastmp needs the level it asks for, at least MPI_THREAD_SERIALIZED off the main thread)",
+        )
+        .map_err(|e| e.to_string())?;
         let level = match level {
             2 => Level::Multiple,
             1 => Level::Serialized,
@@ -545,6 +554,18 @@ impl MpiEndpoint {
         }
     }
 
+    /// An MPI request of `req` that completed: removed from the table, then turned into fastmp's
+    /// status (a bounced receive copied out, after the lock is released).
+    fn retire(&self, mut requests: RequestsGuard<'_>, req: ReqId, tested: Tested) -> Result<Option<RawStatus>> {
+        let entry = requests.slab.remove(req).ok_or_else(|| stale("request"))?;
+        drop(requests);
+        match entry.pending {
+            // SAFETY: the buffer stays valid until its request is retired, here (buffer contract).
+            Pending::Bounced(bounced) => unsafe { bounced.finish(tested, self.job.rank) }.map(Some),
+            pending => self.finish(pending, tested.rc, tested.cancelled).map(Some),
+        }
+    }
+
     fn wait_slot(&self, slot: &mut Slot) -> (c_int, bool) {
         wait_slot(self.job.policy, slot)
     }
@@ -772,8 +793,29 @@ impl Device for MpiEndpoint {
         if capacity <= bounce::LIMIT
             && let Some(bounce) = BounceSlot::acquire()
         {
-            // SAFETY: forwarded caller contract.
-            return unsafe { self.recv_bounced(bounce, buf, capacity, route, source, tag) };
+            if self.job.thread_multiple {
+                // SAFETY: forwarded caller contract.
+                return unsafe { self.recv_bounced(bounce, buf, capacity, route, source, tag) };
+            }
+            // One thread calls MPI, nothing else to drive while waiting: one blocking MPI_Recv.
+            let (mut src, mut got_tag, mut bytes) = (0, 0, 0);
+            // SAFETY: `buf` holds `capacity` writable bytes (caller contract); the slot is this
+            // receive's, and the shim writes the three outputs.
+            let rc = unsafe {
+                ffi::fastmp_mpi_bounce_recv(
+                    bounce.index(),
+                    source,
+                    tag.wire,
+                    route.handle,
+                    buf.cast(),
+                    capacity,
+                    &mut src,
+                    &mut got_tag,
+                    &mut bytes,
+                )
+            };
+            check(rc, "MPI_Recv")?;
+            return super::receive_result(route.world_of(src), tag.reported(got_tag), bytes.max(0) as usize, capacity);
         }
         let mut found = None;
         self.wait_until(&mut || {
@@ -811,31 +853,31 @@ impl Device for MpiEndpoint {
 
     fn test(&self, req: ReqId) -> Result<Option<RawStatus>> {
         self.check_live()?;
-        let mut slot = {
-            let mut requests = self.requests();
-            requests.match_receives();
-            match requests.slab.get(req) {
-                Some(Entry { pending: Pending::Done(_), .. }) => {
-                    let entry = requests.slab.remove(req).expect("live");
-                    return self.finish(entry.pending, 0, false).map(Some);
-                }
-                Some(Entry {
-                    slot,
-                    pending:
-                        Pending::Send { .. } | Pending::Recv(Receive { matched: Some(_), .. }) | Pending::Bounced(_),
-                }) => *slot,
-                Some(Entry { pending: Pending::Recv(_), .. }) => return Ok(None),
-                _ => return Err(stale("request")),
+        let mut requests = self.requests();
+        requests.match_receives();
+        let mut slot = match requests.slab.get(req) {
+            Some(Entry { pending: Pending::Done(_), .. }) => {
+                let entry = requests.slab.remove(req).expect("live");
+                drop(requests);
+                return self.finish(entry.pending, 0, false).map(Some);
             }
+            Some(Entry {
+                slot,
+                pending: Pending::Send { .. } | Pending::Recv(Receive { matched: Some(_), .. }) | Pending::Bounced(_),
+            }) => *slot,
+            Some(Entry { pending: Pending::Recv(_), .. }) => return Ok(None),
+            _ => return Err(stale("request")),
         };
-        // Outside the lock: a completing receive may copy its data here.
-        let Some(tested) = test_once(&mut slot) else { return Ok(None) };
-        let entry = self.requests().slab.remove(req).ok_or_else(|| stale("request"))?;
-        match entry.pending {
-            // SAFETY: the buffer stays valid until its request is retired, here (buffer contract).
-            Pending::Bounced(bounced) => unsafe { bounced.finish(tested, self.job.rank) }.map(Some),
-            pending => self.finish(pending, tested.rc, tested.cancelled).map(Some),
+        // With other threads, outside the lock: a completing receive may copy its data here.
+        // Without, nobody waits for it, and keeping it saves a second lock per test.
+        if self.job.thread_multiple {
+            drop(requests);
+            let Some(tested) = test_once(&mut slot) else { return Ok(None) };
+            requests = self.requests();
+            return self.retire(requests, req, tested);
         }
+        let Some(tested) = test_once(&mut slot) else { return Ok(None) };
+        self.retire(requests, req, tested)
     }
 
     /// An unmatched receive is cancelled at once (it was never given to MPI); a matched one has
