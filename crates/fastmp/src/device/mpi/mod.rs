@@ -83,10 +83,11 @@ struct Granted {
 }
 
 /// Initialises MPI once per process (the first job decides the thread level); returns whether
-/// MPI granted `MPI_THREAD_MULTIPLE`. `need_multiple` asks for it whatever the environment says
-/// (the hybrid device's thread ranks call MPI at once). Under `MPI_THREAD_SINGLE` a job on any
-/// thread but the one that initialised MPI is an `Err`: MPI would be called from two threads.
-fn init_mpi(need_multiple: bool) -> Result<bool> {
+/// MPI granted `MPI_THREAD_MULTIPLE`. `at_least` raises the level whatever the environment says
+/// (the hybrid device's rank threads call MPI: SERIALIZED for one per process, MULTIPLE for
+/// more). Under `MPI_THREAD_SINGLE` a job on any thread but the one that initialised MPI, or one
+/// that needs more, is an `Err`: MPI would be called from two threads.
+fn init_mpi(at_least: Level) -> Result<bool> {
     static GRANTED: OnceLock<std::result::Result<Granted, String>> = OnceLock::new();
     let granted = GRANTED.get_or_init(|| {
         let on_main = std::thread::current().name() == Some("main");
@@ -98,7 +99,7 @@ fn init_mpi(need_multiple: bool) -> Result<bool> {
             Ok(other) => return Err(format!("{THREADS_VAR}={other}: expected 'multiple', 'serialized' or 'single'")),
         };
         let default = if on_main { Level::Single } else { Level::Serialized };
-        let wanted = if need_multiple { Level::Multiple } else { asked.unwrap_or(default) };
+        let wanted = asked.unwrap_or(default).max(at_least);
         let mut level: c_int = 0;
         // SAFETY: the shim writes one int; it initialises MPI at most once per process.
         let rc = unsafe { ffi::fastmp_mpi_init(wanted as c_int, &mut level) };
@@ -115,10 +116,11 @@ fn init_mpi(need_multiple: bool) -> Result<bool> {
         Ok(Granted { level, thread: std::thread::current().id() })
     });
     let granted = granted.clone().map_err(Error::InvalidArgument)?;
-    if granted.level == Level::Single && granted.thread != std::thread::current().id() {
+    if granted.level == Level::Single && (granted.thread != std::thread::current().id() || at_least > Level::Single) {
         return Err(Error::InvalidArgument(format!(
             "mpi device: MPI was initialised with MPI_THREAD_SINGLE on the thread that started this process's first \
-             job, and this job runs on another thread; set {THREADS_VAR}=serialized (or multiple) before the first job"
+             job, and this job calls it from another thread; set {THREADS_VAR}=serialized (or multiple) before the \
+             first job"
         )));
     }
     Ok(granted.level == Level::Multiple)
@@ -418,7 +420,7 @@ impl MpiEndpoint {
     /// Joins a new job: initialises MPI if needed and duplicates `MPI_COMM_WORLD` (collective
     /// over every process), so each job's traffic is its own.
     pub(crate) fn new() -> Result<MpiEndpoint> {
-        let thread_multiple = init_mpi(false)?;
+        let thread_multiple = init_mpi(Level::Single)?;
         let p2p = world_dup()?;
         let coll = world_dup()?;
         let (mut rank, mut size) = (0, 0);
