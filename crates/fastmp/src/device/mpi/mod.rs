@@ -7,8 +7,9 @@
 //! `MPI_COMM_WORLD` made when a job starts. Device ranks are world ranks, translated to and from
 //! the communicator's ranks by its [`Route`].
 //!
-//! Requests live in a generation-checked slab of opaque MPI request slots; the slab's lock is
-//! never held across an MPI call, so a completing receive copies its data without it.
+//! Requests live in a generation-checked slab of opaque MPI request slots. Under
+//! `MPI_THREAD_MULTIPLE` the slab's lock is not held across `MPI_Test`, so a completing receive
+//! copies its data without it; below, no other thread can wait for it, and a test holds it.
 //! Errors: every communicator has `MPI_ERRORS_RETURN`, and an MPI error code becomes a
 //! [`crate::Error`] carrying `MPI_Error_string`'s text ([`check`]).
 
