@@ -76,6 +76,13 @@ for bin in "${binaries[@]}"; do
 done
 ((mpich == 0)) || { echo "== MPICH: done"; exit 0; }
 
+echo "== MPI_THREAD_SINGLE (FASTMP_MPI_THREADS=single): a job on a second thread is refused"
+for bin in "${binaries[@]}"; do
+    [[ $(basename "$bin") == mpi_p2p-* ]] || continue
+    launch 2 FASTMP_DEVICE=mpi FASTMP_MPI_THREADS=single -- "$bin" --test-threads=1 -q --exact \
+        jobs_on_other_threads_need_more_than_mpi_thread_single
+done
+
 echo "== MPI_THREAD_MULTIPLE (FASTMP_MPI_THREADS=multiple): Comm::threaded on the mpi device"
 for bin in "${binaries[@]}"; do
     timeout 300 mpirun "${root[@]}" --oversubscribe -np 2 -x FASTMP_DEVICE=mpi -x FASTMP_MPI_THREADS=multiple \

@@ -25,10 +25,10 @@ MPI_Datatype fastmp_mpi_element_type(int code);
 typedef uint64_t fastmp_slot;
 
 /* ---- mpi_core.c ---- */
-/* Initialises MPI once per process, asking for MPI_THREAD_MULTIPLE if `want_multiple`, else
- * MPI_THREAD_SERIALIZED; `*multiple` tells whether MULTIPLE was granted. MPI_ERR_OTHER if MPI
- * grants less than SERIALIZED (fastmp may call from any thread of a rank, one at a time). */
-int fastmp_mpi_init(int want_multiple, int *multiple);
+/* Initialises MPI once per process at thread level `wanted` (0 MPI_THREAD_SINGLE, 1 SERIALIZED,
+ * 2 MULTIPLE); `*granted` is the level MPI granted in the same code (FUNNELED counts as 0).
+ * MPI_ERR_OTHER if SERIALIZED or more was wanted and MPI grants less. */
+int fastmp_mpi_init(int wanted, int *granted);
 int fastmp_mpi_world_dup(int *handle);
 int fastmp_mpi_comm_create_group(int parent, const int *ranks, int n, int tag, int *handle);
 int fastmp_mpi_comm_free(int handle);
@@ -75,6 +75,10 @@ int fastmp_mpi_bounce_slots(void); /* how many slots exist: 0 where they could n
 size_t fastmp_mpi_bounce_bytes(void);
 int fastmp_mpi_bounce_irecv(int slot, int source, int tag, int comm, fastmp_slot *request);
 void fastmp_mpi_bounce_take(int slot, void *buf, size_t copy, size_t received);
+/* A blocking receive on slot `slot` (MPI_Recv, then fastmp_mpi_bounce_take of the first
+ * `capacity` bytes into `buf`): the small blocking receive in one call, with its status. */
+int fastmp_mpi_bounce_recv(int slot, int source, int tag, int comm, void *buf, size_t capacity, int *out_source,
+                           int *out_tag, long long *bytes);
 /* The MPI_TAG_UB attribute of MPI_COMM_WORLD. */
 int fastmp_mpi_tag_ub(int *tag_ub);
 

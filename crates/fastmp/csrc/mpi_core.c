@@ -44,20 +44,27 @@ static void finalize_at_exit(void) {
     if (!finalized) MPI_Finalize();
 }
 
-int fastmp_mpi_init(int want_multiple, int *multiple) {
+/* Thread levels as the Rust side codes them (`Level`). */
+static int level_code(int provided) {
+    if (provided >= MPI_THREAD_MULTIPLE) return 2;
+    return provided >= MPI_THREAD_SERIALIZED ? 1 : 0;
+}
+
+int fastmp_mpi_init(int wanted, int *granted) {
     int initialized = 0, provided = MPI_THREAD_SINGLE;
     int rc = MPI_Initialized(&initialized);
     if (rc != MPI_SUCCESS) return rc;
     if (initialized) {
         rc = MPI_Query_thread(&provided);
     } else {
-        rc = MPI_Init_thread(NULL, NULL, want_multiple ? MPI_THREAD_MULTIPLE : MPI_THREAD_SERIALIZED, &provided);
+        int level = wanted >= 2 ? MPI_THREAD_MULTIPLE : wanted == 1 ? MPI_THREAD_SERIALIZED : MPI_THREAD_SINGLE;
+        rc = MPI_Init_thread(NULL, NULL, level, &provided);
         if (rc == MPI_SUCCESS) atexit(finalize_at_exit);
     }
     if (rc != MPI_SUCCESS) return rc;
     fastmp_mpi_read_max_count();
-    *multiple = provided >= MPI_THREAD_MULTIPLE;
-    if (provided < MPI_THREAD_SERIALIZED) return MPI_ERR_OTHER;
+    *granted = level_code(provided);
+    if (wanted >= 1 && provided < MPI_THREAD_SERIALIZED) return MPI_ERR_OTHER;
     /* Errors of the world itself (and of anything before a dup) return too. */
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     MPI_Comm_set_errhandler(MPI_COMM_SELF, MPI_ERRORS_RETURN);

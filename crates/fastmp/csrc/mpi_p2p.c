@@ -260,3 +260,17 @@ void fastmp_mpi_bounce_take(int slot, void *buf, size_t copy, size_t received) {
     memcpy(buf, at, copy);
     if (received > BOUNCE_KEEP) madvise(at + BOUNCE_KEEP, received - BOUNCE_KEEP, MADV_DONTNEED);
 }
+
+int fastmp_mpi_bounce_recv(int slot, int source, int tag, int comm, void *buf, size_t capacity, int *out_source,
+                           int *out_tag, long long *bytes) {
+    RESOLVE(c, comm);
+    if (fastmp_mpi_bounce_slots() <= slot || slot < 0) return MPI_ERR_ARG;
+    MPI_Status st;
+    int rc = MPI_Recv(bounce + (size_t)slot * BOUNCE_BYTES, INT_MAX, MPI_BYTE, source < 0 ? MPI_ANY_SOURCE : source,
+                      tag < 0 ? MPI_ANY_TAG : tag, c, &st);
+    if (rc != MPI_SUCCESS) return rc;
+    describe(&st, out_source, out_tag, bytes);
+    size_t received = (size_t)*bytes;
+    fastmp_mpi_bounce_take(slot, buf, received < capacity ? received : capacity, received);
+    return MPI_SUCCESS;
+}

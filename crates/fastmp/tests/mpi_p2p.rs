@@ -366,6 +366,28 @@ fn several_jobs_one_after_another() {
     }
 }
 
+/// Under `MPI_THREAD_SINGLE` (asked for by `FASTMP_MPI_THREADS=single`, or by default when the
+/// process's first job ran on its main thread) only that thread may start jobs; above it any
+/// thread may, one at a time. `scripts/mpi-device.sh` also runs this test alone with
+/// `FASTMP_MPI_THREADS=single`, so that its first job decides the level.
+#[test]
+fn jobs_on_other_threads_need_more_than_mpi_thread_single() {
+    job(|world| world.barrier());
+    let single = match std::env::var("FASTMP_MPI_THREADS") {
+        Ok(level) => level == "single",
+        Err(_) => std::thread::current().name() == Some("main"),
+    };
+    let elsewhere =
+        std::thread::spawn(|| Config::from_env()?.run(|world| world.barrier()).map(drop)).join().expect("job thread");
+    if single {
+        let err = elsewhere.expect_err("a job on a second thread under MPI_THREAD_SINGLE");
+        assert!(err.to_string().contains("FASTMP_MPI_THREADS=serialized"), "{err}");
+    } else {
+        elsewhere.expect("a job on another thread, one at a time");
+    }
+    job(|world| world.barrier());
+}
+
 #[test]
 fn threads_share_the_endpoint_when_mpi_allows() {
     job(|world| {

@@ -8,7 +8,7 @@ use std::ffi::{c_char, c_int, c_longlong, c_void};
 pub(crate) type Slot = u64;
 
 unsafe extern "C" {
-    pub(crate) fn fastmp_mpi_init(want_multiple: c_int, multiple: *mut c_int) -> c_int;
+    pub(crate) fn fastmp_mpi_init(wanted: c_int, granted: *mut c_int) -> c_int;
     pub(crate) fn fastmp_mpi_world_dup(handle: *mut c_int) -> c_int;
     pub(crate) fn fastmp_mpi_comm_create_group(
         parent: c_int,
@@ -85,5 +85,16 @@ unsafe extern "C" {
         request: *mut Slot,
     ) -> c_int;
     pub(crate) fn fastmp_mpi_bounce_take(slot: c_int, buf: *mut c_void, copy: usize, received: usize);
+    pub(crate) fn fastmp_mpi_bounce_recv(
+        slot: c_int,
+        source: c_int,
+        tag: c_int,
+        comm: c_int,
+        buf: *mut c_void,
+        capacity: usize,
+        out_source: *mut c_int,
+        out_tag: *mut c_int,
+        bytes: *mut c_longlong,
+    ) -> c_int;
     pub(crate) fn fastmp_mpi_tag_ub(tag_ub: *mut c_int) -> c_int;
 }

@@ -38,7 +38,7 @@ use std::ffi::c_int;
 use std::sync::Arc;
 
 use super::ffi::{self, Slot};
-use super::{Route, check, improbe, init_mpi, test_slot, wait_slot, world_dup};
+use super::{Level, Route, check, improbe, init_mpi, test_slot, wait_slot, world_dup};
 use crate::device::hybrid::Remote;
 use crate::device::matching::{Envelope, Matcher};
 use crate::device::slab::Slab;
@@ -87,7 +87,7 @@ impl Lanes {
                 "hybrid device over mpi: at most {MAX_THREADS} threads per process (asked for {per_process})"
             )));
         }
-        let multiple = init_mpi(per_process > 1)?;
+        let multiple = init_mpi(if per_process > 1 { Level::Multiple } else { Level::Serialized })?;
         if per_process > 1 && !multiple {
             return Err(Error::InvalidArgument(
                 "hybrid device over mpi: the MPI library did not grant MPI_THREAD_MULTIPLE (or an earlier mpi-device \

@@ -7,8 +7,9 @@
 //! `MPI_COMM_WORLD` made when a job starts. Device ranks are world ranks, translated to and from
 //! the communicator's ranks by its [`Route`].
 //!
-//! Requests live in a generation-checked slab of opaque MPI request slots; the slab's lock is
-//! never held across an MPI call, so a completing receive copies its data without it.
+//! Requests live in a generation-checked slab of opaque MPI request slots. Under
+//! `MPI_THREAD_MULTIPLE` the slab's lock is not held across `MPI_Test`, so a completing receive
+//! copies its data without it; below, no other thread can wait for it, and a test holds it.
 //! Errors: every communicator has `MPI_ERRORS_RETURN`, and an MPI error code becomes a
 //! [`crate::Error`] carrying `MPI_Error_string`'s text ([`check`]).
 
@@ -36,8 +37,14 @@ use ffi::Slot;
 use tags::TagMap;
 
 /// Maps an MPI error code to a fastmp error naming the call, with MPI's own description.
+#[inline]
 pub(crate) fn check(code: c_int, call: &'static str) -> Result<()> {
-    if code == 0 { Ok(()) } else { Err(Error::other(format!("{call}: MPI error {code}: {}", error_string(code)))) }
+    if code == 0 { Ok(()) } else { Err(mpi_error(code, call)) }
+}
+
+#[cold]
+fn mpi_error(code: c_int, call: &'static str) -> Error {
+    Error::other(format!("{call}: MPI error {code}: {}", error_string(code)))
 }
 
 /// `MPI_Error_string` of `code`.
@@ -52,30 +59,72 @@ fn error_string(code: c_int) -> String {
     String::from_utf8_lossy(&buf[..(len.max(0) as usize).min(buf.len())]).trim_end_matches('\0').to_string()
 }
 
-/// Asks MPI for `MPI_THREAD_MULTIPLE` (`FASTMP_MPI_THREADS=multiple`) instead of the default
-/// `MPI_THREAD_SERIALIZED`: Open MPI 4.1 locks its matching under MULTIPLE, which took an 8-byte
-/// ping-pong from 0.41 to 1.8-3.2 µs on the development VM (C benchmark), so it is opt-in.
+/// The thread level asked of MPI: `multiple`, `serialized`, or `single`. Unset, a process whose
+/// first job starts on its main thread asks for `MPI_THREAD_SINGLE`, any other for
+/// `MPI_THREAD_SERIALIZED`: Open MPI 4.1 takes its locks at every level above SINGLE (FUNNELED
+/// too), which cost its own C benchmark 0.35 → 0.40 µs of 8-byte ping-pong and 0.4–0.5 µs of
+/// 8-byte allreduce on the development VM; under MULTIPLE it also locks its matching (0.41 →
+/// 1.8–3.2 µs), so MULTIPLE is opt-in.
 pub(crate) const THREADS_VAR: &str = "FASTMP_MPI_THREADS";
 
+/// A thread level of MPI, in the shim's codes (`fastmp_mpi_init`).
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug)]
+enum Level {
+    /// MPI_THREAD_SINGLE (or FUNNELED): only the thread that initialised MPI may call it.
+    Single = 0,
+    Serialized = 1,
+    Multiple = 2,
+}
+
+/// What MPI granted this process, and the thread that asked.
+#[derive(Clone)]
+struct Granted {
+    level: Level,
+    thread: std::thread::ThreadId,
+}
+
 /// Initialises MPI once per process (the first job decides the thread level); returns whether
-/// MPI granted `MPI_THREAD_MULTIPLE`. `need_multiple` asks for it whatever the environment says
-/// (the hybrid device's thread ranks call MPI at once).
-fn init_mpi(need_multiple: bool) -> Result<bool> {
-    static GRANTED: OnceLock<std::result::Result<bool, String>> = OnceLock::new();
+/// MPI granted `MPI_THREAD_MULTIPLE`. `at_least` raises the level whatever the environment says
+/// (the hybrid device's rank threads call MPI: SERIALIZED for one per process, MULTIPLE for
+/// more). Under `MPI_THREAD_SINGLE` a job on any thread but the one that initialised MPI, or one
+/// that needs more, is an `Err`: MPI would be called from two threads.
+fn init_mpi(at_least: Level) -> Result<bool> {
+    static GRANTED: OnceLock<std::result::Result<Granted, String>> = OnceLock::new();
     let granted = GRANTED.get_or_init(|| {
-        let want_multiple = match std::env::var(THREADS_VAR).as_deref() {
-            Ok("multiple") => true,
-            Ok("serialized") | Err(_) => need_multiple,
-            Ok(other) => return Err(format!("{THREADS_VAR}={other}: expected 'multiple' or 'serialized'")),
+        let on_main = std::thread::current().name() == Some("main");
+        let asked = match std::env::var(THREADS_VAR).as_deref() {
+            Ok("multiple") => Some(Level::Multiple),
+            Ok("serialized") => Some(Level::Serialized),
+            Ok("single") => Some(Level::Single),
+            Err(_) => None,
+            Ok(other) => return Err(format!("{THREADS_VAR}={other}: expected 'multiple', 'serialized' or 'single'")),
         };
-        let mut multiple: c_int = 0;
+        let default = if on_main { Level::Single } else { Level::Serialized };
+        let wanted = asked.unwrap_or(default).max(at_least);
+        let mut level: c_int = 0;
         // SAFETY: the shim writes one int; it initialises MPI at most once per process.
-        let rc = unsafe { ffi::fastmp_mpi_init(c_int::from(want_multiple), &mut multiple) };
-        check(rc, "MPI_Init_thread (fastmp needs at least MPI_THREAD_SERIALIZED)")
-            .map(|()| multiple != 0)
-            .map_err(|e| e.to_string())
+        let rc = unsafe { ffi::fastmp_mpi_init(wanted as c_int, &mut level) };
+        check(
+            rc,
+            "MPI_Init_thread (fastmp needs the level it asks for, at least MPI_THREAD_SERIALIZED off the main thread)",
+        )
+        .map_err(|e| e.to_string())?;
+        let level = match level {
+            2 => Level::Multiple,
+            1 => Level::Serialized,
+            _ => Level::Single,
+        };
+        Ok(Granted { level, thread: std::thread::current().id() })
     });
-    granted.clone().map_err(Error::InvalidArgument)
+    let granted = granted.clone().map_err(Error::InvalidArgument)?;
+    if granted.level == Level::Single && (granted.thread != std::thread::current().id() || at_least > Level::Single) {
+        return Err(Error::InvalidArgument(format!(
+            "mpi device: MPI was initialised with MPI_THREAD_SINGLE on the thread that started this process's first \
+             job, and this job calls it from another thread; set {THREADS_VAR}=serialized (or multiple) before the \
+             first job"
+        )));
+    }
+    Ok(granted.level == Level::Multiple)
 }
 
 /// The MPI communicator of one fastmp context and how its ranks relate to world ranks. Cloning
@@ -372,7 +421,7 @@ impl MpiEndpoint {
     /// Joins a new job: initialises MPI if needed and duplicates `MPI_COMM_WORLD` (collective
     /// over every process), so each job's traffic is its own.
     pub(crate) fn new() -> Result<MpiEndpoint> {
-        let thread_multiple = init_mpi(false)?;
+        let thread_multiple = init_mpi(Level::Single)?;
         let p2p = world_dup()?;
         let coll = world_dup()?;
         let (mut rank, mut size) = (0, 0);
@@ -505,6 +554,18 @@ impl MpiEndpoint {
             Pending::Recv(_) | Pending::Message { .. } | Pending::Bounced(_) => {
                 Err(Error::InvalidArgument("mpi device: request completed in an unexpected state".into()))
             }
+        }
+    }
+
+    /// An MPI request of `req` that completed: removed from the table, then turned into fastmp's
+    /// status (a bounced receive copied out, after the lock is released).
+    fn retire(&self, mut requests: RequestsGuard<'_>, req: ReqId, tested: Tested) -> Result<Option<RawStatus>> {
+        let entry = requests.slab.remove(req).ok_or_else(|| stale("request"))?;
+        drop(requests);
+        match entry.pending {
+            // SAFETY: the buffer stays valid until its request is retired, here (buffer contract).
+            Pending::Bounced(bounced) => unsafe { bounced.finish(tested, self.job.rank) }.map(Some),
+            pending => self.finish(pending, tested.rc, tested.cancelled).map(Some),
         }
     }
 
@@ -735,8 +796,29 @@ impl Device for MpiEndpoint {
         if capacity <= bounce::LIMIT
             && let Some(bounce) = BounceSlot::acquire()
         {
-            // SAFETY: forwarded caller contract.
-            return unsafe { self.recv_bounced(bounce, buf, capacity, route, source, tag) };
+            if self.job.thread_multiple {
+                // SAFETY: forwarded caller contract.
+                return unsafe { self.recv_bounced(bounce, buf, capacity, route, source, tag) };
+            }
+            // One thread calls MPI, nothing else to drive while waiting: one blocking MPI_Recv.
+            let (mut src, mut got_tag, mut bytes) = (0, 0, 0);
+            // SAFETY: `buf` holds `capacity` writable bytes (caller contract); the slot is this
+            // receive's, and the shim writes the three outputs.
+            let rc = unsafe {
+                ffi::fastmp_mpi_bounce_recv(
+                    bounce.index(),
+                    source,
+                    tag.wire,
+                    route.handle,
+                    buf.cast(),
+                    capacity,
+                    &mut src,
+                    &mut got_tag,
+                    &mut bytes,
+                )
+            };
+            check(rc, "MPI_Recv")?;
+            return super::receive_result(route.world_of(src), tag.reported(got_tag), bytes.max(0) as usize, capacity);
         }
         let mut found = None;
         self.wait_until(&mut || {
@@ -774,31 +856,31 @@ impl Device for MpiEndpoint {
 
     fn test(&self, req: ReqId) -> Result<Option<RawStatus>> {
         self.check_live()?;
-        let mut slot = {
-            let mut requests = self.requests();
-            requests.match_receives();
-            match requests.slab.get(req) {
-                Some(Entry { pending: Pending::Done(_), .. }) => {
-                    let entry = requests.slab.remove(req).expect("live");
-                    return self.finish(entry.pending, 0, false).map(Some);
-                }
-                Some(Entry {
-                    slot,
-                    pending:
-                        Pending::Send { .. } | Pending::Recv(Receive { matched: Some(_), .. }) | Pending::Bounced(_),
-                }) => *slot,
-                Some(Entry { pending: Pending::Recv(_), .. }) => return Ok(None),
-                _ => return Err(stale("request")),
+        let mut requests = self.requests();
+        requests.match_receives();
+        let mut slot = match requests.slab.get(req) {
+            Some(Entry { pending: Pending::Done(_), .. }) => {
+                let entry = requests.slab.remove(req).expect("live");
+                drop(requests);
+                return self.finish(entry.pending, 0, false).map(Some);
             }
+            Some(Entry {
+                slot,
+                pending: Pending::Send { .. } | Pending::Recv(Receive { matched: Some(_), .. }) | Pending::Bounced(_),
+            }) => *slot,
+            Some(Entry { pending: Pending::Recv(_), .. }) => return Ok(None),
+            _ => return Err(stale("request")),
         };
-        // Outside the lock: a completing receive may copy its data here.
-        let Some(tested) = test_once(&mut slot) else { return Ok(None) };
-        let entry = self.requests().slab.remove(req).ok_or_else(|| stale("request"))?;
-        match entry.pending {
-            // SAFETY: the buffer stays valid until its request is retired, here (buffer contract).
-            Pending::Bounced(bounced) => unsafe { bounced.finish(tested, self.job.rank) }.map(Some),
-            pending => self.finish(pending, tested.rc, tested.cancelled).map(Some),
+        // With other threads, outside the lock: a completing receive may copy its data here.
+        // Without, nobody waits for it, and keeping it saves a second lock per test.
+        if self.job.thread_multiple {
+            drop(requests);
+            let Some(tested) = test_once(&mut slot) else { return Ok(None) };
+            requests = self.requests();
+            return self.retire(requests, req, tested);
         }
+        let Some(tested) = test_once(&mut slot) else { return Ok(None) };
+        self.retire(requests, req, tested)
     }
 
     /// An unmatched receive is cancelled at once (it was never given to MPI); a matched one has
