@@ -292,7 +292,7 @@ impl Config {
     /// `FASTMP_EAGER_LIMIT` (bytes), `FASTMP_PIN` (`compact`/`scatter`/`numa`/`none`),
     /// `FASTMP_STACK_SIZE` (bytes per rank thread), `FASTMP_TCP_SNDBUF`/`FASTMP_TCP_RCVBUF`
     /// (socket buffer bytes), `FASTMP_TCP_PACE` (tcp: long payloads handed to the kernel in
-    /// fragments of this many bytes, at least 16384, default 262144; 0: off), `FASTMP_PROGRESS_THREAD` (`1`: see [`Config::progress_thread`]),
+    /// fragments of this many bytes, at least 16384; 0 or unset: off), `FASTMP_PROGRESS_THREAD` (`1`: see [`Config::progress_thread`]),
     /// `FASTMP_PROGRESS_AGENT` (`1`, `0` or `auto`, the default: see [`Config::progress_agent`]).
     /// Unset variables keep the defaults of [`Config::new`].
     ///
@@ -451,7 +451,9 @@ impl Config {
         self
     }
 
-    /// Socket send buffer size (`SO_SNDBUF`) of every tcp connection; the OS default otherwise.
+    /// Socket send buffer size (`SO_SNDBUF`) of every tcp connection (default 256 KiB, which
+    /// keeps loopback transfers in order; 0 leaves the kernel's autotuned buffer, which a
+    /// long-distance link with a large bandwidth-delay product may need).
     pub fn tcp_send_buffer(mut self, bytes: usize) -> Self {
         self.sockets.send_buffer = Some(bytes);
         self

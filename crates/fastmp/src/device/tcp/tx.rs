@@ -6,7 +6,8 @@
 //! standard mode). Rendezvous payloads wait in place, borrowed from the user's buffer, until
 //! written or until their request is released.
 //!
-//! Pacing (`FASTMP_TCP_PACE`, 256 KiB by default, 0: off): a long payload is handed to the
+//! Pacing (`FASTMP_TCP_PACE`, off by default: the default 256 KiB send buffer, see
+//! `bootstrap::DEFAULT_SEND_BUFFER`, does the same without polling): a long payload is handed to the
 //! kernel one fragment at a time, the next only once the socket's send queue (unacknowledged plus unsent bytes) is below
 //! one fragment. The bytes on the wire are the same; what changes is that the kernel never holds
 //! more than the congestion window can send at once. On loopback, bytes it must hold back are
