@@ -103,19 +103,13 @@ impl Config {
     }
 
     /// One shm world per process's thread group (local numbering `0..T`); `competing` ranks
-    /// share its cores.
+    /// share its cores ([`affinity::competing_ranks`]), which sets its wait policy: spinning while
+    /// the awaited rank of another process has no core starves it (2 processes x 2 threads on 2
+    /// cores took 400 µs instead of 50 µs per 64 KiB bcast).
     fn hybrid_world(&self, blocks: Blocks, process: usize, competing: usize) -> Arc<ShmWorld> {
         let n = blocks.ranks_of(process).len();
         let eager = self.eager_limit.unwrap_or(DEFAULT_EAGER_LIMIT);
         ShmWorld::with_placement(n, eager, Placement::single_process(n), competing)
-    }
-
-    /// Ranks competing for the cores of this process when it is one of `processes` launched
-    /// ones ([`affinity::competing_ranks`]). Spinning while the awaited rank of another process
-    /// has no core starves it: 2 processes x 2 threads on 2 cores took 400 µs instead of 50 µs
-    /// per 64 KiB bcast.
-    fn competing_ranks(&self, blocks: Blocks, processes: usize) -> Result<usize> {
-        affinity::competing_ranks(blocks.per_process, processes)
     }
 
     /// Pins the calling thread (world rank `rank`) by its place among its process's threads.
@@ -182,7 +176,7 @@ impl Config {
                 place.size
             )));
         }
-        let world = self.hybrid_world(blocks, place.rank, self.competing_ranks(blocks, place.size)?);
+        let world = self.hybrid_world(blocks, place.rank, affinity::competing_ranks(blocks.per_process, place.size)?);
         let cpus = if self.pin == Pin::None { Vec::new() } else { affinity::allowed_cpus() };
         let ours = blocks.ranks_of(place.rank);
         let numa = blocks.numa_of_ranks(crate::topology(), self.pin, &cpus, |rank| ours.contains(&rank));
@@ -232,7 +226,8 @@ impl Config {
         let blocks = self.hybrid_blocks();
         let lanes = Arc::new(Lanes::new(self.np, blocks.per_process, self.effective_eager_limit())?);
         let process = lanes.process();
-        let world = self.hybrid_world(blocks, process, self.competing_ranks(blocks, blocks.processes())?);
+        let world =
+            self.hybrid_world(blocks, process, affinity::competing_ranks(blocks.per_process, blocks.processes())?);
         let cpus = if self.pin == Pin::None { Vec::new() } else { affinity::allowed_cpus() };
         let first: FirstFailure = Mutex::new(None);
         super::ONE_RANK_PER_PROCESS.store(true, std::sync::atomic::Ordering::Release);
