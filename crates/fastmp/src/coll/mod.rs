@@ -101,6 +101,7 @@ impl Comm {
     /// Whether a call of `coll` on this communicator can run `algorithm`: `native` needs the
     /// device's collectives, `hierarchical` levels (and, for a non-commutative operation or a
     /// scan, processes whose members are consecutive ranks).
+    #[inline]
     fn can_run(&self, coll: Collective, algorithm: Algorithm, commutative: bool) -> bool {
         match algorithm {
             Algorithm::Native => self.collectives.is_some(),
@@ -116,6 +117,7 @@ impl Comm {
     /// the device's own collectives where it has them (the local levels: a process peer's flat
     /// choice can fail them, see `Run::chose`, where a message-based step would wait for it
     /// forever), else the rules. Allocation-free.
+    #[inline]
     fn choose(&self, coll: Collective, bytes: usize, commutative: bool, pick: Pick, level: bool) -> Algorithm {
         let (np, locality) = (self.size(), self.spread_locality());
         let usable = |a| self.can_run(coll, a, commutative);
@@ -359,11 +361,13 @@ impl Comm {
 
 impl Run<'_> {
     /// [`Comm::algorithm_for`], counted as one of this operation's choices ([`Run::chose`]).
+    #[inline]
     fn chose_for(&self, coll: Collective, bytes: usize, commutative: bool) -> Algorithm {
         self.chose_pick(coll, bytes, commutative, Pick::Tuned)
     }
 
     /// [`Comm::choose`], counted as one of this operation's choices.
+    #[inline]
     fn chose_pick(&self, coll: Collective, bytes: usize, commutative: bool, pick: Pick) -> Algorithm {
         let algorithm = self.chose(self.choose(coll, bytes, commutative, pick, self.is_level()));
         self.trace_choice(coll, bytes, algorithm);

@@ -313,6 +313,7 @@ impl Rule {
         Rule { max_np: None, max_bytes: None, locality: None, algorithm }
     }
 
+    #[inline]
     fn applies(&self, np: usize, bytes: usize, locality: CommLocality) -> bool {
         self.max_np.is_none_or(|m| np <= m)
             && self.max_bytes.is_none_or(|m| bytes <= m)
@@ -536,6 +537,7 @@ impl Tuning {
     }
 
     /// The rules of `coll`, in the order they are tried.
+    #[inline]
     pub fn rules(&self, coll: Collective) -> &Vec<Rule> {
         &self.rules[coll as usize]
     }
@@ -568,6 +570,7 @@ impl Tuning {
     }
 
     /// [`Tuning::select_usable`] without the fallback: `None` when no usable rule applies.
+    #[inline]
     pub(crate) fn select_rule(
         &self,
         coll: Collective,

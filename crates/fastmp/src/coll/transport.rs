@@ -85,14 +85,20 @@ pub(crate) struct Run<'c> {
     /// A level of a hierarchical operation (`Levels`): where no rule applies, the device's
     /// own collectives run if it has them.
     level: bool,
-    /// When a traced operation started, and what it is (name, bytes, root, algorithm: filled in
-    /// by the dispatch); recorded when the run ends.
-    traced: Option<trace::Stamp>,
-    trace_event: Cell<trace::Event>,
+    /// A traced operation's start and event, recorded when the run ends: boxed, so that an
+    /// untraced run does not initialise and move the event.
+    traced: Option<Box<Traced>>,
     /// Where this run, when it waits long, looks for proof of peers that chose differently.
     straddle: Cell<Straddle>,
     /// On a network level step of a `hierarchical` operation: its parent ([`Evidence::FlatPeers`]).
     flat_peers: Option<Evidence<'c>>,
+}
+
+/// What a traced run is (name, bytes, root, algorithm: filled in by the dispatch) and when it
+/// started.
+struct Traced {
+    started: trace::Stamp,
+    event: Cell<trace::Event>,
 }
 
 /// The operation is over however it ends (finished, failed, or its future dropped): a device
@@ -102,7 +108,9 @@ impl Drop for Run<'_> {
         if let Some(collectives) = self.collectives {
             collectives.provider().finished(self.seq);
         }
-        trace::record(self.traced, || (self.comm.dev.rank(), self.trace_event.get()));
+        if let Some(traced) = &self.traced {
+            trace::record(Some(traced.started), || (self.comm.dev.rank(), traced.event.get()));
+        }
     }
 }
 
@@ -167,6 +175,7 @@ impl<'c> Run<'c> {
     /// Starts the next collective on `comm`. Fails, without taking a number, when the device's
     /// provider refuses (called from inside a native collective's synchronous work on `comm`: a
     /// user op calling a collective).
+    #[inline]
     pub(crate) fn new(comm: &'c Comm, blocking: bool) -> Result<Self> {
         comm.check_live()?;
         let collectives = comm.collectives.as_deref();
@@ -176,14 +185,17 @@ impl<'c> Run<'c> {
         let seq = comm.coll_seq.get();
         comm.coll_seq.set(seq + 1);
         let mut run = Run::numbered(comm, seq, blocking, false);
-        run.traced = trace::start();
+        run.traced = trace::start().map(|started| {
+            let event = Cell::new(trace::Event::of(trace::Kind::Collective("collective")));
+            Box::new(Traced { started, event })
+        });
         Ok(run)
     }
 
+    #[inline]
     fn numbered(comm: &'c Comm, seq: u64, blocking: bool, level: bool) -> Self {
         let tag_base = ((seq as u32 & SEQ_MASK) << COLL_BITS) as i32;
         let collectives = comm.collectives.as_deref();
-        let trace_event = Cell::new(trace::Event::of(trace::Kind::Collective("collective")));
         Run {
             comm,
             collectives,
@@ -193,7 +205,6 @@ impl<'c> Run<'c> {
             dispatches: Cell::new(0),
             level,
             traced: None,
-            trace_event,
             straddle: Cell::default(),
             flat_peers: None,
         }
@@ -303,18 +314,21 @@ impl<'c> Run<'c> {
     }
 
     /// Notes what a traced run is, at its first algorithm choice.
+    #[inline]
     pub(crate) fn trace_choice(&self, coll: Collective, bytes: usize, algorithm: Algorithm) {
-        if self.traced.is_some() && self.dispatches.get() == 1 {
-            let event = self.trace_event.get();
+        if let Some(traced) = &self.traced
+            && self.dispatches.get() == 1
+        {
+            let event = traced.event.get();
             let kind = trace::Kind::Collective(coll.name());
-            self.trace_event.set(trace::Event { kind, bytes: Some(bytes), algorithm: Some(algorithm.name()), ..event });
+            traced.event.set(trace::Event { kind, bytes: Some(bytes), algorithm: Some(algorithm.name()), ..event });
         }
     }
 
     /// Notes the root of a traced run.
     pub(crate) fn trace_root(&self, root: usize) {
-        if self.traced.is_some() {
-            self.trace_event.set(trace::Event { root: Some(root), ..self.trace_event.get() });
+        if let Some(traced) = &self.traced {
+            traced.event.set(trace::Event { root: Some(root), ..traced.event.get() });
         }
     }
 
@@ -339,6 +353,7 @@ impl<'c> Run<'c> {
     }
 
     /// The device-level description of this run, for the device's collectives.
+    #[inline]
     pub(crate) fn operation(&self) -> Operation<'c> {
         Operation {
             seq: self.seq,
@@ -359,6 +374,7 @@ impl<'c> Run<'c> {
     /// then fails the ranks waiting for them. In a correct program every rank makes the same
     /// choices, so the level counters stay aligned. The cost: a counter and an atomic mark per
     /// level communicator (one to four) per flat choice; nothing where there are no levels.
+    #[inline]
     pub(crate) fn chose(&self, algorithm: Algorithm) -> Algorithm {
         let dispatch = self.dispatches.get();
         self.dispatches.set(dispatch + 1);

@@ -345,12 +345,22 @@ impl MpiCollectives {
         }
     }
 
-    /// Operation `seq` made its last MPI call (idempotent).
+    /// Operation `seq` made its last MPI call (idempotent). Inline for the usual case, the
+    /// operation whose turn it is with none done early.
+    #[inline]
     fn done_calling(&self, seq: u64) {
         let turn = self.call_turn.get();
-        if seq < turn {
-            return;
+        if seq == turn && self.called_early.borrow().is_empty() {
+            self.call_turn.set(turn + 1);
+        } else if seq >= turn {
+            self.done_out_of_turn(seq, turn);
         }
+    }
+
+    /// [`Self::done_calling`] of an operation ahead of its turn, or whose turn came while later
+    /// ones were done early.
+    #[cold]
+    fn done_out_of_turn(&self, seq: u64, turn: u64) {
         let mut early = self.called_early.borrow_mut();
         if seq > turn {
             if !early.contains(&seq) {
@@ -388,15 +398,15 @@ impl MpiCollectives {
         start: impl FnOnce(*mut c_void) -> c_int,
     ) -> Result<()> {
         self.await_call_turn(op).await?;
-        let mut flight = InFlight::new(call);
-        let code = start(if op.blocking { null_mut() } else { flight.slot() });
-        if op.dispatch == 0 {
-            self.done_calling(op.seq); // the collective's only MPI call (see the module docs)
-        }
-        check(code, call)?;
         if op.blocking {
-            return Ok(());
+            let code = start(null_mut());
+            self.called(op);
+            return check(code, call);
         }
+        let mut flight = InFlight::new(call);
+        let code = start(flight.slot());
+        self.called(op);
+        check(code, call)?;
         flight.active = true;
         poll_fn(|_| match flight.test() {
             Ok(false) => Poll::Pending,
@@ -404,6 +414,15 @@ impl MpiCollectives {
             Err(e) => Poll::Ready(Err(e)),
         })
         .await
+    }
+
+    /// `op` made an MPI call: its last if it is the collective's first choice (see the module
+    /// docs).
+    #[inline]
+    fn called(&self, op: &Operation<'_>) {
+        if op.dispatch == 0 {
+            self.done_calling(op.seq);
+        }
     }
 
     /// Marks a user op's fold until dropped, also while unwinding.

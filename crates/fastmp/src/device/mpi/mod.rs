@@ -3,8 +3,8 @@
 //!
 //! Each fastmp context is carried by its own MPI communicator: a communicator's point-to-point
 //! context `c` and collective context `c + 1` map to two communicators created over its members
-//! when it is created ([`Device::collectives`]); the world's two are `MPI_Comm_dup`s of
-//! `MPI_COMM_WORLD` made when a job starts. Device ranks are world ranks, translated to and from
+//! when it is created ([`Device::collectives`]); the world's two are copies of `MPI_COMM_WORLD`
+//! made when a job starts (by `MPI_Comm_create_group`: see `fastmp_mpi_world_dup`). Device ranks are world ranks, translated to and from
 //! the communicator's ranks by its [`Route`].
 //!
 //! Requests live in a generation-checked slab of opaque MPI request slots. Under
@@ -459,22 +459,25 @@ impl MpiEndpoint {
         self.route(context).map(|r| r.handle)
     }
 
+    /// Inline for the world's contexts, which every message of a world communicator takes.
+    #[inline]
     fn route(&self, context: ContextId) -> Result<Route> {
-        let job = &*self.job;
         match context {
-            0 => Ok(job.world_p2p.clone()),
-            1 => Ok(job.world_coll.clone()),
-            _ => {
-                job.routes.read().unwrap_or_else(std::sync::PoisonError::into_inner).get(&context).cloned().ok_or_else(
-                    || {
-                        Error::InvalidArgument(format!(
-                            "mpi device: no MPI communicator carries context {context} (only communicators created \
-                         from the world by dup/split/create/merge and intercommunicators have one)"
-                        ))
-                    },
-                )
-            }
+            0 => Ok(self.job.world_p2p.clone()),
+            1 => Ok(self.job.world_coll.clone()),
+            _ => self.listed_route(context),
         }
+    }
+
+    /// The route of a context beyond the world's, from the table.
+    fn listed_route(&self, context: ContextId) -> Result<Route> {
+        let routes = self.job.routes.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+        routes.get(&context).cloned().ok_or_else(|| {
+            Error::InvalidArgument(format!(
+                "mpi device: no MPI communicator carries context {context} (only communicators created from the \
+                 world by dup/split/create/merge and intercommunicators have one)"
+            ))
+        })
     }
 
     /// `f` of `context`'s route: the world's by reference (a route returned by value through a
@@ -483,7 +486,7 @@ impl MpiEndpoint {
         match context {
             0 => f(&self.job.world_p2p),
             1 => f(&self.job.world_coll),
-            _ => f(&self.route(context)?),
+            _ => f(&self.listed_route(context)?),
         }
     }
 
@@ -692,7 +695,7 @@ fn online_cpus() -> usize {
 fn world_dup() -> Result<c_int> {
     let mut handle: c_int = -1;
     // SAFETY: the shim writes one handle.
-    check(unsafe { ffi::fastmp_mpi_world_dup(&mut handle) }, "MPI_Comm_dup")?;
+    check(unsafe { ffi::fastmp_mpi_world_dup(&mut handle) }, "MPI_Comm_create_group")?;
     Ok(handle)
 }
 
