@@ -66,6 +66,7 @@ mod communicators;
 mod completion;
 pub mod device;
 mod error;
+mod future_pool;
 mod graph;
 mod group;
 mod intercomm;

@@ -9,15 +9,15 @@
 
 use std::cell::{Cell, RefCell};
 use std::future::Future;
-use std::pin::Pin;
 use std::rc::Rc;
 use std::task::{Context, Poll, Waker};
 
 use crate::device::{ContextId, Device, MatchSpec, RawStatus, ReqId, SendMode, Started};
 use crate::error::Result;
+use crate::future_pool::{Boxed, FuturePool};
 
 /// A collective's remaining stages, with the borrow of its buffers erased (see [`Engine::start`]).
-type Schedule = Pin<Box<dyn Future<Output = Result<()>>>>;
+type Schedule = Boxed<'static>;
 
 /// Identifies an operation in the engine (never reused within a rank).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -44,12 +44,24 @@ pub(crate) struct Engine {
     /// Set while polling: calls made from inside a stage (device waits, user reduction ops)
     /// must not poll the futures again.
     polling: Cell<bool>,
+    /// Memory of finished operations' futures, for the next ones.
+    pool: FuturePool,
 }
 
 impl Engine {
     /// Whether no nonblocking collective is in flight (the device's fast paths stay in use).
     pub(crate) fn is_idle(&self) -> bool {
         self.unfinished.get() == 0
+    }
+
+    /// `operation` boxed for [`Engine::start`], in the memory of a finished one where possible.
+    pub(crate) fn boxed<'a>(&self, operation: impl Future<Output = Result<()>> + 'a) -> Boxed<'a> {
+        self.pool.boxed(operation)
+    }
+
+    /// Drops an operation that finished outside the engine (at its first poll).
+    pub(crate) fn recycle(&self, operation: Boxed<'_>) {
+        self.pool.recycle(operation)
     }
 
     /// Whether the caller runs inside a stage of a nonblocking collective.
@@ -62,11 +74,7 @@ impl Engine {
     /// # Safety
     /// `schedule` may borrow data that lives as long as `scope`'s closure: the caller
     /// (`Comm::scope`) must call [`Engine::finish_scope`] for `scope` before those borrows end.
-    pub(crate) unsafe fn start<'a>(
-        &self,
-        scope: u64,
-        schedule: Pin<Box<dyn Future<Output = Result<()>> + 'a>>,
-    ) -> OpId {
+    pub(crate) unsafe fn start<'a>(&self, scope: u64, schedule: Boxed<'a>) -> OpId {
         // SAFETY: only the lifetime bound changes. The entry is polled only on this rank's thread
         // (the engine is not `Send`) and is dropped or finished by `finish_scope(scope)`, which
         // the caller runs before `'a` ends.
@@ -102,7 +110,7 @@ impl Engine {
             match poll {
                 Poll::Pending => entry.schedule = Some(schedule),
                 Poll::Ready(outcome) => {
-                    drop(schedule);
+                    self.pool.recycle(schedule);
                     entry.outcome = Some(outcome);
                     self.unfinished.set(self.unfinished.get() - 1);
                 }
@@ -144,12 +152,8 @@ impl Engine {
                 Ok(!owned(&self.entries.borrow()))
             });
         }
-        let dropped: Vec<Entry> = {
-            let mut entries = self.entries.borrow_mut();
-            let (mine, others) = std::mem::take(&mut *entries).into_iter().partition(|e| e.scope == scope);
-            *entries = others;
-            mine
-        };
+        // Extracted in place, so the list keeps its capacity for the next scope's operations.
+        let dropped: Vec<Entry> = self.entries.borrow_mut().extract_if(.., |e| e.scope == scope).collect();
         let abandoned = dropped.iter().filter(|e| e.outcome.is_none()).count();
         self.unfinished.set(self.unfinished.get() - abandoned);
         // Dropping the futures here, outside the list's borrow, releases their requests.

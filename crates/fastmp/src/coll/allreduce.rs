@@ -5,7 +5,7 @@ use std::ops::Range;
 
 use bytemuck::Pod;
 
-use super::fold::{Partial, exchange_flat, vector_of, zeroed};
+use super::fold::{Partial, exchange_flat, vector_of};
 use super::op::Op;
 use super::op::fold_in_rank_order;
 use super::pattern::{
@@ -91,7 +91,7 @@ async fn folded<T: Pod>(
     body: impl AsyncFnOnce(&Fold, usize, &mut [T], &mut [T]) -> Result<()>,
 ) -> Result<()> {
     let fold = Fold::new(comm.size());
-    let mut spare = zeroed::<T>(recv.len());
+    let mut spare = comm.process.scratch.take::<T>(recv.len());
     fold.fold_in(comm, recv, &mut spare, op, COLL).await?;
     if let Some(v) = fold.virtual_rank(comm.rank()) {
         body(&fold, v, recv, &mut spare).await?;

@@ -7,7 +7,6 @@
 //! never touches a buffer after its borrow ended.
 
 use std::future::Future;
-use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
 
 use bytemuck::Pod;
@@ -27,8 +26,9 @@ impl<'scope, 'env> Scope<'scope, 'env> {
     ) -> Result<Request<'scope>> {
         let engine = &self.comm.process.engine;
         engine.progress();
-        let mut operation: Pin<Box<dyn Future<Output = Result<()>> + 'scope>> = Box::pin(operation);
+        let mut operation = engine.boxed(operation);
         if let Poll::Ready(outcome) = operation.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
+            engine.recycle(operation);
             return outcome.map(|()| Request::completed(self, Ok(EMPTY_STATUS)));
         }
         // SAFETY: the operation borrows only what lives for 'scope, and `Comm::scope` finishes or

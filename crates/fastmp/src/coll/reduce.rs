@@ -2,7 +2,7 @@
 
 use bytemuck::Pod;
 
-use super::fold::{Partial, exchange_flat, vector_of, zeroed};
+use super::fold::{Partial, exchange_flat, vector_of};
 use super::op::Op;
 use super::select::{Algorithm, Collective};
 use super::transport::Run;
@@ -43,7 +43,7 @@ async fn flat_blocking<T: Pod>(comm: &Run<'_>, send: &[T], recv: &mut [T], op: &
     } else {
         comm.coll_recv(bytemuck::cast_slice_mut(recv), last, COLL).await?;
     }
-    let mut incoming = zeroed::<T>(if np > 1 { send.len() } else { 0 });
+    let mut incoming = comm.process.scratch.take::<T>(if np > 1 { send.len() } else { 0 });
     for rank in (0..last).rev() {
         if rank == root {
             op.combine(send, recv);
@@ -88,10 +88,10 @@ async fn mst<T: Pod>(comm: &Run<'_>, send: &[T], recv: &mut [T], op: &dyn Op<T>,
             }
         };
     }
-    let mut own = if me == root { Vec::new() } else { zeroed::<T>(send.len()) };
+    let mut own = comm.process.scratch.take::<T>(if me == root { 0 } else { send.len() });
     let held: &mut [T] = if me == root { recv } else { &mut own };
     held.copy_from_slice(send);
-    let mut spare = zeroed::<T>(send.len());
+    let mut spare = comm.process.scratch.take::<T>(send.len());
     let mut partial = Partial::new(held, &mut spare);
     for (child, _) in children.rev() {
         comm.coll_recv(bytemuck::cast_slice_mut(partial.buffers().1), child, COLL).await?;

@@ -36,8 +36,8 @@ async fn halving<T: Pod>(comm: &Run<'_>, send: &[T], recv: &mut [T], counts: &[u
     let me = comm.rank();
     let fold = Fold::new(comm.size());
     let offsets = offsets_of(counts);
-    let mut acc = send.to_vec();
-    let mut spare = zeroed::<T>(send.len());
+    let mut acc = comm.process.scratch.copy_of(send, send.len());
+    let mut spare = comm.process.scratch.take::<T>(send.len());
     fold.fold_in(comm, &mut acc, &mut spare, op, COLL).await?;
     let Some(v) = fold.virtual_rank(me) else {
         return fold.unfold(comm, recv, COLL).await;

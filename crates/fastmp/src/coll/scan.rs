@@ -2,7 +2,7 @@
 
 use bytemuck::Pod;
 
-use super::fold::{exchange_flat, vector_of, zeroed};
+use super::fold::{exchange_flat, vector_of};
 use super::op::Op;
 use super::op::fold_in_rank_order;
 use super::select::{Algorithm, Collective};
@@ -54,12 +54,12 @@ async fn chain<T: Pod>(comm: &Run<'_>, send: &[T], recv: &mut [T], op: &dyn Op<T
     if exclusive {
         comm.coll_recv(bytemuck::cast_slice_mut(recv), me - 1, COLL).await?;
         if let Some(next) = next {
-            let mut inclusive = send.to_vec();
+            let mut inclusive = comm.process.scratch.copy_of(send, send.len());
             op.combine(recv, &mut inclusive);
             comm.coll_send(bytemuck::cast_slice(&inclusive), next, COLL).await?;
         }
     } else {
-        let mut prefix = zeroed::<T>(send.len());
+        let mut prefix = comm.process.scratch.take::<T>(send.len());
         comm.coll_recv(bytemuck::cast_slice_mut(&mut prefix), me - 1, COLL).await?;
         recv.copy_from_slice(send);
         op.combine(&prefix, recv);
@@ -81,8 +81,8 @@ async fn recursive_doubling<T: Pod>(
     exclusive: bool,
 ) -> Result<()> {
     let (np, me) = (comm.size(), comm.rank());
-    let mut total = send.to_vec();
-    let mut incoming = zeroed::<T>(send.len());
+    let mut total = comm.process.scratch.copy_of(send, send.len());
+    let mut incoming = comm.process.scratch.take::<T>(send.len());
     // Whether `recv` holds a prefix yet; an exclusive scan starts empty.
     let mut have_prefix = !exclusive;
     if have_prefix {
