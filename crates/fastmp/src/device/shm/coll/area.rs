@@ -633,3 +633,48 @@ impl ShmWorld {
         area
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::task::{Context, Poll, Waker};
+
+    use super::*;
+    use crate::device::Placement;
+
+    /// Runs a blocking-mode area future, which completes in its first poll.
+    fn finish<T>(future: impl std::future::Future<Output = T>) -> T {
+        let mut future = std::pin::pin!(future);
+        match future.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
+            Poll::Ready(v) => v,
+            Poll::Pending => panic!("a blocking wait returned pending"),
+        }
+    }
+
+    /// The fan-in barrier of ranks that time-share cores (forced by claiming 64 competing
+    /// ranks, whatever the machine): no rank leaves round r before every rank arrived in it.
+    #[test]
+    fn time_shared_barrier_holds_every_rank_back() {
+        const ROUNDS: usize = 200;
+        for np in [3, 4, 5, 8] {
+            let world = ShmWorld::with_placement(np, 4096, Placement::single_process(np), 64);
+            assert!(world.policy.time_shared());
+            let area = world.native_area(0, &(0..np).collect::<Vec<_>>());
+            let arrived: Vec<AtomicUsize> = (0..ROUNDS).map(|_| AtomicUsize::new(0)).collect();
+            std::thread::scope(|s| {
+                for me in 0..np {
+                    let (world, area, arrived) = (&world, &area, &arrived);
+                    s.spawn(move || {
+                        world.ranks[me].parker.register_current();
+                        let how = Waiting { me, lane: 0, progress: &|| (), blocking: true };
+                        for (round, count) in arrived.iter().enumerate() {
+                            count.fetch_add(1, Ordering::SeqCst);
+                            finish(area.barrier(how, round as u64 + 1)).expect("barrier");
+                            assert_eq!(count.load(Ordering::SeqCst), np, "np {np} rank {me} left round {round} early");
+                        }
+                    });
+                }
+            });
+        }
+    }
+}
