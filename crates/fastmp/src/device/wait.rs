@@ -38,6 +38,11 @@ impl WaitPolicy {
     pub fn for_ranks_on(np: usize, cores: usize) -> Self {
         if np <= cores { WaitPolicy { spins: 20_000, yields: 200 } } else { WaitPolicy { spins: 0, yields: 128 } }
     }
+
+    /// Whether ranks time-share cores (the oversubscribed policy: no spin phase).
+    pub fn time_shared(&self) -> bool {
+        self.spins == 0
+    }
 }
 
 /// One rank's wake-up channel: other ranks call [`Parker::notify`] after publishing anything the

@@ -259,9 +259,52 @@ impl NativeArea {
         self.until(how, || self.flag_reached(how.lane, p, epoch, flag)).await
     }
 
+    /// Barrier for `epoch`: dissemination while every rank has a core, else a fan-in to rank 0
+    /// and its release ([`NativeArea::central_barrier`]).
+    pub(crate) async fn barrier(&self, how: Waiting<'_>, epoch: u64) -> Result<()> {
+        if self.world.policy.time_shared() && self.size() > 2 {
+            self.central_barrier(how, epoch).await
+        } else {
+            self.dissemination_barrier(how, epoch).await
+        }
+    }
+
+    /// Fan-in to rank 0, which releases the others: when ranks time-share cores, rank 0 leaves
+    /// first, so the collective that usually follows (rooted at 0) finds its root already
+    /// running. A dissemination barrier lets rank 0 leave last as often as not, and every
+    /// non-root then yields its core away waiting for it.
+    async fn central_barrier(&self, how: Waiting<'_>, epoch: u64) -> Result<()> {
+        let (np, me) = (self.size(), how.me);
+        let mine = self.slot(how.lane, me);
+        let flag = |s: &Slot| s.rounds[0].load(Ordering::Acquire);
+        let outcome = if me == 0 {
+            let mut arrived = Ok(());
+            for p in 1..np {
+                arrived = self.await_flag(how, p, epoch, &flag).await;
+                if arrived.is_err() {
+                    break;
+                }
+            }
+            if arrived.is_ok() {
+                mine.rounds[0].store(epoch, Ordering::Release);
+                self.notify(me, 0..np);
+            }
+            arrived
+        } else {
+            mine.rounds[0].store(epoch, Ordering::Release);
+            self.notify(me, 0..1);
+            self.await_flag(how, 0, epoch, &flag).await
+        };
+        if outcome.is_err() {
+            mine.failed.store(epoch, Ordering::Release);
+            self.notify(me, 0..np);
+        }
+        outcome
+    }
+
     /// Dissemination barrier for `epoch`: in round k rank i signals rank i + 2^k and waits for
     /// rank i - 2^k, so after ⌈log2 np⌉ rounds every rank has (transitively) heard from all.
-    pub(crate) async fn barrier(&self, how: Waiting<'_>, epoch: u64) -> Result<()> {
+    async fn dissemination_barrier(&self, how: Waiting<'_>, epoch: u64) -> Result<()> {
         let (np, me) = (self.size(), how.me);
         let mine = self.slot(how.lane, me);
         for (k, flag) in mine.rounds.iter().enumerate() {
@@ -588,5 +631,50 @@ impl ShmWorld {
         });
         areas.insert(key, Arc::downgrade(&area));
         area
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::task::{Context, Poll, Waker};
+
+    use super::*;
+    use crate::device::Placement;
+
+    /// Runs a blocking-mode area future, which completes in its first poll.
+    fn finish<T>(future: impl std::future::Future<Output = T>) -> T {
+        let mut future = std::pin::pin!(future);
+        match future.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
+            Poll::Ready(v) => v,
+            Poll::Pending => panic!("a blocking wait returned pending"),
+        }
+    }
+
+    /// The fan-in barrier of ranks that time-share cores (forced by claiming 64 competing
+    /// ranks, whatever the machine): no rank leaves round r before every rank arrived in it.
+    #[test]
+    fn time_shared_barrier_holds_every_rank_back() {
+        const ROUNDS: usize = 200;
+        for np in [3, 4, 5, 8] {
+            let world = ShmWorld::with_placement(np, 4096, Placement::single_process(np), 64);
+            assert!(world.policy.time_shared());
+            let area = world.native_area(0, &(0..np).collect::<Vec<_>>());
+            let arrived: Vec<AtomicUsize> = (0..ROUNDS).map(|_| AtomicUsize::new(0)).collect();
+            std::thread::scope(|s| {
+                for me in 0..np {
+                    let (world, area, arrived) = (&world, &area, &arrived);
+                    s.spawn(move || {
+                        world.ranks[me].parker.register_current();
+                        let how = Waiting { me, lane: 0, progress: &|| (), blocking: true };
+                        for (round, count) in arrived.iter().enumerate() {
+                            count.fetch_add(1, Ordering::SeqCst);
+                            finish(area.barrier(how, round as u64 + 1)).expect("barrier");
+                            assert_eq!(count.load(Ordering::SeqCst), np, "np {np} rank {me} left round {round} early");
+                        }
+                    });
+                }
+            });
+        }
     }
 }
