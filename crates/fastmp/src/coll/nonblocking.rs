@@ -17,16 +17,17 @@ use crate::error::Result;
 use crate::scope::{EMPTY_STATUS, Request, Scope};
 
 impl<'scope, 'env> Scope<'scope, 'env> {
-    /// Runs a started operation's first steps at once (older operations first, in issue
-    /// order), then hands it to the engine if it has more: argument errors (and any other
-    /// failure that early) are returned here, as by the blocking twin.
-    pub(crate) fn start_collective(
+    /// Builds the operation (by `make`, straight into its box), runs its first steps at once
+    /// (older operations first, in issue order), then hands it to the engine if it has more:
+    /// argument errors (and any other failure that early) are returned here, as by the blocking
+    /// twin.
+    pub(crate) fn start_collective<F: Future<Output = Result<()>> + 'scope>(
         &'scope self,
-        operation: impl Future<Output = Result<()>> + 'scope,
+        make: impl FnOnce() -> F,
     ) -> Result<Request<'scope>> {
         let engine = &self.comm.process.engine;
         engine.progress();
-        let mut operation = engine.boxed(operation);
+        let mut operation = engine.boxed(make);
         if let Poll::Ready(outcome) = operation.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
             engine.recycle(operation);
             return outcome.map(|()| Request::completed(self, Ok(EMPTY_STATUS)));
@@ -51,7 +52,7 @@ impl<'scope, 'env> Scope<'scope, 'env> {
     /// ```
     pub fn ibarrier(&'scope self) -> Result<Request<'scope>> {
         let run = Run::new(self.comm, false)?;
-        self.start_collective(async move { run.barrier().await })
+        self.start_collective(move || async move { run.barrier().await })
     }
 
     /// Starts a broadcast of `root`'s `buf` (MPI_Ibcast); `buf` is final once the request
@@ -73,7 +74,7 @@ impl<'scope, 'env> Scope<'scope, 'env> {
     /// ```
     pub fn ibcast<T: Pod>(&'scope self, buf: &'scope mut [T], root: usize) -> Result<Request<'scope>> {
         let run = Run::new(self.comm, false)?;
-        self.start_collective(async move { run.bcast(buf, root).await })
+        self.start_collective(move || async move { run.bcast(buf, root).await })
     }
 
     /// Nonblocking [`crate::Comm::scatter`] (MPI_Iscatter).
@@ -84,7 +85,7 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         root: usize,
     ) -> Result<Request<'scope>> {
         let run = Run::new(self.comm, false)?;
-        self.start_collective(async move { run.scatter(send, recv, root).await })
+        self.start_collective(move || async move { run.scatter(send, recv, root).await })
     }
 
     /// Nonblocking [`crate::Comm::scatterv`] (MPI_Iscatterv); `counts` and `displs` are copied.
@@ -98,7 +99,7 @@ impl<'scope, 'env> Scope<'scope, 'env> {
     ) -> Result<Request<'scope>> {
         let run = Run::new(self.comm, false)?;
         let (counts, displs) = (counts.to_vec(), displs.to_vec());
-        self.start_collective(async move { run.scatterv(send, &counts, &displs, recv, root).await })
+        self.start_collective(move || async move { run.scatterv(send, &counts, &displs, recv, root).await })
     }
 
     /// Nonblocking [`crate::Comm::gather`] (MPI_Igather).
@@ -109,7 +110,7 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         root: usize,
     ) -> Result<Request<'scope>> {
         let run = Run::new(self.comm, false)?;
-        self.start_collective(async move { run.gather(send, recv, root).await })
+        self.start_collective(move || async move { run.gather(send, recv, root).await })
     }
 
     /// Nonblocking [`crate::Comm::gatherv`] (MPI_Igatherv); `counts` and `displs` are copied.
@@ -123,13 +124,13 @@ impl<'scope, 'env> Scope<'scope, 'env> {
     ) -> Result<Request<'scope>> {
         let run = Run::new(self.comm, false)?;
         let (counts, displs) = (counts.to_vec(), displs.to_vec());
-        self.start_collective(async move { run.gatherv(send, recv, &counts, &displs, root).await })
+        self.start_collective(move || async move { run.gatherv(send, recv, &counts, &displs, root).await })
     }
 
     /// Nonblocking [`crate::Comm::allgather`] (MPI_Iallgather).
     pub fn iallgather<T: Pod>(&'scope self, send: &'scope [T], recv: &'scope mut [T]) -> Result<Request<'scope>> {
         let run = Run::new(self.comm, false)?;
-        self.start_collective(async move { run.allgather(send, recv).await })
+        self.start_collective(move || async move { run.allgather(send, recv).await })
     }
 
     /// Nonblocking [`crate::Comm::allgatherv`] (MPI_Iallgatherv); `counts` and `displs` are
@@ -143,13 +144,13 @@ impl<'scope, 'env> Scope<'scope, 'env> {
     ) -> Result<Request<'scope>> {
         let run = Run::new(self.comm, false)?;
         let (counts, displs) = (counts.to_vec(), displs.to_vec());
-        self.start_collective(async move { run.allgatherv(send, recv, &counts, &displs).await })
+        self.start_collective(move || async move { run.allgatherv(send, recv, &counts, &displs).await })
     }
 
     /// Nonblocking [`crate::Comm::alltoall`] (MPI_Ialltoall).
     pub fn ialltoall<T: Pod>(&'scope self, send: &'scope [T], recv: &'scope mut [T]) -> Result<Request<'scope>> {
         let run = Run::new(self.comm, false)?;
-        self.start_collective(async move { run.alltoall(send, recv).await })
+        self.start_collective(move || async move { run.alltoall(send, recv).await })
     }
 
     /// Nonblocking [`crate::Comm::alltoallv`] (MPI_Ialltoallv); counts and displacements are
@@ -167,7 +168,7 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         let run = Run::new(self.comm, false)?;
         let send_layout = (send_counts.to_vec(), send_displs.to_vec());
         let recv_layout = (recv_counts.to_vec(), recv_displs.to_vec());
-        self.start_collective(async move {
+        self.start_collective(move || async move {
             run.alltoallv(send, &send_layout.0, &send_layout.1, recv, &recv_layout.0, &recv_layout.1).await
         })
     }
@@ -181,7 +182,7 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         root: usize,
     ) -> Result<Request<'scope>> {
         let run = Run::new(self.comm, false)?;
-        self.start_collective(async move { run.reduce(send, recv, &op, root).await })
+        self.start_collective(move || async move { run.reduce(send, recv, &op, root).await })
     }
 
     /// Nonblocking [`crate::Comm::allreduce`] (MPI_Iallreduce).
@@ -203,7 +204,7 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         op: O,
     ) -> Result<Request<'scope>> {
         let run = Run::new(self.comm, false)?;
-        self.start_collective(async move { run.allreduce(send, recv, &op).await })
+        self.start_collective(move || async move { run.allreduce(send, recv, &op).await })
     }
 
     /// Nonblocking [`crate::Comm::reduce_scatter`] (MPI_Ireduce_scatter); `counts` is copied.
@@ -216,7 +217,7 @@ impl<'scope, 'env> Scope<'scope, 'env> {
     ) -> Result<Request<'scope>> {
         let run = Run::new(self.comm, false)?;
         let counts = counts.to_vec();
-        self.start_collective(async move { run.reduce_scatter(send, recv, &counts, &op).await })
+        self.start_collective(move || async move { run.reduce_scatter(send, recv, &counts, &op).await })
     }
 
     /// Nonblocking [`crate::Comm::reduce_scatter_block`] (MPI_Ireduce_scatter_block).
@@ -227,7 +228,7 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         op: O,
     ) -> Result<Request<'scope>> {
         let run = Run::new(self.comm, false)?;
-        self.start_collective(async move { run.reduce_scatter_block(send, recv, &op).await })
+        self.start_collective(move || async move { run.reduce_scatter_block(send, recv, &op).await })
     }
 
     /// Nonblocking [`crate::Comm::scan`] (MPI_Iscan).
@@ -238,7 +239,7 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         op: O,
     ) -> Result<Request<'scope>> {
         let run = Run::new(self.comm, false)?;
-        self.start_collective(async move { run.scan(send, recv, &op).await })
+        self.start_collective(move || async move { run.scan(send, recv, &op).await })
     }
 
     /// Nonblocking [`crate::Comm::exscan`] (MPI_Iexscan).
@@ -249,6 +250,6 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         op: O,
     ) -> Result<Request<'scope>> {
         let run = Run::new(self.comm, false)?;
-        self.start_collective(async move { run.exscan(send, recv, &op).await })
+        self.start_collective(move || async move { run.exscan(send, recv, &op).await })
     }
 }

@@ -259,7 +259,7 @@ impl<'scope, 'env> Scope<'scope, 'env> {
             // Every stretch finished in the call: an error is the call's, as for the blocking form.
             return failed.map_or(Ok(Request::completed(self, Ok(EMPTY_STATUS))), Err);
         }
-        self.start_collective(async move {
+        self.start_collective(move || async move {
             poll_fn(|_| {
                 in_flight.retain_mut(|op| match op.test() {
                     Ok(None) => true,
