@@ -2,13 +2,15 @@
 # Runs fastmp's unsafe core under Miri (undefined behaviour, data races, leaks):
 #   1. the unit tests of the ring, board, send record and request table (two-thread tests
 #      included), the one-sided window memory (rma_memory) and shm windows (gate, locks), and the
-#      tcp receive path's truncating copy, under Stacked Borrows and again
+#      tcp receive path's truncating copy, and the nonblocking futures' reused memory
+#      (future_pool), under Stacked Borrows and again
 #      under Tree Borrows;
 #   2. the same modules with several scheduler seeds (different thread interleavings and
 #      weak-memory outcomes);
 #   3. tests/miri_smoke.rs: tiny jobs through the public API (eager, rendezvous,
 #      receiver-first, synchronous, leaked requests) and the native shm collectives (np = 3,
-#      buffers freed right after each call, a panicking user op).
+#      buffers freed right after each call, a panicking user op), and nonblocking collectives
+#      (futures in reused blocks, a leaked request).
 #   4. crates/fastmp-darray/tests/miri_direct.rs: the distributed arrays' direct copies
 #      between thread ranks (a strided halo and a remap on a 2×2 grid).
 #
@@ -31,7 +33,7 @@ cargo +nightly miri setup >/dev/null
 
 # frame_props::payload_longer...: the tcp receive path's raw-pointer copies into a receive buffer
 # shorter than the payload (Miri caught a pointer formed past such a buffer's end there).
-MODULES=(device::shm::ring device::shm::board device::shm::record device::shm::copy device::slab device::rma_memory
+MODULES=(device::shm::ring device::shm::board device::shm::record device::shm::copy device::slab device::rma_memory future_pool
     device::shm::one_sided
     device::tcp::frame_props::payload_longer_than_its_buffer_is_cut_in_place)
 BASE_FLAGS="${MIRIFLAGS:-}"

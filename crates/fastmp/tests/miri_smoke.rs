@@ -3,7 +3,8 @@
 //! direct copy, a synchronous send, and requests leaked with `mem::forget` (the scope must finish
 //! them: the send's data is detached, the receive still receives); plus the shm device's native
 //! collectives on three ranks, where peers copy and reduce straight out of each other's buffers;
-//! the request kinds of issue 12 (read after wait, owned, persistent); and one-sided windows.
+//! the request kinds of issue 12 (read after wait, owned, persistent); one-sided windows; and
+//! nonblocking collectives whose futures reuse finished ones' memory.
 
 use fastmp::{ANY_SOURCE, ANY_TAG, Comm, Config, Result};
 
@@ -269,4 +270,35 @@ fn one_sided_windows() {
         assert_eq!(mine[peer], peer as u32 + 1);
         Ok(())
     });
+}
+
+/// Nonblocking collectives on three ranks: each operation's future is built into a block the
+/// engine keeps from a finished one (rounds after the first reuse them), one request is leaked
+/// with `mem::forget` (the scope's end finishes it), and every result is checked.
+#[test]
+fn nonblocking_collectives_reuse_their_futures_memory() {
+    Config::new()
+        .np(3)
+        .run(|world| {
+            let me = world.rank() as u32;
+            for round in 0..3u32 {
+                let send = [me + round; 4];
+                let mut sum = [0u32; 4];
+                let mut data = if me == 1 { [round; 8] } else { [0; 8] };
+                world.scope(|s| {
+                    let reduced = s.iallreduce(&send, &mut sum, fastmp::op::Sum)?;
+                    let bcast = s.ibcast(&mut data, 1)?;
+                    if round == 1 {
+                        std::mem::forget(bcast);
+                    } else {
+                        bcast.wait()?;
+                    }
+                    reduced.wait().map(drop)
+                })?;
+                assert_eq!(sum, [3 + 3 * round; 4], "round {round}");
+                assert_eq!(data, [round; 8], "round {round}");
+            }
+            Ok(())
+        })
+        .expect("job");
 }
