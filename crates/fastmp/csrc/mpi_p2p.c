@@ -115,8 +115,9 @@ int fastmp_mpi_send(const void *buf, size_t len, int dest, int tag, int comm) {
     return rc;
 }
 
-/* MPI_Get_count costs a third of MPI_Get_elements_x in Open MPI 4.1 (a receive of a small message
- * pays it every time); only a count beyond an int (MPI_UNDEFINED) needs the latter. */
+/* MPI_Get_count is cheaper than MPI_Get_elements_x in Open MPI 4.1 (callgrind: 44 against 57
+ * instructions, paid by every small receive); only a count beyond an int (MPI_UNDEFINED) needs
+ * the latter. */
 static void describe(const MPI_Status *st, int *source, int *tag, long long *bytes) {
     int count = MPI_UNDEFINED;
     MPI_Get_count(st, MPI_BYTE, &count);

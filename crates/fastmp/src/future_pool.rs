@@ -64,13 +64,16 @@ impl FuturePool {
         let layout = Layout::for_value(unsafe { &*raw });
         // SAFETY: the value is valid and dropped once; if its drop unwinds the block leaks.
         unsafe { std::ptr::drop_in_place(raw) };
+        if layout.size() == 0 {
+            return; // a zero-sized box owns no block
+        }
         let block = NonNull::new(raw.cast::<u8>()).expect("a box is never null");
         let mut spare = self.spare.borrow_mut();
-        if layout.size() > 0 && spare.len() < KEPT {
+        if spare.len() < KEPT {
             spare.push((block, layout));
-        } else if layout.size() > 0 {
+        } else {
             drop(spare);
-            // SAFETY: the box's block, allocated with `layout` (zero-sized boxes own none).
+            // SAFETY: the box's block, allocated with `layout`.
             unsafe { std::alloc::dealloc(block.as_ptr(), layout) };
         }
     }

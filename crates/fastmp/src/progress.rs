@@ -8,7 +8,6 @@
 //! device so that every blocking wait inside the device also drives them.
 
 use std::cell::{Cell, RefCell};
-use std::future::Future;
 use std::rc::Rc;
 use std::task::{Context, Poll, Waker};
 
@@ -44,25 +43,15 @@ pub(crate) struct Engine {
     /// Set while polling: calls made from inside a stage (device waits, user reduction ops)
     /// must not poll the futures again.
     polling: Cell<bool>,
-    /// Memory of finished operations' futures, for the next ones.
-    pool: FuturePool,
+    /// Memory of finished operations' futures, for the next ones (`Scope::start_collective`
+    /// boxes each operation in it, and drops one that finished at its first poll there).
+    pub(crate) pool: FuturePool,
 }
 
 impl Engine {
     /// Whether no nonblocking collective is in flight (the device's fast paths stay in use).
     pub(crate) fn is_idle(&self) -> bool {
         self.unfinished.get() == 0
-    }
-
-    /// The operation `make` builds, boxed for [`Engine::start`], in the memory of a finished one
-    /// where possible.
-    pub(crate) fn boxed<'a, F: Future<Output = Result<()>> + 'a>(&self, make: impl FnOnce() -> F) -> Boxed<'a> {
-        self.pool.boxed(make)
-    }
-
-    /// Drops an operation that finished outside the engine (at its first poll).
-    pub(crate) fn recycle(&self, operation: Boxed<'_>) {
-        self.pool.recycle(operation)
     }
 
     /// Whether the caller runs inside a stage of a nonblocking collective.

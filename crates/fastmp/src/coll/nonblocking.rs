@@ -27,9 +27,9 @@ impl<'scope, 'env> Scope<'scope, 'env> {
     ) -> Result<Request<'scope>> {
         let engine = &self.comm.process.engine;
         engine.progress();
-        let mut operation = engine.boxed(make);
+        let mut operation = engine.pool.boxed(make);
         if let Poll::Ready(outcome) = operation.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
-            engine.recycle(operation);
+            engine.pool.recycle(operation);
             return outcome.map(|()| Request::completed(self, Ok(EMPTY_STATUS)));
         }
         // SAFETY: the operation borrows only what lives for 'scope, and `Comm::scope` finishes or
