@@ -35,7 +35,7 @@ static ACTIVE: AtomicUsize = AtomicUsize::new(0);
 
 /// Whether any job of this process traces.
 #[inline(always)]
-fn on() -> bool {
+pub(crate) fn on() -> bool {
     ACTIVE.load(Ordering::Relaxed) != 0
 }
 

@@ -57,6 +57,7 @@ pub(crate) use neighbor::{Adjacency, Topology};
 pub use select::{Algorithm, Collective, CommLocality, Rule, TUNING_FILE_VAR, Tuning};
 
 use crate::comm::Comm;
+use crate::device::collectives::{ByteCall, Call};
 use crate::error::{Error, Result};
 use op::Op;
 use select::Pick;
@@ -167,6 +168,50 @@ impl Comm {
         self.check_len(what, actual, expected)
     }
 
+    /// Scatter and gather: the root's `blocks` buffer holds `size()` blocks of `block` elements.
+    fn check_rooted_blocks(&self, root: usize, what: &str, blocks: usize, block: usize) -> Result<()> {
+        self.check_root(root)?;
+        if self.rank() == root {
+            self.check_blocks(what, blocks, block)?;
+        }
+        Ok(())
+    }
+
+    /// Allreduce, scan, exscan: the receive buffer matches the send buffer.
+    fn check_same_len(&self, what: &str, recv: usize, send: usize) -> Result<()> {
+        self.check_live()?;
+        self.check_len(what, recv, send)
+    }
+
+    fn check_reduce(&self, root: usize, recv: usize, send: usize) -> Result<()> {
+        self.check_root(root)?;
+        if self.rank() == root {
+            self.check_len("reduce receive buffer", recv, send)?;
+        }
+        Ok(())
+    }
+
+    fn check_alltoall(&self, send: usize, recv: usize) -> Result<()> {
+        self.check_live()?;
+        self.check_len("alltoall receive buffer", recv, send)?;
+        if !send.is_multiple_of(self.size()) {
+            return Err(Error::InvalidArgument(format!(
+                "alltoall buffers of {send} elements do not split into {} equal blocks",
+                self.size()
+            )));
+        }
+        Ok(())
+    }
+
+    fn check_reduce_scatter(&self, send: usize, recv: usize, counts: &[usize]) -> Result<()> {
+        self.check_live()?;
+        self.check_len("reduce_scatter counts", counts.len(), self.size())?;
+        let total = counts.iter().try_fold(0usize, |sum, &c| sum.checked_add(c));
+        let total = total.ok_or_else(|| Error::InvalidArgument("reduce_scatter counts overflow usize".into()))?;
+        self.check_len("reduce_scatter send buffer", send, total)?;
+        self.check_len("reduce_scatter receive buffer", recv, counts[self.rank()])
+    }
+
     /// Blocks until every rank has called it (MPI_Barrier).
     ///
     /// ```
@@ -174,6 +219,10 @@ impl Comm {
     /// # Ok::<(), fastmp::Error>(())
     /// ```
     pub fn barrier(&self) -> Result<()> {
+        self.check_live()?;
+        if let Some(done) = native::run_now(self, Collective::Barrier, 0, true, ByteCall::Barrier) {
+            return done;
+        }
         let run = Run::new(self, true)?;
         run.finish(run.barrier())
     }
@@ -190,6 +239,13 @@ impl Comm {
     /// # Ok::<(), fastmp::Error>(())
     /// ```
     pub fn bcast<T: Pod>(&self, buf: &mut [T], root: usize) -> Result<()> {
+        self.check_root(root)?;
+        let bytes: &mut [u8] = bytemuck::cast_slice_mut(buf);
+        if let Some(done) =
+            native::run_now(self, Collective::Bcast, bytes.len(), true, ByteCall::Bcast { buf: bytes, root })
+        {
+            return done;
+        }
         let run = Run::new(self, true)?;
         run.finish(run.bcast(buf, root))
     }
@@ -197,6 +253,13 @@ impl Comm {
     /// Sends block `i` of `root`'s `send` (`size()` blocks of `recv.len()` elements) to rank `i`
     /// (MPI_Scatter). `send` is only read at the root; other ranks may pass `&[]`.
     pub fn scatter<T: Pod>(&self, send: &[T], recv: &mut [T], root: usize) -> Result<()> {
+        self.check_rooted_blocks(root, "scatter send buffer", send.len(), recv.len())?;
+        let (bytes, into): (&[u8], &mut [u8]) = (bytemuck::cast_slice(send), bytemuck::cast_slice_mut(recv));
+        let block = into.len();
+        let call = ByteCall::Scatter { send: bytes, recv: into, root };
+        if let Some(done) = native::run_now(self, Collective::Scatter, block, true, call) {
+            return done;
+        }
         let run = Run::new(self, true)?;
         run.finish(run.scatter(send, recv, root))
     }
@@ -230,6 +293,12 @@ impl Comm {
     /// # Ok::<(), fastmp::Error>(())
     /// ```
     pub fn gather<T: Pod>(&self, send: &[T], recv: &mut [T], root: usize) -> Result<()> {
+        self.check_rooted_blocks(root, "gather receive buffer", recv.len(), send.len())?;
+        let (bytes, into): (&[u8], &mut [u8]) = (bytemuck::cast_slice(send), bytemuck::cast_slice_mut(recv));
+        let call = ByteCall::Gather { send: bytes, recv: into, root };
+        if let Some(done) = native::run_now(self, Collective::Gather, size_of_val(send), true, call) {
+            return done;
+        }
         let run = Run::new(self, true)?;
         run.finish(run.gather(send, recv, root))
     }
@@ -250,6 +319,13 @@ impl Comm {
 
     /// Gathers every rank's `send` into `recv` on every rank (MPI_Allgather).
     pub fn allgather<T: Pod>(&self, send: &[T], recv: &mut [T]) -> Result<()> {
+        self.check_live()?;
+        self.check_blocks("allgather receive buffer", recv.len(), send.len())?;
+        let (bytes, into): (&[u8], &mut [u8]) = (bytemuck::cast_slice(send), bytemuck::cast_slice_mut(recv));
+        let call = ByteCall::Allgather { send: Some(bytes), recv: into };
+        if let Some(done) = native::run_now(self, Collective::Allgather, size_of_val(send), true, call) {
+            return done;
+        }
         let run = Run::new(self, true)?;
         run.finish(run.allgather(send, recv))
     }
@@ -264,6 +340,12 @@ impl Comm {
     /// Block `j` of `send` goes to rank `j`, which stores it as block `i` (this rank) of its
     /// `recv` (MPI_Alltoall). Both buffers hold `size()` equal blocks.
     pub fn alltoall<T: Pod>(&self, send: &[T], recv: &mut [T]) -> Result<()> {
+        self.check_alltoall(send.len(), recv.len())?;
+        let (bytes, into): (&[u8], &mut [u8]) = (bytemuck::cast_slice(send), bytemuck::cast_slice_mut(recv));
+        let call = ByteCall::Alltoall { send: Some(bytes), recv: into };
+        if let Some(done) = native::run_now(self, Collective::Alltoall, size_of_val(send) / self.size(), true, call) {
+            return done;
+        }
         let run = Run::new(self, true)?;
         run.finish(run.alltoall(send, recv))
     }
@@ -298,6 +380,11 @@ impl Comm {
     /// # Ok::<(), fastmp::Error>(())
     /// ```
     pub fn reduce<T: Pod, O: Op<T>>(&self, send: &[T], recv: &mut [T], op: O, root: usize) -> Result<()> {
+        self.check_reduce(root, recv.len(), send.len())?;
+        let call = Call::Reduce { send: Some(send), recv: &mut *recv, op: &op, root };
+        if let Some(done) = native::run_now(self, Collective::Reduce, size_of_val(send), op.is_commutative(), call) {
+            return done;
+        }
         let run = Run::new(self, true)?;
         run.finish(run.reduce(send, recv, &op, root))
     }
@@ -316,6 +403,11 @@ impl Comm {
     /// # Ok::<(), fastmp::Error>(())
     /// ```
     pub fn allreduce<T: Pod, O: Op<T>>(&self, send: &[T], recv: &mut [T], op: O) -> Result<()> {
+        self.check_same_len("allreduce receive buffer", recv.len(), send.len())?;
+        let call = Call::Allreduce { send: Some(send), recv: &mut *recv, op: &op };
+        if let Some(done) = native::run_now(self, Collective::Allreduce, size_of_val(send), op.is_commutative(), call) {
+            return done;
+        }
         let run = Run::new(self, true)?;
         run.finish(run.allreduce(send, recv, &op))
     }
@@ -323,6 +415,13 @@ impl Comm {
     /// Reduces `send` element-wise over all ranks and scatters the result: rank `i` receives
     /// `counts[i]` elements into `recv` (MPI_Reduce_scatter). `send` holds `sum(counts)`.
     pub fn reduce_scatter<T: Pod, O: Op<T>>(&self, send: &[T], recv: &mut [T], counts: &[usize], op: O) -> Result<()> {
+        self.check_reduce_scatter(send.len(), recv.len(), counts)?;
+        let call = Call::ReduceScatter { send, recv: &mut *recv, counts, op: &op };
+        if let Some(done) =
+            native::run_now(self, Collective::ReduceScatter, size_of_val(send), op.is_commutative(), call)
+        {
+            return done;
+        }
         let run = Run::new(self, true)?;
         run.finish(run.reduce_scatter(send, recv, counts, &op))
     }
@@ -347,6 +446,9 @@ impl Comm {
     /// # Ok::<(), fastmp::Error>(())
     /// ```
     pub fn scan<T: Pod, O: Op<T>>(&self, send: &[T], recv: &mut [T], op: O) -> Result<()> {
+        if let Some(done) = self.scan_now(send, recv, &op, false) {
+            return done;
+        }
         let run = Run::new(self, true)?;
         run.finish(run.scan(send, recv, &op))
     }
@@ -354,8 +456,22 @@ impl Comm {
     /// Exclusive prefix reduction: rank `i > 0` gets `send(0) ∘ … ∘ send(i-1)`; rank 0's `recv`
     /// is left unchanged (MPI_Exscan).
     pub fn exscan<T: Pod, O: Op<T>>(&self, send: &[T], recv: &mut [T], op: O) -> Result<()> {
+        if let Some(done) = self.scan_now(send, recv, &op, true) {
+            return done;
+        }
         let run = Run::new(self, true)?;
         run.finish(run.exscan(send, recv, &op))
+    }
+
+    /// Scan and exscan as [`native::run_now`] calls, after their checks (`Err` from a failed
+    /// check).
+    fn scan_now<T: Pod>(&self, send: &[T], recv: &mut [T], op: &dyn Op<T>, exclusive: bool) -> Option<Result<()>> {
+        let what = if exclusive { "exscan receive buffer" } else { "scan receive buffer" };
+        if let Err(e) = self.check_same_len(what, recv.len(), send.len()) {
+            return Some(Err(e));
+        }
+        let call = Call::Scan { send: Some(send), recv, op, exclusive };
+        native::run_now(self, Collective::Scan, size_of_val(send), op.is_commutative(), call)
     }
 }
 
@@ -401,10 +517,8 @@ impl Run<'_> {
     }
 
     pub(crate) async fn scatter<T: Pod>(&self, send: &[T], recv: &mut [T], root: usize) -> Result<()> {
-        self.check_root(root)?;
-        if self.rank() == root {
-            self.check_blocks("scatter send buffer", send.len(), recv.len())?;
-        }
+        self.trace_root(root);
+        self.check_rooted_blocks(root, "scatter send buffer", send.len(), recv.len())?;
         let (send, recv): (&[u8], &mut [u8]) = (bytemuck::cast_slice(send), bytemuck::cast_slice_mut(recv));
         match self.chose_for(Collective::Scatter, recv.len(), true) {
             Algorithm::Native => native::scatter(self, send, recv, root).await,
@@ -440,10 +554,8 @@ impl Run<'_> {
     }
 
     pub(crate) async fn gather<T: Pod>(&self, send: &[T], recv: &mut [T], root: usize) -> Result<()> {
-        self.check_root(root)?;
-        if self.rank() == root {
-            self.check_blocks("gather receive buffer", recv.len(), send.len())?;
-        }
+        self.trace_root(root);
+        self.check_rooted_blocks(root, "gather receive buffer", recv.len(), send.len())?;
         self.dispatch_gather(bytemuck::cast_slice(send), bytemuck::cast_slice_mut(recv), root, Pick::Tuned).await
     }
 
@@ -527,15 +639,7 @@ impl Run<'_> {
     }
 
     pub(crate) async fn alltoall<T: Pod>(&self, send: &[T], recv: &mut [T]) -> Result<()> {
-        self.check_live()?;
-        self.check_len("alltoall receive buffer", recv.len(), send.len())?;
-        if !send.len().is_multiple_of(self.size()) {
-            return Err(Error::InvalidArgument(format!(
-                "alltoall buffers of {} elements do not split into {} equal blocks",
-                send.len(),
-                self.size()
-            )));
-        }
+        self.check_alltoall(send.len(), recv.len())?;
         let (send, recv): (&[u8], &mut [u8]) = (bytemuck::cast_slice(send), bytemuck::cast_slice_mut(recv));
         match self.chose_for(Collective::Alltoall, send.len() / self.size(), true) {
             Algorithm::Native => native::alltoall(self, Some(send), recv).await,
@@ -568,16 +672,13 @@ impl Run<'_> {
     }
 
     pub(crate) async fn reduce<T: Pod>(&self, send: &[T], recv: &mut [T], op: &dyn Op<T>, root: usize) -> Result<()> {
-        self.check_root(root)?;
-        if self.rank() == root {
-            self.check_len("reduce receive buffer", recv.len(), send.len())?;
-        }
+        self.trace_root(root);
+        self.check_reduce(root, recv.len(), send.len())?;
         self.dispatch_reduce(send, recv, op, root, Pick::Tuned).await
     }
 
     pub(crate) async fn allreduce<T: Pod>(&self, send: &[T], recv: &mut [T], op: &dyn Op<T>) -> Result<()> {
-        self.check_live()?;
-        self.check_len("allreduce receive buffer", recv.len(), send.len())?;
+        self.check_same_len("allreduce receive buffer", recv.len(), send.len())?;
         self.dispatch_allreduce(Some(send), recv, op).await
     }
 
@@ -608,12 +709,7 @@ impl Run<'_> {
         counts: &[usize],
         op: &dyn Op<T>,
     ) -> Result<()> {
-        self.check_live()?;
-        self.check_len("reduce_scatter counts", counts.len(), self.size())?;
-        let total = counts.iter().try_fold(0usize, |sum, &c| sum.checked_add(c));
-        let total = total.ok_or_else(|| Error::InvalidArgument("reduce_scatter counts overflow usize".into()))?;
-        self.check_len("reduce_scatter send buffer", send.len(), total)?;
-        self.check_len("reduce_scatter receive buffer", recv.len(), counts[self.rank()])?;
+        self.check_reduce_scatter(send.len(), recv.len(), counts)?;
         match self.chose_for(Collective::ReduceScatter, size_of_val(send), op.is_commutative()) {
             Algorithm::Native => native::reduce_scatter(self, send, recv, counts, op).await,
             Algorithm::Hierarchical => Box::pin(hierarchical::reduce_scatter(self, send, recv, counts, op)).await,
@@ -637,12 +733,8 @@ impl Run<'_> {
     }
 
     async fn scan_impl<T: Pod>(&self, send: &[T], recv: &mut [T], op: &dyn Op<T>, exclusive: bool) -> Result<()> {
-        self.check_live()?;
-        self.check_len(
-            if exclusive { "exscan receive buffer" } else { "scan receive buffer" },
-            recv.len(),
-            send.len(),
-        )?;
+        let what = if exclusive { "exscan receive buffer" } else { "scan receive buffer" };
+        self.check_same_len(what, recv.len(), send.len())?;
         match self.chose_for(Collective::Scan, size_of_val(send), op.is_commutative()) {
             Algorithm::Native => native::scan(self, Some(send), recv, op, exclusive).await,
             Algorithm::Hierarchical => Box::pin(hierarchical::scan(self, send, recv, op, exclusive)).await,

@@ -9,9 +9,50 @@ use bytemuck::Pod;
 
 use super::Layout;
 use super::op::Op;
+use super::select::{Algorithm, Collective, Pick};
 use super::transport::Run;
-use crate::device::collectives::CollectiveProvider;
+use crate::comm::Comm;
+use crate::device::collectives::{Call, CollectiveProvider, Operation};
 use crate::error::{Error, Result};
+use crate::trace;
+
+/// Runs a blocking collective straight on the provider, without a [`Run`] and its future,
+/// where the provider completes it in one synchronous step (the mpi device's calls): the fast
+/// path of a call whose tuning picks `native` and that a `Run` would have nothing to watch for
+/// (no tracing, no hierarchy levels to pass by). `bytes` and `commutative` are what the call's
+/// dispatch selects with. `None`, having done nothing, leaves the call to a `Run`. Measured on
+/// the mpi device: an 8-byte allreduce went from about 800 instructions of fastmp's own per
+/// call to about 270.
+#[inline(always)]
+pub(super) fn run_now<T: Pod>(
+    comm: &Comm,
+    coll: Collective,
+    bytes: usize,
+    commutative: bool,
+    call: Call<'_, T>,
+) -> Option<Result<()>> {
+    let provider = comm.collectives.as_deref()?.provider();
+    if !provider.calls_now()
+        || trace::on()
+        || comm.levels().is_some()
+        || comm.choose(coll, bytes, commutative, Pick::Tuned, false) != Algorithm::Native
+        || provider.may_start().is_err()
+    {
+        return None;
+    }
+    let seq = comm.coll_seq.get();
+    let op = Operation {
+        seq,
+        dispatch: 0,
+        blocking: true,
+        engine_polling: comm.process.engine.is_polling(),
+        dev: &*comm.dev,
+    };
+    let done = provider.call_now(&op, call)?;
+    comm.coll_seq.set(seq + 1);
+    provider.finished(seq);
+    Some(done)
+}
 
 /// The communicator's provider.
 fn provider<'r>(run: &Run<'r>) -> Result<&'r impl CollectiveProvider> {

@@ -64,6 +64,28 @@ pub(crate) struct Operation<'a> {
 /// opaque outside the crate, whose own devices are the providers.
 pub struct Collectives(Provider);
 
+/// One blocking collective's checked arguments as data, the operations' of the same names (byte
+/// collectives take `T = u8`): what [`CollectiveProvider::call_now`] runs without a future.
+pub(crate) enum Call<'a, T> {
+    Barrier,
+    Bcast { buf: &'a mut [u8], root: usize },
+    Scatter { send: &'a [u8], recv: &'a mut [u8], root: usize },
+    Scatterv { send: &'a [u8], layout: Option<&'a Layout>, recv: &'a mut [u8], root: usize },
+    Gather { send: &'a [u8], recv: &'a mut [u8], root: usize },
+    Gatherv { send: &'a [u8], recv: &'a mut [u8], layout: Option<&'a Layout>, root: usize },
+    Allgather { send: Option<&'a [u8]>, recv: &'a mut [u8] },
+    Allgatherv { send: Option<&'a [u8]>, recv: &'a mut [u8], layout: &'a Layout },
+    Alltoall { send: Option<&'a [u8]>, recv: &'a mut [u8] },
+    Alltoallv { send: Option<&'a [u8]>, send_layout: &'a Layout, recv: &'a mut [u8], recv_layout: &'a Layout },
+    Reduce { send: Option<&'a [T]>, recv: &'a mut [T], op: &'a dyn Op<T>, root: usize },
+    Allreduce { send: Option<&'a [T]>, recv: &'a mut [T], op: &'a dyn Op<T> },
+    ReduceScatter { send: &'a [T], recv: &'a mut [T], counts: &'a [usize], op: &'a dyn Op<T> },
+    Scan { send: Option<&'a [T]>, recv: &'a mut [T], op: &'a dyn Op<T>, exclusive: bool },
+}
+
+/// A [`Call`] of a collective over bytes (every one but the reductions).
+pub(crate) type ByteCall<'a> = Call<'a, u8>;
+
 /// The crate's providers, one variant per device that has one.
 enum Provider {
     Shm(ShmCollectives),
@@ -114,6 +136,16 @@ impl CollectiveProvider for Provider {
     #[inline]
     fn bypassed(&self, seq: u64, dispatch: u64) {
         on_provider!(self, p => p.bypassed(seq, dispatch))
+    }
+
+    #[inline]
+    fn calls_now(&self) -> bool {
+        on_provider!(self, p => p.calls_now())
+    }
+
+    #[inline(always)]
+    fn call_now<T: Pod>(&self, op: &Operation<'_>, call: Call<'_, T>) -> Option<Result<()>> {
+        on_provider!(self, p => p.call_now(op, call))
     }
 
     async fn barrier<'a>(&'a self, op: &'a Operation<'a>) -> Result<()> {
@@ -265,6 +297,17 @@ pub(crate) trait CollectiveProvider {
     /// must fail instead of waiting for this rank. [`EVERY_DISPATCH`]: the whole operation
     /// (every choice up to the last a provider numbers) never runs on this rank.
     fn bypassed(&self, seq: u64, dispatch: u64);
+
+    /// Whether [`Self::call_now`] may complete calls: lets the layer above skip its selection
+    /// for providers that never do.
+    fn calls_now(&self) -> bool;
+
+    /// Runs blocking operation `op` (its number not yet counted, its choice `native`) to its
+    /// end without a future, where the provider completes it in one synchronous step (the mpi
+    /// device: one blocking MPI call). `None`, having done nothing, leaves it to the operation
+    /// of the same name, awaited through the layer's general path; the caller reports
+    /// [`Self::finished`] after `Some`.
+    fn call_now<T: Pod>(&self, op: &Operation<'_>, call: Call<'_, T>) -> Option<Result<()>>;
 
     fn barrier<'a>(&'a self, op: &'a Operation<'a>) -> impl Future<Output = Result<()>> + 'a;
 

@@ -40,7 +40,7 @@ use bytemuck::Pod;
 use super::{MpiEndpoint, check};
 use crate::coll::Layout;
 use crate::coll::op::{Op, Predefined, fold_in_rank_order};
-use crate::device::collectives::{CollectiveProvider, Collectives, Operation};
+use crate::device::collectives::{ByteCall, Call, CollectiveProvider, Collectives, Operation};
 use crate::device::{ContextId, Device};
 use crate::error::{Error, Result};
 
@@ -388,23 +388,22 @@ impl MpiCollectives {
         Ok(())
     }
 
-    /// Runs one MPI collective: `start(req)` calls the shim's entry (`req` null for the blocking
-    /// collective, which a blocking operation runs). Every buffer `start` hands MPI must stay borrowed until this returns or is
+    /// Runs one MPI collective: the blocking one for a blocking operation, else the nonblocking
+    /// one, polled. Every buffer `shim` points into must stay borrowed until this returns or is
     /// dropped: the caller's `async` body owns those borrows.
-    async fn delegate(
-        &self,
-        op: &Operation<'_>,
-        call: &'static str,
-        start: impl FnOnce(*mut c_void) -> c_int,
-    ) -> Result<()> {
+    async fn delegate(&self, op: &Operation<'_>, shim: Shim) -> Result<()> {
         self.await_call_turn(op).await?;
+        let call = shim.name();
         if op.blocking {
-            let code = start(null_mut());
+            // SAFETY: the buffers stay borrowed (above) until the blocking call returns.
+            let code = unsafe { shim.start(self.comm, null_mut()) };
             self.called(op);
             return check(code, call);
         }
         let mut flight = InFlight::new(call);
-        let code = start(flight.slot());
+        // SAFETY: the buffers and `shim`'s arrays stay alive until the request finishes:
+        // `flight` waits for it if this future is dropped first.
+        let code = unsafe { shim.start(self.comm, flight.slot()) };
         self.called(op);
         check(code, call)?;
         flight.active = true;
@@ -446,6 +445,293 @@ fn fold_gathered<T: Pod>(
     fold_in_rank_order(reduction, dest, ranks, |j| Ok(&gathered[j * n..(j + 1) * n]))
 }
 
+/// One MPI collective as its shim entry takes it: counts as C ints and the raw addresses of
+/// buffers that whoever built it keeps borrowed until MPI is done with them (see
+/// [`Shim::start`]); `v` layouts as owned int arrays.
+enum Shim {
+    Barrier,
+    Bcast {
+        buf: *mut c_void,
+        count: c_int,
+        root: c_int,
+    },
+    Scatter {
+        send: *const c_void,
+        recv: *mut c_void,
+        count: c_int,
+        root: c_int,
+    },
+    /// `blocks` (counts, displacements) only at the root.
+    Scatterv {
+        send: *const c_void,
+        blocks: Option<Blocks>,
+        recv: *mut c_void,
+        recv_count: c_int,
+        root: c_int,
+    },
+    Gather {
+        send: *const c_void,
+        recv: *mut c_void,
+        count: c_int,
+        root: c_int,
+    },
+    /// `blocks` only at the root.
+    Gatherv {
+        send: *const c_void,
+        send_count: c_int,
+        recv: *mut c_void,
+        blocks: Option<Blocks>,
+        root: c_int,
+    },
+    Allgather {
+        send: *const c_void,
+        recv: *mut c_void,
+        count: c_int,
+    },
+    Allgatherv {
+        send: *const c_void,
+        send_count: c_int,
+        recv: *mut c_void,
+        blocks: Blocks,
+    },
+    Alltoall {
+        send: *const c_void,
+        recv: *mut c_void,
+        count: c_int,
+    },
+    Alltoallv {
+        send: *const c_void,
+        send_blocks: Blocks,
+        recv: *mut c_void,
+        recv_blocks: Blocks,
+    },
+    Reduce {
+        send: *const c_void,
+        recv: *mut c_void,
+        count: c_int,
+        reduction: (c_int, c_int),
+        root: c_int,
+    },
+    Allreduce {
+        send: *const c_void,
+        recv: *mut c_void,
+        count: c_int,
+        reduction: (c_int, c_int),
+    },
+    ReduceScatter {
+        send: *const c_void,
+        recv: *mut c_void,
+        counts: Vec<c_int>,
+        reduction: (c_int, c_int),
+    },
+    Scan {
+        send: *const c_void,
+        recv: *mut c_void,
+        count: c_int,
+        reduction: (c_int, c_int),
+        exclusive: bool,
+    },
+}
+
+/// A `v` layout's byte counts and displacements.
+type Blocks = (Vec<c_int>, Vec<c_int>);
+
+/// The counts and displacements of optional blocks (null where absent, which MPI does not read).
+fn blocks_ptr(blocks: Option<&Blocks>) -> (*const c_int, *const c_int) {
+    blocks.map_or((null(), null()), |(c, d)| (c.as_ptr(), d.as_ptr()))
+}
+
+impl Shim {
+    /// The MPI function, for errors.
+    #[inline(always)]
+    fn name(&self) -> &'static str {
+        match self {
+            Shim::Barrier => "MPI_Barrier",
+            Shim::Bcast { .. } => "MPI_Bcast",
+            Shim::Scatter { .. } => "MPI_Scatter",
+            Shim::Scatterv { .. } => "MPI_Scatterv",
+            Shim::Gather { .. } => "MPI_Gather",
+            Shim::Gatherv { .. } => "MPI_Gatherv",
+            Shim::Allgather { .. } => "MPI_Allgather",
+            Shim::Allgatherv { .. } => "MPI_Allgatherv",
+            Shim::Alltoall { .. } => "MPI_Alltoall",
+            Shim::Alltoallv { .. } => "MPI_Alltoallv",
+            Shim::Reduce { .. } => "MPI_Reduce",
+            Shim::Allreduce { .. } => "MPI_Allreduce",
+            Shim::ReduceScatter { .. } => "MPI_Reduce_scatter",
+            Shim::Scan { exclusive: false, .. } => "MPI_Scan",
+            Shim::Scan { exclusive: true, .. } => "MPI_Exscan",
+        }
+    }
+
+    /// Calls the shim's entry on communicator `comm`: the blocking collective for a null `req`,
+    /// else the nonblocking one, its request stored in `req`.
+    ///
+    /// # Safety
+    /// Every address in `self` points into a live buffer of the size its counts give (checked
+    /// by the collectives layer), and stays valid and otherwise untouched until MPI is done
+    /// with it: until this returns for a blocking call, until the request finishes otherwise.
+    /// `req` is null or room for a request.
+    #[inline(always)]
+    unsafe fn start(&self, comm: c_int, req: *mut c_void) -> c_int {
+        // SAFETY (every arm): the caller's contract above; the int arrays live in `self`.
+        unsafe {
+            match *self {
+                Shim::Barrier => fastmp_coll_barrier(comm, req),
+                Shim::Bcast { buf, count, root } => fastmp_coll_bcast(comm, buf, count, root, req),
+                Shim::Scatter { send, recv, count, root } => fastmp_coll_scatter(comm, send, recv, count, root, req),
+                Shim::Scatterv { send, ref blocks, recv, recv_count, root } => {
+                    let (counts, displs) = blocks_ptr(blocks.as_ref());
+                    fastmp_coll_scatterv(comm, send, counts, displs, recv, recv_count, root, req)
+                }
+                Shim::Gather { send, recv, count, root } => fastmp_coll_gather(comm, send, recv, count, root, req),
+                Shim::Gatherv { send, send_count, recv, ref blocks, root } => {
+                    let (counts, displs) = blocks_ptr(blocks.as_ref());
+                    fastmp_coll_gatherv(comm, send, send_count, recv, counts, displs, root, req)
+                }
+                Shim::Allgather { send, recv, count } => fastmp_coll_allgather(comm, send, recv, count, req),
+                Shim::Allgatherv { send, send_count, recv, ref blocks } => {
+                    fastmp_coll_allgatherv(comm, send, send_count, recv, blocks.0.as_ptr(), blocks.1.as_ptr(), req)
+                }
+                Shim::Alltoall { send, recv, count } => fastmp_coll_alltoall(comm, send, recv, count, req),
+                Shim::Alltoallv { send, ref send_blocks, recv, ref recv_blocks } => {
+                    let (sc, sd) = (send_blocks.0.as_ptr(), send_blocks.1.as_ptr());
+                    let (rc, rd) = (recv_blocks.0.as_ptr(), recv_blocks.1.as_ptr());
+                    fastmp_coll_alltoallv(comm, send, sc, sd, recv, rc, rd, req)
+                }
+                Shim::Reduce { send, recv, count, reduction: (element, op), root } => {
+                    fastmp_coll_reduce(comm, send, recv, count, element, op, root, req)
+                }
+                Shim::Allreduce { send, recv, count, reduction: (element, op) } => {
+                    fastmp_coll_allreduce(comm, send, recv, count, element, op, req)
+                }
+                Shim::ReduceScatter { send, recv, ref counts, reduction: (element, op) } => {
+                    fastmp_coll_reduce_scatter(comm, send, recv, counts.as_ptr(), element, op, req)
+                }
+                Shim::Scan { send, recv, count, reduction: (element, op), exclusive } => {
+                    fastmp_coll_scan(comm, send, recv, count, element, op, c_int::from(exclusive), req)
+                }
+            }
+        }
+    }
+}
+
+impl MpiCollectives {
+    /// The MPI collective that runs `call`, or `None` for a reduction MPI cannot compute
+    /// itself (see the module docs). A count beyond MPI's int is an `Err`. The returned
+    /// addresses point into `call`'s buffers: the caller keeps them borrowed while MPI uses them.
+    #[inline(always)]
+    fn prepare<T: Pod>(&self, call: Call<'_, T>) -> Result<Option<Shim>> {
+        let np = self.size;
+        Ok(Some(match call {
+            Call::Barrier => Shim::Barrier,
+            Call::Bcast { buf, root } => {
+                Shim::Bcast { count: int(buf.len(), "MPI_Bcast")?, buf: at_mut(buf), root: root as c_int }
+            }
+            Call::Scatter { send, recv, root } => {
+                int(send.len(), "MPI_Scatter")?;
+                Shim::Scatter {
+                    count: int(recv.len(), "MPI_Scatter")?,
+                    send: at(send),
+                    recv: at_mut(recv),
+                    root: root as c_int,
+                }
+            }
+            Call::Scatterv { send, layout, recv, root } => Shim::Scatterv {
+                blocks: layout.map(|l| layout_ints(l, np, "MPI_Scatterv")).transpose()?,
+                recv_count: int(recv.len(), "MPI_Scatterv")?,
+                send: at(send),
+                recv: at_mut(recv),
+                root: root as c_int,
+            },
+            Call::Gather { send, recv, root } => {
+                int(recv.len(), "MPI_Gather")?;
+                Shim::Gather {
+                    count: int(send.len(), "MPI_Gather")?,
+                    send: at(send),
+                    recv: at_mut(recv),
+                    root: root as c_int,
+                }
+            }
+            Call::Gatherv { send, recv, layout, root } => Shim::Gatherv {
+                send_count: int(send.len(), "MPI_Gatherv")?,
+                blocks: layout.map(|l| layout_ints(l, np, "MPI_Gatherv")).transpose()?,
+                send: at(send),
+                recv: at_mut(recv),
+                root: root as c_int,
+            },
+            Call::Allgather { send, recv } => {
+                int(recv.len(), "MPI_Allgather")?;
+                Shim::Allgather {
+                    count: int(recv.len() / np, "MPI_Allgather")?,
+                    send: send_ptr(send),
+                    recv: at_mut(recv),
+                }
+            }
+            Call::Allgatherv { send, recv, layout } => Shim::Allgatherv {
+                send_count: int(layout.block(self.me).len(), "MPI_Allgatherv")?,
+                blocks: layout_ints(layout, np, "MPI_Allgatherv")?,
+                send: send_ptr(send),
+                recv: at_mut(recv),
+            },
+            Call::Alltoall { send, recv } => {
+                int(recv.len(), "MPI_Alltoall")?;
+                Shim::Alltoall {
+                    count: int(recv.len() / np, "MPI_Alltoall")?,
+                    send: send_ptr(send),
+                    recv: at_mut(recv),
+                }
+            }
+            Call::Alltoallv { send, send_layout, recv, recv_layout } => Shim::Alltoallv {
+                send_blocks: layout_ints(send_layout, np, "MPI_Alltoallv")?,
+                recv_blocks: layout_ints(recv_layout, np, "MPI_Alltoallv")?,
+                send: send_ptr(send),
+                recv: at_mut(recv),
+            },
+            Call::Reduce { send, recv, op, root } => {
+                let Some(reduction) = mpi_reduction(op) else { return Ok(None) };
+                let count = int(send.map_or(recv.len(), <[T]>::len), "MPI_Reduce")?;
+                // MPI_IN_PLACE only where the standard allows it, at the root: elsewhere an
+                // in-place contribution is the send buffer (MPICH 4.0 crashes on MPI_IN_PLACE at
+                // a non-root).
+                let (send, recv) = match send {
+                    None if self.me != root => (at(recv), null_mut()),
+                    send => (send_ptr(send), at_mut(recv)),
+                };
+                Shim::Reduce { send, recv, count, reduction, root: root as c_int }
+            }
+            Call::Allreduce { send, recv, op } => {
+                let Some(reduction) = mpi_reduction(op) else { return Ok(None) };
+                Shim::Allreduce {
+                    count: int(recv.len(), "MPI_Allreduce")?,
+                    send: send_ptr(send),
+                    recv: at_mut(recv),
+                    reduction,
+                }
+            }
+            Call::ReduceScatter { send, recv, counts, op } => {
+                let Some(reduction) = mpi_reduction(op) else { return Ok(None) };
+                int(send.len(), "MPI_Reduce_scatter")?;
+                let counts = counts.iter().map(|&c| int(c, "MPI_Reduce_scatter")).collect::<Result<_>>()?;
+                Shim::ReduceScatter { send: at(send), recv: at_mut(recv), counts, reduction }
+            }
+            Call::Scan { send, recv, op, exclusive } => {
+                let Some(reduction) = mpi_reduction(op) else { return Ok(None) };
+                let count = int(recv.len(), if exclusive { "MPI_Exscan" } else { "MPI_Scan" })?;
+                Shim::Scan { send: send_ptr(send), recv: at_mut(recv), count, reduction, exclusive }
+            }
+        }))
+    }
+
+    /// Runs a collective that always goes to MPI (every one but the reductions).
+    async fn delegate_call(&self, op: &Operation<'_>, call: ByteCall<'_>) -> Result<()> {
+        match self.prepare(call)? {
+            Some(shim) => self.delegate(op, shim).await,
+            None => unreachable!("only reductions are folded outside MPI"),
+        }
+    }
+}
+
 impl CollectiveProvider for MpiCollectives {
     #[inline]
     fn may_start(&self) -> Result<()> {
@@ -462,16 +748,34 @@ impl CollectiveProvider for MpiCollectives {
     /// of a correct program only choose differently when their tunings differ (erroneous).
     fn bypassed(&self, _seq: u64, _dispatch: u64) {}
 
+    #[inline]
+    fn calls_now(&self) -> bool {
+        true
+    }
+
+    /// The blocking MPI call, when it is this operation's turn to call MPI and MPI computes the
+    /// reduction itself; otherwise the operation waits its turn or folds through its future.
+    #[inline(always)]
+    fn call_now<T: Pod>(&self, op: &Operation<'_>, call: Call<'_, T>) -> Option<Result<()>> {
+        if self.call_turn.get() < op.seq {
+            return None;
+        }
+        let shim = match self.prepare(call) {
+            Ok(shim) => shim?,
+            Err(e) => return Some(Err(e)),
+        };
+        // SAFETY: the blocking call returns once MPI is done with the buffers, which `call`
+        // borrowed for at least this function's duration.
+        let code = unsafe { shim.start(self.comm, null_mut()) };
+        Some(check(code, shim.name()))
+    }
+
     async fn barrier<'a>(&'a self, op: &'a Operation<'a>) -> Result<()> {
-        // SAFETY: a barrier hands MPI no buffer.
-        self.delegate(op, "MPI_Barrier", |req| unsafe { fastmp_coll_barrier(self.comm, req) }).await
+        self.delegate_call(op, ByteCall::Barrier).await
     }
 
     async fn bcast<'a>(&'a self, op: &'a Operation<'a>, buf: &'a mut [u8], root: usize) -> Result<()> {
-        let (count, root) = (int(buf.len(), "MPI_Bcast")?, root as c_int);
-        let buf = at_mut(buf);
-        // SAFETY: `buf` (count bytes) stays borrowed by this body until `delegate` is over.
-        self.delegate(op, "MPI_Bcast", |req| unsafe { fastmp_coll_bcast(self.comm, buf, count, root, req) }).await
+        self.delegate_call(op, Call::Bcast { buf, root }).await
     }
 
     async fn scatter<'a>(
@@ -481,13 +785,7 @@ impl CollectiveProvider for MpiCollectives {
         recv: &'a mut [u8],
         root: usize,
     ) -> Result<()> {
-        let (count, root) = (int(recv.len(), "MPI_Scatter")?, root as c_int);
-        int(send.len(), "MPI_Scatter")?;
-        let (send, recv) = (at(send), at_mut(recv));
-        // SAFETY: the buffers (the root's `send` holds `size` blocks of `count` bytes, checked
-        // by the collectives layer) stay borrowed until `delegate` is over.
-        self.delegate(op, "MPI_Scatter", |req| unsafe { fastmp_coll_scatter(self.comm, send, recv, count, root, req) })
-            .await
+        self.delegate_call(op, Call::Scatter { send, recv, root }).await
     }
 
     async fn scatterv<'a>(
@@ -498,16 +796,7 @@ impl CollectiveProvider for MpiCollectives {
         recv: &'a mut [u8],
         root: usize,
     ) -> Result<()> {
-        let (recv_count, root) = (int(recv.len(), "MPI_Scatterv")?, root as c_int);
-        let blocks = layout.map(|l| layout_ints(l, self.size, "MPI_Scatterv")).transpose()?;
-        let (counts, displs) = blocks.as_ref().map_or((null(), null()), |(c, d)| (c.as_ptr(), d.as_ptr()));
-        let (send, recv) = (at(send), at_mut(recv));
-        // SAFETY: the buffers and `blocks` (the root's layout, inside `send`) stay alive
-        // until `delegate` is over; non-roots pass null layouts, which MPI does not read.
-        self.delegate(op, "MPI_Scatterv", |req| unsafe {
-            fastmp_coll_scatterv(self.comm, send, counts, displs, recv, recv_count, root, req)
-        })
-        .await
+        self.delegate_call(op, Call::Scatterv { send, layout, recv, root }).await
     }
 
     async fn gather<'a>(
@@ -517,12 +806,7 @@ impl CollectiveProvider for MpiCollectives {
         recv: &'a mut [u8],
         root: usize,
     ) -> Result<()> {
-        let (count, root) = (int(send.len(), "MPI_Gather")?, root as c_int);
-        int(recv.len(), "MPI_Gather")?;
-        let (send, recv) = (at(send), at_mut(recv));
-        // SAFETY: as for scatter, with the root's `recv` holding the blocks.
-        self.delegate(op, "MPI_Gather", |req| unsafe { fastmp_coll_gather(self.comm, send, recv, count, root, req) })
-            .await
+        self.delegate_call(op, Call::Gather { send, recv, root }).await
     }
 
     async fn gatherv<'a>(
@@ -533,25 +817,11 @@ impl CollectiveProvider for MpiCollectives {
         layout: Option<&'a Layout>,
         root: usize,
     ) -> Result<()> {
-        let (send_count, root) = (int(send.len(), "MPI_Gatherv")?, root as c_int);
-        let blocks = layout.map(|l| layout_ints(l, self.size, "MPI_Gatherv")).transpose()?;
-        let (counts, displs) = blocks.as_ref().map_or((null(), null()), |(c, d)| (c.as_ptr(), d.as_ptr()));
-        let (send, recv) = (at(send), at_mut(recv));
-        // SAFETY: as for scatterv, with the root's layout inside `recv`.
-        self.delegate(op, "MPI_Gatherv", |req| unsafe {
-            fastmp_coll_gatherv(self.comm, send, send_count, recv, counts, displs, root, req)
-        })
-        .await
+        self.delegate_call(op, Call::Gatherv { send, recv, layout, root }).await
     }
 
     async fn allgather<'a>(&'a self, op: &'a Operation<'a>, send: Option<&'a [u8]>, recv: &'a mut [u8]) -> Result<()> {
-        let count = int(recv.len() / self.size, "MPI_Allgather")?;
-        int(recv.len(), "MPI_Allgather")?;
-        let (send, recv) = (send_ptr(send), at_mut(recv));
-        // SAFETY: the buffers (`recv` holds `size` blocks of `count` bytes) stay borrowed until
-        // `delegate` is over; a null `send` is MPI_IN_PLACE.
-        self.delegate(op, "MPI_Allgather", |req| unsafe { fastmp_coll_allgather(self.comm, send, recv, count, req) })
-            .await
+        self.delegate_call(op, Call::Allgather { send, recv }).await
     }
 
     async fn allgatherv<'a>(
@@ -561,24 +831,11 @@ impl CollectiveProvider for MpiCollectives {
         recv: &'a mut [u8],
         layout: &'a Layout,
     ) -> Result<()> {
-        let send_count = int(layout.block(self.me).len(), "MPI_Allgatherv")?;
-        let (counts, displs) = layout_ints(layout, self.size, "MPI_Allgatherv")?;
-        let (send, recv) = (send_ptr(send), at_mut(recv));
-        let (counts_ptr, displs_ptr) = (counts.as_ptr(), displs.as_ptr());
-        // SAFETY: the buffers and the layout's ints stay alive until `delegate` is over.
-        self.delegate(op, "MPI_Allgatherv", |req| unsafe {
-            fastmp_coll_allgatherv(self.comm, send, send_count, recv, counts_ptr, displs_ptr, req)
-        })
-        .await
+        self.delegate_call(op, Call::Allgatherv { send, recv, layout }).await
     }
 
     async fn alltoall<'a>(&'a self, op: &'a Operation<'a>, send: Option<&'a [u8]>, recv: &'a mut [u8]) -> Result<()> {
-        let count = int(recv.len() / self.size, "MPI_Alltoall")?;
-        int(recv.len(), "MPI_Alltoall")?;
-        let (send, recv) = (send_ptr(send), at_mut(recv));
-        // SAFETY: as for allgather (both buffers hold `size` blocks of `count` bytes).
-        self.delegate(op, "MPI_Alltoall", |req| unsafe { fastmp_coll_alltoall(self.comm, send, recv, count, req) })
-            .await
+        self.delegate_call(op, Call::Alltoall { send, recv }).await
     }
 
     async fn alltoallv<'a>(
@@ -589,16 +846,7 @@ impl CollectiveProvider for MpiCollectives {
         recv: &'a mut [u8],
         recv_layout: &'a Layout,
     ) -> Result<()> {
-        let (send_counts, send_displs) = layout_ints(send_layout, self.size, "MPI_Alltoallv")?;
-        let (recv_counts, recv_displs) = layout_ints(recv_layout, self.size, "MPI_Alltoallv")?;
-        let (send, recv) = (send_ptr(send), at_mut(recv));
-        let (sc, sd) = (send_counts.as_ptr(), send_displs.as_ptr());
-        let (rc, rd) = (recv_counts.as_ptr(), recv_displs.as_ptr());
-        // SAFETY: the buffers and the layouts' ints stay alive until `delegate` is over.
-        self.delegate(op, "MPI_Alltoallv", |req| unsafe {
-            fastmp_coll_alltoallv(self.comm, send, sc, sd, recv, rc, rd, req)
-        })
-        .await
+        self.delegate_call(op, Call::Alltoallv { send, send_layout, recv, recv_layout }).await
     }
 
     async fn reduce<'a, T: Pod>(
@@ -609,24 +857,10 @@ impl CollectiveProvider for MpiCollectives {
         reduction: &'a dyn Op<T>,
         root: usize,
     ) -> Result<()> {
-        let n = send.map_or(recv.len(), <[T]>::len);
-        let Some((element, code)) = mpi_reduction(reduction) else {
-            return self.reduce_by_gather(op, send, recv, reduction, root).await;
-        };
-        let at_root = self.me == root;
-        let (count, root) = (int(n, "MPI_Reduce")?, root as c_int);
-        // MPI_IN_PLACE only where the standard allows it, at the root: elsewhere an in-place
-        // contribution is the send buffer (MPICH 4.0 crashes on MPI_IN_PLACE at a non-root).
-        let (send, recv) = match send {
-            None if !at_root => (at(recv), null_mut()),
-            send => (send_ptr(send), at_mut(recv)),
-        };
-        // SAFETY: the buffers (`count` elements; `recv` at the root only) stay borrowed until
-        // `delegate` is over; a null `send` is MPI_IN_PLACE at the root.
-        self.delegate(op, "MPI_Reduce", |req| unsafe {
-            fastmp_coll_reduce(self.comm, send, recv, count, element, code, root, req)
-        })
-        .await
+        match self.prepare(Call::Reduce { send, recv: &mut *recv, op: reduction, root })? {
+            Some(shim) => self.delegate(op, shim).await,
+            None => self.reduce_by_gather(op, send, recv, reduction, root).await,
+        }
     }
 
     async fn allreduce<'a, T: Pod>(
@@ -636,16 +870,10 @@ impl CollectiveProvider for MpiCollectives {
         recv: &'a mut [T],
         reduction: &'a dyn Op<T>,
     ) -> Result<()> {
-        let Some((element, code)) = mpi_reduction(reduction) else {
-            return self.scan_by_gather(op, send, recv, reduction, 0..self.size).await;
-        };
-        let count = int(recv.len(), "MPI_Allreduce")?;
-        let (send, recv) = (send_ptr(send), at_mut(recv));
-        // SAFETY: as for reduce.
-        self.delegate(op, "MPI_Allreduce", |req| unsafe {
-            fastmp_coll_allreduce(self.comm, send, recv, count, element, code, req)
-        })
-        .await
+        match self.prepare(Call::Allreduce { send, recv: &mut *recv, op: reduction })? {
+            Some(shim) => self.delegate(op, shim).await,
+            None => self.scan_by_gather(op, send, recv, reduction, 0..self.size).await,
+        }
     }
 
     async fn reduce_scatter<'a, T: Pod>(
@@ -656,18 +884,10 @@ impl CollectiveProvider for MpiCollectives {
         counts: &'a [usize],
         reduction: &'a dyn Op<T>,
     ) -> Result<()> {
-        let Some((element, code)) = mpi_reduction(reduction) else {
-            return self.reduce_scatter_by_alltoall(op, send, recv, counts, reduction).await;
-        };
-        let ints = counts.iter().map(|&c| int(c, "MPI_Reduce_scatter")).collect::<Result<Vec<_>>>()?;
-        int(send.len(), "MPI_Reduce_scatter")?;
-        let (send, recv, counts) = (at(send), at_mut(recv), ints.as_ptr());
-        // SAFETY: the buffers (`send` holds the sum of `counts`, `recv` this rank's count,
-        // checked by the collectives layer) and `ints` stay alive until `delegate` is over.
-        self.delegate(op, "MPI_Reduce_scatter", |req| unsafe {
-            fastmp_coll_reduce_scatter(self.comm, send, recv, counts, element, code, req)
-        })
-        .await
+        match self.prepare(Call::ReduceScatter { send, recv: &mut *recv, counts, op: reduction })? {
+            Some(shim) => self.delegate(op, shim).await,
+            None => self.reduce_scatter_by_alltoall(op, send, recv, counts, reduction).await,
+        }
     }
 
     async fn scan<'a, T: Pod>(
@@ -678,18 +898,13 @@ impl CollectiveProvider for MpiCollectives {
         reduction: &'a dyn Op<T>,
         exclusive: bool,
     ) -> Result<()> {
-        let call = if exclusive { "MPI_Exscan" } else { "MPI_Scan" };
-        let Some((element, code)) = mpi_reduction(reduction) else {
-            let ranks = 0..if exclusive { self.me } else { self.me + 1 };
-            return self.scan_by_gather(op, send, recv, reduction, ranks).await;
-        };
-        let count = int(recv.len(), call)?;
-        let (send, recv) = (send_ptr(send), at_mut(recv));
-        // SAFETY: as for reduce.
-        self.delegate(op, call, |req| unsafe {
-            fastmp_coll_scan(self.comm, send, recv, count, element, code, c_int::from(exclusive), req)
-        })
-        .await
+        match self.prepare(Call::Scan { send, recv: &mut *recv, op: reduction, exclusive })? {
+            Some(shim) => self.delegate(op, shim).await,
+            None => {
+                let ranks = 0..if exclusive { self.me } else { self.me + 1 };
+                self.scan_by_gather(op, send, recv, reduction, ranks).await
+            }
+        }
     }
 }
 

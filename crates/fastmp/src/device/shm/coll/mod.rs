@@ -29,7 +29,7 @@ use super::ShmWorld;
 use crate::coll::Layout;
 use crate::coll::op::Op;
 use crate::device::ContextId;
-use crate::device::collectives::{CollectiveProvider, Collectives, EVERY_DISPATCH, Operation};
+use crate::device::collectives::{Call, CollectiveProvider, Collectives, EVERY_DISPATCH, Operation};
 use crate::error::{Error, Result};
 use algorithms::Native;
 
@@ -161,6 +161,17 @@ fn nested_call() -> Error {
 }
 
 impl CollectiveProvider for ShmCollectives {
+    /// Every operation waits for peers: none completes in one synchronous step.
+    #[inline]
+    fn calls_now(&self) -> bool {
+        false
+    }
+
+    #[inline]
+    fn call_now<T: Pod>(&self, _op: &Operation<'_>, _call: Call<'_, T>) -> Option<Result<()>> {
+        None
+    }
+
     #[inline]
     fn may_start(&self) -> Result<()> {
         if self.busy.get() { Err(nested_call()) } else { Ok(()) }
