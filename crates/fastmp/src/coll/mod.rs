@@ -212,6 +212,78 @@ impl Comm {
         self.check_len("reduce_scatter receive buffer", recv, counts[self.rank()])
     }
 
+    /// Scatterv: the root's send layout; its own block fits `recv`.
+    fn scatterv_layout<T>(
+        &self,
+        send: usize,
+        counts: &[usize],
+        displs: &[usize],
+        recv: usize,
+        root: usize,
+    ) -> Result<Option<Layout>> {
+        self.check_root(root)?;
+        if self.rank() != root {
+            return Ok(None);
+        }
+        let layout = Layout::for_send::<T>(self, "scatterv", counts, displs, send)?;
+        if recv != counts[root] {
+            return Err(Error::InvalidArgument(format!(
+                "scatterv: the root's receive buffer has {recv} elements but its sendcounts[{root}] is {}",
+                counts[root]
+            )));
+        }
+        Ok(Some(layout))
+    }
+
+    /// Gatherv: the root's receive layout; its own block matches `send`.
+    fn gatherv_layout<T>(
+        &self,
+        send: usize,
+        recv: usize,
+        counts: &[usize],
+        displs: &[usize],
+        root: usize,
+    ) -> Result<Option<Layout>> {
+        self.check_root(root)?;
+        if self.rank() != root {
+            return Ok(None);
+        }
+        let layout = Layout::new::<T>(self, "gatherv", counts, displs, recv)?;
+        if send != counts[root] {
+            return Err(Error::InvalidArgument(format!(
+                "gatherv: the root's send buffer has {send} elements but its recvcounts[{root}] is {}",
+                counts[root]
+            )));
+        }
+        Ok(Some(layout))
+    }
+
+    /// Allgatherv: the receive layout; this rank's block matches `send`.
+    fn allgatherv_layout<T>(&self, send: usize, recv: usize, counts: &[usize], displs: &[usize]) -> Result<Layout> {
+        self.check_live()?;
+        let layout = Layout::new::<T>(self, "allgatherv", counts, displs, recv)?;
+        let me = self.rank();
+        if send != counts[me] {
+            return Err(Error::InvalidArgument(format!(
+                "allgatherv: rank {me}'s send buffer has {send} elements but recvcounts[{me}] is {}",
+                counts[me]
+            )));
+        }
+        Ok(layout)
+    }
+
+    /// Alltoallv: the send and receive layouts.
+    fn alltoallv_layouts<T>(
+        &self,
+        send: (usize, &[usize], &[usize]),
+        recv: (usize, &[usize], &[usize]),
+    ) -> Result<(Layout, Layout)> {
+        self.check_live()?;
+        let send_layout = Layout::for_send::<T>(self, "alltoallv send", send.1, send.2, send.0)?;
+        let recv_layout = Layout::new::<T>(self, "alltoallv receive", recv.1, recv.2, recv.0)?;
+        Ok((send_layout, recv_layout))
+    }
+
     /// Blocks until every rank has called it (MPI_Barrier).
     ///
     /// ```
@@ -275,6 +347,14 @@ impl Comm {
         recv: &mut [T],
         root: usize,
     ) -> Result<()> {
+        if self.now_possible() {
+            let layout = self.scatterv_layout::<T>(send.len(), counts, displs, recv.len(), root)?;
+            let (bytes, into): (&[u8], &mut [u8]) = (bytemuck::cast_slice(send), bytemuck::cast_slice_mut(recv));
+            let call = ByteCall::Scatterv { send: bytes, layout: layout.as_ref(), recv: into, root };
+            if let Some(done) = native::run_now(self, Collective::Scatterv, 0, true, call) {
+                return done;
+            }
+        }
         let run = Run::new(self, true)?;
         run.finish(run.scatterv(send, counts, displs, recv, root))
     }
@@ -313,6 +393,14 @@ impl Comm {
         displs: &[usize],
         root: usize,
     ) -> Result<()> {
+        if self.now_possible() {
+            let layout = self.gatherv_layout::<T>(send.len(), recv.len(), counts, displs, root)?;
+            let (bytes, into): (&[u8], &mut [u8]) = (bytemuck::cast_slice(send), bytemuck::cast_slice_mut(recv));
+            let call = ByteCall::Gatherv { send: bytes, recv: into, layout: layout.as_ref(), root };
+            if let Some(done) = native::run_now(self, Collective::Gatherv, 0, true, call) {
+                return done;
+            }
+        }
         let run = Run::new(self, true)?;
         run.finish(run.gatherv(send, recv, counts, displs, root))
     }
@@ -333,6 +421,15 @@ impl Comm {
     /// Like [`Comm::allgather`] with per-rank `counts` and `displs` into `recv`, which every
     /// rank passes (MPI_Allgatherv).
     pub fn allgatherv<T: Pod>(&self, send: &[T], recv: &mut [T], counts: &[usize], displs: &[usize]) -> Result<()> {
+        if self.now_possible() {
+            let layout = self.allgatherv_layout::<T>(send.len(), recv.len(), counts, displs)?;
+            let (bytes, into): (&[u8], &mut [u8]) = (bytemuck::cast_slice(send), bytemuck::cast_slice_mut(recv));
+            let block = layout.total_bytes() / self.size();
+            let call = ByteCall::Allgatherv { send: Some(bytes), recv: into, layout: &layout };
+            if let Some(done) = native::run_now(self, Collective::Allgatherv, block, true, call) {
+                return done;
+            }
+        }
         let run = Run::new(self, true)?;
         run.finish(run.allgatherv(send, recv, counts, displs))
     }
@@ -362,6 +459,22 @@ impl Comm {
         recv_counts: &[usize],
         recv_displs: &[usize],
     ) -> Result<()> {
+        if self.now_possible() {
+            let (send_layout, recv_layout) = self.alltoallv_layouts::<T>(
+                (send.len(), send_counts, send_displs),
+                (recv.len(), recv_counts, recv_displs),
+            )?;
+            let (bytes, into): (&[u8], &mut [u8]) = (bytemuck::cast_slice(send), bytemuck::cast_slice_mut(recv));
+            let call = ByteCall::Alltoallv {
+                send: Some(bytes),
+                send_layout: &send_layout,
+                recv: into,
+                recv_layout: &recv_layout,
+            };
+            if let Some(done) = native::run_now(self, Collective::Alltoallv, 0, true, call) {
+                return done;
+            }
+        }
         let run = Run::new(self, true)?;
         run.finish(run.alltoallv(send, send_counts, send_displs, recv, recv_counts, recv_displs))
     }
@@ -535,20 +648,8 @@ impl Run<'_> {
         recv: &mut [T],
         root: usize,
     ) -> Result<()> {
-        self.check_root(root)?;
-        let layout = if self.rank() == root {
-            let layout = Layout::for_send::<T>(self, "scatterv", counts, displs, send.len())?;
-            if recv.len() != counts[root] {
-                return Err(Error::InvalidArgument(format!(
-                    "scatterv: the root's receive buffer has {} elements but its sendcounts[{root}] is {}",
-                    recv.len(),
-                    counts[root]
-                )));
-            }
-            Some(layout)
-        } else {
-            None
-        };
+        self.trace_root(root);
+        let layout = self.scatterv_layout::<T>(send.len(), counts, displs, recv.len(), root)?;
         let (send, recv) = (bytemuck::cast_slice(send), bytemuck::cast_slice_mut(recv));
         self.dispatch_scatterv(send, layout.as_ref(), recv, root, Pick::Tuned).await
     }
@@ -567,20 +668,8 @@ impl Run<'_> {
         displs: &[usize],
         root: usize,
     ) -> Result<()> {
-        self.check_root(root)?;
-        let layout = if self.rank() == root {
-            let layout = Layout::new::<T>(self, "gatherv", counts, displs, recv.len())?;
-            if send.len() != counts[root] {
-                return Err(Error::InvalidArgument(format!(
-                    "gatherv: the root's send buffer has {} elements but its recvcounts[{root}] is {}",
-                    send.len(),
-                    counts[root]
-                )));
-            }
-            Some(layout)
-        } else {
-            None
-        };
+        self.trace_root(root);
+        let layout = self.gatherv_layout::<T>(send.len(), recv.len(), counts, displs, root)?;
         let (send, recv) = (bytemuck::cast_slice(send), bytemuck::cast_slice_mut(recv));
         self.dispatch_gatherv(send, recv, layout.as_ref(), root, Pick::Tuned).await
     }
@@ -613,16 +702,7 @@ impl Run<'_> {
         counts: &[usize],
         displs: &[usize],
     ) -> Result<()> {
-        self.check_live()?;
-        let layout = Layout::new::<T>(self, "allgatherv", counts, displs, recv.len())?;
-        let me = self.rank();
-        if send.len() != counts[me] {
-            return Err(Error::InvalidArgument(format!(
-                "allgatherv: rank {me}'s send buffer has {} elements but recvcounts[{me}] is {}",
-                send.len(),
-                counts[me]
-            )));
-        }
+        let layout = self.allgatherv_layout::<T>(send.len(), recv.len(), counts, displs)?;
         let (send, recv) = (bytemuck::cast_slice(send), bytemuck::cast_slice_mut(recv));
         self.dispatch_allgatherv(Some(send), recv, &layout, Pick::Tuned).await
     }
@@ -658,9 +738,8 @@ impl Run<'_> {
         recv_counts: &[usize],
         recv_displs: &[usize],
     ) -> Result<()> {
-        self.check_live()?;
-        let send_layout = Layout::for_send::<T>(self, "alltoallv send", send_counts, send_displs, send.len())?;
-        let recv_layout = Layout::new::<T>(self, "alltoallv receive", recv_counts, recv_displs, recv.len())?;
+        let (send_layout, recv_layout) = self
+            .alltoallv_layouts::<T>((send.len(), send_counts, send_displs), (recv.len(), recv_counts, recv_displs))?;
         let (send, recv): (&[u8], &mut [u8]) = (bytemuck::cast_slice(send), bytemuck::cast_slice_mut(recv));
         match self.chose_for(Collective::Alltoallv, 0, true) {
             Algorithm::Native => native::alltoallv(self, Some(send), &send_layout, recv, &recv_layout).await,

@@ -16,6 +16,15 @@ use crate::device::collectives::{Call, CollectiveProvider, Operation};
 use crate::error::{Error, Result};
 use crate::trace;
 
+impl Comm {
+    /// Whether [`run_now`] can take a call here at all: lets the calls whose arguments cost
+    /// something to prepare (the `v` layouts) skip preparing them twice on the general path.
+    #[inline]
+    pub(super) fn now_possible(&self) -> bool {
+        self.collectives.as_deref().is_some_and(|c| c.provider().calls_now())
+    }
+}
+
 /// Runs a blocking collective straight on the provider, without a [`Run`] and its future,
 /// where the provider completes it in one synchronous step (the mpi device's calls): the fast
 /// path of a call whose tuning picks `native` and that a `Run` would have nothing to watch for

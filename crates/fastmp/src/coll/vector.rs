@@ -3,6 +3,7 @@
 //! ranges once so the algorithms work on bytes), equal and near-equal splits, and carving one
 //! buffer into disjoint pieces so several sends and receives can use it at once without `unsafe`.
 
+use std::cell::RefCell;
 use std::ops::Range;
 
 use super::select::Collective;
@@ -16,6 +17,31 @@ pub(crate) struct Layout {
     /// The non-empty blocks follow each other in rank order without overlapping (the usual
     /// case, which needs no sorting to check or to split a buffer by).
     ascending: bool,
+}
+
+/// Block vectors a thread keeps from dropped layouts (a rank is a thread on every device).
+const KEPT_BLOCK_VECTORS: usize = 4;
+
+thread_local! {
+    /// Block vectors of dropped layouts, for the next ones: a warm rank's `v` collectives
+    /// allocate none for their layouts.
+    static SPARE_BLOCKS: RefCell<Vec<Vec<Range<usize>>>> = const { RefCell::new(Vec::new()) };
+}
+
+impl Drop for Layout {
+    fn drop(&mut self) {
+        let blocks = std::mem::take(&mut self.blocks);
+        if blocks.capacity() > 0 {
+            // A thread whose storage is being torn down just frees it.
+            let _ = SPARE_BLOCKS.try_with(|spare| {
+                if let Ok(mut spare) = spare.try_borrow_mut()
+                    && spare.len() < KEPT_BLOCK_VECTORS
+                {
+                    spare.push(blocks);
+                }
+            });
+        }
+    }
 }
 
 impl Layout {
@@ -75,7 +101,10 @@ impl Layout {
     ) -> Result<Layout> {
         let np = counts.len();
         let elem = size_of::<T>();
-        let mut blocks = Vec::with_capacity(np);
+        let spare = SPARE_BLOCKS.try_with(|spare| spare.try_borrow_mut().ok()?.pop()).ok().flatten();
+        let mut blocks = spare.unwrap_or_default();
+        blocks.clear();
+        blocks.reserve(np);
         for (rank, (&count, &displ)) in counts.iter().zip(displs).enumerate() {
             match displ.checked_add(count) {
                 Some(end) if end <= buf_len => blocks.push(displ * elem..end * elem),

@@ -184,6 +184,8 @@ pub(crate) struct MpiCollectives {
     called_early: RefCell<Vec<u64>>,
     /// A user reduction op of this rank is folding (see [`CollectiveProvider::may_start`]).
     busy: Cell<bool>,
+    /// Int arrays of finished calls, for the next ones (see [`KEPT_INT_ARRAYS`]).
+    int_arrays: RefCell<Vec<Vec<c_int>>>,
 }
 
 /// Room for one `MPI_Request` (the shim asserts that it fits).
@@ -241,13 +243,9 @@ fn int(n: usize, call: &'static str) -> Result<c_int> {
     })
 }
 
-/// A `v` layout's byte counts and displacements as MPI ints.
-fn layout_ints(layout: &Layout, np: usize, call: &'static str) -> Result<(Vec<c_int>, Vec<c_int>)> {
-    let blocks = (0..np).map(|r| layout.block(r));
-    let counts = blocks.clone().map(|b| int(b.len(), call)).collect::<Result<_>>()?;
-    let displs = blocks.map(|b| int(b.start, call)).collect::<Result<_>>()?;
-    Ok((counts, displs))
-}
+/// Int arrays a provider keeps between calls: a warm rank's `v` collectives and reduce-scatters
+/// allocate none.
+const KEPT_INT_ARRAYS: usize = 8;
 
 /// The shim's code of `T` (`element_type` in `mpi_coll.c`), if MPI has the type.
 fn element_code<T: Pod>() -> Option<c_int> {
@@ -341,6 +339,7 @@ impl MpiCollectives {
             size,
             call_turn: Cell::new(0),
             called_early: RefCell::default(),
+            int_arrays: RefCell::default(),
             busy: Cell::new(false),
         }
     }
@@ -391,13 +390,14 @@ impl MpiCollectives {
     /// Runs one MPI collective: the blocking one for a blocking operation, else the nonblocking
     /// one, polled. Every buffer `shim` points into must stay borrowed until this returns or is
     /// dropped: the caller's `async` body owns those borrows.
-    async fn delegate(&self, op: &Operation<'_>, shim: Shim) -> Result<()> {
+    async fn delegate(&self, op: &Operation<'_>, mut shim: Shim) -> Result<()> {
         self.await_call_turn(op).await?;
         let call = shim.name();
         if op.blocking {
             // SAFETY: the buffers stay borrowed (above) until the blocking call returns.
             let code = unsafe { shim.start(self.comm, null_mut()) };
             self.called(op);
+            self.recycle(&mut shim);
             return check(code, call);
         }
         let mut flight = InFlight::new(call);
@@ -407,12 +407,48 @@ impl MpiCollectives {
         self.called(op);
         check(code, call)?;
         flight.active = true;
-        poll_fn(|_| match flight.test() {
+        let done = poll_fn(|_| match flight.test() {
             Ok(false) => Poll::Pending,
             Ok(true) => Poll::Ready(Ok(())),
             Err(e) => Poll::Ready(Err(e)),
         })
-        .await
+        .await;
+        self.recycle(&mut shim);
+        done
+    }
+
+    /// MPI ints from `values`, in an array kept from an earlier call where there is one.
+    fn int_array(&self, values: impl Iterator<Item = Result<c_int>>) -> Result<Vec<c_int>> {
+        let mut array = self.int_arrays.borrow_mut().pop().unwrap_or_default();
+        array.clear();
+        for value in values {
+            array.push(value?);
+        }
+        Ok(array)
+    }
+
+    /// The byte counts, then the byte displacements, of each of `layouts`, as MPI ints in one
+    /// array (see [`Shim::blocks`]).
+    fn layout_ints(&self, layouts: &[&Layout], call: &'static str) -> Result<Vec<c_int>> {
+        let np = self.size;
+        let count_or_displ = |i: usize| {
+            let block = layouts[i / (2 * np)].block(i % np);
+            int(if (i / np).is_multiple_of(2) { block.len() } else { block.start }, call)
+        };
+        self.int_array((0..2 * np * layouts.len()).map(count_or_displ))
+    }
+
+    /// Keeps the int array of a call MPI is done with.
+    #[inline]
+    fn recycle(&self, shim: &mut Shim) {
+        if let Some(ints) = shim.ints()
+            && ints.capacity() > 0
+        {
+            let mut kept = self.int_arrays.borrow_mut();
+            if kept.len() < KEPT_INT_ARRAYS {
+                kept.push(std::mem::take(ints));
+            }
+        }
     }
 
     /// `op` made an MPI call: its last if it is the collective's first choice (see the module
@@ -461,10 +497,10 @@ enum Shim {
         count: c_int,
         root: c_int,
     },
-    /// `blocks` (counts, displacements) only at the root.
+    /// `ints`: the root's layout (empty elsewhere).
     Scatterv {
         send: *const c_void,
-        blocks: Option<Blocks>,
+        ints: Vec<c_int>,
         recv: *mut c_void,
         recv_count: c_int,
         root: c_int,
@@ -475,12 +511,12 @@ enum Shim {
         count: c_int,
         root: c_int,
     },
-    /// `blocks` only at the root.
+    /// `ints`: the root's layout (empty elsewhere).
     Gatherv {
         send: *const c_void,
         send_count: c_int,
         recv: *mut c_void,
-        blocks: Option<Blocks>,
+        ints: Vec<c_int>,
         root: c_int,
     },
     Allgather {
@@ -492,18 +528,18 @@ enum Shim {
         send: *const c_void,
         send_count: c_int,
         recv: *mut c_void,
-        blocks: Blocks,
+        ints: Vec<c_int>,
     },
     Alltoall {
         send: *const c_void,
         recv: *mut c_void,
         count: c_int,
     },
+    /// `ints`: the send layout's, then the receive layout's.
     Alltoallv {
         send: *const c_void,
-        send_blocks: Blocks,
         recv: *mut c_void,
-        recv_blocks: Blocks,
+        ints: Vec<c_int>,
     },
     Reduce {
         send: *const c_void,
@@ -521,7 +557,8 @@ enum Shim {
     ReduceScatter {
         send: *const c_void,
         recv: *mut c_void,
-        counts: Vec<c_int>,
+        /// The counts.
+        ints: Vec<c_int>,
         reduction: (c_int, c_int),
     },
     Scan {
@@ -533,15 +570,31 @@ enum Shim {
     },
 }
 
-/// A `v` layout's byte counts and displacements.
-type Blocks = (Vec<c_int>, Vec<c_int>);
-
-/// The counts and displacements of optional blocks (null where absent, which MPI does not read).
-fn blocks_ptr(blocks: Option<&Blocks>) -> (*const c_int, *const c_int) {
-    blocks.map_or((null(), null()), |(c, d)| (c.as_ptr(), d.as_ptr()))
-}
-
 impl Shim {
+    /// The int array of a `v` collective or a reduce-scatter.
+    #[inline(always)]
+    fn ints(&mut self) -> Option<&mut Vec<c_int>> {
+        match self {
+            Shim::Scatterv { ints, .. }
+            | Shim::Gatherv { ints, .. }
+            | Shim::Allgatherv { ints, .. }
+            | Shim::Alltoallv { ints, .. }
+            | Shim::ReduceScatter { ints, .. } => Some(ints),
+            _ => None,
+        }
+    }
+
+    /// Counts and displacements of layout `k` of the `layouts` in `ints` (see
+    /// [`MpiCollectives::layout_ints`]); null for none (a non-root's), which MPI does not read.
+    fn blocks(ints: &[c_int], layouts: usize, k: usize) -> (*const c_int, *const c_int) {
+        if ints.is_empty() {
+            return (null(), null());
+        }
+        let np = ints.len() / (2 * layouts);
+        let layout = &ints[2 * np * k..];
+        (layout.as_ptr(), layout[np..].as_ptr())
+    }
+
     /// The MPI function, for errors.
     #[inline(always)]
     fn name(&self) -> &'static str {
@@ -580,23 +633,23 @@ impl Shim {
                 Shim::Barrier => fastmp_coll_barrier(comm, req),
                 Shim::Bcast { buf, count, root } => fastmp_coll_bcast(comm, buf, count, root, req),
                 Shim::Scatter { send, recv, count, root } => fastmp_coll_scatter(comm, send, recv, count, root, req),
-                Shim::Scatterv { send, ref blocks, recv, recv_count, root } => {
-                    let (counts, displs) = blocks_ptr(blocks.as_ref());
+                Shim::Scatterv { send, ref ints, recv, recv_count, root } => {
+                    let (counts, displs) = Shim::blocks(ints, 1, 0);
                     fastmp_coll_scatterv(comm, send, counts, displs, recv, recv_count, root, req)
                 }
                 Shim::Gather { send, recv, count, root } => fastmp_coll_gather(comm, send, recv, count, root, req),
-                Shim::Gatherv { send, send_count, recv, ref blocks, root } => {
-                    let (counts, displs) = blocks_ptr(blocks.as_ref());
+                Shim::Gatherv { send, send_count, recv, ref ints, root } => {
+                    let (counts, displs) = Shim::blocks(ints, 1, 0);
                     fastmp_coll_gatherv(comm, send, send_count, recv, counts, displs, root, req)
                 }
                 Shim::Allgather { send, recv, count } => fastmp_coll_allgather(comm, send, recv, count, req),
-                Shim::Allgatherv { send, send_count, recv, ref blocks } => {
-                    fastmp_coll_allgatherv(comm, send, send_count, recv, blocks.0.as_ptr(), blocks.1.as_ptr(), req)
+                Shim::Allgatherv { send, send_count, recv, ref ints } => {
+                    let (counts, displs) = Shim::blocks(ints, 1, 0);
+                    fastmp_coll_allgatherv(comm, send, send_count, recv, counts, displs, req)
                 }
                 Shim::Alltoall { send, recv, count } => fastmp_coll_alltoall(comm, send, recv, count, req),
-                Shim::Alltoallv { send, ref send_blocks, recv, ref recv_blocks } => {
-                    let (sc, sd) = (send_blocks.0.as_ptr(), send_blocks.1.as_ptr());
-                    let (rc, rd) = (recv_blocks.0.as_ptr(), recv_blocks.1.as_ptr());
+                Shim::Alltoallv { send, recv, ref ints } => {
+                    let ((sc, sd), (rc, rd)) = (Shim::blocks(ints, 2, 0), Shim::blocks(ints, 2, 1));
                     fastmp_coll_alltoallv(comm, send, sc, sd, recv, rc, rd, req)
                 }
                 Shim::Reduce { send, recv, count, reduction: (element, op), root } => {
@@ -605,8 +658,8 @@ impl Shim {
                 Shim::Allreduce { send, recv, count, reduction: (element, op) } => {
                     fastmp_coll_allreduce(comm, send, recv, count, element, op, req)
                 }
-                Shim::ReduceScatter { send, recv, ref counts, reduction: (element, op) } => {
-                    fastmp_coll_reduce_scatter(comm, send, recv, counts.as_ptr(), element, op, req)
+                Shim::ReduceScatter { send, recv, ref ints, reduction: (element, op) } => {
+                    fastmp_coll_reduce_scatter(comm, send, recv, ints.as_ptr(), element, op, req)
                 }
                 Shim::Scan { send, recv, count, reduction: (element, op), exclusive } => {
                     fastmp_coll_scan(comm, send, recv, count, element, op, c_int::from(exclusive), req)
@@ -638,7 +691,7 @@ impl MpiCollectives {
                 }
             }
             Call::Scatterv { send, layout, recv, root } => Shim::Scatterv {
-                blocks: layout.map(|l| layout_ints(l, np, "MPI_Scatterv")).transpose()?,
+                ints: layout.map_or(Ok(Vec::new()), |l| self.layout_ints(&[l], "MPI_Scatterv"))?,
                 recv_count: int(recv.len(), "MPI_Scatterv")?,
                 send: at(send),
                 recv: at_mut(recv),
@@ -655,7 +708,7 @@ impl MpiCollectives {
             }
             Call::Gatherv { send, recv, layout, root } => Shim::Gatherv {
                 send_count: int(send.len(), "MPI_Gatherv")?,
-                blocks: layout.map(|l| layout_ints(l, np, "MPI_Gatherv")).transpose()?,
+                ints: layout.map_or(Ok(Vec::new()), |l| self.layout_ints(&[l], "MPI_Gatherv"))?,
                 send: at(send),
                 recv: at_mut(recv),
                 root: root as c_int,
@@ -670,7 +723,7 @@ impl MpiCollectives {
             }
             Call::Allgatherv { send, recv, layout } => Shim::Allgatherv {
                 send_count: int(layout.block(self.me).len(), "MPI_Allgatherv")?,
-                blocks: layout_ints(layout, np, "MPI_Allgatherv")?,
+                ints: self.layout_ints(&[layout], "MPI_Allgatherv")?,
                 send: send_ptr(send),
                 recv: at_mut(recv),
             },
@@ -683,8 +736,7 @@ impl MpiCollectives {
                 }
             }
             Call::Alltoallv { send, send_layout, recv, recv_layout } => Shim::Alltoallv {
-                send_blocks: layout_ints(send_layout, np, "MPI_Alltoallv")?,
-                recv_blocks: layout_ints(recv_layout, np, "MPI_Alltoallv")?,
+                ints: self.layout_ints(&[send_layout, recv_layout], "MPI_Alltoallv")?,
                 send: send_ptr(send),
                 recv: at_mut(recv),
             },
@@ -712,8 +764,8 @@ impl MpiCollectives {
             Call::ReduceScatter { send, recv, counts, op } => {
                 let Some(reduction) = mpi_reduction(op) else { return Ok(None) };
                 int(send.len(), "MPI_Reduce_scatter")?;
-                let counts = counts.iter().map(|&c| int(c, "MPI_Reduce_scatter")).collect::<Result<_>>()?;
-                Shim::ReduceScatter { send: at(send), recv: at_mut(recv), counts, reduction }
+                let ints = self.int_array(counts.iter().map(|&c| int(c, "MPI_Reduce_scatter")))?;
+                Shim::ReduceScatter { send: at(send), recv: at_mut(recv), ints, reduction }
             }
             Call::Scan { send, recv, op, exclusive } => {
                 let Some(reduction) = mpi_reduction(op) else { return Ok(None) };
@@ -760,13 +812,14 @@ impl CollectiveProvider for MpiCollectives {
         if self.call_turn.get() < op.seq {
             return None;
         }
-        let shim = match self.prepare(call) {
+        let mut shim = match self.prepare(call) {
             Ok(shim) => shim?,
             Err(e) => return Some(Err(e)),
         };
         // SAFETY: the blocking call returns once MPI is done with the buffers, which `call`
         // borrowed for at least this function's duration.
         let code = unsafe { shim.start(self.comm, null_mut()) };
+        self.recycle(&mut shim);
         Some(check(code, shim.name()))
     }
 
