@@ -291,9 +291,11 @@ impl Comm {
     /// # Ok::<(), fastmp::Error>(())
     /// ```
     pub fn barrier(&self) -> Result<()> {
-        self.check_live()?;
-        if let Some(done) = native::run_now(self, Collective::Barrier, 0, true, ByteCall::Barrier) {
-            return done;
+        if self.now_possible() {
+            self.check_live()?;
+            if let Some(done) = native::run_now(self, Collective::Barrier, 0, true, ByteCall::Barrier) {
+                return done;
+            }
         }
         let run = Run::new(self, true)?;
         run.finish(run.barrier())
@@ -311,12 +313,14 @@ impl Comm {
     /// # Ok::<(), fastmp::Error>(())
     /// ```
     pub fn bcast<T: Pod>(&self, buf: &mut [T], root: usize) -> Result<()> {
-        self.check_root(root)?;
-        let bytes: &mut [u8] = bytemuck::cast_slice_mut(buf);
-        if let Some(done) =
-            native::run_now(self, Collective::Bcast, bytes.len(), true, ByteCall::Bcast { buf: bytes, root })
-        {
-            return done;
+        if self.now_possible() {
+            self.check_root(root)?;
+            let bytes: &mut [u8] = bytemuck::cast_slice_mut(buf);
+            if let Some(done) =
+                native::run_now(self, Collective::Bcast, bytes.len(), true, ByteCall::Bcast { buf: bytes, root })
+            {
+                return done;
+            }
         }
         let run = Run::new(self, true)?;
         run.finish(run.bcast(buf, root))
@@ -325,12 +329,14 @@ impl Comm {
     /// Sends block `i` of `root`'s `send` (`size()` blocks of `recv.len()` elements) to rank `i`
     /// (MPI_Scatter). `send` is only read at the root; other ranks may pass `&[]`.
     pub fn scatter<T: Pod>(&self, send: &[T], recv: &mut [T], root: usize) -> Result<()> {
-        self.check_rooted_blocks(root, "scatter send buffer", send.len(), recv.len())?;
-        let (bytes, into): (&[u8], &mut [u8]) = (bytemuck::cast_slice(send), bytemuck::cast_slice_mut(recv));
-        let block = into.len();
-        let call = ByteCall::Scatter { send: bytes, recv: into, root };
-        if let Some(done) = native::run_now(self, Collective::Scatter, block, true, call) {
-            return done;
+        if self.now_possible() {
+            self.check_rooted_blocks(root, "scatter send buffer", send.len(), recv.len())?;
+            let (bytes, into): (&[u8], &mut [u8]) = (bytemuck::cast_slice(send), bytemuck::cast_slice_mut(recv));
+            let block = into.len();
+            let call = ByteCall::Scatter { send: bytes, recv: into, root };
+            if let Some(done) = native::run_now(self, Collective::Scatter, block, true, call) {
+                return done;
+            }
         }
         let run = Run::new(self, true)?;
         run.finish(run.scatter(send, recv, root))
@@ -373,11 +379,13 @@ impl Comm {
     /// # Ok::<(), fastmp::Error>(())
     /// ```
     pub fn gather<T: Pod>(&self, send: &[T], recv: &mut [T], root: usize) -> Result<()> {
-        self.check_rooted_blocks(root, "gather receive buffer", recv.len(), send.len())?;
-        let (bytes, into): (&[u8], &mut [u8]) = (bytemuck::cast_slice(send), bytemuck::cast_slice_mut(recv));
-        let call = ByteCall::Gather { send: bytes, recv: into, root };
-        if let Some(done) = native::run_now(self, Collective::Gather, size_of_val(send), true, call) {
-            return done;
+        if self.now_possible() {
+            self.check_rooted_blocks(root, "gather receive buffer", recv.len(), send.len())?;
+            let (bytes, into): (&[u8], &mut [u8]) = (bytemuck::cast_slice(send), bytemuck::cast_slice_mut(recv));
+            let call = ByteCall::Gather { send: bytes, recv: into, root };
+            if let Some(done) = native::run_now(self, Collective::Gather, size_of_val(send), true, call) {
+                return done;
+            }
         }
         let run = Run::new(self, true)?;
         run.finish(run.gather(send, recv, root))
@@ -407,12 +415,14 @@ impl Comm {
 
     /// Gathers every rank's `send` into `recv` on every rank (MPI_Allgather).
     pub fn allgather<T: Pod>(&self, send: &[T], recv: &mut [T]) -> Result<()> {
-        self.check_live()?;
-        self.check_blocks("allgather receive buffer", recv.len(), send.len())?;
-        let (bytes, into): (&[u8], &mut [u8]) = (bytemuck::cast_slice(send), bytemuck::cast_slice_mut(recv));
-        let call = ByteCall::Allgather { send: Some(bytes), recv: into };
-        if let Some(done) = native::run_now(self, Collective::Allgather, size_of_val(send), true, call) {
-            return done;
+        if self.now_possible() {
+            self.check_live()?;
+            self.check_blocks("allgather receive buffer", recv.len(), send.len())?;
+            let (bytes, into): (&[u8], &mut [u8]) = (bytemuck::cast_slice(send), bytemuck::cast_slice_mut(recv));
+            let call = ByteCall::Allgather { send: Some(bytes), recv: into };
+            if let Some(done) = native::run_now(self, Collective::Allgather, size_of_val(send), true, call) {
+                return done;
+            }
         }
         let run = Run::new(self, true)?;
         run.finish(run.allgather(send, recv))
@@ -437,11 +447,14 @@ impl Comm {
     /// Block `j` of `send` goes to rank `j`, which stores it as block `i` (this rank) of its
     /// `recv` (MPI_Alltoall). Both buffers hold `size()` equal blocks.
     pub fn alltoall<T: Pod>(&self, send: &[T], recv: &mut [T]) -> Result<()> {
-        self.check_alltoall(send.len(), recv.len())?;
-        let (bytes, into): (&[u8], &mut [u8]) = (bytemuck::cast_slice(send), bytemuck::cast_slice_mut(recv));
-        let call = ByteCall::Alltoall { send: Some(bytes), recv: into };
-        if let Some(done) = native::run_now(self, Collective::Alltoall, size_of_val(send) / self.size(), true, call) {
-            return done;
+        if self.now_possible() {
+            self.check_alltoall(send.len(), recv.len())?;
+            let (bytes, into): (&[u8], &mut [u8]) = (bytemuck::cast_slice(send), bytemuck::cast_slice_mut(recv));
+            let call = ByteCall::Alltoall { send: Some(bytes), recv: into };
+            if let Some(done) = native::run_now(self, Collective::Alltoall, size_of_val(send) / self.size(), true, call)
+            {
+                return done;
+            }
         }
         let run = Run::new(self, true)?;
         run.finish(run.alltoall(send, recv))
@@ -493,10 +506,13 @@ impl Comm {
     /// # Ok::<(), fastmp::Error>(())
     /// ```
     pub fn reduce<T: Pod, O: Op<T>>(&self, send: &[T], recv: &mut [T], op: O, root: usize) -> Result<()> {
-        self.check_reduce(root, recv.len(), send.len())?;
-        let call = Call::Reduce { send: Some(send), recv: &mut *recv, op: &op, root };
-        if let Some(done) = native::run_now(self, Collective::Reduce, size_of_val(send), op.is_commutative(), call) {
-            return done;
+        if self.now_possible() {
+            self.check_reduce(root, recv.len(), send.len())?;
+            let call = Call::Reduce { send: Some(send), recv: &mut *recv, op: &op, root };
+            if let Some(done) = native::run_now(self, Collective::Reduce, size_of_val(send), op.is_commutative(), call)
+            {
+                return done;
+            }
         }
         let run = Run::new(self, true)?;
         run.finish(run.reduce(send, recv, &op, root))
@@ -516,10 +532,14 @@ impl Comm {
     /// # Ok::<(), fastmp::Error>(())
     /// ```
     pub fn allreduce<T: Pod, O: Op<T>>(&self, send: &[T], recv: &mut [T], op: O) -> Result<()> {
-        self.check_same_len("allreduce receive buffer", recv.len(), send.len())?;
-        let call = Call::Allreduce { send: Some(send), recv: &mut *recv, op: &op };
-        if let Some(done) = native::run_now(self, Collective::Allreduce, size_of_val(send), op.is_commutative(), call) {
-            return done;
+        if self.now_possible() {
+            self.check_same_len("allreduce receive buffer", recv.len(), send.len())?;
+            let call = Call::Allreduce { send: Some(send), recv: &mut *recv, op: &op };
+            if let Some(done) =
+                native::run_now(self, Collective::Allreduce, size_of_val(send), op.is_commutative(), call)
+            {
+                return done;
+            }
         }
         let run = Run::new(self, true)?;
         run.finish(run.allreduce(send, recv, &op))
@@ -528,12 +548,14 @@ impl Comm {
     /// Reduces `send` element-wise over all ranks and scatters the result: rank `i` receives
     /// `counts[i]` elements into `recv` (MPI_Reduce_scatter). `send` holds `sum(counts)`.
     pub fn reduce_scatter<T: Pod, O: Op<T>>(&self, send: &[T], recv: &mut [T], counts: &[usize], op: O) -> Result<()> {
-        self.check_reduce_scatter(send.len(), recv.len(), counts)?;
-        let call = Call::ReduceScatter { send, recv: &mut *recv, counts, op: &op };
-        if let Some(done) =
-            native::run_now(self, Collective::ReduceScatter, size_of_val(send), op.is_commutative(), call)
-        {
-            return done;
+        if self.now_possible() {
+            self.check_reduce_scatter(send.len(), recv.len(), counts)?;
+            let call = Call::ReduceScatter { send, recv: &mut *recv, counts, op: &op };
+            if let Some(done) =
+                native::run_now(self, Collective::ReduceScatter, size_of_val(send), op.is_commutative(), call)
+            {
+                return done;
+            }
         }
         let run = Run::new(self, true)?;
         run.finish(run.reduce_scatter(send, recv, counts, &op))
@@ -559,7 +581,9 @@ impl Comm {
     /// # Ok::<(), fastmp::Error>(())
     /// ```
     pub fn scan<T: Pod, O: Op<T>>(&self, send: &[T], recv: &mut [T], op: O) -> Result<()> {
-        if let Some(done) = self.scan_now(send, recv, &op, false) {
+        if self.now_possible()
+            && let Some(done) = self.scan_now(send, recv, &op, false)
+        {
             return done;
         }
         let run = Run::new(self, true)?;
@@ -569,7 +593,9 @@ impl Comm {
     /// Exclusive prefix reduction: rank `i > 0` gets `send(0) ∘ … ∘ send(i-1)`; rank 0's `recv`
     /// is left unchanged (MPI_Exscan).
     pub fn exscan<T: Pod, O: Op<T>>(&self, send: &[T], recv: &mut [T], op: O) -> Result<()> {
-        if let Some(done) = self.scan_now(send, recv, &op, true) {
+        if self.now_possible()
+            && let Some(done) = self.scan_now(send, recv, &op, true)
+        {
             return done;
         }
         let run = Run::new(self, true)?;

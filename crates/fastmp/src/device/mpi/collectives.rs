@@ -417,10 +417,16 @@ impl MpiCollectives {
         done
     }
 
-    /// MPI ints from `values`, in an array kept from an earlier call where there is one.
-    fn int_array(&self, values: impl Iterator<Item = Result<c_int>>) -> Result<Vec<c_int>> {
+    /// An int array kept from an earlier call where there is one, empty.
+    fn spare_int_array(&self) -> Vec<c_int> {
         let mut array = self.int_arrays.borrow_mut().pop().unwrap_or_default();
         array.clear();
+        array
+    }
+
+    /// MPI ints from `values`, in a kept array.
+    fn int_array(&self, values: impl Iterator<Item = Result<c_int>>) -> Result<Vec<c_int>> {
+        let mut array = self.spare_int_array();
         for value in values {
             array.push(value?);
         }
@@ -428,14 +434,18 @@ impl MpiCollectives {
     }
 
     /// The byte counts, then the byte displacements, of each of `layouts`, as MPI ints in one
-    /// array (see [`Shim::blocks`]).
+    /// kept array (see [`Shim::blocks`]).
     fn layout_ints(&self, layouts: &[&Layout], call: &'static str) -> Result<Vec<c_int>> {
-        let np = self.size;
-        let count_or_displ = |i: usize| {
-            let block = layouts[i / (2 * np)].block(i % np);
-            int(if (i / np).is_multiple_of(2) { block.len() } else { block.start }, call)
-        };
-        self.int_array((0..2 * np * layouts.len()).map(count_or_displ))
+        let mut array = self.spare_int_array();
+        for layout in layouts {
+            for rank in 0..self.size {
+                array.push(int(layout.block(rank).len(), call)?);
+            }
+            for rank in 0..self.size {
+                array.push(int(layout.block(rank).start, call)?);
+            }
+        }
+        Ok(array)
     }
 
     /// Keeps the int array of a call MPI is done with.
