@@ -17,11 +17,11 @@ use crate::error::{Error, Result};
 use crate::trace;
 
 impl Comm {
-    /// Whether [`run_now`] can take a call here at all: lets the calls whose arguments cost
-    /// something to prepare (the `v` layouts) skip preparing them twice on the general path.
+    /// Whether [`run_now`] can take a call here at all, so that other devices skip its checks
+    /// (constant `false` without the `mpi` feature: only the mpi device's provider takes calls).
     #[inline]
     pub(super) fn now_possible(&self) -> bool {
-        self.collectives.as_deref().is_some_and(|c| c.provider().calls_now())
+        cfg!(feature = "mpi") && self.collectives.as_deref().is_some_and(|c| c.provider().calls_now())
     }
 }
 
