@@ -62,7 +62,7 @@ use crate::error::{Error, Result};
 use op::Op;
 use select::Pick;
 use transport::Run;
-pub(crate) use vector::Layout;
+pub(crate) use vector::{Blocks, Layout};
 
 impl Comm {
     /// A communicator with the same ranks and context whose collectives select algorithms from
@@ -212,20 +212,36 @@ impl Comm {
         self.check_len("reduce_scatter receive buffer", recv, counts[self.rank()])
     }
 
-    /// Scatterv: the root's send layout; its own block fits `recv`.
-    fn scatterv_layout<T>(
+    /// A maker of `v` layouts for the algorithms: [`Layout::build`].
+    fn built<T>(&self) -> impl Fn(&str, &[usize], &[usize], usize, bool) -> Result<Layout> + '_ {
+        move |what, counts, displs, len, disjoint| Layout::build::<T>(self, what, counts, displs, len, disjoint)
+    }
+
+    /// A maker of `v` layouts that only checks them ([`Layout::check`]): the blocking fast
+    /// path hands the caller's counts and displacements to the provider as they are.
+    fn checked<'a, T>(&'a self) -> impl Fn(&str, &'a [usize], &'a [usize], usize, bool) -> Result<Blocks<'a>> + 'a {
+        move |what, counts, displs, len, disjoint| {
+            Layout::check::<T>(self, what, counts, displs, len, disjoint)?;
+            Ok(Blocks::Checked { counts, displs, elem: size_of::<T>() })
+        }
+    }
+
+    /// Scatterv: the root's send layout, from `make` (its arguments: what, counts,
+    /// displacements, buffer length, disjoint); its own block fits `recv`.
+    fn scatterv_layout<'a, L>(
         &self,
         send: usize,
-        counts: &[usize],
-        displs: &[usize],
+        counts: &'a [usize],
+        displs: &'a [usize],
         recv: usize,
         root: usize,
-    ) -> Result<Option<Layout>> {
+        make: impl Fn(&str, &'a [usize], &'a [usize], usize, bool) -> Result<L>,
+    ) -> Result<Option<L>> {
         self.check_root(root)?;
         if self.rank() != root {
             return Ok(None);
         }
-        let layout = Layout::for_send::<T>(self, "scatterv", counts, displs, send)?;
+        let layout = make("scatterv", counts, displs, send, false)?;
         if recv != counts[root] {
             return Err(Error::InvalidArgument(format!(
                 "scatterv: the root's receive buffer has {recv} elements but its sendcounts[{root}] is {}",
@@ -235,20 +251,22 @@ impl Comm {
         Ok(Some(layout))
     }
 
-    /// Gatherv: the root's receive layout; its own block matches `send`.
-    fn gatherv_layout<T>(
+    /// Gatherv: the root's receive layout, from `make` (see [`Comm::scatterv_layout`]); its own
+    /// block matches `send`.
+    fn gatherv_layout<'a, L>(
         &self,
         send: usize,
         recv: usize,
-        counts: &[usize],
-        displs: &[usize],
+        counts: &'a [usize],
+        displs: &'a [usize],
         root: usize,
-    ) -> Result<Option<Layout>> {
+        make: impl Fn(&str, &'a [usize], &'a [usize], usize, bool) -> Result<L>,
+    ) -> Result<Option<L>> {
         self.check_root(root)?;
         if self.rank() != root {
             return Ok(None);
         }
-        let layout = Layout::new::<T>(self, "gatherv", counts, displs, recv)?;
+        let layout = make("gatherv", counts, displs, recv, true)?;
         if send != counts[root] {
             return Err(Error::InvalidArgument(format!(
                 "gatherv: the root's send buffer has {send} elements but its recvcounts[{root}] is {}",
@@ -258,10 +276,17 @@ impl Comm {
         Ok(Some(layout))
     }
 
-    /// Allgatherv: the receive layout; this rank's block matches `send`.
-    fn allgatherv_layout<T>(&self, send: usize, recv: usize, counts: &[usize], displs: &[usize]) -> Result<Layout> {
+    /// Allgatherv: the receive layout, from `make`; this rank's block matches `send`.
+    fn allgatherv_layout<'a, L>(
+        &self,
+        send: usize,
+        recv: usize,
+        counts: &'a [usize],
+        displs: &'a [usize],
+        make: impl Fn(&str, &'a [usize], &'a [usize], usize, bool) -> Result<L>,
+    ) -> Result<L> {
         self.check_live()?;
-        let layout = Layout::new::<T>(self, "allgatherv", counts, displs, recv)?;
+        let layout = make("allgatherv", counts, displs, recv, true)?;
         let me = self.rank();
         if send != counts[me] {
             return Err(Error::InvalidArgument(format!(
@@ -272,15 +297,16 @@ impl Comm {
         Ok(layout)
     }
 
-    /// Alltoallv: the send and receive layouts.
-    fn alltoallv_layouts<T>(
+    /// Alltoallv: the send and receive layouts, from `make`.
+    fn alltoallv_layouts<'a, L>(
         &self,
-        send: (usize, &[usize], &[usize]),
-        recv: (usize, &[usize], &[usize]),
-    ) -> Result<(Layout, Layout)> {
+        send: (usize, &'a [usize], &'a [usize]),
+        recv: (usize, &'a [usize], &'a [usize]),
+        make: impl Fn(&str, &'a [usize], &'a [usize], usize, bool) -> Result<L>,
+    ) -> Result<(L, L)> {
         self.check_live()?;
-        let send_layout = Layout::for_send::<T>(self, "alltoallv send", send.1, send.2, send.0)?;
-        let recv_layout = Layout::new::<T>(self, "alltoallv receive", recv.1, recv.2, recv.0)?;
+        let send_layout = make("alltoallv send", send.1, send.2, send.0, false)?;
+        let recv_layout = make("alltoallv receive", recv.1, recv.2, recv.0, true)?;
         Ok((send_layout, recv_layout))
     }
 
@@ -354,9 +380,9 @@ impl Comm {
         root: usize,
     ) -> Result<()> {
         if self.now_possible() {
-            let layout = self.scatterv_layout::<T>(send.len(), counts, displs, recv.len(), root)?;
+            let layout = self.scatterv_layout(send.len(), counts, displs, recv.len(), root, self.checked::<T>())?;
             let (bytes, into): (&[u8], &mut [u8]) = (bytemuck::cast_slice(send), bytemuck::cast_slice_mut(recv));
-            let call = ByteCall::Scatterv { send: bytes, layout: layout.as_ref(), recv: into, root };
+            let call = ByteCall::Scatterv { send: bytes, layout, recv: into, root };
             if let Some(done) = native::run_now(self, Collective::Scatterv, 0, true, call) {
                 return done;
             }
@@ -402,9 +428,9 @@ impl Comm {
         root: usize,
     ) -> Result<()> {
         if self.now_possible() {
-            let layout = self.gatherv_layout::<T>(send.len(), recv.len(), counts, displs, root)?;
+            let layout = self.gatherv_layout(send.len(), recv.len(), counts, displs, root, self.checked::<T>())?;
             let (bytes, into): (&[u8], &mut [u8]) = (bytemuck::cast_slice(send), bytemuck::cast_slice_mut(recv));
-            let call = ByteCall::Gatherv { send: bytes, recv: into, layout: layout.as_ref(), root };
+            let call = ByteCall::Gatherv { send: bytes, recv: into, layout, root };
             if let Some(done) = native::run_now(self, Collective::Gatherv, 0, true, call) {
                 return done;
             }
@@ -432,10 +458,10 @@ impl Comm {
     /// rank passes (MPI_Allgatherv).
     pub fn allgatherv<T: Pod>(&self, send: &[T], recv: &mut [T], counts: &[usize], displs: &[usize]) -> Result<()> {
         if self.now_possible() {
-            let layout = self.allgatherv_layout::<T>(send.len(), recv.len(), counts, displs)?;
+            let layout = self.allgatherv_layout(send.len(), recv.len(), counts, displs, self.checked::<T>())?;
             let (bytes, into): (&[u8], &mut [u8]) = (bytemuck::cast_slice(send), bytemuck::cast_slice_mut(recv));
-            let block = layout.total_bytes() / self.size();
-            let call = ByteCall::Allgatherv { send: Some(bytes), recv: into, layout: &layout };
+            let block = counts.iter().sum::<usize>() * size_of::<T>() / self.size();
+            let call = ByteCall::Allgatherv { send: Some(bytes), recv: into, layout };
             if let Some(done) = native::run_now(self, Collective::Allgatherv, block, true, call) {
                 return done;
             }
@@ -473,17 +499,13 @@ impl Comm {
         recv_displs: &[usize],
     ) -> Result<()> {
         if self.now_possible() {
-            let (send_layout, recv_layout) = self.alltoallv_layouts::<T>(
+            let (send_layout, recv_layout) = self.alltoallv_layouts(
                 (send.len(), send_counts, send_displs),
                 (recv.len(), recv_counts, recv_displs),
+                self.checked::<T>(),
             )?;
             let (bytes, into): (&[u8], &mut [u8]) = (bytemuck::cast_slice(send), bytemuck::cast_slice_mut(recv));
-            let call = ByteCall::Alltoallv {
-                send: Some(bytes),
-                send_layout: &send_layout,
-                recv: into,
-                recv_layout: &recv_layout,
-            };
+            let call = ByteCall::Alltoallv { send: Some(bytes), send_layout, recv: into, recv_layout };
             if let Some(done) = native::run_now(self, Collective::Alltoallv, 0, true, call) {
                 return done;
             }
@@ -675,7 +697,7 @@ impl Run<'_> {
         root: usize,
     ) -> Result<()> {
         self.trace_root(root);
-        let layout = self.scatterv_layout::<T>(send.len(), counts, displs, recv.len(), root)?;
+        let layout = self.scatterv_layout(send.len(), counts, displs, recv.len(), root, self.built::<T>())?;
         let (send, recv) = (bytemuck::cast_slice(send), bytemuck::cast_slice_mut(recv));
         self.dispatch_scatterv(send, layout.as_ref(), recv, root, Pick::Tuned).await
     }
@@ -695,7 +717,7 @@ impl Run<'_> {
         root: usize,
     ) -> Result<()> {
         self.trace_root(root);
-        let layout = self.gatherv_layout::<T>(send.len(), recv.len(), counts, displs, root)?;
+        let layout = self.gatherv_layout(send.len(), recv.len(), counts, displs, root, self.built::<T>())?;
         let (send, recv) = (bytemuck::cast_slice(send), bytemuck::cast_slice_mut(recv));
         self.dispatch_gatherv(send, recv, layout.as_ref(), root, Pick::Tuned).await
     }
@@ -728,7 +750,7 @@ impl Run<'_> {
         counts: &[usize],
         displs: &[usize],
     ) -> Result<()> {
-        let layout = self.allgatherv_layout::<T>(send.len(), recv.len(), counts, displs)?;
+        let layout = self.allgatherv_layout(send.len(), recv.len(), counts, displs, self.built::<T>())?;
         let (send, recv) = (bytemuck::cast_slice(send), bytemuck::cast_slice_mut(recv));
         self.dispatch_allgatherv(Some(send), recv, &layout, Pick::Tuned).await
     }
@@ -764,8 +786,11 @@ impl Run<'_> {
         recv_counts: &[usize],
         recv_displs: &[usize],
     ) -> Result<()> {
-        let (send_layout, recv_layout) = self
-            .alltoallv_layouts::<T>((send.len(), send_counts, send_displs), (recv.len(), recv_counts, recv_displs))?;
+        let (send_layout, recv_layout) = self.alltoallv_layouts(
+            (send.len(), send_counts, send_displs),
+            (recv.len(), recv_counts, recv_displs),
+            self.built::<T>(),
+        )?;
         let (send, recv): (&[u8], &mut [u8]) = (bytemuck::cast_slice(send), bytemuck::cast_slice_mut(recv));
         match self.chose_for(Collective::Alltoallv, 0, true) {
             Algorithm::Native => native::alltoallv(self, Some(send), &send_layout, recv, &recv_layout).await,

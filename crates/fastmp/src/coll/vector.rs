@@ -19,6 +19,28 @@ pub(crate) struct Layout {
     ascending: bool,
 }
 
+/// A `v` collective's blocks as a device reads them: a built [`Layout`], or the caller's counts
+/// and displacements (in elements of `elem` bytes) that [`Layout::check`] accepted, for the mpi
+/// device's blocking path, which builds no layout. Only the mpi device reads them.
+#[derive(Clone, Copy)]
+#[cfg_attr(not(feature = "mpi"), allow(dead_code))]
+pub(crate) enum Blocks<'a> {
+    Built(&'a Layout),
+    Checked { counts: &'a [usize], displs: &'a [usize], elem: usize },
+}
+
+#[cfg_attr(not(feature = "mpi"), allow(dead_code))]
+impl Blocks<'_> {
+    /// Byte range of `rank`'s block.
+    #[inline]
+    pub(crate) fn block(&self, rank: usize) -> Range<usize> {
+        match *self {
+            Blocks::Built(layout) => layout.block(rank),
+            Blocks::Checked { counts, displs, elem } => displs[rank] * elem..(displs[rank] + counts[rank]) * elem,
+        }
+    }
+}
+
 /// Block vectors a thread keeps from dropped layouts (a rank is a thread on every device).
 const KEPT_BLOCK_VECTORS: usize = 4;
 
@@ -58,19 +80,10 @@ impl Layout {
         Self::build::<T>(comm, what, counts, displs, buf_len, true)
     }
 
-    /// [`Layout::new`] for a send buffer, whose blocks may overlap (MPI allows reading a
-    /// location for several ranks; the algorithms only read send blocks).
-    pub(crate) fn for_send<T>(
-        comm: &Comm,
-        what: &str,
-        counts: &[usize],
-        displs: &[usize],
-        buf_len: usize,
-    ) -> Result<Layout> {
-        Self::build::<T>(comm, what, counts, displs, buf_len, false)
-    }
-
-    fn build<T>(
+    /// [`Layout::new`] where the blocks must be `disjoint` (receive buffers); send buffers' may
+    /// overlap (MPI allows reading a location for several ranks; the algorithms only read send
+    /// blocks).
+    pub(crate) fn build<T>(
         comm: &Comm,
         what: &str,
         counts: &[usize],
@@ -78,6 +91,35 @@ impl Layout {
         buf_len: usize,
         disjoint: bool,
     ) -> Result<Layout> {
+        Self::check_lengths(comm, what, counts, displs)?;
+        Self::of_blocks::<T>(what, counts, displs, buf_len, disjoint)
+    }
+
+    /// What [`Layout::build`] checks, without building: allocation-free unless the blocks are
+    /// out of rank order and must be disjoint (the overlap check sorts them).
+    pub(crate) fn check<T>(
+        comm: &Comm,
+        what: &str,
+        counts: &[usize],
+        displs: &[usize],
+        buf_len: usize,
+        disjoint: bool,
+    ) -> Result<()> {
+        Self::check_lengths(comm, what, counts, displs)?;
+        let (mut end, mut ascending) = (0, true);
+        for (rank, (&count, &displ)) in counts.iter().zip(displs).enumerate() {
+            let block = Self::block_of(what, rank, count, displ, buf_len)?;
+            if !block.is_empty() {
+                ascending &= std::mem::replace(&mut end, block.end) <= block.start;
+            }
+        }
+        if !ascending && disjoint {
+            Self::of_blocks::<T>(what, counts, displs, buf_len, true)?;
+        }
+        Ok(())
+    }
+
+    fn check_lengths(comm: &Comm, what: &str, counts: &[usize], displs: &[usize]) -> Result<()> {
         let np = comm.size();
         if counts.len() != np || displs.len() != np {
             return Err(Error::InvalidArgument(format!(
@@ -86,7 +128,18 @@ impl Layout {
                 displs.len()
             )));
         }
-        Self::of_blocks::<T>(what, counts, displs, buf_len, disjoint)
+        Ok(())
+    }
+
+    /// Rank `rank`'s block in elements, if it lies inside the buffer.
+    #[inline]
+    fn block_of(what: &str, rank: usize, count: usize, displ: usize, buf_len: usize) -> Result<Range<usize>> {
+        match displ.checked_add(count) {
+            Some(end) if end <= buf_len => Ok(displ..end),
+            _ => Err(Error::InvalidArgument(format!(
+                "{what}: block of rank {rank} (displacement {displ}, count {count}) exceeds the buffer of {buf_len} elements"
+            ))),
+        }
     }
 
     /// [`Layout::new`] for as many blocks as `counts` has (its caller checked that `displs` has
@@ -106,14 +159,8 @@ impl Layout {
         blocks.clear();
         blocks.reserve(np);
         for (rank, (&count, &displ)) in counts.iter().zip(displs).enumerate() {
-            match displ.checked_add(count) {
-                Some(end) if end <= buf_len => blocks.push(displ * elem..end * elem),
-                _ => {
-                    return Err(Error::InvalidArgument(format!(
-                        "{what}: block of rank {rank} (displacement {displ}, count {count}) exceeds the buffer of {buf_len} elements"
-                    )));
-                }
-            }
+            let block = Self::block_of(what, rank, count, displ, buf_len)?;
+            blocks.push(block.start * elem..block.end * elem);
         }
         let ascending = Self::ascending(&blocks);
         if !ascending && disjoint {

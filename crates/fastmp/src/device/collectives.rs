@@ -30,8 +30,8 @@ use super::Device;
 #[cfg(feature = "mpi")]
 use super::mpi::collectives::MpiCollectives;
 use super::shm::ShmCollectives;
-use crate::coll::Layout;
 use crate::coll::op::Op;
+use crate::coll::{Blocks, Layout};
 use crate::error::Result;
 
 /// The `dispatch` of [`CollectiveProvider::bypassed`] that marks every choice of an operation.
@@ -72,13 +72,13 @@ pub(crate) enum Call<'a, T> {
     Barrier,
     Bcast { buf: &'a mut [u8], root: usize },
     Scatter { send: &'a [u8], recv: &'a mut [u8], root: usize },
-    Scatterv { send: &'a [u8], layout: Option<&'a Layout>, recv: &'a mut [u8], root: usize },
+    Scatterv { send: &'a [u8], layout: Option<Blocks<'a>>, recv: &'a mut [u8], root: usize },
     Gather { send: &'a [u8], recv: &'a mut [u8], root: usize },
-    Gatherv { send: &'a [u8], recv: &'a mut [u8], layout: Option<&'a Layout>, root: usize },
+    Gatherv { send: &'a [u8], recv: &'a mut [u8], layout: Option<Blocks<'a>>, root: usize },
     Allgather { send: Option<&'a [u8]>, recv: &'a mut [u8] },
-    Allgatherv { send: Option<&'a [u8]>, recv: &'a mut [u8], layout: &'a Layout },
+    Allgatherv { send: Option<&'a [u8]>, recv: &'a mut [u8], layout: Blocks<'a> },
     Alltoall { send: Option<&'a [u8]>, recv: &'a mut [u8] },
-    Alltoallv { send: Option<&'a [u8]>, send_layout: &'a Layout, recv: &'a mut [u8], recv_layout: &'a Layout },
+    Alltoallv { send: Option<&'a [u8]>, send_layout: Blocks<'a>, recv: &'a mut [u8], recv_layout: Blocks<'a> },
     Reduce { send: Option<&'a [T]>, recv: &'a mut [T], op: &'a dyn Op<T>, root: usize },
     Allreduce { send: Option<&'a [T]>, recv: &'a mut [T], op: &'a dyn Op<T> },
     ReduceScatter { send: &'a [T], recv: &'a mut [T], counts: &'a [usize], op: &'a dyn Op<T> },

@@ -38,8 +38,8 @@ use std::task::Poll;
 use bytemuck::Pod;
 
 use super::{MpiEndpoint, check};
-use crate::coll::Layout;
 use crate::coll::op::{Op, Predefined, fold_in_rank_order};
+use crate::coll::{Blocks, Layout};
 use crate::device::collectives::{ByteCall, Call, CollectiveProvider, Collectives, Operation};
 use crate::device::{ContextId, Device};
 use crate::error::{Error, Result};
@@ -435,7 +435,7 @@ impl MpiCollectives {
 
     /// The byte counts, then the byte displacements, of each of `layouts`, as MPI ints in one
     /// kept array (see [`Shim::blocks`]).
-    fn layout_ints(&self, layouts: &[&Layout], call: &'static str) -> Result<Vec<c_int>> {
+    fn layout_ints(&self, layouts: &[Blocks<'_>], call: &'static str) -> Result<Vec<c_int>> {
         let mut array = self.spare_int_array();
         for layout in layouts {
             for rank in 0..self.size {
@@ -859,7 +859,7 @@ impl CollectiveProvider for MpiCollectives {
         recv: &'a mut [u8],
         root: usize,
     ) -> Result<()> {
-        self.delegate_call(op, Call::Scatterv { send, layout, recv, root }).await
+        self.delegate_call(op, Call::Scatterv { send, layout: layout.map(Blocks::Built), recv, root }).await
     }
 
     async fn gather<'a>(
@@ -880,7 +880,7 @@ impl CollectiveProvider for MpiCollectives {
         layout: Option<&'a Layout>,
         root: usize,
     ) -> Result<()> {
-        self.delegate_call(op, Call::Gatherv { send, recv, layout, root }).await
+        self.delegate_call(op, Call::Gatherv { send, recv, layout: layout.map(Blocks::Built), root }).await
     }
 
     async fn allgather<'a>(&'a self, op: &'a Operation<'a>, send: Option<&'a [u8]>, recv: &'a mut [u8]) -> Result<()> {
@@ -894,7 +894,7 @@ impl CollectiveProvider for MpiCollectives {
         recv: &'a mut [u8],
         layout: &'a Layout,
     ) -> Result<()> {
-        self.delegate_call(op, Call::Allgatherv { send, recv, layout }).await
+        self.delegate_call(op, Call::Allgatherv { send, recv, layout: Blocks::Built(layout) }).await
     }
 
     async fn alltoall<'a>(&'a self, op: &'a Operation<'a>, send: Option<&'a [u8]>, recv: &'a mut [u8]) -> Result<()> {
@@ -909,6 +909,7 @@ impl CollectiveProvider for MpiCollectives {
         recv: &'a mut [u8],
         recv_layout: &'a Layout,
     ) -> Result<()> {
+        let (send_layout, recv_layout) = (Blocks::Built(send_layout), Blocks::Built(recv_layout));
         self.delegate_call(op, Call::Alltoallv { send, send_layout, recv, recv_layout }).await
     }
 
