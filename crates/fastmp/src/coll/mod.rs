@@ -226,50 +226,30 @@ impl Comm {
         }
     }
 
-    /// Scatterv: the root's send layout, from `make` (its arguments: what, counts,
-    /// displacements, buffer length, disjoint); its own block fits `recv`.
-    fn scatterv_layout<'a, L>(
+    /// Scatterv and gatherv: the root's layout over its `blocks` buffer (scatterv's send buffer,
+    /// gatherv's receive buffer), from `make` (its arguments: what, counts, displacements,
+    /// buffer length, disjoint); its `own` buffer (the other one) matches its own block.
+    #[allow(clippy::too_many_arguments)]
+    fn rooted_layout<'a, L>(
         &self,
-        send: usize,
+        coll: Collective,
+        root: usize,
         counts: &'a [usize],
         displs: &'a [usize],
-        recv: usize,
-        root: usize,
+        blocks: usize,
+        own: usize,
         make: impl Fn(&str, &'a [usize], &'a [usize], usize, bool) -> Result<L>,
     ) -> Result<Option<L>> {
         self.check_root(root)?;
         if self.rank() != root {
             return Ok(None);
         }
-        let layout = make("scatterv", counts, displs, send, false)?;
-        if recv != counts[root] {
+        let scatter = coll == Collective::Scatterv;
+        let layout = make(coll.name(), counts, displs, blocks, !scatter)?;
+        if own != counts[root] {
+            let (own_buffer, counts_name) = if scatter { ("receive", "sendcounts") } else { ("send", "recvcounts") };
             return Err(Error::InvalidArgument(format!(
-                "scatterv: the root's receive buffer has {recv} elements but its sendcounts[{root}] is {}",
-                counts[root]
-            )));
-        }
-        Ok(Some(layout))
-    }
-
-    /// Gatherv: the root's receive layout, from `make` (see [`Comm::scatterv_layout`]); its own
-    /// block matches `send`.
-    fn gatherv_layout<'a, L>(
-        &self,
-        send: usize,
-        recv: usize,
-        counts: &'a [usize],
-        displs: &'a [usize],
-        root: usize,
-        make: impl Fn(&str, &'a [usize], &'a [usize], usize, bool) -> Result<L>,
-    ) -> Result<Option<L>> {
-        self.check_root(root)?;
-        if self.rank() != root {
-            return Ok(None);
-        }
-        let layout = make("gatherv", counts, displs, recv, true)?;
-        if send != counts[root] {
-            return Err(Error::InvalidArgument(format!(
-                "gatherv: the root's send buffer has {send} elements but its recvcounts[{root}] is {}",
+                "{coll}: the root's {own_buffer} buffer has {own} elements but its {counts_name}[{root}] is {}",
                 counts[root]
             )));
         }
@@ -380,7 +360,15 @@ impl Comm {
         root: usize,
     ) -> Result<()> {
         if self.now_possible() {
-            let layout = self.scatterv_layout(send.len(), counts, displs, recv.len(), root, self.checked::<T>())?;
+            let layout = self.rooted_layout(
+                Collective::Scatterv,
+                root,
+                counts,
+                displs,
+                send.len(),
+                recv.len(),
+                self.checked::<T>(),
+            )?;
             let (bytes, into): (&[u8], &mut [u8]) = (bytemuck::cast_slice(send), bytemuck::cast_slice_mut(recv));
             let call = ByteCall::Scatterv { send: bytes, layout, recv: into, root };
             if let Some(done) = native::run_now(self, Collective::Scatterv, 0, true, call) {
@@ -428,7 +416,15 @@ impl Comm {
         root: usize,
     ) -> Result<()> {
         if self.now_possible() {
-            let layout = self.gatherv_layout(send.len(), recv.len(), counts, displs, root, self.checked::<T>())?;
+            let layout = self.rooted_layout(
+                Collective::Gatherv,
+                root,
+                counts,
+                displs,
+                recv.len(),
+                send.len(),
+                self.checked::<T>(),
+            )?;
             let (bytes, into): (&[u8], &mut [u8]) = (bytemuck::cast_slice(send), bytemuck::cast_slice_mut(recv));
             let call = ByteCall::Gatherv { send: bytes, recv: into, layout, root };
             if let Some(done) = native::run_now(self, Collective::Gatherv, 0, true, call) {
@@ -697,7 +693,8 @@ impl Run<'_> {
         root: usize,
     ) -> Result<()> {
         self.trace_root(root);
-        let layout = self.scatterv_layout(send.len(), counts, displs, recv.len(), root, self.built::<T>())?;
+        let layout =
+            self.rooted_layout(Collective::Scatterv, root, counts, displs, send.len(), recv.len(), self.built::<T>())?;
         let (send, recv) = (bytemuck::cast_slice(send), bytemuck::cast_slice_mut(recv));
         self.dispatch_scatterv(send, layout.as_ref(), recv, root, Pick::Tuned).await
     }
@@ -717,7 +714,8 @@ impl Run<'_> {
         root: usize,
     ) -> Result<()> {
         self.trace_root(root);
-        let layout = self.gatherv_layout(send.len(), recv.len(), counts, displs, root, self.built::<T>())?;
+        let layout =
+            self.rooted_layout(Collective::Gatherv, root, counts, displs, recv.len(), send.len(), self.built::<T>())?;
         let (send, recv) = (bytemuck::cast_slice(send), bytemuck::cast_slice_mut(recv));
         self.dispatch_gatherv(send, recv, layout.as_ref(), root, Pick::Tuned).await
     }
