@@ -30,8 +30,8 @@ impl Comm {
 /// path of a call whose tuning picks `native` and that a `Run` would have nothing to watch for
 /// (no tracing, no hierarchy levels to pass by). `bytes` and `commutative` are what the call's
 /// dispatch selects with. `None`, having done nothing, leaves the call to a `Run`. Measured on
-/// the mpi device: an 8-byte allreduce went from about 800 instructions of fastmp's own per
-/// call to about 270.
+/// the mpi device (callgrind, one rank): an 8-byte allreduce went from 1099 instructions per
+/// call, MPI's and the shim's ~300 included, to 696.
 #[inline(always)]
 pub(super) fn run_now<T: Pod>(
     comm: &Comm,
