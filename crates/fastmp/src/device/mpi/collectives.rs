@@ -184,7 +184,8 @@ pub(crate) struct MpiCollectives {
     called_early: RefCell<Vec<u64>>,
     /// A user reduction op of this rank is folding (see [`CollectiveProvider::may_start`]).
     busy: Cell<bool>,
-    /// Int arrays of finished calls, for the next ones (see [`KEPT_INT_ARRAYS`]).
+    /// Int arrays of finished calls too long for [`Ints`]' inline room, for the next ones (see
+    /// [`KEPT_INT_ARRAYS`]).
     int_arrays: RefCell<Vec<Vec<c_int>>>,
 }
 
@@ -246,6 +247,101 @@ fn int(n: usize, call: &'static str) -> Result<c_int> {
 /// Int arrays a provider keeps between calls: a warm rank's `v` collectives and reduce-scatters
 /// allocate none.
 const KEPT_INT_ARRAYS: usize = 8;
+
+/// Ints a call keeps inline: an alltoallv's four arrays up to 16 ranks.
+const INLINE_INTS: usize = 64;
+
+/// Room for one call's MPI int arrays (a `v` layout's counts and displacements, a
+/// reduce-scatter's counts), living as long as the call: inline where they fit, else in a
+/// vector from the provider's pool, which gets it back from [`Ints::recycle`] (an abandoned
+/// call's is freed).
+struct Ints<'p> {
+    provider: &'p MpiCollectives,
+    inline: Option<[c_int; INLINE_INTS]>,
+    heap: Vec<c_int>,
+}
+
+impl<'p> Ints<'p> {
+    fn new(provider: &'p MpiCollectives) -> Self {
+        Ints { provider, inline: None, heap: Vec::new() }
+    }
+
+    /// `n` zeroed ints.
+    fn room(&mut self, n: usize) -> &mut [c_int] {
+        if n <= INLINE_INTS {
+            return &mut self.inline.insert([0; INLINE_INTS])[..n];
+        }
+        self.heap = self.provider.int_arrays.borrow_mut().pop().unwrap_or_default();
+        self.heap.clear();
+        self.heap.resize(n, 0);
+        &mut self.heap
+    }
+}
+
+impl Ints<'_> {
+    /// Gives the vector (if the call needed one) back to the pool, once MPI is done with it.
+    #[inline]
+    fn recycle(self) {
+        if self.heap.capacity() > 0 {
+            let mut kept = self.provider.int_arrays.borrow_mut();
+            if kept.len() < KEPT_INT_ARRAYS {
+                kept.push(self.heap);
+            }
+        }
+    }
+}
+
+/// The `N` layouts (each with the byte length of the buffer it divides) as MPI ints in `ints`.
+fn int_layouts<'i, const N: usize>(
+    ints: &'i mut Ints<'_>,
+    layouts: [(Blocks<'_>, usize); N],
+    call: &'static str,
+) -> Result<[IntLayout<'i>; N]> {
+    let np = ints.provider.size;
+    let room: &'i [c_int] = {
+        let room = ints.room(2 * np * N);
+        for (k, &(layout, buffer)) in layouts.iter().enumerate() {
+            let (counts, displs) = room[2 * np * k..2 * np * (k + 1)].split_at_mut(np);
+            write_layout(layout, buffer, counts, displs, call)?;
+        }
+        room
+    };
+    Ok(std::array::from_fn(|k| {
+        let (counts, displs) = room[2 * np * k..2 * np * (k + 1)].split_at(np);
+        IntLayout { counts, displs }
+    }))
+}
+
+/// A layout's byte counts and displacements in MPI ints, written into `counts` and `displs`
+/// (one per rank). `buffer` is the byte length of the buffer it divides.
+fn write_layout(
+    layout: Blocks<'_>,
+    buffer: usize,
+    counts: &mut [c_int],
+    displs: &mut [c_int],
+    call: &'static str,
+) -> Result<()> {
+    match layout {
+        // Checked blocks lie inside the buffer, so a buffer within MPI's int keeps every byte
+        // count and displacement within it: the conversion cannot fail.
+        Blocks::Checked { counts: c, displs: d, elem } if c_int::try_from(buffer).is_ok() => {
+            debug_assert!(c.iter().zip(d).all(|(c, d)| (c + d) * elem <= buffer));
+            for (to, &count) in counts.iter_mut().zip(c) {
+                *to = (count * elem) as c_int;
+            }
+            for (to, &displ) in displs.iter_mut().zip(d) {
+                *to = (displ * elem) as c_int;
+            }
+        }
+        _ => {
+            for (rank, (count, displ)) in counts.iter_mut().zip(displs).enumerate() {
+                let block = layout.block(rank);
+                (*count, *displ) = (int(block.len(), call)?, int(block.start, call)?);
+            }
+        }
+    }
+    Ok(())
+}
 
 /// The shim's code of `T` (`element_type` in `mpi_coll.c`), if MPI has the type.
 fn element_code<T: Pod>() -> Option<c_int> {
@@ -390,14 +486,13 @@ impl MpiCollectives {
     /// Runs one MPI collective: the blocking one for a blocking operation, else the nonblocking
     /// one, polled. Every buffer `shim` points into must stay borrowed until this returns or is
     /// dropped: the caller's `async` body owns those borrows.
-    async fn delegate(&self, op: &Operation<'_>, mut shim: Shim) -> Result<()> {
+    async fn delegate(&self, op: &Operation<'_>, shim: Shim<'_>) -> Result<()> {
         self.await_call_turn(op).await?;
         let call = shim.name();
         if op.blocking {
             // SAFETY: the buffers stay borrowed (above) until the blocking call returns.
             let code = unsafe { shim.start(self.comm, null_mut()) };
             self.called(op);
-            self.recycle(&mut shim);
             return check(code, call);
         }
         let mut flight = InFlight::new(call);
@@ -407,58 +502,12 @@ impl MpiCollectives {
         self.called(op);
         check(code, call)?;
         flight.active = true;
-        let done = poll_fn(|_| match flight.test() {
+        poll_fn(|_| match flight.test() {
             Ok(false) => Poll::Pending,
             Ok(true) => Poll::Ready(Ok(())),
             Err(e) => Poll::Ready(Err(e)),
         })
-        .await;
-        self.recycle(&mut shim);
-        done
-    }
-
-    /// An int array kept from an earlier call where there is one, empty.
-    fn spare_int_array(&self) -> Vec<c_int> {
-        let mut array = self.int_arrays.borrow_mut().pop().unwrap_or_default();
-        array.clear();
-        array
-    }
-
-    /// MPI ints from `values`, in a kept array.
-    fn int_array(&self, values: impl Iterator<Item = Result<c_int>>) -> Result<Vec<c_int>> {
-        let mut array = self.spare_int_array();
-        for value in values {
-            array.push(value?);
-        }
-        Ok(array)
-    }
-
-    /// The byte counts, then the byte displacements, of each of `layouts`, as MPI ints in one
-    /// kept array (see [`Shim::blocks`]).
-    fn layout_ints(&self, layouts: &[Blocks<'_>], call: &'static str) -> Result<Vec<c_int>> {
-        let mut array = self.spare_int_array();
-        for layout in layouts {
-            for rank in 0..self.size {
-                array.push(int(layout.block(rank).len(), call)?);
-            }
-            for rank in 0..self.size {
-                array.push(int(layout.block(rank).start, call)?);
-            }
-        }
-        Ok(array)
-    }
-
-    /// Keeps the int array of a call MPI is done with.
-    #[inline]
-    fn recycle(&self, shim: &mut Shim) {
-        if let Some(ints) = shim.ints()
-            && ints.capacity() > 0
-        {
-            let mut kept = self.int_arrays.borrow_mut();
-            if kept.len() < KEPT_INT_ARRAYS {
-                kept.push(std::mem::take(ints));
-            }
-        }
+        .await
     }
 
     /// `op` made an MPI call: its last if it is the collective's first choice (see the module
@@ -493,8 +542,8 @@ fn fold_gathered<T: Pod>(
 
 /// One MPI collective as its shim entry takes it: counts as C ints and the raw addresses of
 /// buffers that whoever built it keeps borrowed until MPI is done with them (see
-/// [`Shim::start`]); `v` layouts as owned int arrays.
-enum Shim {
+/// [`Shim::start`]); `v` layouts as int arrays in the call's [`Ints`].
+enum Shim<'i> {
     Barrier,
     Bcast {
         buf: *mut c_void,
@@ -507,10 +556,10 @@ enum Shim {
         count: c_int,
         root: c_int,
     },
-    /// `ints`: the root's layout (empty elsewhere).
+    /// `blocks`: the root's layout (empty elsewhere).
     Scatterv {
         send: *const c_void,
-        ints: Vec<c_int>,
+        blocks: IntLayout<'i>,
         recv: *mut c_void,
         recv_count: c_int,
         root: c_int,
@@ -521,12 +570,12 @@ enum Shim {
         count: c_int,
         root: c_int,
     },
-    /// `ints`: the root's layout (empty elsewhere).
+    /// `blocks`: the root's layout (empty elsewhere).
     Gatherv {
         send: *const c_void,
         send_count: c_int,
         recv: *mut c_void,
-        ints: Vec<c_int>,
+        blocks: IntLayout<'i>,
         root: c_int,
     },
     Allgather {
@@ -538,18 +587,18 @@ enum Shim {
         send: *const c_void,
         send_count: c_int,
         recv: *mut c_void,
-        ints: Vec<c_int>,
+        blocks: IntLayout<'i>,
     },
     Alltoall {
         send: *const c_void,
         recv: *mut c_void,
         count: c_int,
     },
-    /// `ints`: the send layout's, then the receive layout's.
     Alltoallv {
         send: *const c_void,
+        send_blocks: IntLayout<'i>,
         recv: *mut c_void,
-        ints: Vec<c_int>,
+        recv_blocks: IntLayout<'i>,
     },
     Reduce {
         send: *const c_void,
@@ -567,8 +616,7 @@ enum Shim {
     ReduceScatter {
         send: *const c_void,
         recv: *mut c_void,
-        /// The counts.
-        ints: Vec<c_int>,
+        counts: &'i [c_int],
         reduction: (c_int, c_int),
     },
     Scan {
@@ -580,31 +628,22 @@ enum Shim {
     },
 }
 
-impl Shim {
-    /// The int array of a `v` collective or a reduce-scatter.
-    #[inline(always)]
-    fn ints(&mut self) -> Option<&mut Vec<c_int>> {
-        match self {
-            Shim::Scatterv { ints, .. }
-            | Shim::Gatherv { ints, .. }
-            | Shim::Allgatherv { ints, .. }
-            | Shim::Alltoallv { ints, .. }
-            | Shim::ReduceScatter { ints, .. } => Some(ints),
-            _ => None,
-        }
-    }
+/// A `v` layout as MPI takes it: byte counts and byte displacements, one per rank; empty where
+/// MPI does not read it (a non-root's).
+#[derive(Clone, Copy, Default)]
+struct IntLayout<'i> {
+    counts: &'i [c_int],
+    displs: &'i [c_int],
+}
 
-    /// Counts and displacements of layout `k` of the `layouts` in `ints` (see
-    /// [`MpiCollectives::layout_ints`]); null for none (a non-root's), which MPI does not read.
-    fn blocks(ints: &[c_int], layouts: usize, k: usize) -> (*const c_int, *const c_int) {
-        if ints.is_empty() {
-            return (null(), null());
-        }
-        let np = ints.len() / (2 * layouts);
-        let layout = &ints[2 * np * k..];
-        (layout.as_ptr(), layout[np..].as_ptr())
+impl IntLayout<'_> {
+    /// The arrays' addresses; null for an empty layout.
+    fn pointers(&self) -> (*const c_int, *const c_int) {
+        if self.counts.is_empty() { (null(), null()) } else { (self.counts.as_ptr(), self.displs.as_ptr()) }
     }
+}
 
+impl Shim<'_> {
     /// The MPI function, for errors.
     #[inline(always)]
     fn name(&self) -> &'static str {
@@ -643,23 +682,23 @@ impl Shim {
                 Shim::Barrier => fastmp_coll_barrier(comm, req),
                 Shim::Bcast { buf, count, root } => fastmp_coll_bcast(comm, buf, count, root, req),
                 Shim::Scatter { send, recv, count, root } => fastmp_coll_scatter(comm, send, recv, count, root, req),
-                Shim::Scatterv { send, ref ints, recv, recv_count, root } => {
-                    let (counts, displs) = Shim::blocks(ints, 1, 0);
+                Shim::Scatterv { send, blocks, recv, recv_count, root } => {
+                    let (counts, displs) = blocks.pointers();
                     fastmp_coll_scatterv(comm, send, counts, displs, recv, recv_count, root, req)
                 }
                 Shim::Gather { send, recv, count, root } => fastmp_coll_gather(comm, send, recv, count, root, req),
-                Shim::Gatherv { send, send_count, recv, ref ints, root } => {
-                    let (counts, displs) = Shim::blocks(ints, 1, 0);
+                Shim::Gatherv { send, send_count, recv, blocks, root } => {
+                    let (counts, displs) = blocks.pointers();
                     fastmp_coll_gatherv(comm, send, send_count, recv, counts, displs, root, req)
                 }
                 Shim::Allgather { send, recv, count } => fastmp_coll_allgather(comm, send, recv, count, req),
-                Shim::Allgatherv { send, send_count, recv, ref ints } => {
-                    let (counts, displs) = Shim::blocks(ints, 1, 0);
+                Shim::Allgatherv { send, send_count, recv, blocks } => {
+                    let (counts, displs) = blocks.pointers();
                     fastmp_coll_allgatherv(comm, send, send_count, recv, counts, displs, req)
                 }
                 Shim::Alltoall { send, recv, count } => fastmp_coll_alltoall(comm, send, recv, count, req),
-                Shim::Alltoallv { send, recv, ref ints } => {
-                    let ((sc, sd), (rc, rd)) = (Shim::blocks(ints, 2, 0), Shim::blocks(ints, 2, 1));
+                Shim::Alltoallv { send, send_blocks, recv, recv_blocks } => {
+                    let ((sc, sd), (rc, rd)) = (send_blocks.pointers(), recv_blocks.pointers());
                     fastmp_coll_alltoallv(comm, send, sc, sd, recv, rc, rd, req)
                 }
                 Shim::Reduce { send, recv, count, reduction: (element, op), root } => {
@@ -668,8 +707,8 @@ impl Shim {
                 Shim::Allreduce { send, recv, count, reduction: (element, op) } => {
                     fastmp_coll_allreduce(comm, send, recv, count, element, op, req)
                 }
-                Shim::ReduceScatter { send, recv, ref ints, reduction: (element, op) } => {
-                    fastmp_coll_reduce_scatter(comm, send, recv, ints.as_ptr(), element, op, req)
+                Shim::ReduceScatter { send, recv, counts, reduction: (element, op) } => {
+                    fastmp_coll_reduce_scatter(comm, send, recv, counts.as_ptr(), element, op, req)
                 }
                 Shim::Scan { send, recv, count, reduction: (element, op), exclusive } => {
                     fastmp_coll_scan(comm, send, recv, count, element, op, c_int::from(exclusive), req)
@@ -684,7 +723,7 @@ impl MpiCollectives {
     /// itself (see the module docs). A count beyond MPI's int is an `Err`. The returned
     /// addresses point into `call`'s buffers: the caller keeps them borrowed while MPI uses them.
     #[inline(always)]
-    fn prepare<T: Pod>(&self, call: Call<'_, T>) -> Result<Option<Shim>> {
+    fn prepare<'i, T: Pod>(&self, call: Call<'_, T>, ints: &'i mut Ints<'_>) -> Result<Option<Shim<'i>>> {
         let np = self.size;
         Ok(Some(match call {
             Call::Barrier => Shim::Barrier,
@@ -701,7 +740,9 @@ impl MpiCollectives {
                 }
             }
             Call::Scatterv { send, layout, recv, root } => Shim::Scatterv {
-                ints: layout.map_or(Ok(Vec::new()), |l| self.layout_ints(&[l], "MPI_Scatterv"))?,
+                blocks: layout.map_or(Ok(IntLayout::default()), |l| {
+                    int_layouts(ints, [(l, send.len())], "MPI_Scatterv").map(|[b]| b)
+                })?,
                 recv_count: int(recv.len(), "MPI_Scatterv")?,
                 send: at(send),
                 recv: at_mut(recv),
@@ -718,7 +759,9 @@ impl MpiCollectives {
             }
             Call::Gatherv { send, recv, layout, root } => Shim::Gatherv {
                 send_count: int(send.len(), "MPI_Gatherv")?,
-                ints: layout.map_or(Ok(Vec::new()), |l| self.layout_ints(&[l], "MPI_Gatherv"))?,
+                blocks: layout.map_or(Ok(IntLayout::default()), |l| {
+                    int_layouts(ints, [(l, recv.len())], "MPI_Gatherv").map(|[b]| b)
+                })?,
                 send: at(send),
                 recv: at_mut(recv),
                 root: root as c_int,
@@ -733,7 +776,7 @@ impl MpiCollectives {
             }
             Call::Allgatherv { send, recv, layout } => Shim::Allgatherv {
                 send_count: int(layout.block(self.me).len(), "MPI_Allgatherv")?,
-                ints: self.layout_ints(&[layout], "MPI_Allgatherv")?,
+                blocks: int_layouts(ints, [(layout, recv.len())], "MPI_Allgatherv")?[0],
                 send: send_ptr(send),
                 recv: at_mut(recv),
             },
@@ -745,11 +788,11 @@ impl MpiCollectives {
                     recv: at_mut(recv),
                 }
             }
-            Call::Alltoallv { send, send_layout, recv, recv_layout } => Shim::Alltoallv {
-                ints: self.layout_ints(&[send_layout, recv_layout], "MPI_Alltoallv")?,
-                send: send_ptr(send),
-                recv: at_mut(recv),
-            },
+            Call::Alltoallv { send, send_layout, recv, recv_layout } => {
+                let layouts = [(send_layout, send.map_or(recv.len(), <[u8]>::len)), (recv_layout, recv.len())];
+                let [send_blocks, recv_blocks] = int_layouts(ints, layouts, "MPI_Alltoallv")?;
+                Shim::Alltoallv { send: send_ptr(send), send_blocks, recv: at_mut(recv), recv_blocks }
+            }
             Call::Reduce { send, recv, op, root } => {
                 let Some(reduction) = mpi_reduction(op) else { return Ok(None) };
                 let count = int(send.map_or(recv.len(), <[T]>::len), "MPI_Reduce")?;
@@ -774,8 +817,11 @@ impl MpiCollectives {
             Call::ReduceScatter { send, recv, counts, op } => {
                 let Some(reduction) = mpi_reduction(op) else { return Ok(None) };
                 int(send.len(), "MPI_Reduce_scatter")?;
-                let ints = self.int_array(counts.iter().map(|&c| int(c, "MPI_Reduce_scatter")))?;
-                Shim::ReduceScatter { send: at(send), recv: at_mut(recv), ints, reduction }
+                let room = ints.room(counts.len());
+                for (to, &count) in room.iter_mut().zip(counts) {
+                    *to = int(count, "MPI_Reduce_scatter")?;
+                }
+                Shim::ReduceScatter { send: at(send), recv: at_mut(recv), counts: room, reduction }
             }
             Call::Scan { send, recv, op, exclusive } => {
                 let Some(reduction) = mpi_reduction(op) else { return Ok(None) };
@@ -787,10 +833,13 @@ impl MpiCollectives {
 
     /// Runs a collective that always goes to MPI (every one but the reductions).
     async fn delegate_call(&self, op: &Operation<'_>, call: ByteCall<'_>) -> Result<()> {
-        match self.prepare(call)? {
+        let mut ints = Ints::new(self);
+        let done = match self.prepare(call, &mut ints)? {
             Some(shim) => self.delegate(op, shim).await,
             None => unreachable!("only reductions are folded outside MPI"),
-        }
+        };
+        ints.recycle();
+        done
     }
 }
 
@@ -822,15 +871,17 @@ impl CollectiveProvider for MpiCollectives {
         if self.call_turn.get() < op.seq {
             return None;
         }
-        let mut shim = match self.prepare(call) {
+        let mut ints = Ints::new(self);
+        let shim = match self.prepare(call, &mut ints) {
             Ok(shim) => shim?,
             Err(e) => return Some(Err(e)),
         };
         // SAFETY: the blocking call returns once MPI is done with the buffers, which `call`
         // borrowed for at least this function's duration.
         let code = unsafe { shim.start(self.comm, null_mut()) };
-        self.recycle(&mut shim);
-        Some(check(code, shim.name()))
+        let name = shim.name();
+        ints.recycle();
+        Some(check(code, name))
     }
 
     async fn barrier<'a>(&'a self, op: &'a Operation<'a>) -> Result<()> {
@@ -921,7 +972,7 @@ impl CollectiveProvider for MpiCollectives {
         reduction: &'a dyn Op<T>,
         root: usize,
     ) -> Result<()> {
-        match self.prepare(Call::Reduce { send, recv: &mut *recv, op: reduction, root })? {
+        match self.prepare(Call::Reduce { send, recv: &mut *recv, op: reduction, root }, &mut Ints::new(self))? {
             Some(shim) => self.delegate(op, shim).await,
             None => self.reduce_by_gather(op, send, recv, reduction, root).await,
         }
@@ -934,7 +985,7 @@ impl CollectiveProvider for MpiCollectives {
         recv: &'a mut [T],
         reduction: &'a dyn Op<T>,
     ) -> Result<()> {
-        match self.prepare(Call::Allreduce { send, recv: &mut *recv, op: reduction })? {
+        match self.prepare(Call::Allreduce { send, recv: &mut *recv, op: reduction }, &mut Ints::new(self))? {
             Some(shim) => self.delegate(op, shim).await,
             None => self.scan_by_gather(op, send, recv, reduction, 0..self.size).await,
         }
@@ -948,10 +999,14 @@ impl CollectiveProvider for MpiCollectives {
         counts: &'a [usize],
         reduction: &'a dyn Op<T>,
     ) -> Result<()> {
-        match self.prepare(Call::ReduceScatter { send, recv: &mut *recv, counts, op: reduction })? {
-            Some(shim) => self.delegate(op, shim).await,
-            None => self.reduce_scatter_by_alltoall(op, send, recv, counts, reduction).await,
-        }
+        let mut ints = Ints::new(self);
+        let done =
+            match self.prepare(Call::ReduceScatter { send, recv: &mut *recv, counts, op: reduction }, &mut ints)? {
+                Some(shim) => self.delegate(op, shim).await,
+                None => self.reduce_scatter_by_alltoall(op, send, recv, counts, reduction).await,
+            };
+        ints.recycle();
+        done
     }
 
     async fn scan<'a, T: Pod>(
@@ -962,7 +1017,7 @@ impl CollectiveProvider for MpiCollectives {
         reduction: &'a dyn Op<T>,
         exclusive: bool,
     ) -> Result<()> {
-        match self.prepare(Call::Scan { send, recv: &mut *recv, op: reduction, exclusive })? {
+        match self.prepare(Call::Scan { send, recv: &mut *recv, op: reduction, exclusive }, &mut Ints::new(self))? {
             Some(shim) => self.delegate(op, shim).await,
             None => {
                 let ranks = 0..if exclusive { self.me } else { self.me + 1 };
@@ -1071,6 +1126,34 @@ mod tests {
         assert_eq!(int(c_int::MAX as usize, "MPI_Bcast").unwrap(), c_int::MAX);
         let err = int(c_int::MAX as usize + 1, "MPI_Bcast").unwrap_err().to_string();
         assert!(err.contains("MPI_Bcast") && err.contains("int limit"), "{err}");
+    }
+
+    #[test]
+    fn layouts_become_byte_counts_and_displacements_inline_or_in_a_pooled_vector() {
+        // 40 ranks: an alltoallv's four arrays (160 ints) exceed the inline room.
+        for np in [3, 40] {
+            let p = MpiCollectives::new(0, 0, np);
+            let counts: Vec<usize> = (0..np).map(|r| r % 3).collect();
+            let displs: Vec<usize> = (0..np).map(|r| 3 * r).collect();
+            let checked = Blocks::Checked { counts: &counts, displs: &displs, elem: 4 };
+            for _ in 0..2 {
+                let mut ints = Ints::new(&p);
+                let [send, recv] =
+                    int_layouts(&mut ints, [(checked, 12 * np), (checked, 12 * np)], "MPI_Alltoallv").unwrap();
+                for layout in [send, recv] {
+                    assert_eq!(layout.counts, counts.iter().map(|&c| 4 * c as c_int).collect::<Vec<_>>());
+                    assert_eq!(layout.displs, displs.iter().map(|&d| 4 * d as c_int).collect::<Vec<_>>());
+                }
+                ints.recycle();
+            }
+            assert_eq!(p.int_arrays.borrow().len(), usize::from(np == 40), "the vector went back to the pool");
+        }
+        // A buffer beyond MPI's int takes the checked conversion, which names the call.
+        let p = MpiCollectives::new(0, 0, 1);
+        let far = [c_int::MAX as usize / 2 + 1];
+        let blocks = Blocks::Checked { counts: &[1], displs: &far, elem: 2 };
+        let err = int_layouts(&mut Ints::new(&p), [(blocks, 2 * far[0] + 2)], "MPI_Gatherv").err().unwrap();
+        assert!(err.to_string().contains("MPI_Gatherv"), "{err}");
     }
 
     #[test]
