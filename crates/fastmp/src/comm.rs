@@ -209,6 +209,7 @@ impl Comm {
 
     /// Converts a device status (world source rank) into this communicator's terms; a message
     /// that is not a whole number of `elem_size`-byte elements is an error.
+    #[inline]
     pub(crate) fn status(&self, raw: RawStatus, elem_size: usize) -> Result<Status> {
         let source = self.group.group_rank_of(raw.source).unwrap_or(raw.source);
         Status::of(raw, source, elem_size)
@@ -233,12 +234,14 @@ impl Comm {
         Ok(())
     }
 
+    #[inline]
     pub(crate) fn check_live(&self) -> Result<()> {
         if self.dev.is_finalized() { Err(Error::Finalized("communicator")) } else { Ok(()) }
     }
 
     /// Validates a destination and tag; returns the destination's world rank, or `None` for
     /// [`PROC_NULL`] (a send to it is a no-op).
+    #[inline]
     pub(crate) fn dest_or_null(&self, dest: usize, tag: i32) -> Result<Option<usize>> {
         self.check_live()?;
         if !(0..=TAG_UB).contains(&tag) {
@@ -263,6 +266,7 @@ impl Comm {
 
     /// [`Comm::recv_spec`] that also accepts [`PROC_NULL`] (as `None`): the point-to-point
     /// calls, for which a receive from it completes at once with an empty status.
+    #[inline]
     pub(crate) fn spec_or_null(&self, source: Source, tag: i32) -> Result<Option<MatchSpec>> {
         self.check_live()?;
         if tag != ANY_TAG && !(0..=TAG_UB).contains(&tag) {

@@ -311,6 +311,7 @@ impl<'scope> Scope<'scope, '_> {
     }
 
     /// Wraps a started operation (the ledger already holds it if it is still in flight).
+    #[inline]
     fn request(&'scope self, started: Started, elem_size: usize) -> Request<'scope> {
         Request::new(self, started, elem_size)
     }
@@ -465,6 +466,7 @@ impl<'scope, T: Pod> RecvRequest<'scope, T> {
 impl<'scope, T: Pod> Completion for RecvRequest<'scope, T> {
     type Output = (&'scope mut [T], Status);
 
+    #[inline]
     fn device(&self) -> Option<Rc<dyn Device>> {
         self.req.device()
     }
@@ -499,6 +501,7 @@ impl<'scope, T: Pod> Completion for RecvRequest<'scope, T> {
 }
 
 impl<'scope> Request<'scope> {
+    #[inline]
     fn with_state(scope: &'scope Scope<'scope, '_>, state: ReqState, elem_size: usize) -> Self {
         Request { comm: scope.comm, handles: scope.ledger.handles(), state, elem_size }
     }
@@ -513,6 +516,7 @@ impl<'scope> Request<'scope> {
         Self::with_state(scope, ReqState::Collective(id), 0)
     }
 
+    #[inline]
     pub(crate) fn new(scope: &'scope Scope<'scope, '_>, started: Started, elem_size: usize) -> Self {
         let state = match started {
             Started::Complete(result) => ReqState::Complete(result.and_then(|raw| scope.comm.status(raw, elem_size))),
@@ -565,6 +569,7 @@ impl Completion for Request<'_> {
     }
 
     /// Moves an active request to `Complete` if the device finished it. `true` once complete.
+    #[inline]
     fn poll(&mut self) -> bool {
         match self.state {
             ReqState::Active(id) => {
@@ -605,6 +610,7 @@ impl Completion for Request<'_> {
         }
     }
 
+    #[inline]
     fn take(&mut self) -> Result<Status> {
         match std::mem::replace(&mut self.state, ReqState::Inactive) {
             ReqState::Complete(result) => result,

@@ -160,6 +160,7 @@ pub(crate) struct Pending {
 }
 
 impl Handles<'_> {
+    #[inline]
     fn keep(self, started: Started, recv: bool) -> Started {
         if let Started::Pending(id) = started {
             self.pending.borrow_mut().push(Pending { id, recv });
@@ -175,6 +176,7 @@ impl Handles<'_> {
     /// Keeps the list short in long scopes. Requests usually finish oldest first (a waitall)
     /// or newest first, so the list keeps posting order and is searched from both ends: either
     /// way a retire costs O(1) instead of a scan of the whole window.
+    #[inline]
     pub(crate) fn retire(self, id: ReqId) {
         let mut list = self.pending.borrow_mut();
         if list.last().is_some_and(|p| p.id == id) {
@@ -234,6 +236,7 @@ impl<'scope> Ledger<'scope> {
     }
 
     /// Starts sending `buf`, which stays borrowed until the scope ends.
+    #[inline]
     pub(crate) fn isend(
         &self,
         buf: &'scope [u8],
@@ -262,6 +265,7 @@ impl<'scope> Ledger<'scope> {
     /// # Safety
     /// `buf` must be valid for writes of `len` bytes until the scope ends, and not accessed by
     /// anything else meanwhile.
+    #[inline]
     pub(crate) unsafe fn irecv_raw(&self, buf: *mut u8, len: usize, spec: MatchSpec) -> Result<Started> {
         // SAFETY: forwarded caller contract; `scoped` finishes the request before the scope ends.
         let started = unsafe { self.handles.dev.irecv(buf, len, spec)? };
