@@ -322,6 +322,31 @@ fn in_place_variants_match_their_out_of_place_twins() {
             let want: Vec<u32> =
                 (0..n).map(|i| (0..=me).fold(0u32, |acc, r| acc.wrapping_add(val(11, r, i)))).collect();
             assert_eq!(buf, want, "scan_in_place n={n}");
+
+            let mut buf = data(me);
+            world.exscan_in_place(&mut buf, Sum)?;
+            let want: Vec<u32> = if me == 0 {
+                data(0)
+            } else {
+                (0..n).map(|i| (0..me).fold(0u32, |acc, r| acc.wrapping_add(val(11, r, i)))).collect()
+            };
+            assert_eq!(buf, want, "exscan_in_place n={n} (rank 0 keeps its buffer)");
+
+            // Rank i and rank j trade (i + j) % 3 * n / 2 elements each way, blocks one apart.
+            let count = |i: usize, j: usize| (i + j) % 3 * n / 2;
+            let counts: Vec<usize> = (0..np).map(|j| count(me, j)).collect();
+            let displs: Vec<usize> = (0..np).map(|j| counts[..j].iter().sum::<usize>() + j).collect();
+            let mut buf = vec![SENTINEL; displs[np - 1] + counts[np - 1] + 1];
+            for j in 0..np {
+                for (k, x) in buf[displs[j]..][..counts[j]].iter_mut().enumerate() {
+                    *x = val(13, me * np + j, k);
+                }
+            }
+            world.alltoallv_in_place(&mut buf, &counts, &displs)?;
+            for j in 0..np {
+                let want: Vec<u32> = (0..counts[j]).map(|k| val(13, j * np + me, k)).collect();
+                assert_eq!(buf[displs[j]..][..counts[j]], want, "alltoallv_in_place block {j} n={n}");
+            }
         }
         Ok(())
     });

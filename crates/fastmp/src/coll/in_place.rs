@@ -29,6 +29,7 @@ use super::transport::Run;
 use super::vector::Layout;
 use super::{alltoall, hierarchical, native, reduce, scan};
 use crate::comm::Comm;
+use crate::device::collectives::{ByteCall, Call};
 use crate::error::{Error, Result};
 use crate::scope::{Request, Scope};
 
@@ -206,6 +207,14 @@ impl Comm {
     /// # Ok::<(), fastmp::Error>(())
     /// ```
     pub fn allreduce_in_place<T: Pod, O: Op<T>>(&self, buf: &mut [T], op: O) -> Result<()> {
+        if self.now_possible() {
+            self.check_live()?;
+            let (bytes, commutative) = (size_of_val(buf), op.is_commutative());
+            let call = Call::Allreduce { send: None, recv: &mut *buf, op: &op };
+            if let Some(done) = native::run_now(self, Collective::Allreduce, bytes, commutative, call) {
+                return done;
+            }
+        }
         let run = Run::new(self, true)?;
         run.finish(run.allreduce_in_place(buf, &op))
     }
@@ -213,6 +222,19 @@ impl Comm {
     /// [`Comm::reduce`] with MPI_IN_PLACE at the root: every rank contributes `buf`, and the
     /// root's `buf` receives the result (other ranks' are only read).
     pub fn reduce_in_place<T: Pod, O: Op<T>>(&self, buf: &mut [T], op: O, root: usize) -> Result<()> {
+        if self.now_possible() {
+            self.check_root(root)?;
+            let (bytes, commutative) = (size_of_val(buf), op.is_commutative());
+            // Only the root's buffer is in place; elsewhere it is what the rank sends.
+            let call = if self.rank() == root {
+                Call::Reduce { send: None, recv: &mut *buf, op: &op, root }
+            } else {
+                Call::Reduce { send: Some(&*buf), recv: &mut [], op: &op, root }
+            };
+            if let Some(done) = native::run_now(self, Collective::Reduce, bytes, commutative, call) {
+                return done;
+            }
+        }
         let run = Run::new(self, true)?;
         run.finish(run.reduce_in_place(buf, &op, root))
     }
@@ -285,6 +307,15 @@ impl Comm {
     /// # Ok::<(), fastmp::Error>(())
     /// ```
     pub fn allgather_in_place<T: Pod>(&self, buf: &mut [T]) -> Result<()> {
+        if self.now_possible() {
+            self.check_live()?;
+            self.check_split("allgather_in_place", "buf", buf.len())?;
+            let block = size_of_val(buf) / self.size();
+            let call = ByteCall::Allgather { send: None, recv: bytemuck::cast_slice_mut(buf) };
+            if let Some(done) = native::run_now(self, Collective::Allgather, block, true, call) {
+                return done;
+            }
+        }
         let run = Run::new(self, true)?;
         run.finish(run.allgather_in_place(buf))
     }
@@ -292,6 +323,15 @@ impl Comm {
     /// [`Comm::allgatherv`] with MPI_IN_PLACE: this rank's block (`counts[rank]` elements at
     /// `displs[rank]`) is already in `buf`.
     pub fn allgatherv_in_place<T: Pod>(&self, buf: &mut [T], counts: &[usize], displs: &[usize]) -> Result<()> {
+        if self.now_possible() {
+            self.check_live()?;
+            let layout = self.checked::<T>()("allgatherv_in_place", counts, displs, buf.len(), true)?;
+            let block = counts.iter().sum::<usize>() * size_of::<T>() / self.size();
+            let call = ByteCall::Allgatherv { send: None, recv: bytemuck::cast_slice_mut(buf), layout };
+            if let Some(done) = native::run_now(self, Collective::Allgatherv, block, true, call) {
+                return done;
+            }
+        }
         let run = Run::new(self, true)?;
         run.finish(run.allgatherv_in_place(buf, counts, displs))
     }
@@ -299,6 +339,15 @@ impl Comm {
     /// [`Comm::alltoall`] with MPI_IN_PLACE: block `j` of `buf` goes to rank `j` and is replaced
     /// by rank `j`'s block for this rank.
     pub fn alltoall_in_place<T: Pod>(&self, buf: &mut [T]) -> Result<()> {
+        if self.now_possible() {
+            self.check_live()?;
+            self.check_split("alltoall_in_place", "buf", buf.len())?;
+            let block = size_of_val(buf) / self.size();
+            let call = ByteCall::Alltoall { send: None, recv: bytemuck::cast_slice_mut(buf) };
+            if let Some(done) = native::run_now(self, Collective::Alltoall, block, true, call) {
+                return done;
+            }
+        }
         let run = Run::new(self, true)?;
         run.finish(run.alltoall_in_place(buf))
     }
@@ -306,6 +355,19 @@ impl Comm {
     /// [`Comm::alltoallv`] with MPI_IN_PLACE: one layout (`counts`, `displs`) for what goes to
     /// and comes from each rank, so `counts[j]` must equal rank `j`'s `counts[rank]`.
     pub fn alltoallv_in_place<T: Pod>(&self, buf: &mut [T], counts: &[usize], displs: &[usize]) -> Result<()> {
+        if self.now_possible() {
+            self.check_live()?;
+            let layout = self.checked::<T>()("alltoallv_in_place", counts, displs, buf.len(), true)?;
+            let call = ByteCall::Alltoallv {
+                send: None,
+                send_layout: layout,
+                recv: bytemuck::cast_slice_mut(buf),
+                recv_layout: layout,
+            };
+            if let Some(done) = native::run_now(self, Collective::Alltoallv, 0, true, call) {
+                return done;
+            }
+        }
         let run = Run::new(self, true)?;
         run.finish(run.alltoallv_in_place(buf, counts, displs))
     }
@@ -326,14 +388,33 @@ impl Comm {
 
     /// [`Comm::scan`] with MPI_IN_PLACE.
     pub fn scan_in_place<T: Pod, O: Op<T>>(&self, buf: &mut [T], op: O) -> Result<()> {
+        if self.now_possible()
+            && let Some(done) = self.scan_in_place_now(buf, &op, false)
+        {
+            return done;
+        }
         let run = Run::new(self, true)?;
         run.finish(run.scan_in_place(buf, &op, false))
     }
 
     /// [`Comm::exscan`] with MPI_IN_PLACE; rank 0's `buf` is left unchanged.
     pub fn exscan_in_place<T: Pod, O: Op<T>>(&self, buf: &mut [T], op: O) -> Result<()> {
+        if self.now_possible()
+            && let Some(done) = self.scan_in_place_now(buf, &op, true)
+        {
+            return done;
+        }
         let run = Run::new(self, true)?;
         run.finish(run.scan_in_place(buf, &op, true))
+    }
+
+    /// Scan and exscan in place as [`native::run_now`] calls (`Err` from a failed check).
+    fn scan_in_place_now<T: Pod>(&self, buf: &mut [T], op: &dyn Op<T>, exclusive: bool) -> Option<Result<()>> {
+        if let Err(e) = self.check_live() {
+            return Some(Err(e));
+        }
+        let (bytes, commutative) = (size_of_val(buf), op.is_commutative());
+        native::run_now(self, Collective::Scan, bytes, commutative, Call::Scan { send: None, recv: buf, op, exclusive })
     }
 }
 
