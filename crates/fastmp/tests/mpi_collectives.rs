@@ -424,3 +424,30 @@ fn mismatched_arguments_that_mpi_detects_are_errors() {
         world.barrier()
     });
 }
+
+#[test]
+fn nonblocking_argument_errors_come_from_the_start_and_use_no_operation() {
+    on_mpi("nonblocking argument errors", |world| {
+        let np = world.size();
+        let mut buf = [0u32; 4];
+        let mut short = [0u32; 3];
+        let (five, mut into) = ([1u32; 5], [0u32; 5]);
+        world.scope(|s| {
+            let err = s.ibcast(&mut buf, np).map(drop).expect_err("a root out of range");
+            assert!(err.to_string().contains("root"), "{err}");
+            let err = s.iallreduce(&[1u32; 4], &mut short, Sum).map(drop).expect_err("a short receive buffer");
+            assert!(err.to_string().contains("allreduce"), "{err}");
+            let err = s.ialltoall(&five, &mut into).map(drop);
+            assert_eq!(err.is_err(), 5 % np != 0, "alltoall blocks that do not split: {err:?}");
+            Ok::<_, fastmp::Error>(())
+        })?;
+        // The failed starts took no operation number: the ranks still agree on the next one.
+        let mut total = [0u64];
+        world.scope(|s| s.iallreduce(&[1u64], &mut total, Sum)?.wait().map(drop))?;
+        assert_eq!(total, [np as u64]);
+        let user = UserOp::commutative(|a: &[u64], b: &mut [u64]| b.iter_mut().zip(a).for_each(|(b, a)| *b += a));
+        world.scope(|s| s.iallreduce(&[2u64], &mut total, user)?.wait().map(drop))?;
+        assert_eq!(total, [2 * np as u64], "a user op folds outside MPI on the nonblocking path too");
+        Ok(())
+    });
+}

@@ -12,7 +12,7 @@ use super::op::Op;
 use super::select::{Algorithm, Collective, Pick};
 use super::transport::Run;
 use crate::comm::Comm;
-use crate::device::collectives::{Call, CollectiveProvider, Operation};
+use crate::device::collectives::{Call, CollectiveProvider, Collectives, Operation};
 use crate::error::{Error, Result};
 use crate::trace;
 
@@ -62,6 +62,54 @@ pub(super) fn run_now<T: Pod>(
     comm.coll_seq.set(seq + 1);
     provider.finished(seq);
     Some(done)
+}
+
+/// A nonblocking collective numbered to run straight on the provider, without a [`Run`]: the
+/// nonblocking twin of [`run_now`], under the same conditions (a provider that calls now,
+/// tuning picking `native`, no tracing, no levels). Its number is finished when it is dropped,
+/// as a `Run`'s is.
+pub(super) struct Direct<'c> {
+    comm: &'c Comm,
+    collectives: &'c Collectives,
+    seq: u64,
+}
+
+/// Numbers a nonblocking collective for [`Direct::run`] where [`run_now`]'s conditions hold;
+/// `None`, having done nothing, leaves it to a [`Run`]. Callers check the arguments first.
+pub(super) fn direct(comm: &Comm, coll: Collective, bytes: usize, commutative: bool) -> Option<Direct<'_>> {
+    let collectives = comm.collectives.as_deref()?;
+    let provider = collectives.provider();
+    if !provider.calls_now()
+        || trace::on()
+        || comm.levels().is_some()
+        || comm.choose(coll, bytes, commutative, Pick::Tuned, false) != Algorithm::Native
+        || provider.may_start().is_err()
+    {
+        return None;
+    }
+    let seq = comm.coll_seq.get();
+    comm.coll_seq.set(seq + 1);
+    Some(Direct { comm, collectives, seq })
+}
+
+impl Direct<'_> {
+    /// Runs `call` (the arguments [`direct`] was asked about) on the provider.
+    pub(super) async fn run<T: Pod>(&self, call: Call<'_, T>) -> Result<()> {
+        let op = Operation {
+            seq: self.seq,
+            dispatch: 0,
+            blocking: false,
+            engine_polling: self.comm.process.engine.is_polling(),
+            dev: &*self.comm.dev,
+        };
+        self.collectives.provider().run_call(&op, call).await
+    }
+}
+
+impl Drop for Direct<'_> {
+    fn drop(&mut self) {
+        self.collectives.provider().finished(self.seq);
+    }
 }
 
 /// The communicator's provider.

@@ -11,8 +11,11 @@ use std::task::{Context, Poll, Waker};
 
 use bytemuck::Pod;
 
+use super::native;
 use super::op::Op;
+use super::select::Collective;
 use super::transport::Run;
+use crate::device::collectives::{ByteCall, Call};
 use crate::error::Result;
 use crate::scope::{EMPTY_STATUS, Request, Scope};
 
@@ -51,6 +54,12 @@ impl<'scope, 'env> Scope<'scope, 'env> {
     /// # Ok::<(), fastmp::Error>(())
     /// ```
     pub fn ibarrier(&'scope self) -> Result<Request<'scope>> {
+        if self.comm.now_possible() {
+            self.comm.check_live()?;
+            if let Some(direct) = native::direct(self.comm, Collective::Barrier, 0, true) {
+                return self.start_collective(move || async move { direct.run(ByteCall::Barrier).await });
+            }
+        }
         let run = Run::new(self.comm, false)?;
         self.start_collective(move || async move { run.barrier().await })
     }
@@ -73,6 +82,13 @@ impl<'scope, 'env> Scope<'scope, 'env> {
     /// # Ok::<(), fastmp::Error>(())
     /// ```
     pub fn ibcast<T: Pod>(&'scope self, buf: &'scope mut [T], root: usize) -> Result<Request<'scope>> {
+        if self.comm.now_possible() {
+            self.comm.check_root(root)?;
+            if let Some(direct) = native::direct(self.comm, Collective::Bcast, size_of_val(buf), true) {
+                let call = ByteCall::Bcast { buf: bytemuck::cast_slice_mut(buf), root };
+                return self.start_collective(move || async move { direct.run(call).await });
+            }
+        }
         let run = Run::new(self.comm, false)?;
         self.start_collective(move || async move { run.bcast(buf, root).await })
     }
@@ -84,6 +100,14 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         recv: &'scope mut [T],
         root: usize,
     ) -> Result<Request<'scope>> {
+        if self.comm.now_possible() {
+            self.comm.check_rooted_blocks(root, "scatter send buffer", send.len(), recv.len())?;
+            if let Some(direct) = native::direct(self.comm, Collective::Scatter, size_of_val(recv), true) {
+                let call =
+                    ByteCall::Scatter { send: bytemuck::cast_slice(send), recv: bytemuck::cast_slice_mut(recv), root };
+                return self.start_collective(move || async move { direct.run(call).await });
+            }
+        }
         let run = Run::new(self.comm, false)?;
         self.start_collective(move || async move { run.scatter(send, recv, root).await })
     }
@@ -109,6 +133,14 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         recv: &'scope mut [T],
         root: usize,
     ) -> Result<Request<'scope>> {
+        if self.comm.now_possible() {
+            self.comm.check_rooted_blocks(root, "gather receive buffer", recv.len(), send.len())?;
+            if let Some(direct) = native::direct(self.comm, Collective::Gather, size_of_val(send), true) {
+                let call =
+                    ByteCall::Gather { send: bytemuck::cast_slice(send), recv: bytemuck::cast_slice_mut(recv), root };
+                return self.start_collective(move || async move { direct.run(call).await });
+            }
+        }
         let run = Run::new(self.comm, false)?;
         self.start_collective(move || async move { run.gather(send, recv, root).await })
     }
@@ -129,6 +161,17 @@ impl<'scope, 'env> Scope<'scope, 'env> {
 
     /// Nonblocking [`crate::Comm::allgather`] (MPI_Iallgather).
     pub fn iallgather<T: Pod>(&'scope self, send: &'scope [T], recv: &'scope mut [T]) -> Result<Request<'scope>> {
+        if self.comm.now_possible() {
+            self.comm.check_live()?;
+            self.comm.check_blocks("allgather receive buffer", recv.len(), send.len())?;
+            if let Some(direct) = native::direct(self.comm, Collective::Allgather, size_of_val(send), true) {
+                let call = ByteCall::Allgather {
+                    send: Some(bytemuck::cast_slice(send)),
+                    recv: bytemuck::cast_slice_mut(recv),
+                };
+                return self.start_collective(move || async move { direct.run(call).await });
+            }
+        }
         let run = Run::new(self.comm, false)?;
         self.start_collective(move || async move { run.allgather(send, recv).await })
     }
@@ -149,6 +192,15 @@ impl<'scope, 'env> Scope<'scope, 'env> {
 
     /// Nonblocking [`crate::Comm::alltoall`] (MPI_Ialltoall).
     pub fn ialltoall<T: Pod>(&'scope self, send: &'scope [T], recv: &'scope mut [T]) -> Result<Request<'scope>> {
+        if self.comm.now_possible() {
+            self.comm.check_alltoall(send.len(), recv.len())?;
+            let block = size_of_val(send) / self.comm.size();
+            if let Some(direct) = native::direct(self.comm, Collective::Alltoall, block, true) {
+                let call =
+                    ByteCall::Alltoall { send: Some(bytemuck::cast_slice(send)), recv: bytemuck::cast_slice_mut(recv) };
+                return self.start_collective(move || async move { direct.run(call).await });
+            }
+        }
         let run = Run::new(self.comm, false)?;
         self.start_collective(move || async move { run.alltoall(send, recv).await })
     }
@@ -181,6 +233,15 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         op: O,
         root: usize,
     ) -> Result<Request<'scope>> {
+        if self.comm.now_possible() {
+            self.comm.check_reduce(root, recv.len(), send.len())?;
+            if let Some(direct) = native::direct(self.comm, Collective::Reduce, size_of_val(send), op.is_commutative())
+            {
+                return self.start_collective(move || async move {
+                    direct.run(Call::Reduce { send: Some(send), recv, op: &op, root }).await
+                });
+            }
+        }
         let run = Run::new(self.comm, false)?;
         self.start_collective(move || async move { run.reduce(send, recv, &op, root).await })
     }
@@ -203,6 +264,15 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         recv: &'scope mut [T],
         op: O,
     ) -> Result<Request<'scope>> {
+        if self.comm.now_possible() {
+            self.comm.check_same_len("allreduce receive buffer", recv.len(), send.len())?;
+            let (bytes, commutative) = (size_of_val(send), op.is_commutative());
+            if let Some(direct) = native::direct(self.comm, Collective::Allreduce, bytes, commutative) {
+                return self.start_collective(move || async move {
+                    direct.run(Call::Allreduce { send: Some(send), recv, op: &op }).await
+                });
+            }
+        }
         let run = Run::new(self.comm, false)?;
         self.start_collective(move || async move { run.allreduce(send, recv, &op).await })
     }

@@ -311,6 +311,36 @@ pub(crate) trait CollectiveProvider {
     /// [`Self::finished`] after `Some`.
     fn call_now<T: Pod>(&self, op: &Operation<'_>, call: Call<'_, T>) -> Option<Result<()>>;
 
+    /// Runs `call` as the operation of its name (the nonblocking fast path's way in, which
+    /// builds no `Run`). The `v` collectives take built layouts only: they start through a `Run`.
+    fn run_call<'a, T: Pod>(
+        &'a self,
+        op: &'a Operation<'a>,
+        call: Call<'a, T>,
+    ) -> impl Future<Output = Result<()>> + 'a {
+        async move {
+            match call {
+                Call::Barrier => self.barrier(op).await,
+                Call::Bcast { buf, root } => self.bcast(op, buf, root).await,
+                Call::Scatter { send, recv, root } => self.scatter(op, send, recv, root).await,
+                Call::Gather { send, recv, root } => self.gather(op, send, recv, root).await,
+                Call::Allgather { send, recv } => self.allgather(op, send, recv).await,
+                Call::Alltoall { send, recv } => self.alltoall(op, send, recv).await,
+                Call::Reduce { send, recv, op: reduction, root } => self.reduce(op, send, recv, reduction, root).await,
+                Call::Allreduce { send, recv, op: reduction } => self.allreduce(op, send, recv, reduction).await,
+                Call::ReduceScatter { send, recv, counts, op: reduction } => {
+                    self.reduce_scatter(op, send, recv, counts, reduction).await
+                }
+                Call::Scan { send, recv, op: reduction, exclusive } => {
+                    self.scan(op, send, recv, reduction, exclusive).await
+                }
+                Call::Scatterv { .. } | Call::Gatherv { .. } | Call::Allgatherv { .. } | Call::Alltoallv { .. } => {
+                    Err(crate::error::Error::InvalidArgument("a v collective's call needs its built layout".into()))
+                }
+            }
+        }
+    }
+
     fn barrier<'a>(&'a self, op: &'a Operation<'a>) -> impl Future<Output = Result<()>> + 'a;
 
     fn bcast<'a>(
