@@ -281,11 +281,11 @@ impl<'p> Ints<'p> {
 impl Ints<'_> {
     /// Gives the vector (if the call needed one) back to the pool, once MPI is done with it.
     #[inline]
-    fn recycle(self) {
+    fn recycle(&mut self) {
         if self.heap.capacity() > 0 {
             let mut kept = self.provider.int_arrays.borrow_mut();
             if kept.len() < KEPT_INT_ARRAYS {
-                kept.push(self.heap);
+                kept.push(std::mem::take(&mut self.heap));
             }
         }
     }
