@@ -285,6 +285,16 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         counts: &[usize],
         op: O,
     ) -> Result<Request<'scope>> {
+        if self.comm.now_possible() {
+            self.comm.check_reduce_scatter(send.len(), recv.len(), counts)?;
+            let (bytes, commutative) = (size_of_val(send), op.is_commutative());
+            if let Some(direct) = native::direct(self.comm, Collective::ReduceScatter, bytes, commutative) {
+                let counts = counts.to_vec();
+                return self.start_collective(move || async move {
+                    direct.run(Call::ReduceScatter { send, recv, counts: &counts, op: &op }).await
+                });
+            }
+        }
         let run = Run::new(self.comm, false)?;
         let counts = counts.to_vec();
         self.start_collective(move || async move { run.reduce_scatter(send, recv, &counts, &op).await })
@@ -308,6 +318,15 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         recv: &'scope mut [T],
         op: O,
     ) -> Result<Request<'scope>> {
+        if self.comm.now_possible() {
+            self.comm.check_same_len("scan receive buffer", recv.len(), send.len())?;
+            let (bytes, commutative) = (size_of_val(send), op.is_commutative());
+            if let Some(direct) = native::direct(self.comm, Collective::Scan, bytes, commutative) {
+                return self.start_collective(move || async move {
+                    direct.run(Call::Scan { send: Some(send), recv, op: &op, exclusive: false }).await
+                });
+            }
+        }
         let run = Run::new(self.comm, false)?;
         self.start_collective(move || async move { run.scan(send, recv, &op).await })
     }
@@ -319,6 +338,15 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         recv: &'scope mut [T],
         op: O,
     ) -> Result<Request<'scope>> {
+        if self.comm.now_possible() {
+            self.comm.check_same_len("exscan receive buffer", recv.len(), send.len())?;
+            let (bytes, commutative) = (size_of_val(send), op.is_commutative());
+            if let Some(direct) = native::direct(self.comm, Collective::Scan, bytes, commutative) {
+                return self.start_collective(move || async move {
+                    direct.run(Call::Scan { send: Some(send), recv, op: &op, exclusive: true }).await
+                });
+            }
+        }
         let run = Run::new(self.comm, false)?;
         self.start_collective(move || async move { run.exscan(send, recv, &op).await })
     }
