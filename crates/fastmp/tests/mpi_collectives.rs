@@ -175,6 +175,9 @@ where
     world.scan(&mine, &mut got, op).ctx(|| ctx("scan"))?;
     assert_eq!(got, reference(op, 0..me + 1, &input), "{}", ctx("scan"));
     let mut got = mine.clone();
+    world.scope(|s| s.iscan(&mine, &mut got, op)?.wait().map(drop)).ctx(|| ctx("iscan"))?;
+    assert_eq!(got, reference(op, 0..me + 1, &input), "{}", ctx("iscan"));
+    let mut got = mine.clone();
     world.scope(|s| s.iexscan(&mine, &mut got, op)?.wait().map(drop)).ctx(|| ctx("iexscan"))?;
     let want = if me == 0 { mine.clone() } else { reference(op, 0..me, &input) };
     assert_eq!(got, want, "{}", ctx("iexscan (rank 0's untouched)"));
