@@ -276,9 +276,7 @@ impl<'p> Ints<'p> {
         self.heap.resize(n, 0);
         &mut self.heap
     }
-}
 
-impl Ints<'_> {
     /// Gives the vector (if the call needed one) back to the pool, once MPI is done with it.
     #[inline]
     fn recycle(&mut self) {
@@ -676,7 +674,9 @@ impl Shim<'_> {
     /// `req` is null or room for a request.
     #[inline(always)]
     unsafe fn start(&self, comm: c_int, req: *mut c_void) -> c_int {
-        // SAFETY (every arm): the caller's contract above; the int arrays live in `self`.
+        // SAFETY (every arm): the caller's contract above. The int arrays are slices `self`
+        // borrows from the call's `Ints`, so they live as long as `self`, which the caller
+        // (`delegate`) keeps until the blocking call returns or the request finishes.
         unsafe {
             match *self {
                 Shim::Barrier => fastmp_coll_barrier(comm, req),
