@@ -43,11 +43,7 @@ pub(super) fn run_now<T: Pod>(
     call: Call<'_, T>,
 ) -> Option<Result<()>> {
     let provider = comm.collectives.as_deref()?.provider();
-    if trace::on()
-        || comm.levels().is_some()
-        || comm.choose(coll, bytes, commutative, Pick::Tuned, false) != Algorithm::Native
-        || provider.may_start().is_err()
-    {
+    if !goes_straight(comm, provider, coll, bytes, commutative) {
         return None;
     }
     let seq = comm.coll_seq.get();
@@ -78,13 +74,7 @@ pub(super) struct Direct<'c> {
 /// `None`, having done nothing, leaves it to a [`Run`]. Callers check the arguments first.
 pub(super) fn direct(comm: &Comm, coll: Collective, bytes: usize, commutative: bool) -> Option<Direct<'_>> {
     let collectives = comm.collectives.as_deref()?;
-    let provider = collectives.provider();
-    if !provider.calls_now()
-        || trace::on()
-        || comm.levels().is_some()
-        || comm.choose(coll, bytes, commutative, Pick::Tuned, false) != Algorithm::Native
-        || provider.may_start().is_err()
-    {
+    if !collectives.provider().calls_now() || !goes_straight(comm, collectives.provider(), coll, bytes, commutative) {
         return None;
     }
     let seq = comm.coll_seq.get();
@@ -110,6 +100,22 @@ impl Drop for Direct<'_> {
     fn drop(&mut self) {
         self.collectives.provider().finished(self.seq);
     }
+}
+
+/// Whether a call may skip the `Run`: tracing off (a `Run` records the event), no hierarchy
+/// levels to pass by, the tuning picks `native`, and no collective is refused now.
+#[inline(always)]
+fn goes_straight(
+    comm: &Comm,
+    provider: &impl CollectiveProvider,
+    coll: Collective,
+    bytes: usize,
+    commutative: bool,
+) -> bool {
+    !trace::on()
+        && comm.levels().is_none()
+        && comm.choose(coll, bytes, commutative, Pick::Tuned, false) == Algorithm::Native
+        && provider.may_start().is_ok()
 }
 
 /// The communicator's provider.
