@@ -363,7 +363,7 @@ fn compress(coll: Collective, winners: &[(usize, Vec<(usize, Algorithm)>)], beyo
             for (i, &(size, algorithm)) in w.iter().enumerate() {
                 let last_of_run = w.get(i + 1).is_none_or(|next| next.1 != algorithm);
                 if last_of_run {
-                    rules.push(Rule { max_np: None, max_bytes: Some(size), locality: None, algorithm });
+                    rules.push(Rule { max_np: None, max_bytes: Some(size), locality: None, cores: None, algorithm });
                 }
             }
             if let Some(last) = rules.last_mut() {
@@ -414,7 +414,7 @@ mod tests {
             (8, vec![(1, Mst), (2, Native), (4, Native), (8, Native)]),
         ];
         let rules = compress(Collective::Bcast, &winners, &[]);
-        let rule = |max_np, max_bytes, algorithm| Rule { max_np, max_bytes, locality: None, algorithm };
+        let rule = |max_np, max_bytes, algorithm| Rule { max_np, max_bytes, locality: None, cores: None, algorithm };
         assert_eq!(
             rules,
             [
@@ -436,7 +436,7 @@ mod tests {
     #[test]
     fn the_jobs_rules_decide_beyond_the_measured_process_counts() {
         use Algorithm::{Bt, Mst, Native, Nbft};
-        let rule = |max_np, max_bytes, algorithm| Rule { max_np, max_bytes, locality: None, algorithm };
+        let rule = |max_np, max_bytes, algorithm| Rule { max_np, max_bytes, locality: None, cores: None, algorithm };
         let beyond = [
             rule(Some(2), None, Bt),
             rule(Some(8), Some(64), Nbft),
@@ -497,7 +497,7 @@ mod tests {
         assert_eq!(
             compress(Collective::Alltoallv, &[(2, fastest(Collective::Alltoallv, &points))], &[]),
             [
-                Rule { max_np: Some(2), max_bytes: None, locality: None, algorithm: Algorithm::Nbft },
+                Rule { max_np: Some(2), max_bytes: None, locality: None, cores: None, algorithm: Algorithm::Nbft },
                 Rule::always(Algorithm::Nbft)
             ]
         );

@@ -132,7 +132,13 @@ fn size_dependent_rules_select_the_same_algorithm_on_every_rank() {
         let mut rules: Vec<Rule> = algs
             .iter()
             .enumerate()
-            .map(|(i, &algorithm)| Rule { max_np: None, max_bytes: Some(4 * i), locality: None, algorithm })
+            .map(|(i, &algorithm)| Rule {
+                max_np: None,
+                max_bytes: Some(4 * i),
+                locality: None,
+                cores: None,
+                algorithm,
+            })
             .collect();
         rules.push(Rule::always(algs[algs.len() / 2]));
         tuning.set_rules(coll, rules).expect("valid rules");

@@ -6,7 +6,7 @@
 mod coll_common;
 
 use coll_common::job;
-use fastmp::coll::{Algorithm, Collective, Rule, Tuning};
+use fastmp::coll::{Algorithm, Collective, Cores, Rule, Tuning};
 use fastmp::op::{Sum, UserOp};
 use fastmp::{Config, DeviceKind};
 
@@ -15,7 +15,8 @@ fn a_job_starts_with_its_devices_table() {
     for device in [DeviceKind::Shm, DeviceKind::Tcp] {
         let what = format!("default tuning on {device:?}");
         job(Config::new().device(device).np(2), &what, move |world| {
-            assert_eq!(*world.tuning(), Tuning::from_env_for(device)?, "{device:?}");
+            let cores = world.tuning().cores().expect("a job tells its table about its cores");
+            assert_eq!(*world.tuning(), Tuning::from_env_for(device)?.with_cores(cores), "{device:?}");
             Ok(())
         })
         .unwrap_or_else(|e| panic!("{what}: {e}"));
@@ -24,8 +25,24 @@ fn a_job_starts_with_its_devices_table() {
 }
 
 #[test]
+fn a_job_knows_whether_its_thread_ranks_have_cores_of_their_own() {
+    let cpus = fastmp::affinity::allowed_cpus().len();
+    let cores_of = |config: Config| {
+        let what = format!("cores at np {}", config.get_np());
+        let mut ranks =
+            job(config, &what, |world| Ok(world.tuning().cores())).unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert!(ranks.windows(2).all(|w| w[0] == w[1]), "every rank sees the same fact");
+        ranks.swap_remove(0)
+    };
+    assert_eq!(cores_of(Config::new().np(1)), Some(Cores::Dedicated));
+    assert_eq!(cores_of(Config::new().np(cpus + 1).pin(fastmp::Pin::None)), Some(Cores::Shared));
+    let given = Tuning::defaults().with_cores(Cores::Shared);
+    assert_eq!(cores_of(Config::new().np(1).tuning(given)), Some(Cores::Shared), "a table that says is kept");
+}
+
+#[test]
 fn an_unusable_rule_hands_the_call_to_the_next_rule() {
-    let rule = |max_np, max_bytes, algorithm| Rule { max_np, max_bytes, locality: None, algorithm };
+    let rule = |max_np, max_bytes, algorithm| Rule { max_np, max_bytes, locality: None, cores: None, algorithm };
     let mut tuning = Tuning::defaults_for(DeviceKind::Tcp);
     tuning
         .set_rules(

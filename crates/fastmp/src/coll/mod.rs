@@ -54,7 +54,7 @@ use bytemuck::Pod;
 
 pub use neighbor::NeighborTopology;
 pub(crate) use neighbor::{Adjacency, Topology};
-pub use select::{Algorithm, Collective, CommLocality, Rule, TUNING_FILE_VAR, Tuning};
+pub use select::{Algorithm, Collective, CommLocality, Cores, Rule, TUNING_FILE_VAR, Tuning};
 
 use crate::comm::Comm;
 use crate::device::collectives::{ByteCall, Call};

@@ -96,6 +96,28 @@ pub enum CommLocality {
     Network,
 }
 
+/// Whether each thread rank of a process has a CPU of its own, as a selection rule's optional
+/// `"cores"` field names it. The best algorithms differ: ranks that share cores wait for
+/// descheduled peers, so message-based trees win there, while ranks with cores of their own
+/// spin on shared flags, where the `native` algorithms win (measured on 2 and 16 cores).
+/// The job decides it once when it starts (see [`Tuning::with_cores`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Cores {
+    /// The process may run on at least as many CPUs as it holds thread ranks.
+    Dedicated,
+    /// More thread ranks than CPUs: ranks take turns on the cores (oversubscribed).
+    Shared,
+}
+
+impl Cores {
+    /// The fact for a process that may run on `cpus` CPUs and whose ranks compete with
+    /// `competing` ranks for them.
+    pub fn for_ranks(competing: usize, cpus: usize) -> Cores {
+        if competing <= cpus { Cores::Dedicated } else { Cores::Shared }
+    }
+}
+
 impl CommLocality {
     /// The locality of a communicator whose members are the world ranks `members`.
     pub(crate) fn of(placement: &crate::Placement, members: &[usize]) -> CommLocality {
@@ -293,8 +315,11 @@ impl fmt::Display for Algorithm {
 }
 
 /// One selection rule: used when the process count is at most `max_np`, the message size
-/// (bytes per rank, see the collective's docs) at most `max_bytes`, and the communicator's
-/// members are spread as `locality` says. `None` means unbounded (any locality).
+/// (bytes per rank, see the collective's docs) at most `max_bytes`, the communicator's
+/// members are spread as `locality` says, and its ranks have CPUs as `cores` says. `None`
+/// means unbounded (any locality, any cores). A rule that names `cores` applies only to
+/// communicators inside one process (locality `process`), whose members all share the fact;
+/// the ranks of several processes could disagree about it, and every rank must pick alike.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Rule {
@@ -304,20 +329,28 @@ pub struct Rule {
     pub max_bytes: Option<usize>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub locality: Option<CommLocality>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cores: Option<Cores>,
     pub algorithm: Algorithm,
 }
 
 impl Rule {
     /// A rule that always applies.
     pub fn always(algorithm: Algorithm) -> Rule {
-        Rule { max_np: None, max_bytes: None, locality: None, algorithm }
+        Rule { max_np: None, max_bytes: None, locality: None, cores: None, algorithm }
+    }
+
+    /// Whether the rule has no limits at all (a collective's last rule must have none).
+    fn is_unbounded(&self) -> bool {
+        self.max_np.is_none() && self.max_bytes.is_none() && self.locality.is_none() && self.cores.is_none()
     }
 
     #[inline]
-    fn applies(&self, np: usize, bytes: usize, locality: CommLocality) -> bool {
+    fn applies(&self, np: usize, bytes: usize, locality: CommLocality, cores: Option<Cores>) -> bool {
         self.max_np.is_none_or(|m| np <= m)
             && self.max_bytes.is_none_or(|m| bytes <= m)
             && self.locality.is_none_or(|l| l == locality)
+            && self.cores.is_none_or(|c| locality == CommLocality::Process && cores == Some(c))
     }
 }
 
@@ -352,6 +385,9 @@ pub struct Tuning {
     kary_arity: usize,
     /// Bytes per chunk of the `hierarchical` algorithms' pipeline between the levels.
     hierarchical_chunk: usize,
+    /// Whether the job's thread ranks have CPUs of their own; `None` (a table not yet given to
+    /// a job) leaves out the rules that name `cores`.
+    cores: Option<Cores>,
 }
 
 /// Tuning-file key (and `FASTMP_KARY_ARITY`) for the arity of the k-ary tree.
@@ -405,6 +441,7 @@ impl Tuning {
             rules: Collective::ALL.map(|c| vec![Rule::always(c.fallback())]),
             kary_arity: 4,
             hierarchical_chunk: DEFAULT_HIERARCHICAL_CHUNK,
+            cores: None,
         };
         empty.with_json(text).expect("built-in default tuning files are valid")
     }
@@ -510,6 +547,28 @@ impl Tuning {
         self.hierarchical_chunk
     }
 
+    /// Applies the rules that name `cores` as this fact says (a job sets it when it starts,
+    /// unless the table given to it already has one).
+    ///
+    /// ```
+    /// use fastmp::coll::{Algorithm, Collective, Cores, Tuning};
+    /// let rules = r#"{"allreduce": [{"cores": "dedicated", "algorithm": "native"}, {"algorithm": "bde"}]}"#;
+    /// let tuning = Tuning::from_json(rules)?;
+    /// assert_eq!(tuning.select(Collective::Allreduce, 8, 8), Algorithm::Bde, "no fact: the rule is left out");
+    /// let dedicated = tuning.clone().with_cores(Cores::Dedicated);
+    /// assert_eq!(dedicated.select(Collective::Allreduce, 8, 8), Algorithm::Native);
+    /// assert_eq!(tuning.with_cores(Cores::Shared).select(Collective::Allreduce, 8, 8), Algorithm::Bde);
+    /// # Ok::<(), fastmp::Error>(())
+    /// ```
+    pub fn with_cores(self, cores: Cores) -> Tuning {
+        Tuning { cores: Some(cores), ..self }
+    }
+
+    /// The job's fact about its cores, if it has been given one.
+    pub fn cores(&self) -> Option<Cores> {
+        self.cores
+    }
+
     /// Uses `algorithm` for every call of `coll`.
     pub fn force(self, coll: Collective, algorithm: Algorithm) -> Result<Tuning> {
         let mut tuning = self;
@@ -529,7 +588,7 @@ impl Tuning {
             )));
         }
         match rules.last() {
-            Some(last) if last.max_np.is_none() && last.max_bytes.is_none() && last.locality.is_none() => {}
+            Some(last) if last.is_unbounded() => {}
             _ => return Err(Error::InvalidArgument(format!("the last {coll} rule must have no limits"))),
         }
         self.rules[coll as usize] = rules;
@@ -580,7 +639,7 @@ impl Tuning {
         usable: impl Fn(Algorithm) -> bool,
     ) -> Option<Algorithm> {
         let rules = self.rules(coll);
-        rules.iter().find(|r| r.applies(np, bytes, locality) && usable(r.algorithm)).map(|r| r.algorithm)
+        rules.iter().find(|r| r.applies(np, bytes, locality, self.cores) && usable(r.algorithm)).map(|r| r.algorithm)
     }
 }
 
@@ -630,8 +689,8 @@ mod tests {
         t.set_rules(
             Collective::Bcast,
             vec![
-                Rule { max_np: Some(4), max_bytes: Some(1024), locality: None, algorithm: Algorithm::Bt },
-                Rule { max_np: None, max_bytes: Some(1 << 16), locality: None, algorithm: Algorithm::Fat },
+                Rule { max_np: Some(4), max_bytes: Some(1024), locality: None, cores: None, algorithm: Algorithm::Bt },
+                Rule { max_np: None, max_bytes: Some(1 << 16), locality: None, cores: None, algorithm: Algorithm::Fat },
                 Rule::always(Algorithm::ScatterAllgather),
             ],
         )
@@ -648,7 +707,7 @@ mod tests {
     #[test]
     fn an_unusable_rule_passes_the_call_to_the_next_rule_that_applies() {
         let mut t = Tuning::defaults();
-        let rule = |max_np, max_bytes, algorithm| Rule { max_np, max_bytes, locality: None, algorithm };
+        let rule = |max_np, max_bytes, algorithm| Rule { max_np, max_bytes, locality: None, cores: None, algorithm };
         t.set_rules(
             Collective::Allreduce,
             vec![
@@ -745,6 +804,54 @@ mod tests {
     }
 
     #[test]
+    fn cores_rules_apply_only_with_that_fact_and_inside_one_process() {
+        let t = Tuning::defaults()
+            .with_json(
+                r#"{"allreduce": [{"max_np": 8, "cores": "dedicated", "algorithm": "native"},
+                                  {"max_np": 8, "cores": "shared", "algorithm": "nbft"},
+                                  {"algorithm": "bde"}]}"#,
+            )
+            .unwrap();
+        let pick = |t: &Tuning, np, locality| t.select_where(Collective::Allreduce, np, 8, locality);
+        assert_eq!(pick(&t, 4, CommLocality::Process), Algorithm::Bde, "no fact: both rules left out");
+        let dedicated = t.clone().with_cores(Cores::Dedicated);
+        let shared = t.clone().with_cores(Cores::Shared);
+        assert_eq!(pick(&dedicated, 4, CommLocality::Process), Algorithm::Native);
+        assert_eq!(pick(&shared, 4, CommLocality::Process), Algorithm::Nbft);
+        assert_eq!(pick(&dedicated, 9, CommLocality::Process), Algorithm::Bde, "other limits still hold");
+        for across in [CommLocality::Node, CommLocality::Network] {
+            assert_eq!(pick(&dedicated, 4, across), Algorithm::Bde, "processes could disagree about cores");
+        }
+        assert_eq!(Tuning::from_json(&dedicated.to_json()).unwrap(), t, "the fact is the job's, not the file's");
+        let err = Tuning::from_json(r#"{"bcast": [{"cores": "dedicated", "algorithm": "bt"}]}"#).unwrap_err();
+        assert!(err.to_string().contains("the last bcast rule must have no limits"), "{err}");
+        let err =
+            Tuning::from_json(r#"{"bcast": [{"cores": "many", "algorithm": "bt"}, {"algorithm": "bt"}]}"#).unwrap_err();
+        assert!(err.to_string().contains("unknown variant `many`"), "{err}");
+        assert_eq!(Cores::for_ranks(16, 16), Cores::Dedicated);
+        assert_eq!(Cores::for_ranks(4, 2), Cores::Shared);
+    }
+
+    #[test]
+    fn the_shm_defaults_pick_native_algorithms_for_ranks_with_cores_of_their_own() {
+        // Measured on 16 cores (default_tuning_shm.json's comment): at np 16 the shared-core
+        // rules' reduce (nbft) took 1.4-1.7x Open MPI's time from 16 KiB, native 0.2-0.8x.
+        let shm = Tuning::defaults();
+        let at = |cores, coll, np, bytes| shm.clone().with_cores(cores).select(coll, np, bytes);
+        assert_eq!(at(Cores::Dedicated, Collective::Reduce, 16, 1 << 20), Algorithm::Native);
+        assert_eq!(at(Cores::Shared, Collective::Reduce, 16, 1 << 20), shm.select(Collective::Reduce, 16, 1 << 20));
+        for coll in Collective::ALL {
+            for bytes in [1, 1 << 10, 1 << 20] {
+                for np in [2, 17, 64] {
+                    let (dedicated, shared) =
+                        (at(Cores::Dedicated, coll, np, bytes), at(Cores::Shared, coll, np, bytes));
+                    assert_eq!(dedicated, shared, "{coll} np {np} {bytes} B: only np 3-16 were measured apart");
+                }
+            }
+        }
+    }
+
+    #[test]
     fn the_hybrid_table_is_shm_inside_a_process_and_hierarchical_across() {
         let (hybrid, shm, tcp) =
             (Tuning::defaults_for(DeviceKind::Hybrid), Tuning::defaults(), Tuning::defaults_for(DeviceKind::Tcp));
@@ -754,6 +861,11 @@ mod tests {
                 for bytes in [0, 64, 1 << 16, 1 << 20] {
                     let inside = hybrid.select_where(coll, np, bytes, CommLocality::Process);
                     assert_eq!(inside, shm.select(coll, np, bytes), "{coll} np {np} {bytes} B");
+                    for cores in [Cores::Dedicated, Cores::Shared] {
+                        let (hybrid, shm) = (hybrid.clone().with_cores(cores), shm.clone().with_cores(cores));
+                        let inside = hybrid.select_where(coll, np, bytes, CommLocality::Process);
+                        assert_eq!(inside, shm.select(coll, np, bytes), "{coll} np {np} {bytes} B {cores:?}");
+                    }
                     for across in [CommLocality::Node, CommLocality::Network] {
                         // Measured on one node at np 4 (the table's comment): flat algorithms
                         // for allreduce, and for bcast up to 64 KiB.

@@ -3,7 +3,7 @@
 use std::str::FromStr;
 
 use super::affinity;
-use crate::coll::Tuning;
+use crate::coll::{Cores, Tuning};
 use crate::device::tcp::bootstrap::SocketOptions;
 
 use crate::error::{Error, Result};
@@ -517,12 +517,18 @@ impl Config {
     }
 
     /// The selection table a job started from this configuration uses: the one given, or the
-    /// device's defaults overlaid with the environment's overrides.
+    /// device's defaults overlaid with the environment's overrides; told whether the ranks
+    /// have cores of their own unless the table given already says.
     pub(crate) fn resolved_tuning(&self) -> Result<Tuning> {
-        match &self.tuning {
-            Some(tuning) => Ok(tuning.clone()),
-            None => Tuning::from_env_for(self.device),
+        let tuning = match &self.tuning {
+            Some(tuning) => tuning.clone(),
+            None => Tuning::from_env_for(self.device)?,
+        };
+        if tuning.cores().is_some() {
+            return Ok(tuning);
         }
+        let (cpus, competing) = self.cpus_and_competing_ranks()?;
+        Ok(tuning.with_cores(Cores::for_ranks(competing, cpus)))
     }
 
     pub fn get_np(&self) -> usize {

@@ -166,12 +166,18 @@ impl Config {
     /// Whether this process may run on more CPUs than the job's ranks compete for (the
     /// progress agent's automatic mode).
     fn leaves_a_cpu_idle(&self) -> Result<bool> {
+        let (cpus, competing) = self.cpus_and_competing_ranks()?;
+        Ok(cpus > competing)
+    }
+
+    /// The CPUs this process may run on, and the ranks that compete for them.
+    pub(crate) fn cpus_and_competing_ranks(&self) -> Result<(usize, usize)> {
         let (per_process, processes) = match (self.device, self.process) {
             (DeviceKind::Hybrid, Some(place)) => (self.hybrid_threads(), place.size),
             (_, Some(place)) => (1, place.size),
             (_, None) => (self.np, 1),
         };
-        Ok(affinity::allowed_cpus().len() > affinity::competing_ranks(per_process, processes)?)
+        Ok((affinity::allowed_cpus().len(), affinity::competing_ranks(per_process, processes)?))
     }
 
     fn run_untraced<F, R>(&self, f: &F) -> Result<Vec<R>>
