@@ -1,5 +1,5 @@
-//! The progress agent: a thread per process that runs the bulk work (copies, later reductions)
-//! of nonblocking collectives while their ranks compute.
+//! The progress agent: threads of a process that run the bulk work (copies, reductions) of
+//! nonblocking collectives while their ranks compute.
 //!
 //! # Design
 //! An operation's future borrows its rank's `Rc` state, so no other thread may poll it: the
@@ -20,9 +20,11 @@
 //!   one being run, so the agent never touches a buffer after its borrow ended, whatever the
 //!   user drops, leaks (`mem::forget`) or unwinds. Items touch local memory only, so a waiting
 //!   drop is bounded by one copy; a failed peer fails the operation's transfers, never an item.
-//! - *Cost when unused.* On by default only where the ranks leave one of the process's CPUs
-//!   idle (`Config::progress_agent`, `FASTMP_PROGRESS_AGENT=1`/`0`/`auto`); when off, nothing
-//!   is spawned and runs take the inline path.
+//! - *Cost when unused.* Off by default (`Config::progress_agent`, `FASTMP_PROGRESS_AGENT=1`/`0`
+//!   /`auto`: on where the ranks leave one of the process's CPUs idle); when off, nothing is
+//!   spawned and runs take the inline path.
+//! - *Where it runs.* On the CPUs the job's pinned ranks leave ([`AgentPlan`]), a thread per
+//!   idle CPU up to one per rank, so one operation's shares run at once.
 //!   Items are only made for steps of at least [`AGENT_MIN_BYTES`], so small operations pay a
 //!   relaxed load at most.
 //! - The queue's lock is held to push or pop an item, never while an item runs.
@@ -208,10 +210,27 @@ pub(crate) struct Agent {
 /// Whether runs hand bulk steps to the agent (`Config::progress_agent`, `FASTMP_PROGRESS_AGENT`).
 static ENABLED: AtomicBool = AtomicBool::new(false);
 
+/// Where the agent's threads run and how many there are. A thread inherits the CPUs of the
+/// thread that spawns it, and the agent starts at a rank's first offloaded step, on a rank
+/// pinned to one core: it would then run only when that rank stops computing, which is when
+/// the work is no longer worth handing off. So the job says where, before its ranks start.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct AgentPlan {
+    /// CPUs the agent's threads may run on (empty: wherever their spawner may).
+    pub cpus: Vec<usize>,
+    /// Threads emptying the queue: several ranks' shares of one operation then run at once.
+    pub workers: usize,
+}
+
+/// The plan of the first job that switched the agent on (the agent is process-wide).
+static PLAN: OnceLock<AgentPlan> = OnceLock::new();
+
 impl Agent {
-    /// Switches the process's agent on for operations started from now on.
-    pub(crate) fn set_enabled(on: bool) {
-        ENABLED.store(on, Ordering::Relaxed);
+    /// Switches the process's agent on for operations started from now on; the first plan
+    /// given decides where its threads run.
+    pub(crate) fn enable(plan: AgentPlan) {
+        let _ = PLAN.set(plan);
+        ENABLED.store(true, Ordering::Relaxed);
     }
 
     /// The process's agent when it is on (started at the first use), else `None`.
@@ -223,19 +242,29 @@ impl Agent {
         AGENT.get_or_init(Agent::spawn).as_ref()
     }
 
-    /// An agent with its thread, or `None` where the thread could not be spawned (runs then
-    /// make their copies inline, and no queue fills up that nobody drains).
+    /// An agent with its threads, or `None` where none could be spawned (runs then make their
+    /// copies inline, and no queue fills up that nobody drains).
     fn spawn() -> Option<Agent> {
+        let plan = PLAN.get().cloned().unwrap_or(AgentPlan { cpus: Vec::new(), workers: 1 });
         let queue = Arc::new(Queue::default());
-        let worker = Arc::clone(&queue);
-        let spawned = std::thread::Builder::new().name("fastmp-progress-agent".into()).spawn(move || {
-            loop {
-                if let Some(item) = worker.pop(Duration::from_millis(100)) {
-                    item.try_run();
+        let mut spawned = 0;
+        for i in 0..plan.workers.max(1) {
+            let (worker, cpus) = (Arc::clone(&queue), plan.cpus.clone());
+            let thread = std::thread::Builder::new().name(format!("fastmp-progress-agent-{i}")).spawn(move || {
+                if !cpus.is_empty() {
+                    // Best effort: where the CPUs cannot be set the thread still runs (where
+                    // its spawner may), and ranks that wait run its items themselves.
+                    let _ = crate::launch::affinity::run_current_thread_on(&cpus);
                 }
-            }
-        });
-        spawned.ok().map(|_| Agent { queue })
+                loop {
+                    if let Some(item) = worker.pop(Duration::from_millis(100)) {
+                        item.try_run();
+                    }
+                }
+            });
+            spawned += usize::from(thread.is_ok());
+        }
+        (spawned > 0).then_some(Agent { queue })
     }
 
     /// Queues `job`, which may borrow data for `'a`.

@@ -140,24 +140,35 @@ fn compact_order(machine: &MachineTopology, cpus: &[usize], keep: impl Fn(usize)
 }
 
 /// Pins the calling thread to `cpu`.
-#[cfg(target_os = "linux")]
 pub fn pin_current_thread(cpu: usize) -> Result<()> {
-    // SAFETY: as in `allowed_cpus`; `CPU_SET` writes inside the set for cpu < CPU_SETSIZE, which
-    // `allowed_cpus` guarantees.
+    run_current_thread_on(&[cpu])
+}
+
+/// Lets the calling thread run on the CPUs `cpus` only (all below `CPU_SETSIZE`, as
+/// [`allowed_cpus`] gives them).
+#[cfg(target_os = "linux")]
+pub(crate) fn run_current_thread_on(cpus: &[usize]) -> Result<()> {
+    if let Some(&bad) = cpus.iter().find(|&&c| c >= libc::CPU_SETSIZE as usize) {
+        return Err(Error::InvalidArgument(format!("CPU {bad} is beyond the CPU sets this system supports")));
+    }
+    // SAFETY: as in `allowed_cpus`; `CPU_SET` writes inside the set for cpu < CPU_SETSIZE,
+    // checked above.
     let rc = unsafe {
         let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu, &mut set);
+        for &cpu in cpus {
+            libc::CPU_SET(cpu, &mut set);
+        }
         libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set)
     };
     if rc == 0 {
         Ok(())
     } else {
-        Err(Error::InvalidArgument(format!("pinning to CPU {cpu} failed: {}", std::io::Error::last_os_error())))
+        Err(Error::InvalidArgument(format!("pinning to CPUs {cpus:?} failed: {}", std::io::Error::last_os_error())))
     }
 }
 
 #[cfg(not(target_os = "linux"))]
-pub fn pin_current_thread(_cpu: usize) -> Result<()> {
+pub(crate) fn run_current_thread_on(_cpus: &[usize]) -> Result<()> {
     Ok(())
 }
 

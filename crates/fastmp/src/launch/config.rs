@@ -117,7 +117,7 @@ pub struct Config {
     /// Whether the tcp device runs a progress thread (see [`Config::progress_thread`]).
     pub(crate) progress_thread: bool,
     /// Whether nonblocking collectives hand bulk copies to the process's progress agent
-    /// (`None`: where a core is left idle, see [`Config::progress_agent`]).
+    /// (`None`: where a core is left idle, see [`Config::progress_agent_auto`]).
     pub(crate) progress_agent: Option<bool>,
     /// Thread ranks per process of the hybrid device (`None`: its default), or the block size
     /// of the processes a shm world simulates ([`Config::simulate_processes`]).
@@ -176,11 +176,12 @@ fn threads_per_process_from_env() -> Result<Option<usize>> {
     }
 }
 
-/// `FASTMP_PROGRESS_AGENT`: `1` or `0`, or `auto` (`None`, also when unset).
-fn progress_agent_from_env() -> Result<Option<bool>> {
+/// `FASTMP_PROGRESS_AGENT`: `1` or `0` (`Some(Some(on))`), or `auto` (`Some(None)`); `None` when
+/// unset.
+fn progress_agent_from_env() -> Result<Option<Option<bool>>> {
     match std::env::var("FASTMP_PROGRESS_AGENT") {
-        Ok(v) if v.trim() == "auto" => Ok(None),
-        Ok(_) => Ok(env_parse::<u8>("FASTMP_PROGRESS_AGENT")?.map(|on| on != 0)),
+        Ok(v) if v.trim() == "auto" => Ok(Some(None)),
+        Ok(_) => Ok(env_parse::<u8>("FASTMP_PROGRESS_AGENT")?.map(|on| Some(on != 0))),
         Err(_) => Ok(None),
     }
 }
@@ -276,7 +277,7 @@ impl Config {
             process: None,
             sockets: SocketOptions::default(),
             progress_thread: false,
-            progress_agent: None,
+            progress_agent: Some(false),
             threads_per_process: None,
             simulate_processes: false,
             simulate_numa: None,
@@ -293,7 +294,7 @@ impl Config {
     /// `FASTMP_STACK_SIZE` (bytes per rank thread), `FASTMP_TCP_SNDBUF`/`FASTMP_TCP_RCVBUF`
     /// (socket buffer bytes), `FASTMP_TCP_PACE` (tcp: long payloads handed to the kernel in
     /// fragments of this many bytes, at least 16384; 0 or unset: off), `FASTMP_PROGRESS_THREAD` (`1`: see [`Config::progress_thread`]),
-    /// `FASTMP_PROGRESS_AGENT` (`1`, `0` or `auto`, the default: see [`Config::progress_agent`]).
+    /// `FASTMP_PROGRESS_AGENT` (`1`, `0`, the default, or `auto`: see [`Config::progress_agent`]).
     /// Unset variables keep the defaults of [`Config::new`].
     ///
     /// A process started by a launcher is one rank of a multi-process job: its rank and size come
@@ -344,7 +345,9 @@ impl Config {
         if let Some(on) = env_parse::<u8>("FASTMP_PROGRESS_THREAD")? {
             c.progress_thread = on != 0;
         }
-        c.progress_agent = progress_agent_from_env()?;
+        if let Some(mode) = progress_agent_from_env()? {
+            c.progress_agent = mode;
+        }
         // Undocumented, like `simulate_processes`: measuring locality-driven algorithms on shm.
         if c.device == DeviceKind::Shm
             && let Some(t) = env_parse::<usize>("FASTMP_SIMULATE_PROCESSES")?
@@ -372,14 +375,14 @@ impl Config {
         self
     }
 
-    /// Starts the process's progress agent (`true`), or not (`false`): a thread that makes the
-    /// bulk copies and reductions of nonblocking collectives from 64 KiB while the ranks
-    /// compute; a rank that waits makes its own copies if the agent has not started them, so
-    /// nothing depends on the agent getting a core. Unset (`FASTMP_PROGRESS_AGENT=auto`, the
-    /// default), the agent starts where this process's ranks leave one of its CPUs idle (more
-    /// allowed CPUs than ranks competing for them, counting the other processes of the job on
-    /// this node unless the process is bound): elsewhere the thread would take time from the
-    /// ranks. Process-wide: once a job of the process switched it on, it stays on.
+    /// Starts the process's progress agent (`true`), or not (`false`, the default): threads
+    /// that make the bulk copies and reductions of nonblocking collectives from 64 KiB while
+    /// the ranks compute, on the CPUs the job's pinned ranks leave; a rank that waits makes its
+    /// own copies if the agent has not started them, so nothing depends on the agent getting a
+    /// core. Off by default because it did not pay where measured: on 16 cores with idle ones,
+    /// iallreduce's exposed communication (OSU's overall minus compute time) grew 1.4-3x at
+    /// 64 KiB-1 MiB, ibcast and ialltoall's stayed about the same (README, issue 19).
+    /// Process-wide: once a job of the process switched it on, it stays on.
     ///
     /// ```
     /// let sums = fastmp::Config::new().np(2).progress_agent(true).run(|world| {
@@ -393,6 +396,15 @@ impl Config {
     /// ```
     pub fn progress_agent(mut self, on: bool) -> Self {
         self.progress_agent = Some(on);
+        self
+    }
+
+    /// Starts the progress agent where this process's ranks leave one of its CPUs idle (more
+    /// allowed CPUs than ranks competing for them, counting the other processes of the job on
+    /// this node unless the process is bound), not elsewhere, where its threads would take
+    /// time from the ranks (`FASTMP_PROGRESS_AGENT=auto`); see [`Config::progress_agent`].
+    pub fn progress_agent_auto(mut self) -> Self {
+        self.progress_agent = None;
         self
     }
 

@@ -148,8 +148,10 @@ impl Config {
         R: Send,
     {
         self.validate()?;
-        if self.progress_agent.map_or_else(|| self.leaves_a_cpu_idle(), Ok)? {
-            crate::progress_agent::Agent::set_enabled(true);
+        let (cpus, competing) = self.cpus_and_competing_ranks()?;
+        // Automatic: where the ranks leave one of this process's CPUs idle.
+        if self.progress_agent.unwrap_or(cpus > competing) {
+            crate::progress_agent::Agent::enable(self.agent_plan(cpus, competing));
         }
         let Some(path) = crate::trace::path_for(self.trace.as_deref()) else { return self.run_untraced(&f) };
         // Ranks that are processes (a launcher's, or MPI's) write a file each.
@@ -163,21 +165,32 @@ impl Config {
         results
     }
 
-    /// Whether this process may run on more CPUs than the job's ranks compete for (the
-    /// progress agent's automatic mode).
-    fn leaves_a_cpu_idle(&self) -> Result<bool> {
-        let (cpus, competing) = self.cpus_and_competing_ranks()?;
-        Ok(cpus > competing)
+    /// This process's thread ranks, and the processes of the job.
+    fn ranks_per_process(&self) -> (usize, usize) {
+        match (self.device, self.process) {
+            (DeviceKind::Hybrid, Some(place)) => (self.hybrid_threads(), place.size),
+            (_, Some(place)) => (1, place.size),
+            (_, None) => (self.np, 1),
+        }
     }
 
     /// The CPUs this process may run on, and the ranks that compete for them.
     pub(crate) fn cpus_and_competing_ranks(&self) -> Result<(usize, usize)> {
-        let (per_process, processes) = match (self.device, self.process) {
-            (DeviceKind::Hybrid, Some(place)) => (self.hybrid_threads(), place.size),
-            (_, Some(place)) => (1, place.size),
-            (_, None) => (self.np, 1),
-        };
+        let (per_process, processes) = self.ranks_per_process();
         Ok((affinity::allowed_cpus().len(), affinity::competing_ranks(per_process, processes)?))
+    }
+
+    /// Where the progress agent runs: on the CPUs of this process that its pinned ranks leave
+    /// free (all of them where the ranks are not pinned or take every one), with a thread per
+    /// idle CPU, up to one per rank.
+    fn agent_plan(&self, cpus: usize, competing: usize) -> crate::progress_agent::AgentPlan {
+        let allowed = affinity::allowed_cpus();
+        let (per_process, _) = self.ranks_per_process();
+        let taken: Vec<usize> =
+            (0..per_process).filter_map(|rank| affinity::cpu_for(self.pin, rank, per_process, &allowed)).collect();
+        let free: Vec<usize> = allowed.iter().copied().filter(|cpu| !taken.contains(cpu)).collect();
+        let workers = cpus.saturating_sub(competing).min(per_process).max(1);
+        crate::progress_agent::AgentPlan { cpus: if free.is_empty() { allowed } else { free }, workers }
     }
 
     fn run_untraced<F, R>(&self, f: &F) -> Result<Vec<R>>
