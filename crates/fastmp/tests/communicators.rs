@@ -328,6 +328,8 @@ fn tuning_from_json_and_config() {
 
     let expected = tuning.clone();
     let results = job(Config::new().np(4).tuning(tuning), "tuning via Config", move |world| {
+        // The job tells the table whether its ranks have cores of their own.
+        let expected = expected.clone().with_cores(world.tuning().cores().expect("the job's cores fact"));
         assert_eq!(world.tuning(), &expected);
         assert_eq!(world.algorithm_for(Collective::Bcast, 100, true), Algorithm::Bt);
         assert_eq!(world.algorithm_for(Collective::Bcast, 5000, true), Algorithm::Mst);
@@ -417,7 +419,8 @@ fn env_child() {
                 assert_eq!(world.algorithm_for(Collective::Bcast, 1 << 20, true), bcast);
                 assert_eq!(world.algorithm_for(Collective::Allreduce, 8, true), Algorithm::Bkt);
                 assert_eq!(world.tuning().rules(Collective::Scan), Tuning::defaults().rules(Collective::Scan));
-                assert_eq!(Tuning::from_env()?, *world.tuning());
+                let cores = world.tuning().cores().expect("the job's cores fact");
+                assert_eq!(Tuning::from_env()?.with_cores(cores), *world.tuning());
                 // An explicit table wins over the environment.
                 Ok(world.rank())
             })

@@ -38,6 +38,15 @@ fn a_job_knows_whether_its_thread_ranks_have_cores_of_their_own() {
     assert_eq!(cores_of(Config::new().np(cpus + 1).pin(fastmp::Pin::None)), Some(Cores::Shared));
     let given = Tuning::defaults().with_cores(Cores::Shared);
     assert_eq!(cores_of(Config::new().np(1).tuning(given)), Some(Cores::Shared), "a table that says is kept");
+    let replaced = job(Config::new().np(1), "with_tuning", |world| {
+        let forced = world.with_tuning(Tuning::defaults().force(Collective::Bcast, Algorithm::Bt)?);
+        Ok(forced.tuning().cores())
+    });
+    assert_eq!(
+        replaced.expect("with_tuning job"),
+        [Some(Cores::Dedicated)],
+        "a new table takes the communicator's fact"
+    );
 }
 
 #[test]

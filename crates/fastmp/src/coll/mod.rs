@@ -66,8 +66,14 @@ pub(crate) use vector::{Blocks, Layout};
 
 impl Comm {
     /// A communicator with the same ranks and context whose collectives select algorithms from
-    /// `tuning` (for example to force one algorithm). All ranks must use the same tuning.
+    /// `tuning` (for example to force one algorithm). All ranks must use the same tuning. A
+    /// table that does not say whether the ranks have cores of their own
+    /// ([`Tuning::with_cores`]) takes this communicator's fact.
     pub fn with_tuning(&self, tuning: Tuning) -> Comm {
+        let tuning = match (tuning.cores(), self.tuning.cores()) {
+            (None, Some(cores)) => tuning.with_cores(cores),
+            _ => tuning,
+        };
         Comm { tuning: Arc::new(tuning), ..self.clone() }
     }
 
