@@ -17,7 +17,7 @@
 use std::path::Path;
 use std::time::Instant;
 
-use fastmp::coll::{Algorithm, Collective, Rule, Tuning};
+use fastmp::coll::{Algorithm, Collective, Cores, Rule, Tuning};
 use fastmp::{Comm, Config, Error, Pin};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::json;
@@ -62,7 +62,10 @@ enum Ranking {
 
 impl Ranking {
     fn for_ranks(np: usize, cpus: usize) -> Self {
-        if np > cpus { Ranking::Mean } else { Ranking::Median }
+        match Cores::for_ranks(np, cpus) {
+            Cores::Shared => Ranking::Mean,
+            Cores::Dedicated => Ranking::Median,
+        }
     }
 
     fn time_us(self, stats: &crate::coll::Stats) -> f64 {
