@@ -858,7 +858,7 @@ mod tests {
         let no_hierarchy = |a| a != Algorithm::Hierarchical;
         for coll in Collective::ALL {
             for np in [2, 4, 16] {
-                for bytes in [0, 64, 1 << 16, 1 << 20] {
+                for bytes in [0, 64, 1024, 1 << 16, 1 << 20] {
                     let inside = hybrid.select_where(coll, np, bytes, CommLocality::Process);
                     assert_eq!(inside, shm.select(coll, np, bytes), "{coll} np {np} {bytes} B");
                     for cores in [Cores::Dedicated, Cores::Shared] {
@@ -876,7 +876,7 @@ mod tests {
                         // Alltoallv's selection sees no block size: not hierarchical by default.
                         let hierarchical = coll.algorithms().contains(&Algorithm::Hierarchical)
                             && coll != Collective::Alltoallv
-                            && (coll != Collective::Alltoall || bytes <= 1024)
+                            && (coll != Collective::Alltoall || bytes <= 256)
                             && !measured_flat;
                         assert_eq!(picked == Algorithm::Hierarchical, hierarchical, "{coll} np {np} {bytes} B");
                         if !measured_flat {
