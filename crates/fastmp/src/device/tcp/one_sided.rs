@@ -197,6 +197,17 @@ fn closed_error(window: ContextId, rank: usize) -> Error {
     Error::RmaSync(format!("window {window} is not open at rank {rank} (freed, or never created there)"))
 }
 
+/// A target's refusal of a request for a window it has not open. Once the job failed, a part
+/// is withdrawn because its rank's program ended with the failure: then the refusal names the
+/// rank that failed first, as the origin's other errors do, not only the closed window.
+fn closed_refusal(sh: &Shared, window: ContextId) -> String {
+    let closed = closed_error(window, sh.rank);
+    match &lock(&sh.state).aborted {
+        Some(failure) => format!("{closed}: the job failed, rank {} first ({})", failure.rank, failure.cause),
+        None => closed.to_string(),
+    }
+}
+
 fn outside(what: &str, offset: u64, len: u64, part: usize, rank: usize) -> String {
     format!(
         "{what}: bytes {offset}..{} lie outside rank {rank}'s window part of {part} bytes",
@@ -275,7 +286,7 @@ impl Part {
         let mut st = lock(&self.state);
         if self.closed.load(Ordering::Relaxed) {
             drop(st);
-            refuse(sh, origin, frame, None, closed_error(self.window, sh.rank).to_string());
+            refuse(sh, origin, frame, None, closed_refusal(sh, self.window));
             return;
         }
         if st.held || st.draining || !st.queue.is_empty() {
@@ -390,7 +401,7 @@ impl Part {
             let mut st = lock(&self.state);
             if self.closed.load(Ordering::Relaxed) {
                 drop(st);
-                answer(sh, origin, self.window, reply, Err(closed_error(self.window, sh.rank)));
+                answer(sh, origin, self.window, reply, Err(Error::RmaSync(closed_refusal(sh, self.window))));
                 return;
             }
             st.locks.request(origin, kind, reply)
@@ -444,7 +455,7 @@ fn find(sh: &Shared, origin: usize, frame: Frame) -> std::result::Result<Arc<Par
     match part {
         Some(part) if part.is_member[origin] => Ok(part),
         Some(_) => Err(format!("rank {origin} is not a member of window {window}")),
-        None => Err(closed_error(window, sh.rank).to_string()),
+        None => Err(closed_refusal(sh, window)),
     }
 }
 
