@@ -10,7 +10,7 @@
 //! rank's own fastmp calls (and, on tcp, in the device's progress thread).
 //!
 //! - *Nothing depends on the agent being scheduled.* Whoever gets an item first runs it: the
-//!   agent thread, or the rank itself when it polls the operation again (`Ticket::help`, from
+//!   agent's threads, or the rank itself when it polls the operation again (`Ticket::help`, from
 //!   `test`/`wait` or any other fastmp call) — so a job is correct and quick on one core and
 //!   with 16 ranks on 2 cores; the agent only adds a core where one is free.
 //! - *Soundness.* An item holds raw pointers into buffers the operation's scope keeps borrowed.
@@ -190,7 +190,7 @@ impl Queue {
         items.pop_front()
     }
 
-    /// Runs queued items until none is left (the agent thread's work, done by another thread).
+    /// Runs queued items until none is left (the agent's work, done by another thread).
     fn drain(&self) {
         while let Some(item) = self.try_pop() {
             item.try_run();
@@ -202,7 +202,7 @@ impl Queue {
     }
 }
 
-/// A process's progress agent: its queue and the thread that empties it.
+/// A process's progress agent: its queue and the threads that empty it.
 pub(crate) struct Agent {
     queue: Arc<Queue>,
 }
