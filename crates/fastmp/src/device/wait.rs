@@ -51,9 +51,20 @@ impl WaitPolicy {
 pub(crate) struct Parker {
     parked: CachePadded<AtomicBool>,
     thread: OnceLock<Thread>,
+    /// Both sides of the handshake take a `SeqCst` fence instead of the asymmetric pair
+    /// (see [`Parker::for_policy`]).
+    symmetric: bool,
 }
 
 impl Parker {
+    /// A parker for a rank waiting under `policy`. Ranks that time-share cores park often and
+    /// all at once (hundreds in one barrier), and every membarrier interrupts each CPU running
+    /// the process under one kernel-wide lock: at 256 ranks it was a fifth of start-up. There a
+    /// fence on the notifier is cheap beside the yields around it, so both sides fence.
+    pub fn for_policy(policy: WaitPolicy) -> Self {
+        Parker { symmetric: policy.time_shared(), ..Parker::default() }
+    }
+
     /// Binds the parker to the calling thread (the rank's thread).
     pub fn register_current(&self) {
         let _ = self.thread.set(std::thread::current());
@@ -62,9 +73,13 @@ impl Parker {
     /// Wakes the rank if it is parked. Call after the Release store that publishes the event.
     #[inline]
     pub fn notify(&self) {
-        // Pairs with `heavy_barrier` in `park`: either the waiter sees our event in its final
-        // check, or we see its `parked` flag (asymmetric Dekker).
-        light_barrier();
+        // Pairs with the barrier in `park`: either the waiter sees our event in its final
+        // check, or we see its `parked` flag (Dekker; asymmetric unless `symmetric`).
+        if self.symmetric {
+            fence(Ordering::SeqCst);
+        } else {
+            light_barrier();
+        }
         if self.parked.load(Ordering::Relaxed)
             && let Some(t) = self.thread.get()
         {
@@ -76,7 +91,11 @@ impl Parker {
     /// awaited event already happened.
     pub fn park(&self, ready: &mut dyn FnMut() -> bool) {
         self.parked.store(true, Ordering::Relaxed);
-        heavy_barrier();
+        if self.symmetric {
+            fence(Ordering::SeqCst);
+        } else {
+            heavy_barrier();
+        }
         if !ready() {
             std::thread::park_timeout(PARK_TIMEOUT);
         }

@@ -48,7 +48,6 @@ pub(crate) enum Liveness {
     Failed,
 }
 
-#[derive(Default)]
 struct RankShared {
     parker: Parker,
     state: CachePadded<AtomicU8>,
@@ -56,6 +55,18 @@ struct RankShared {
     /// The rings other ranks (and this one) have opened to this rank.
     inbox: Inbox,
     endpoint_taken: AtomicBool,
+}
+
+impl RankShared {
+    fn new(policy: WaitPolicy) -> Self {
+        RankShared {
+            parker: Parker::for_policy(policy),
+            state: CachePadded::default(),
+            board: Board::default(),
+            inbox: Inbox::default(),
+            endpoint_taken: AtomicBool::new(false),
+        }
+    }
 }
 
 /// Slots of each per-pair ring in a job of `np` ranks: the full [`ring::SLOTS`] up to 64 ranks,
@@ -114,13 +125,14 @@ impl ShmWorld {
     ) -> Arc<Self> {
         assert_eq!(placement.size(), np, "one placement entry per rank");
         super::wait::init_barriers();
+        let policy = WaitPolicy::for_ranks(competing_ranks.max(np));
         Arc::new(ShmWorld {
             np,
             eager_limit,
-            policy: WaitPolicy::for_ranks(competing_ranks.max(np)),
+            policy,
             rings_created: AtomicUsize::new(0),
             ring_slots: ring_slots(np),
-            ranks: (0..np).map(|_| RankShared::default()).collect(),
+            ranks: (0..np).map(|_| RankShared::new(policy)).collect(),
             placement,
             first_failure: Mutex::new(None),
             aborted: AtomicBool::new(false),

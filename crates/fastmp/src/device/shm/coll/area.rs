@@ -91,12 +91,15 @@ struct Slot {
     /// once this rank or its root claimed the copy for epoch `e`, `2e` once it is done. The one
     /// flag two ranks write, always by compare-and-swap from an older epoch.
     claim: AtomicU64,
-    /// Dissemination-barrier arrivals, one flag per round.
-    rounds: Box<[AtomicU64]>,
+    /// Barrier arrivals: the fan-in's, or the dissemination's first round.
+    arrived: AtomicU64,
+    /// The dissemination barrier's later rounds, one flag each (none where the area's barrier
+    /// is the fan-in: thousands of tiny allocations were a fifth of a 256-rank job's start-up).
+    later_rounds: Box<[AtomicU64]>,
 }
 
 impl Slot {
-    fn new(rounds: usize) -> Self {
+    fn new(later_rounds: usize) -> Self {
         Slot {
             entered: AtomicU64::new(0),
             kind: AtomicUsize::new(0),
@@ -111,8 +114,16 @@ impl Slot {
             left: AtomicU64::new(0),
             failed: AtomicU64::new(0),
             claim: AtomicU64::new(0),
-            rounds: (0..rounds).map(|_| AtomicU64::new(0)).collect(),
+            arrived: AtomicU64::new(0),
+            later_rounds: (0..later_rounds).map(|_| AtomicU64::new(0)).collect(),
         }
+    }
+}
+
+impl Slot {
+    /// The dissemination barrier's flag for round `k`.
+    fn round(&self, k: usize) -> &AtomicU64 {
+        if k == 0 { &self.arrived } else { &self.later_rounds[k - 1] }
     }
 }
 
@@ -148,6 +159,11 @@ impl NativeArea {
 
     fn barrier_rounds(np: usize) -> usize {
         np.next_power_of_two().trailing_zeros() as usize
+    }
+
+    /// Whether this area's barrier is the fan-in (ranks time-share cores), not dissemination.
+    fn fan_in_barrier(world: &ShmWorld, np: usize) -> bool {
+        world.policy.time_shared() && np > 2
     }
 
     fn slot(&self, lane: usize, p: usize) -> &Slot {
@@ -270,7 +286,7 @@ impl NativeArea {
     /// Barrier for `epoch`: dissemination while every rank has a core, else a fan-in to rank 0
     /// and its release ([`NativeArea::central_barrier`]).
     pub(crate) async fn barrier(&self, how: Waiting<'_>, epoch: u64) -> Result<()> {
-        if self.world.policy.time_shared() && self.size() > 2 {
+        if Self::fan_in_barrier(&self.world, self.size()) {
             self.central_barrier(how, epoch).await
         } else {
             self.dissemination_barrier(how, epoch).await
@@ -284,7 +300,7 @@ impl NativeArea {
     async fn central_barrier(&self, how: Waiting<'_>, epoch: u64) -> Result<()> {
         let (np, me) = (self.size(), how.me);
         let mine = self.slot(how.lane, me);
-        let flag = |s: &Slot| s.rounds[0].load(Ordering::Acquire);
+        let flag = |s: &Slot| s.arrived.load(Ordering::Acquire);
         let outcome = if me == 0 {
             let mut arrived = Ok(());
             for p in 1..np {
@@ -294,12 +310,12 @@ impl NativeArea {
                 }
             }
             if arrived.is_ok() {
-                mine.rounds[0].store(epoch, Ordering::Release);
+                mine.arrived.store(epoch, Ordering::Release);
                 self.notify(me, 0..np);
             }
             arrived
         } else {
-            mine.rounds[0].store(epoch, Ordering::Release);
+            mine.arrived.store(epoch, Ordering::Release);
             self.notify(me, 0..1);
             self.await_flag(how, 0, epoch, &flag).await
         };
@@ -315,13 +331,13 @@ impl NativeArea {
     async fn dissemination_barrier(&self, how: Waiting<'_>, epoch: u64) -> Result<()> {
         let (np, me) = (self.size(), how.me);
         let mine = self.slot(how.lane, me);
-        for (k, flag) in mine.rounds.iter().enumerate() {
+        for k in 0..Self::barrier_rounds(np) {
             let distance = 1 << k;
-            flag.store(epoch, Ordering::Release);
+            mine.round(k).store(epoch, Ordering::Release);
             let to = (me + distance) % np;
             self.notify(me, to..to + 1);
             let from = (me + np - distance % np) % np;
-            if let Err(e) = self.await_flag(how, from, epoch, &|s| s.rounds[k].load(Ordering::Acquire)).await {
+            if let Err(e) = self.await_flag(how, from, epoch, &|s| s.round(k).load(Ordering::Acquire)).await {
                 mine.failed.store(epoch, Ordering::Release);
                 self.notify(me, 0..np);
                 return Err(e);
@@ -631,11 +647,15 @@ impl ShmWorld {
             return area;
         }
         areas.retain(|_, weak| weak.strong_count() > 0);
-        let rounds = NativeArea::barrier_rounds(members.len());
+        let np = members.len();
+        let later_rounds =
+            if NativeArea::fan_in_barrier(self, np) { 0 } else { NativeArea::barrier_rounds(np).saturating_sub(1) };
         let area = Arc::new(NativeArea {
             world: Arc::clone(self),
             members: members.into(),
-            lanes: (0..LANES).map(|_| members.iter().map(|_| CachePadded::new(Slot::new(rounds))).collect()).collect(),
+            lanes: (0..LANES)
+                .map(|_| members.iter().map(|_| CachePadded::new(Slot::new(later_rounds))).collect())
+                .collect(),
         });
         areas.insert(key, Arc::downgrade(&area));
         area
@@ -667,13 +687,13 @@ mod tests {
         let world = ShmWorld::with_placement(3, 4096, Placement::single_process(3), 3);
         let area = world.native_area(0, &[0, 1, 2]);
         let (lane, epoch) = (0, 1);
-        area.slot(lane, 0).rounds[0].store(epoch, Ordering::Release);
+        area.slot(lane, 0).arrived.store(epoch, Ordering::Release);
         area.bypass(0, lane, epoch + 16, false);
         // The waiter's first read is from before rank 0 stored the flag.
         let reads = std::cell::Cell::new(0);
         let stale_first = |s: &Slot| {
             reads.set(reads.get() + 1);
-            if reads.get() == 1 { 0 } else { s.rounds[0].load(Ordering::Acquire) }
+            if reads.get() == 1 { 0 } else { s.arrived.load(Ordering::Acquire) }
         };
         assert!(matches!(area.flag_reached(lane, 0, epoch, &stale_first), Poll::Ready(Ok(()))));
         // A peer that never reached the flag and passed the lane by is still reported.
