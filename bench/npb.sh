@@ -4,6 +4,7 @@
 # the two, and print each side's median Mop/s and the ratio fastmp/reference.
 #
 # usage: bench/npb.sh [--kernels "ep is cg mg ft"] [--classes "W A"] [--np "1 2 4"] [--tcp]
+#                     [--hybrid T | --mpi-device]
 #
 #   --kernels K   kernels to run (default: ep is cg mg ft)
 #   --classes C   NPB classes (default: W A)
@@ -12,6 +13,12 @@
 #   --tcp         compare over TCP: the reference runs with `mpirun --mca btl tcp,self`, fastmp
 #                 as processes under `fastmprun --device tcp`; otherwise shared memory (Open MPI's
 #                 vader BTL beside fastmp's thread ranks on the shm device)
+#   --hybrid T    fastmp as hybrid processes of T thread ranks each (`fastmprun --device hybrid
+#                 --threads-per-process T`: shm inside a process, tcp between); the reference as
+#                 before (vader, or tcp,self with --tcp)
+#   --mpi-device  fastmp on its mpi device under the same mpirun and MPI as the reference
+#                 (`mpirun -x FASTMP_DEVICE=mpi`, fastmp-npb built with `--features mpi`); with
+#                 --tcp both run over tcp,self
 #
 # environment:
 #   REPEAT          runs per side and configuration, alternating (default 3)
@@ -35,16 +42,21 @@ kernels="ep is cg mg ft"
 classes="W A"
 nps="1 2 4"
 tcp=0
+hybrid=0
+mpi_device=0
 while [ $# -gt 0 ]; do
     case "$1" in
         --kernels) kernels="${2:?--kernels needs a list}"; shift 2 ;;
         --classes) classes="${2:?--classes needs a list}"; shift 2 ;;
         --np) nps="${2:?--np needs a list}"; shift 2 ;;
         --tcp) tcp=1; shift ;;
+        --hybrid) hybrid="${2:?--hybrid needs the threads per process}"; shift 2 ;;
+        --mpi-device) mpi_device=1; shift ;;
         -h|--help) sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p;}' "$0"; exit 0 ;;
         *) die "unknown argument $1 (see --help)" ;;
     esac
 done
+[ "$hybrid" = 0 ] || [ "$mpi_device" = 0 ] || die "--hybrid and --mpi-device exclude each other"
 repeat="${REPEAT:-3}"
 settle="${SETTLE_SECONDS:-1}"
 ref_src="${NPB_REF_SRC:-../shared/reference/npb3.4-mpi}"
@@ -74,9 +86,13 @@ for k in $kernels; do
     done
 done
 
-cargo build --release -q -p fastmp-npb
+if [ "$mpi_device" = 1 ]; then
+    cargo build --release -q -p fastmp-npb --features mpi
+else
+    cargo build --release -q -p fastmp-npb
+fi
 npb=target/release/fastmp-npb
-if [ "$tcp" = 1 ]; then
+if [ "$tcp" = 1 ] || [ "$hybrid" != 0 ]; then
     cargo build --release -q -p fastmprun
 fi
 cores=$(nproc)
@@ -88,7 +104,16 @@ trap 'rm -f "$results"' EXIT
 run_fastmp() {
     local k=$1 c=$2 np=$3 pin=compact out
     [ "$np" -gt "$cores" ] && pin=none
-    if [ "$tcp" = 1 ]; then
+    if [ "$mpi_device" = 1 ]; then
+        local bind=(--bind-to core) btl=()
+        [ "$np" -gt "$cores" ] && bind=(--oversubscribe --bind-to none)
+        [ "$tcp" = 1 ] && btl=(--mca btl tcp,self)
+        out=$(mpirun --allow-run-as-root -np "$np" "${bind[@]}" "${btl[@]}" -x FASTMP_DEVICE=mpi \
+            "$npb" "$k" --class "$c" --np "$np" --json 2>&1) || true
+    elif [ "$hybrid" != 0 ]; then
+        out=$(target/release/fastmprun -np "$np" --device hybrid --threads-per-process "$hybrid" \
+            "$npb" "$k" --class "$c" --pin "$pin" --json 2>&1) || true
+    elif [ "$tcp" = 1 ]; then
         out=$(target/release/fastmprun -np "$np" --device tcp "$npb" "$k" --class "$c" --pin "$pin" --json 2>&1) || true
     else
         out=$("$npb" "$k" --class "$c" --np "$np" --pin "$pin" --json 2>&1) || true
@@ -134,7 +159,16 @@ for k in $kernels; do
     done
 done
 
-transport=$([ "$tcp" = 1 ] && echo "tcp (fastmprun --device tcp / --mca btl tcp,self)" || echo "shared memory (shm threads / Open MPI vader)")
+reference_btl=$([ "$tcp" = 1 ] && echo "--mca btl tcp,self" || echo "vader")
+if [ "$mpi_device" = 1 ]; then
+    transport="fastmp's mpi device over the same Open MPI ($reference_btl) as the reference"
+elif [ "$hybrid" != 0 ]; then
+    transport="hybrid ($hybrid thread ranks per process, tcp between) / Open MPI processes ($reference_btl)"
+elif [ "$tcp" = 1 ]; then
+    transport="tcp (fastmprun --device tcp / --mca btl tcp,self)"
+else
+    transport="shared memory (shm threads / Open MPI vader)"
+fi
 echo "NPB kernels, $transport, medians of $repeat alternating runs; CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'), $cores cores"
 python3 - "$results" <<'PY'
 import statistics, sys
