@@ -10,6 +10,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::sync::OnceLock;
 
 use serde::{Deserialize, Serialize};
 
@@ -430,20 +431,26 @@ impl Tuning {
     /// The built-in rules measured on `device`; a job starts with its device's (overlaid with
     /// the environment's, see [`Tuning::from_env_for`]).
     pub fn defaults_for(device: DeviceKind) -> Tuning {
-        let text = match device {
-            DeviceKind::Shm => SHM_DEFAULTS,
-            DeviceKind::Tcp => TCP_DEFAULTS,
+        // Parsed once per process: every job starts from its device's table.
+        static PARSED: [OnceLock<Tuning>; 4] = [const { OnceLock::new() }; 4];
+        let (text, slot) = match device {
+            DeviceKind::Shm => (SHM_DEFAULTS, 0),
+            DeviceKind::Tcp => (TCP_DEFAULTS, 1),
             #[cfg(feature = "mpi")]
-            DeviceKind::Mpi => MPI_DEFAULTS,
-            DeviceKind::Hybrid => HYBRID_DEFAULTS,
+            DeviceKind::Mpi => (MPI_DEFAULTS, 2),
+            DeviceKind::Hybrid => (HYBRID_DEFAULTS, 3),
         };
-        let empty = Tuning {
-            rules: Collective::ALL.map(|c| vec![Rule::always(c.fallback())]),
-            kary_arity: 4,
-            hierarchical_chunk: DEFAULT_HIERARCHICAL_CHUNK,
-            cores: None,
-        };
-        empty.with_json(text).expect("built-in default tuning files are valid")
+        PARSED[slot]
+            .get_or_init(|| {
+                let empty = Tuning {
+                    rules: Collective::ALL.map(|c| vec![Rule::always(c.fallback())]),
+                    kary_arity: 4,
+                    hierarchical_chunk: DEFAULT_HIERARCHICAL_CHUNK,
+                    cores: None,
+                };
+                empty.with_json(text).expect("built-in default tuning files are valid")
+            })
+            .clone()
     }
 
     /// [`Tuning::from_env_for`] the shm device.
