@@ -454,3 +454,67 @@ fn nonblocking_argument_errors_come_from_the_start_and_use_no_operation() {
         Ok(())
     });
 }
+
+/// The nonblocking `v` collectives on MPI, with gaps between blocks: their requests keep the
+/// counts and displacements they were given (the caller's vectors may go before the wait), and
+/// their arguments are checked at the start, as the blocking twins' are.
+#[test]
+fn nonblocking_v_collectives_keep_their_counts_and_check_them_at_the_start() {
+    on_mpi("nonblocking v", |world| {
+        let (me, np) = (world.rank(), world.size());
+        let root = np - 1;
+        // Rank r's block has r + 1 elements; one element of gap after each block.
+        let counts: Vec<usize> = (0..np).map(|r| r + 1).collect();
+        let displs: Vec<usize> = (0..np).map(|r| r * (r + 1) / 2 + r).collect();
+        let total = displs[np - 1] + counts[np - 1] + 1;
+        let source: Vec<u32> = (0..total as u32).collect();
+        let mine: Vec<u32> = (0..=me as u32).map(|k| me as u32 * 100 + k).collect();
+        let at_root = if me == root { total } else { 0 };
+        let (mut scattered, mut gathered, mut everyone) =
+            (vec![SENTINEL; me + 1], vec![SENTINEL; at_root], vec![SENTINEL; total]);
+        // alltoallv: rank i sends i + 1 elements to every rank, packed; receives with gaps.
+        let send_counts = vec![me + 1; np];
+        let send_displs: Vec<usize> = (0..np).map(|j| j * (me + 1)).collect();
+        let send: Vec<u32> =
+            (0..np).flat_map(|j| (0..=me as u32).map(move |k| me as u32 * 1000 + j as u32 * 10 + k)).collect();
+        let mut exchanged = vec![SENTINEL; total];
+        world.scope(|s| {
+            let (c, d) = (counts.clone(), displs.clone());
+            let (sc, sd) = (send_counts.clone(), send_displs.clone());
+            let scatter = s.iscatterv(&source, &c, &d, &mut scattered, root)?;
+            let gather = s.igatherv(&mine, &mut gathered, &c, &d, root)?;
+            let allgather = s.iallgatherv(&mine, &mut everyone, &c, &d)?;
+            let alltoall = s.ialltoallv(&send, &sc, &sd, &mut exchanged, &c, &d)?;
+            drop((c, d, sc, sd));
+            alltoall.wait()?;
+            allgather.wait()?;
+            gather.wait()?;
+            scatter.wait().map(drop)
+        })?;
+        let block_of = |at: usize| (0..np).find(|&r| (displs[r]..displs[r] + counts[r]).contains(&at));
+        let gathered_value = |at: usize| block_of(at).map_or(SENTINEL, |r| r as u32 * 100 + (at - displs[r]) as u32);
+        check_each(&scattered, |k| (displs[me] + k) as u32, &|| format!("iscatterv on rank {me}"));
+        check_each(&everyone, gathered_value, &|| format!("iallgatherv on rank {me}"));
+        if me == root {
+            check_each(&gathered, gathered_value, &|| "igatherv at the root".into());
+        }
+        let exchanged_value =
+            |at: usize| block_of(at).map_or(SENTINEL, |i| i as u32 * 1000 + me as u32 * 10 + (at - displs[i]) as u32);
+        check_each(&exchanged, exchanged_value, &|| format!("ialltoallv on rank {me}"));
+        // Counts every rank can see are wrong: `Err` at the start, and no operation taken.
+        world.scope(|s| {
+            let err = s.iallgatherv(&mine, &mut everyone, &counts[1..], &displs[1..]).map(drop);
+            assert!(err.as_ref().is_err_and(|e| e.to_string().contains("allgatherv")), "short counts: {err:?}");
+            let err = s.ialltoallv(&send, &send_counts, &send_displs, &mut exchanged[..1], &counts, &displs).map(drop);
+            assert!(
+                err.as_ref().is_err_and(|e| e.to_string().contains("alltoallv")),
+                "a short receive buffer: {err:?}"
+            );
+            Ok::<_, fastmp::Error>(())
+        })?;
+        let mut sum = [0u64];
+        world.scope(|s| s.iallreduce(&[1u64], &mut sum, Sum)?.wait().map(drop))?;
+        assert_eq!(sum, [np as u64], "the ranks still agree on the next operation");
+        Ok(())
+    });
+}
