@@ -100,15 +100,22 @@ cores=$(nproc)
 results=$(mktemp)
 trap 'rm -f "$results"' EXIT
 
+# mpirun with np processes, bound to cores unless oversubscribed, over tcp,self with --tcp;
+# the rest of the arguments follow (the reference, and fastmp on its mpi device, alike).
+mpirun_np() {
+    local np=$1 bind=(--bind-to core) btl=()
+    shift
+    [ "$np" -gt "$cores" ] && bind=(--oversubscribe --bind-to none)
+    [ "$tcp" = 1 ] && btl=(--mca btl tcp,self)
+    mpirun --allow-run-as-root -np "$np" "${bind[@]}" "${btl[@]}" "$@"
+}
+
 # One run of each side; appends "side kernel class np mops|FAILED" to $results.
 run_fastmp() {
     local k=$1 c=$2 np=$3 pin=compact out
     [ "$np" -gt "$cores" ] && pin=none
     if [ "$mpi_device" = 1 ]; then
-        local bind=(--bind-to core) btl=()
-        [ "$np" -gt "$cores" ] && bind=(--oversubscribe --bind-to none)
-        [ "$tcp" = 1 ] && btl=(--mca btl tcp,self)
-        out=$(mpirun --allow-run-as-root -np "$np" "${bind[@]}" "${btl[@]}" -x FASTMP_DEVICE=mpi \
+        out=$(mpirun_np "$np" -x FASTMP_DEVICE=mpi \
             "$npb" "$k" --class "$c" --np "$np" --json 2>&1) || true
     elif [ "$hybrid" != 0 ]; then
         out=$(target/release/fastmprun -np "$np" --device hybrid --threads-per-process "$hybrid" \
@@ -132,10 +139,8 @@ PY
 }
 
 run_reference() {
-    local k=$1 c=$2 np=$3 out bind=(--bind-to core) btl=()
-    [ "$np" -gt "$cores" ] && bind=(--oversubscribe --bind-to none)
-    [ "$tcp" = 1 ] && btl=(--mca btl tcp,self)
-    out=$(mpirun --allow-run-as-root -np "$np" "${bind[@]}" "${btl[@]}" "$ref_dir/bin/$k.$c.x" 2>&1) || true
+    local k=$1 c=$2 np=$3 out
+    out=$(mpirun_np "$np" "$ref_dir/bin/$k.$c.x" 2>&1) || true
     python3 - "$k" "$c" "$np" "$out" >>"$results" <<'PY'
 import re, sys
 k, c, np, out = sys.argv[1:5]
