@@ -98,7 +98,7 @@ pub use error::{Error, Result};
 pub use graph::GraphComm;
 pub use group::{Group, GroupOrdering};
 pub use intercomm::{InterComm, InterRoot, InterScope};
-pub use launch::config::{Config, DEFAULT_EAGER_LIMIT, DEFAULT_TCP_EAGER_LIMIT, DeviceKind, Pin};
+pub use launch::config::{Config, DEFAULT_EAGER_LIMIT, DEFAULT_TCP_EAGER_LIMIT, DeviceKind, Pin, SameNodeLink};
 pub use launch::{init, main, processor_name, run, wtick, wtime};
 pub use machine::{Core, MachineTopology, NumaNode, topology};
 pub use mprobe::Message;

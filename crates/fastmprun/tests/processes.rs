@@ -259,7 +259,17 @@ fn free_port() -> u16 {
 
 /// Starts `size` testprog processes as the ranks of one job, without any launcher: each gets its
 /// rank and size in `rank_var`/`size_var`, plus the rendezvous and the secret.
-fn start_ranks(size: usize, (rank_var, size_var): (&str, &str), args: &[&str]) -> Vec<Running> {
+fn start_ranks(size: usize, vars: (&str, &str), args: &[&str]) -> Vec<Running> {
+    start_ranks_with(size, vars, args, &[])
+}
+
+/// As [`start_ranks`], with `env` set in every rank's environment.
+fn start_ranks_with(
+    size: usize,
+    (rank_var, size_var): (&str, &str),
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> Vec<Running> {
     let rendezvous = format!("127.0.0.1:{}", free_port());
     (0..size)
         .map(|rank| {
@@ -269,7 +279,8 @@ fn start_ranks(size: usize, (rank_var, size_var): (&str, &str), args: &[&str]) -
                 .env(rank_var, rank.to_string())
                 .env(size_var, size.to_string())
                 .env("FASTMP_RENDEZVOUS", &rendezvous)
-                .env("FASTMP_JOB_SECRET", SECRET);
+                .env("FASTMP_JOB_SECRET", SECRET)
+                .envs(env.iter().copied());
             Running::start(format!("rank {rank} of `testprog {}`", args.join(" ")), &mut command)
         })
         .collect()
@@ -301,6 +312,12 @@ fn ring_runs_unchanged_on_tcp_and_shm() {
         shm.assert_success();
         let shm_sum = ring_checksum(&shm.name, &shm.stdout, np, |_| "[shm] ".to_string());
         assert_eq!(tcp_sum, shm_sum, "the same program computed different data on tcp and shm ({np} ranks)");
+
+        let mut over_rings = fastmprun(&["-np", &np_text, "--device", "tcp", "--tag-output", TESTPROG, "ring"]);
+        let rings = run(&format!("tcp ring of {np} over shared memory"), over_rings.env("FASTMP_SAME_NODE", "shm"));
+        rings.assert_success();
+        let rings_sum = ring_checksum(&rings.name, &rings.stdout, np, |rank| format!("[{rank}] "));
+        assert_eq!(tcp_sum, rings_sum, "shared-memory links changed the data ({np} ranks)");
     }
 }
 
@@ -329,6 +346,11 @@ fn many_ranks_without_traffic_shut_down() {
     for attempt in 0..10 {
         let job = run(&format!("env of 8, attempt {attempt}"), &mut fastmprun(&["-np", "8", TESTPROG, "env"]));
         job.assert_success();
+    }
+    for attempt in 0..3 {
+        let mut launch = fastmprun(&["-np", "8", TESTPROG, "env"]);
+        launch.env("FASTMP_SAME_NODE", "shm");
+        run(&format!("env of 8 over shared memory, attempt {attempt}"), &mut launch).assert_success();
     }
 }
 
@@ -373,7 +395,19 @@ fn killed_rank_fails_the_job() {
 
 #[test]
 fn survivors_of_a_killed_rank_fail_with_a_clear_error() {
-    let ranks = finish_all(start_ranks(3, ("FASTMP_RANK", "FASTMP_SIZE"), &["die", "1"]));
+    survivors_of_a_killed_rank_fail_over("socket");
+}
+
+/// The same over shared-memory rings: the kernel closing the dead process's sockets ends the
+/// rings' streams too, also for the survivor blocked on a full ring (the 256 MiB send).
+#[test]
+fn survivors_of_a_killed_rank_fail_with_a_clear_error_over_shared_memory() {
+    survivors_of_a_killed_rank_fail_over("shm");
+}
+
+fn survivors_of_a_killed_rank_fail_over(link: &str) {
+    let env = [("FASTMP_SAME_NODE", link)];
+    let ranks = finish_all(start_ranks_with(3, ("FASTMP_RANK", "FASTMP_SIZE"), &["die", "1"], &env));
     assert_eq!(ranks[1].status.signal(), Some(libc::SIGKILL), "{:?}", ranks[1]);
     ranks[1].assert_stdout_has("rank 1: killing itself with SIGKILL");
     // Rank 2 was sending the big message to rank 1; rank 0 waited for a message from it.

@@ -92,6 +92,29 @@ impl FromStr for Pin {
     }
 }
 
+/// What carries the messages between processes of one node on the tcp and hybrid devices.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SameNodeLink {
+    /// Shared-memory rings beside each connection (the socket then carries only wake-ups and
+    /// the end of the connection): no system call per message while the receiver polls, two
+    /// copies per byte (`FASTMP_SAME_NODE=shm`). The hybrid device's default.
+    SharedMemory,
+    /// The loopback socket itself (`FASTMP_SAME_NODE=socket`). The tcp device's default, so that
+    /// it measures and behaves as TCP.
+    Socket,
+}
+
+impl FromStr for SameNodeLink {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "shm" => Ok(SameNodeLink::SharedMemory),
+            "socket" => Ok(SameNodeLink::Socket),
+            other => Err(Error::InvalidArgument(format!("FASTMP_SAME_NODE={other}: expected 'shm' or 'socket'"))),
+        }
+    }
+}
+
 /// Builder for a job's launch settings.
 ///
 /// ```
@@ -114,6 +137,8 @@ pub struct Config {
     /// This process's place in a multi-process job (tcp), from the launcher's environment.
     pub(crate) process: Option<ProcessPlace>,
     pub(crate) sockets: SocketOptions,
+    /// Between processes of one node (`None`: the device's default, see [`SameNodeLink`]).
+    pub(crate) same_node: Option<SameNodeLink>,
     /// Whether the tcp device runs a progress thread (see [`Config::progress_thread`]).
     pub(crate) progress_thread: bool,
     /// Whether nonblocking collectives hand bulk copies to the process's progress agent
@@ -276,6 +301,7 @@ impl Config {
             tuning: None,
             process: None,
             sockets: SocketOptions::default(),
+            same_node: None,
             progress_thread: false,
             progress_agent: Some(false),
             threads_per_process: None,
@@ -294,7 +320,8 @@ impl Config {
     /// `FASTMP_STACK_SIZE` (bytes per rank thread), `FASTMP_TCP_SNDBUF`/`FASTMP_TCP_RCVBUF`
     /// (socket buffer bytes), `FASTMP_TCP_PACE` (tcp: long payloads handed to the kernel in
     /// fragments of this many bytes, at least 16384; 0 or unset: off), `FASTMP_PROGRESS_THREAD` (`1`: see [`Config::progress_thread`]),
-    /// `FASTMP_PROGRESS_AGENT` (`1`, `0`, the default, or `auto`: see [`Config::progress_agent`]).
+    /// `FASTMP_PROGRESS_AGENT` (`1`, `0`, the default, or `auto`: see [`Config::progress_agent`]),
+    /// `FASTMP_SAME_NODE` (`shm` or `socket`: see [`SameNodeLink`]).
     /// Unset variables keep the defaults of [`Config::new`].
     ///
     /// A process started by a launcher is one rank of a multi-process job: its rank and size come
@@ -335,6 +362,9 @@ impl Config {
         c.sockets.recv_buffer = env_parse::<usize>("FASTMP_TCP_RCVBUF")?;
         c.sockets.pace = env_parse::<usize>("FASTMP_TCP_PACE")?;
         c.sockets.check_pace()?;
+        if let Some(link) = env_parse::<SameNodeLink>("FASTMP_SAME_NODE")? {
+            c.same_node = Some(link);
+        }
         if let Some(limit) = env_parse::<usize>("FASTMP_EAGER_LIMIT")? {
             c.eager_limit = Some(limit);
         }
@@ -406,6 +436,31 @@ impl Config {
     pub fn progress_agent_auto(mut self) -> Self {
         self.progress_agent = None;
         self
+    }
+
+    /// What carries messages between processes of one node on the tcp and hybrid devices
+    /// (default: shared memory on hybrid, the socket on tcp).
+    ///
+    /// ```
+    /// use fastmp::{Config, DeviceKind, SameNodeLink};
+    /// let config = Config::new().device(DeviceKind::Tcp).np(2).same_node_link(SameNodeLink::SharedMemory);
+    /// let sums = config.run(|world| {
+    ///     let mut sum = [0u64];
+    ///     world.allreduce(&[world.rank() as u64 + 1], &mut sum, fastmp::op::Sum)?;
+    ///     Ok(sum[0])
+    /// })?;
+    /// assert_eq!(sums, vec![3, 3]);
+    /// # Ok::<(), fastmp::Error>(())
+    /// ```
+    pub fn same_node_link(mut self, link: SameNodeLink) -> Self {
+        self.same_node = Some(link);
+        self
+    }
+
+    /// The socket options of the tcp mesh, with this job's same-node link.
+    pub(crate) fn mesh_sockets(&self) -> SocketOptions {
+        let default = if self.device == DeviceKind::Hybrid { SameNodeLink::SharedMemory } else { SameNodeLink::Socket };
+        SocketOptions { shm_rings: self.same_node.unwrap_or(default) == SameNodeLink::SharedMemory, ..self.sockets }
     }
 
     /// Options of the tcp device's endpoints.

@@ -105,7 +105,7 @@ pub(super) fn run_loopback_mesh<R: Send>(
             rendezvous,
             secret: secret.clone(),
             deadline,
-            sockets: config.sockets,
+            sockets: config.mesh_sockets(),
             site: site.clone(),
         };
         let endpoint = bootstrap.connect().and_then(|mesh| TcpEndpoint::new(rank, mesh, config.tcp_options()));
@@ -171,7 +171,7 @@ impl Config {
             rendezvous: rendezvous_from_env(place)?,
             secret: secret_from_env(place)?,
             deadline: Instant::now() + connect_timeout()?,
-            sockets: self.sockets,
+            sockets: self.mesh_sockets(),
             site: Site::of_this_process()?,
         };
         let mesh = bootstrap.connect()?;

@@ -16,6 +16,7 @@ use serde::{Deserialize, Serialize};
 use socket2::{SockRef, TcpKeepalive};
 
 use super::handshake::{self, JobSecret, Role};
+use super::shm_ring::{self, ShmRings};
 use crate::device::{Placement, lock_ignoring_poison};
 use crate::error::{Error, Result};
 
@@ -49,6 +50,8 @@ pub(crate) struct SocketOptions {
     pub recv_buffer: Option<usize>,
     /// Pacing fragment of long payloads in bytes (`FASTMP_TCP_PACE`; 0 or unset: off), see `tx`.
     pub pace: Option<usize>,
+    /// Offer and accept shared-memory rings to and from ranks on this node (see `link`).
+    pub shm_rings: bool,
 }
 
 /// Smallest pacing fragment: smaller ones would cost a system call per few segments.
@@ -106,6 +109,8 @@ pub(crate) struct Bootstrap {
 pub(crate) struct Mesh {
     /// `streams[p]` leads to rank `p` (`None` for this rank).
     pub streams: Vec<Option<TcpStream>>,
+    /// `rings[p]`: the shared-memory rings agreed with rank `p` on this node, if any.
+    pub(super) rings: Vec<Option<ShmRings>>,
     /// Built from every rank's [`Site`]: the same on every rank.
     pub placement: Placement,
 }
@@ -170,6 +175,36 @@ fn truncated(mut text: String, max: usize) -> String {
     text
 }
 
+/// A lower rank's proposal to a higher one on its node, once the mesh is up.
+#[derive(Serialize, Deserialize, Debug)]
+enum RingOffer {
+    /// Keep the data on the socket.
+    Socket,
+    /// Map this segment (rings of `capacity` bytes each).
+    Segment { path: String, capacity: u64 },
+}
+
+/// The higher rank's answer to a [`RingOffer::Segment`].
+#[derive(Serialize, Deserialize, Debug)]
+struct RingAnswer {
+    mapped: bool,
+}
+
+/// Segment files offered and not yet unlinked (unlinked on every way out).
+struct Offered(Vec<(usize, ShmRings, String)>);
+
+impl Drop for Offered {
+    fn drop(&mut self) {
+        for (_, _, path) in &self.0 {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
+fn stream_to(streams: &mut [Option<TcpStream>], p: usize) -> &mut TcpStream {
+    streams[p].as_mut().expect("the mesh connects every pair of ranks")
+}
+
 /// Sent by a connecting rank right after the handshake.
 #[derive(Serialize, Deserialize, Debug)]
 struct Hello {
@@ -222,7 +257,7 @@ impl Bootstrap {
         }
         let mut streams: Vec<Option<TcpStream>> = (0..self.size).map(|_| None).collect();
         if self.size == 1 {
-            return Ok(Mesh { streams, placement: Placement::single_process(1) });
+            return Ok(Mesh { streams, rings: vec![None], placement: Placement::single_process(1) });
         }
         let table = match &self.rendezvous {
             Rendezvous::Listen(listener) => self.serve_rendezvous(listener, &mut streams)?,
@@ -231,7 +266,51 @@ impl Bootstrap {
         for s in streams.iter().flatten() {
             configure(s, self.sockets)?;
         }
-        Ok(Mesh { streams, placement: table.placement() })
+        let rings = self.same_node_rings(&mut streams, &table)?;
+        Ok(Mesh { streams, rings, placement: table.placement() })
+    }
+
+    /// Agrees with every peer on this node whether their connection runs over shared-memory
+    /// rings (see `link`): the lower rank offers a segment (or nothing, where rings are off or
+    /// cannot be made), the higher answers whether it mapped it. Always exchanged, so ranks
+    /// whose settings differ still agree, and a node where `/dev/shm` is missing or foreign
+    /// (containers sharing a host name) falls back to the socket.
+    fn same_node_rings(&self, streams: &mut [Option<TcpStream>], table: &Table) -> Result<Vec<Option<ShmRings>>> {
+        let node = &table.sites[self.rank].node;
+        let local: Vec<usize> = (0..self.size).filter(|&p| p != self.rank && table.sites[p].node == *node).collect();
+        let mut rings: Vec<Option<ShmRings>> = (0..self.size).map(|_| None).collect();
+        let capacity = shm_ring::capacity_for(local.len());
+        let failed =
+            |p: usize, e: std::io::Error| Error::other(format!("tcp start-up: ring agreement with rank {p}: {e}"));
+        let mut offered = Offered(Vec::new());
+        for &p in local.iter().filter(|&&p| p > self.rank) {
+            let segment = if self.sockets.shm_rings { ShmRings::create(capacity).ok() } else { None };
+            let offer = match segment {
+                Some((rings, path)) => {
+                    offered.0.push((p, rings, path.clone()));
+                    RingOffer::Segment { path, capacity: capacity as u64 }
+                }
+                None => RingOffer::Socket,
+            };
+            write_message(stream_to(streams, p), &offer).map_err(|e| failed(p, e))?;
+        }
+        for &p in local.iter().filter(|&&p| p < self.rank) {
+            let stream = stream_to(streams, p);
+            let offer: RingOffer = read_message(stream, self.deadline, MAX_HELLO).map_err(|e| failed(p, e))?;
+            // Only a segment offer waits for an answer.
+            if let RingOffer::Segment { path, capacity } = offer {
+                rings[p] = if self.sockets.shm_rings { ShmRings::open(&path, capacity as usize).ok() } else { None };
+                write_message(stream, &RingAnswer { mapped: rings[p].is_some() }).map_err(|e| failed(p, e))?;
+            }
+        }
+        for (p, segment, path) in std::mem::take(&mut offered.0) {
+            let answer: std::io::Result<RingAnswer> = read_message(stream_to(streams, p), self.deadline, MAX_HELLO);
+            let _ = std::fs::remove_file(&path);
+            if answer.map_err(|e| failed(p, e))?.mapped {
+                rings[p] = Some(segment);
+            }
+        }
+        Ok(rings)
     }
 
     /// Rank 0: collects every other rank's hello, answers with the table; those connections

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use super::bootstrap::Mesh;
 use super::frame::{self, Accept, Frame};
+use super::link::Link;
 use super::progress::input_loop;
 use super::rx::Rx;
 use super::state::{self, Body, PeerState, RecvPhase, RecvReq, Req, SendPhase, SendReq, State};
@@ -61,8 +62,9 @@ impl Drop for InputThread {
 impl TcpEndpoint {
     /// Wraps the connected mesh of rank `rank` and starts the input-handler thread.
     pub(crate) fn new(rank: usize, mesh: Mesh, options: TcpOptions) -> Result<Self> {
-        let Mesh { streams, placement } = mesh;
+        let Mesh { streams, mut rings, placement } = mesh;
         let size = streams.len();
+        let shm_links = rings.iter().any(Option::is_some);
         let mut peers = Vec::with_capacity(size);
         for (p, s) in streams.into_iter().enumerate() {
             peers.push(match s {
@@ -71,10 +73,13 @@ impl TcpEndpoint {
                     stream.set_nonblocking(true).map_err(|e| io_error("could not make a socket non-blocking", e))?;
                     // The bootstrap authenticated this connection as rank `p`'s; ranks fit 32 bits.
                     let accept = Accept { max_eager: options.eager_limit as u64, source: p as u32, dest: rank as u32 };
+                    let ring = rings[p].take();
+                    // Pacing is about the kernel's send queue; rings have none.
+                    let pace = if ring.is_some() { 0 } else { options.pace };
                     Some(Peer {
-                        stream,
+                        link: Link::new(stream, ring),
                         rx: Mutex::new(Rx::new(accept)),
-                        tx: Mutex::new(Tx::paced(options.pace)),
+                        tx: Mutex::new(Tx::paced(pace)),
                         tx_busy: AtomicBool::new(false),
                         closed: AtomicBool::new(false),
                         write_shut: AtomicBool::new(false),
@@ -112,6 +117,7 @@ impl TcpEndpoint {
             windows: Default::default(),
             rma_served: AtomicU64::new(0),
             waker: std::sync::OnceLock::new(),
+            shm_links,
         });
         let input_shared = shared.clone();
         let input = std::thread::Builder::new()
@@ -148,7 +154,7 @@ impl TcpEndpoint {
             std::thread::sleep(Duration::from_millis(1));
         }
         for p in sh.peer_ranks() {
-            let _ = sh.peer(p).stream.shutdown(Shutdown::Both);
+            sh.peer(p).link.shutdown(Shutdown::Both);
         }
         self.stop_input();
         job

@@ -28,6 +28,7 @@ pub(crate) mod frame;
 mod frame_props;
 pub(crate) mod fuzzing;
 pub(crate) mod handshake;
+mod link;
 mod one_sided;
 #[cfg(test)]
 mod one_sided_tests;
@@ -36,12 +37,12 @@ mod paced_tests;
 mod progress;
 mod protocol;
 mod rx;
+mod shm_ring;
 mod state;
 #[cfg(test)]
 mod tests;
 mod tx;
 
-use std::net::TcpStream;
 use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex};
@@ -55,7 +56,7 @@ use tx::Tx;
 
 /// One connection to a peer.
 struct Peer {
-    stream: TcpStream,
+    link: link::Link,
     rx: Mutex<Rx>,
     tx: Mutex<Tx>,
     /// The tx queue is not empty (lets progress skip the lock when there is nothing to write).
@@ -115,6 +116,8 @@ struct Shared {
     rma_served: AtomicU64,
     /// Who else to tell when waiters are woken (see [`Waker`]); set once, by a hybrid rank.
     waker: std::sync::OnceLock<Waker>,
+    /// Some connections run over shared-memory rings (see `link`).
+    shm_links: bool,
 }
 
 /// Told whenever the endpoint wakes its waiters: with the job's failure once it is aborted.

@@ -512,7 +512,7 @@ impl Shared {
             return;
         }
         let mut tx = lock(&peer.tx);
-        let result = tx.send_owned(&peer.stream, self.header_to(p, frame), payload, None, &mut |id| self.sent(id));
+        let result = tx.send_owned(&peer.link, self.header_to(p, frame), payload, None, &mut |id| self.sent(id));
         peer.tx_busy.store(!tx.is_empty(), Ordering::Release);
         drop(tx);
         if let Err(e) = result {
@@ -734,7 +734,7 @@ impl TcpWindow {
         // SAFETY: forwarded from the caller; the request lives until written or released (release
         // detaches the bytes under the tx lock).
         let result =
-            unsafe { tx.send_borrowed(&peer.stream, sh.header_to(w, frame), data, len, id, &mut |d| sh.sent(d)) };
+            unsafe { tx.send_borrowed(&peer.link, sh.header_to(w, frame), data, len, id, &mut |d| sh.sent(d)) };
         peer.tx_busy.store(!tx.is_empty(), Ordering::Release);
         drop(tx);
         if let Err(e) = result {

@@ -7,7 +7,7 @@
 //! sides have their own locks, taken with `try_lock` by whoever progresses.
 
 use std::cell::Cell;
-use std::net::{Shutdown, TcpStream};
+use std::net::Shutdown;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -23,7 +23,7 @@ use crate::device::{Failure, RawStatus, ReqId, lock_ignoring_poison as lock};
 use crate::error::Result;
 
 /// How a frame goes into a connection's `Tx` (at once, or held back).
-type TxSend = fn(&mut Tx, &TcpStream, Header, &[u8], &mut dyn FnMut(ReqId)) -> std::io::Result<()>;
+type TxSend = fn(&mut Tx, &super::link::Link, Header, &[u8], &mut dyn FnMut(ReqId)) -> std::io::Result<()>;
 
 /// How long the input thread rests while a user thread polls, before looking again.
 const IDLE_CHECK: Duration = Duration::from_millis(1);
@@ -82,7 +82,7 @@ impl Shared {
             return true;
         }
         let mut tx = lock(&peer.tx);
-        let result = send(&mut tx, &peer.stream, self.header_to(p, frame), payload, &mut |id| self.sent(id));
+        let result = send(&mut tx, &peer.link, self.header_to(p, frame), payload, &mut |id| self.sent(id));
         peer.tx_busy.store(!tx.is_empty(), Ordering::Release);
         drop(tx);
         match result {
@@ -139,7 +139,7 @@ impl Shared {
             }
             if let Ok(mut rx) = peer.rx.try_lock() {
                 // Errors and ends are found again (and reported) by the next regular round.
-                let _ = rx.pump(&peer.stream, &mut PeerHandler { sh: self, peer: q, notable: false });
+                let _ = rx.pump(&peer.link, &mut PeerHandler { sh: self, peer: q, notable: false });
             }
         }
         READING.set(false);
@@ -161,7 +161,7 @@ impl Shared {
         // Shut our side even if the peer's EOF is already here: it waits for ours.
         let exited = lock(&self.state).peers[p] == PeerState::Exited;
         if exited && !peer.tx_busy.load(Ordering::Acquire) && !peer.write_shut.swap(true, Ordering::AcqRel) {
-            let _ = peer.stream.shutdown(Shutdown::Write);
+            peer.link.shutdown(Shutdown::Write);
         }
         peer.closed.load(Ordering::Acquire)
     }
@@ -183,7 +183,7 @@ impl Shared {
             if peer.tx_busy.load(Ordering::Acquire)
                 && let Ok(mut tx) = peer.tx.try_lock()
             {
-                let result = tx.flush(&peer.stream, &mut |id| self.sent(id));
+                let result = tx.flush(&peer.link, &mut |id| self.sent(id));
                 peer.tx_busy.store(!tx.is_empty(), Ordering::Release);
                 drop(tx);
                 if let Err(e) = result {
@@ -196,7 +196,7 @@ impl Shared {
             }
             let Ok(mut rx) = peer.rx.try_lock() else { continue };
             let mut handler = PeerHandler { sh: self, peer: p, notable: false };
-            let pumped = rx.pump(&peer.stream, &mut handler);
+            let pumped = rx.pump(&peer.link, &mut handler);
             notable |= handler.notable;
             match pumped {
                 Ok(Pumped::Drained(m)) => moved |= m,
@@ -303,6 +303,8 @@ impl Shared {
 /// when it is the progress thread).
 pub(super) fn input_loop(sh: &Shared) {
     let mut fds: Vec<libc::pollfd> = Vec::with_capacity(sh.size + 1);
+    // The peer of each `fds` entry after the first (the wake-up eventfd).
+    let mut polled: Vec<usize> = Vec::with_capacity(sh.size);
     let mut last_polls = u64::MAX;
     while !sh.stop.load(Ordering::Acquire) {
         // Rest while a user thread progresses by itself (spinning in a wait, or calling in
@@ -317,17 +319,33 @@ pub(super) fn input_loop(sh: &Shared) {
             continue;
         }
         fds.clear();
+        polled.clear();
         fds.push(libc::pollfd { fd: sh.wake_fd.as_raw_fd(), events: libc::POLLIN, revents: 0 });
+        // Shared-memory links with bytes (or space) already waiting make this poll a quick look.
+        let mut waiting = false;
         for p in sh.peer_ranks() {
             let peer = sh.peer(p);
-            let input = if peer.closed.load(Ordering::Acquire) { 0 } else { libc::POLLIN };
-            let output = if peer.tx_busy.load(Ordering::Acquire) { libc::POLLOUT } else { 0 };
-            if input | output != 0 {
-                fds.push(libc::pollfd { fd: peer.stream.as_raw_fd(), events: input | output, revents: 0 });
+            let plan = peer.link.plan_poll(!peer.closed.load(Ordering::Acquire), peer.tx_busy.load(Ordering::Acquire));
+            waiting |= plan.ready;
+            if plan.events != 0 {
+                fds.push(libc::pollfd { fd: peer.link.socket().as_raw_fd(), events: plan.events, revents: 0 });
+                polled.push(p);
             }
         }
+        let timeout = if waiting { 0 } else { POLL_TIMEOUT_MS };
         // SAFETY: `fds` is a live array of `fds.len()` pollfd structs.
-        let ready = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, POLL_TIMEOUT_MS) };
+        let mut ready = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout) };
+        if sh.shm_links {
+            for p in sh.peer_ranks() {
+                sh.peer(p).link.disarm();
+            }
+            for (fd, &p) in fds[1..].iter().zip(&polled) {
+                if fd.revents != 0 {
+                    sh.peer(p).link.take_doorbells();
+                }
+            }
+            ready += i32::from(waiting);
+        }
         if ready > 0 && fds[0].revents != 0 {
             let mut sink = 0u64;
             // SAFETY: reads 8 bytes into a live u64 from our eventfd (drains the wake-ups).

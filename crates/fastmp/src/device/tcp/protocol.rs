@@ -212,7 +212,7 @@ impl PeerHandler<'_> {
             Some(data) => {
                 let data = std::mem::take(data);
                 drop(st);
-                tx.send_owned(&peer.stream, sh.header_to(p, data_frame), data, Some(id), &mut |done| sh.sent(done))
+                tx.send_owned(&peer.link, sh.header_to(p, data_frame), data, Some(id), &mut |done| sh.sent(done))
             }
             None => {
                 let (ptr, len) = (s.buf, s.len);
@@ -220,7 +220,7 @@ impl PeerHandler<'_> {
                 // SAFETY: the send request is live and not detached, so its buffer stays valid
                 // until `sent` completes it or release detaches it under this tx lock.
                 unsafe {
-                    tx.send_borrowed(&peer.stream, sh.header_to(p, data_frame), ptr, len, id, &mut |done| sh.sent(done))
+                    tx.send_borrowed(&peer.link, sh.header_to(p, data_frame), ptr, len, id, &mut |done| sh.sent(done))
                 }
             }
         };

@@ -15,10 +15,9 @@
 //! own transmissions and reach the receiver out of order, and each reordering costs a spurious
 //! fast retransmit that halves the window; paced, there were none (`nstat`).
 
+use super::link::Link;
 use std::collections::VecDeque;
 use std::io::{self, IoSlice, Write};
-use std::net::TcpStream;
-use std::os::fd::AsRawFd;
 
 use super::frame::{HEADER_LEN, Header};
 use crate::device::ReqId;
@@ -87,7 +86,7 @@ impl Tx {
     /// and every synchronisation sends a frame): many small operations then cost one write.
     pub(super) fn send_corked(
         &mut self,
-        stream: &TcpStream,
+        stream: &Link,
         header: Header,
         payload: &[u8],
         done: &mut dyn FnMut(ReqId),
@@ -120,7 +119,7 @@ impl Tx {
     /// completed on the way; `done` hears of their requests.
     pub(super) fn send_copied(
         &mut self,
-        stream: &TcpStream,
+        stream: &Link,
         header: Header,
         payload: &[u8],
         done: &mut dyn FnMut(ReqId),
@@ -159,7 +158,7 @@ impl Tx {
     /// returns.
     pub(super) unsafe fn send_borrowed(
         &mut self,
-        stream: &TcpStream,
+        stream: &Link,
         header: Header,
         ptr: *const u8,
         len: usize,
@@ -180,7 +179,7 @@ impl Tx {
     /// if given.
     pub(super) fn send_owned(
         &mut self,
-        stream: &TcpStream,
+        stream: &Link,
         header: Header,
         data: Vec<u8>,
         completes: Option<ReqId>,
@@ -203,7 +202,7 @@ impl Tx {
     }
 
     /// Writes queued frames until the socket is full; `done` hears of each completed request.
-    pub(super) fn flush(&mut self, stream: &TcpStream, done: &mut dyn FnMut(ReqId)) -> io::Result<()> {
+    pub(super) fn flush(&mut self, stream: &Link, done: &mut dyn FnMut(ReqId)) -> io::Result<()> {
         self.uncork();
         while let Some(q) = self.queue.front_mut() {
             let body = q.body.bytes();
@@ -229,27 +228,19 @@ impl Tx {
 /// pacing fragment `pace`: everything when pacing is off or at most one fragment is left, one
 /// more fragment when the send queue holds less than one, else nothing yet. Never ends inside
 /// the header.
-fn paced_end(stream: &TcpStream, pace: usize, written: usize, total: usize) -> usize {
+fn paced_end(stream: &Link, pace: usize, written: usize, total: usize) -> usize {
     if pace == 0 || total - written <= pace {
         return total;
     }
-    match send_queue_len(stream) {
+    match stream.send_queue_len() {
         Some(queued) if queued >= pace => written,
         _ => (written + pace).clamp(HEADER_LEN, total),
     }
 }
 
-/// Bytes in the socket's send queue, unacknowledged or not yet sent (`None` if unknown).
-fn send_queue_len(stream: &TcpStream) -> Option<usize> {
-    let mut queued: libc::c_int = 0;
-    // SAFETY: `TIOCOUTQ` (`SIOCOUTQ`) writes one int through the pointer, which is live.
-    let rc = unsafe { libc::ioctl(stream.as_raw_fd(), libc::TIOCOUTQ, &raw mut queued) };
-    (rc == 0).then(|| usize::try_from(queued).unwrap_or(0))
-}
-
 /// Writes `header ++ body` from offset `from` without blocking; returns the bytes written
 /// (0 if the socket is full).
-fn write_parts(mut stream: &TcpStream, header: &[u8; HEADER_LEN], body: &[u8], from: usize) -> io::Result<usize> {
+fn write_parts(mut stream: &Link, header: &[u8; HEADER_LEN], body: &[u8], from: usize) -> io::Result<usize> {
     let total = HEADER_LEN + body.len();
     let mut at = from;
     while at < total {
@@ -288,6 +279,7 @@ mod tests {
         let writer = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
         let (mut reader, _) = listener.accept().unwrap();
         writer.set_nonblocking(true).unwrap();
+        let writer = Link::new(writer, None);
         let mut tx = Tx::default();
         let mut done = |_| {};
         tx.send_corked(&writer, eager(1, 2), &[1, 1], &mut done).unwrap();
