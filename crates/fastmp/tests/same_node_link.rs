@@ -1,5 +1,5 @@
-//! Shared-memory links between processes of one node (`SameNodeLink::SharedMemory`): the tcp
-//! device's byte streams through rings beside each socket. In one test process every rank is on
+//! Shared-memory links between processes of one node (`SameNodeLink::SharedMemory`, opt-in):
+//! the tcp device's byte streams through rings beside each socket. In one test process every rank is on
 //! this node, so every connection takes a ring: messages of every protocol, rings filled by
 //! sends nobody receives yet, wildcards, threads and collectives must behave as over sockets.
 
@@ -141,13 +141,13 @@ fn collectives_and_threads_run_over_shared_memory_links() {
         .unwrap();
 }
 
-/// Which link each device takes by default, and that `Socket` keeps the data off rings.
+/// Sockets are the default on both devices; `SharedMemory` maps rings on hybrid too.
 #[test]
-fn hybrid_takes_rings_by_default_and_tcp_its_sockets() {
+fn rings_are_taken_only_when_asked_for() {
     let _serial = serial();
     let maps = |config: Config| config.run(|_| Ok(mapped_rings() > 0)).unwrap();
-    assert!(maps(Config::new().device(DeviceKind::Hybrid).np(4).threads_per_process(2)).iter().all(|&m| m));
+    let hybrid = || Config::new().device(DeviceKind::Hybrid).np(4).threads_per_process(2);
+    assert!(maps(hybrid().same_node_link(SameNodeLink::SharedMemory)).iter().all(|&m| m));
+    assert!(!maps(hybrid()).iter().any(|&m| m));
     assert!(!maps(Config::new().device(DeviceKind::Tcp).np(2)).iter().any(|&m| m));
-    let socket = Config::new().device(DeviceKind::Hybrid).np(4).threads_per_process(2);
-    assert!(!maps(socket.same_node_link(SameNodeLink::Socket)).iter().any(|&m| m));
 }

@@ -97,10 +97,11 @@ impl FromStr for Pin {
 pub enum SameNodeLink {
     /// Shared-memory rings beside each connection (the socket then carries only wake-ups and
     /// the end of the connection): no system call per message while the receiver polls, two
-    /// copies per byte (`FASTMP_SAME_NODE=shm`). The hybrid device's default.
+    /// copies per byte (`FASTMP_SAME_NODE=shm`).
     SharedMemory,
-    /// The loopback socket itself (`FASTMP_SAME_NODE=socket`). The tcp device's default, so that
-    /// it measures and behaves as TCP.
+    /// The loopback socket itself (`FASTMP_SAME_NODE=socket`), the default: shared memory is
+    /// opt-in until abandoned hierarchical collectives stop hanging over it (see the README's
+    /// "Not yet built").
     Socket,
 }
 
@@ -137,7 +138,7 @@ pub struct Config {
     /// This process's place in a multi-process job (tcp), from the launcher's environment.
     pub(crate) process: Option<ProcessPlace>,
     pub(crate) sockets: SocketOptions,
-    /// Between processes of one node (`None`: the device's default, see [`SameNodeLink`]).
+    /// Between processes of one node (`None`: the default, [`SameNodeLink::Socket`]).
     pub(crate) same_node: Option<SameNodeLink>,
     /// Whether the tcp device runs a progress thread (see [`Config::progress_thread`]).
     pub(crate) progress_thread: bool,
@@ -439,7 +440,7 @@ impl Config {
     }
 
     /// What carries messages between processes of one node on the tcp and hybrid devices
-    /// (default: shared memory on hybrid, the socket on tcp).
+    /// (default: the socket).
     ///
     /// ```
     /// use fastmp::{Config, DeviceKind, SameNodeLink};
@@ -459,8 +460,7 @@ impl Config {
 
     /// The socket options of the tcp mesh, with this job's same-node link.
     pub(crate) fn mesh_sockets(&self) -> SocketOptions {
-        let default = if self.device == DeviceKind::Hybrid { SameNodeLink::SharedMemory } else { SameNodeLink::Socket };
-        SocketOptions { shm_rings: self.same_node.unwrap_or(default) == SameNodeLink::SharedMemory, ..self.sockets }
+        SocketOptions { shm_rings: self.same_node == Some(SameNodeLink::SharedMemory), ..self.sockets }
     }
 
     /// Options of the tcp device's endpoints.
