@@ -43,6 +43,9 @@ pub(crate) struct Engine {
     /// Set while polling: calls made from inside a stage (device waits, user reduction ops)
     /// must not poll the futures again.
     polling: Cell<bool>,
+    /// Set while `finish_scope` drops unfinished operations: their runs tell the device's
+    /// collectives that they are abandoned, not over.
+    abandoning: Cell<bool>,
     /// Memory of finished operations' futures, for the next ones (`Scope::start_collective`
     /// boxes each operation in it, and drops one that finished at its first poll there).
     pub(crate) pool: FuturePool,
@@ -57,6 +60,12 @@ impl Engine {
     /// Whether the caller runs inside a stage of a nonblocking collective.
     pub(crate) fn is_polling(&self) -> bool {
         self.polling.get()
+    }
+
+    /// Whether the operations being dropped now are abandoned unfinished (see
+    /// [`Engine::finish_scope`]).
+    pub(crate) fn is_abandoning(&self) -> bool {
+        self.abandoning.get()
     }
 
     /// Registers `schedule` (already polled once, by the caller) for `scope`.
@@ -83,6 +92,9 @@ impl Engine {
         if self.is_idle() || self.polling.replace(true) {
             return;
         }
+        // Operations finishing here were not abandoned, even while an abandoned one's drop
+        // waits for its peers and so drives the others.
+        let abandoning = self.abandoning.replace(false);
         let mut cx = Context::from_waker(Waker::noop());
         let mut index = 0;
         loop {
@@ -107,6 +119,7 @@ impl Engine {
             }
         }
         self.entries.borrow_mut().retain(|e| !(e.detached && e.outcome.is_some()));
+        self.abandoning.set(abandoning);
         self.polling.set(false);
     }
 
@@ -146,8 +159,12 @@ impl Engine {
         let dropped: Vec<Entry> = self.entries.borrow_mut().extract_if(.., |e| e.scope == scope).collect();
         let abandoned = dropped.iter().filter(|e| e.outcome.is_none()).count();
         self.unfinished.set(self.unfinished.get() - abandoned);
-        // Dropping the futures here, outside the list's borrow, releases their requests.
+        // Dropping the futures here, outside the list's borrow, releases their requests; the
+        // unfinished ones' peers are told not to wait for the parts this rank never entered
+        // (a process peer may be waiting in one while this rank waits for it in another).
+        self.abandoning.set(abandoned > 0);
         drop(dropped);
+        self.abandoning.set(false);
     }
 }
 

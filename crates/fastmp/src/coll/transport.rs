@@ -106,6 +106,9 @@ struct Traced {
 impl Drop for Run<'_> {
     fn drop(&mut self) {
         if let Some(collectives) = self.collectives {
+            if self.process.engine.is_abandoning() {
+                collectives.provider().abandoned(self.seq);
+            }
             collectives.provider().finished(self.seq);
         }
         if let Some(traced) = &self.traced {
@@ -518,8 +521,8 @@ impl<'c> Run<'c> {
 /// `count` operation numbers of a level communicator, taken together when a hierarchical
 /// operation starts, so that every member numbers the level's operations alike however the
 /// parent's nonblocking operations interleave. Each becomes a [`Run`] when its step starts;
-/// numbers never used are reported finished on drop (a failed or abandoned operation), so the
-/// device's collectives never wait for them.
+/// numbers never used are reported abandoned and finished on drop (a failed or abandoned
+/// operation), so the device's collectives, and peers waiting in them, never wait for them.
 pub(crate) struct LevelRuns<'c> {
     comm: &'c Comm,
     blocking: bool,
@@ -571,7 +574,11 @@ impl LevelRuns<'_> {
 impl Drop for LevelRuns<'_> {
     fn drop(&mut self) {
         if let Some(collectives) = self.comm.collectives.as_deref() {
-            (self.next.get()..self.end).for_each(|seq| collectives.provider().finished(seq));
+            // Never started: the operation failed or was dropped before reaching them.
+            (self.next.get()..self.end).for_each(|seq| {
+                collectives.provider().abandoned(seq);
+                collectives.provider().finished(seq);
+            });
         }
     }
 }

@@ -140,6 +140,10 @@ impl CollectiveProvider for Provider {
         on_provider!(self, p => p.bypassed(seq, dispatch))
     }
 
+    fn abandoned(&self, seq: u64) {
+        on_provider!(self, p => p.abandoned(seq))
+    }
+
     #[inline]
     fn calls_now(&self) -> bool {
         on_provider!(self, p => p.calls_now())
@@ -299,6 +303,12 @@ pub(crate) trait CollectiveProvider {
     /// must fail instead of waiting for this rank. [`EVERY_DISPATCH`]: the whole operation
     /// (every choice up to the last a provider numbers) never runs on this rank.
     fn bypassed(&self, seq: u64, dispatch: u64);
+
+    /// Collective `seq` is given up on this rank before its end (a nonblocking operation dropped
+    /// unfinished, or a level operation never started): peers waiting for it in a part this
+    /// rank never entered must fail, and be woken, instead of waiting for this rank. Called
+    /// before [`Self::finished`]; a part this rank did enter was left by then.
+    fn abandoned(&self, seq: u64);
 
     /// Whether [`Self::call_now`] may complete calls: lets the layer above skip its selection
     /// for providers that never do.

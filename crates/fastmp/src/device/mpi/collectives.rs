@@ -859,6 +859,10 @@ impl CollectiveProvider for MpiCollectives {
     /// of a correct program only choose differently when their tunings differ (erroneous).
     fn bypassed(&self, _seq: u64, _dispatch: u64) {}
 
+    /// Nothing to mark, as for [`Self::bypassed`]: an abandoned MPI collective is cancelled by
+    /// its request's release, and peers learn of the rank's failure from the job.
+    fn abandoned(&self, _seq: u64) {}
+
     #[inline]
     fn calls_now(&self) -> bool {
         true

@@ -126,6 +126,18 @@ impl ShmCollectives {
         });
     }
 
+    /// Marks `epoch` of operation `seq` passed by, waking the peers when `wake`. Only while it
+    /// is the operation's turn in its lane: then this rank is done with every earlier epoch of
+    /// the lane, so the mark cannot fail a part it still has to run. Out of turn (nonblocking
+    /// operations overlapping) the mark waits for the turn, and then wakes the peers.
+    fn mark_bypassed(&self, seq: u64, epoch: u64, wake: bool) {
+        if self.is_turn_of(seq) {
+            self.area.bypass(self.me, seq as usize % LANES, epoch, wake);
+        } else {
+            self.bypassed_early.borrow_mut().push((seq, epoch));
+        }
+    }
+
     fn native<'a>(&'a self, op: &'a Operation<'a>) -> Native<'a> {
         Native { provider: self, op }
     }
@@ -197,16 +209,15 @@ impl CollectiveProvider for ShmCollectives {
         // A choice past the last numbered one marks the last: this rank is past all of them.
         let every = dispatch == EVERY_DISPATCH;
         let epoch = epoch(seq, dispatch.min(DISPATCHES - 1)).expect("a dispatch below DISPATCHES has an epoch");
-        // Only while it is the operation's turn in its lane: then this rank is done with every
-        // earlier epoch of the lane, so the mark cannot fail a part it still has to run. Out of
-        // turn (nonblocking operations overlapping) the mark waits for the turn.
-        if self.is_turn_of(seq) {
-            // A whole operation passed by is what every correct program's flat collective on a
-            // communicator with levels does: no wake-ups there (see `NativeArea::bypass`).
-            self.area.bypass(self.me, seq as usize % LANES, epoch, !every);
-        } else {
-            self.bypassed_early.borrow_mut().push((seq, epoch));
-        }
+        // A whole operation passed by is what every correct program's flat collective on a
+        // communicator with levels does: no wake-ups there (see `NativeArea::bypass`).
+        self.mark_bypassed(seq, epoch, !every);
+    }
+
+    fn abandoned(&self, seq: u64) {
+        // Every part of the operation: the parts this rank entered it has left (`Session`'s
+        // drop), so only peers waiting in the others see the mark.
+        self.mark_bypassed(seq, epoch(seq, DISPATCHES - 1).expect("the last dispatch has an epoch"), true);
     }
 
     fn barrier<'a>(&'a self, op: &'a Operation<'a>) -> impl Future<Output = Result<()>> + 'a {
