@@ -328,6 +328,18 @@ impl<R: Remote> Device for HybridEndpoint<R> {
         }
     }
 
+    fn send(&self, buf: &[u8], dest: usize, tag: i32, context: ContextId, mode: SendMode) -> Result<()> {
+        // The intra-process ping-pong path, as `recv`'s: a rendezvous to a thread peer waits in
+        // shm's own wait, not in the remote endpoint's loop (0.2 µs of an 8 KiB round trip).
+        if self.is_local(dest) && !self.finalized.get() {
+            return self
+                .shm
+                .send(buf, dest - self.base, tag, context, mode)
+                .map_err(|e| self.world_error(Via::Local, e));
+        }
+        super::send_by_request(self, buf, dest, tag, context, mode)
+    }
+
     unsafe fn irecv(&self, buf: *mut u8, capacity: usize, spec: MatchSpec) -> Result<Started> {
         self.check_live()?;
         self.check_source(spec)?;
