@@ -357,3 +357,71 @@ impl CollectiveProvider for ShmCollectives {
         algorithms::scan(self.native(op), send, recv, reduction, exclusive)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::task::{Context, Waker};
+    use std::time::Duration;
+
+    use super::*;
+    use crate::device::Placement;
+
+    /// Rank 1 waits in the barrier of operation `seq` for rank 0, which never enters it and
+    /// gives it up in `give_up` (on its provider, with a probe of whether rank 1 still waits):
+    /// rank 1 must fail, not wait.
+    fn peer_of_an_abandoned_operation_fails(seq: u64, give_up: impl FnOnce(&ShmCollectives, &dyn Fn() -> bool)) {
+        let world = ShmWorld::with_placement(2, 4096, Placement::single_process(2), 2);
+        let area = world.native_area(0, &[0, 1]);
+        let epoch = epoch(seq, 0).expect("an epoch");
+        std::thread::scope(|s| {
+            let waiter = s.spawn(|| {
+                world.ranks[1].parker.register_current();
+                let how = Waiting { me: 1, lane: seq as usize % LANES, progress: &|| (), blocking: true };
+                let mut barrier = std::pin::pin!(area.barrier(how, epoch));
+                match barrier.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
+                    Poll::Ready(outcome) => outcome,
+                    Poll::Pending => panic!("a blocking wait returned pending"),
+                }
+            });
+            world.ranks[0].parker.register_current();
+            // Give rank 1 time to park in its wait, so the mark must wake it.
+            std::thread::sleep(Duration::from_millis(50));
+            give_up(&ShmCollectives::new(area.clone(), 0), &|| !waiter.is_finished());
+            let deadline = std::time::Instant::now() + Duration::from_secs(10);
+            while !waiter.is_finished() && std::time::Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            let hung = !waiter.is_finished();
+            if hung {
+                // Ends the wait another way, so the failure is reported rather than a hang.
+                area.fail_job(0);
+            }
+            let outcome = waiter.join().expect("the waiting rank");
+            assert!(!hung, "rank 1 still waited 10 s after rank 0 gave the operation up");
+            let err = outcome.expect_err("the peer of an abandoned operation must fail");
+            assert!(err.to_string().contains("rank 0 abandoned"), "unexpected error: {err}");
+        });
+    }
+
+    #[test]
+    fn an_operation_given_up_fails_peers_waiting_in_it() {
+        peer_of_an_abandoned_operation_fails(0, |rank0, _| {
+            rank0.abandoned(0);
+            rank0.finished(0);
+        });
+    }
+
+    /// Given up out of its lane's turn (an earlier operation of the lane still running), the
+    /// mark waits for the turn: it must not fail a part of the earlier operation.
+    #[test]
+    fn an_operation_given_up_out_of_turn_fails_its_peers_once_its_turn_comes() {
+        let later = LANES as u64;
+        peer_of_an_abandoned_operation_fails(later, |rank0, still_waiting| {
+            rank0.abandoned(later);
+            rank0.finished(later);
+            std::thread::sleep(Duration::from_millis(50));
+            assert!(still_waiting(), "marked before the lane's earlier operation finished");
+            rank0.finished(0);
+        });
+    }
+}
