@@ -16,17 +16,24 @@
 //! 1. Enter: the rank publishes its buffers under a seqlock (`entered = 2e-1`, fields,
 //!    `entered = 2e`); the first store is `SeqCst`.
 //! 2. Before touching anything of a source `p`, the rank reads `p`'s snapshot, which must say
-//!    epoch `e`, the same operation, and list this rank among `p`'s accessors; then, after all
-//!    sources were seen, it loads the job's abort flag (`SeqCst`) and touches nothing if it is set.
-//! 3. Leave (always, also on errors and panics): store `failed` (on error) and `left = e`, then
-//!    wait until every accessor `p` has `left_p >= e`, or is excused: `entered_p < 2e-1` and
-//!    afterwards the job is aborted or `p` no longer runs.
+//!    epoch `e`, the same operation, and list this rank among `p`'s accessors, and loads `p`'s
+//!    `given_up` (`SeqCst`): a source that gave `e` up is touched no more. After all sources
+//!    were seen, it loads the job's abort flag (`SeqCst`) and touches nothing if it is set.
+//! 3. Leave (always, also on errors and panics): store `given_up` (`SeqCst`, only when the
+//!    session is dropped unfinished) and `failed` (on error), and `left = e`, then wait until
+//!    every accessor `p` has `left_p >= e`, or is excused: `entered_p < 2e-1` and afterwards
+//!    this rank gave `e` up, the job is aborted or `p` no longer runs.
 //!
 //! Excusing is sound: a rank that no longer runs never enters again (its earlier stores are
 //! visible through the Acquire load of its state). For an abort the leaver loads the abort flag
 //! (true) and then `entered_p` (old), both `SeqCst`; `p` stores `entered_p` and then loads the
 //! abort flag, both `SeqCst`. In the single total order the abort store precedes the leaver's
 //! loads, which precede `p`'s store and so `p`'s load: `p` sees the abort and touches nothing.
+//! A session given up works the same way with its `given_up` store in the abort's place: an
+//! accessor that had not begun to enter sees it and touches nothing, so a rank that gives an
+//! operation up never waits for a peer that may never come (a peer whose earlier collective
+//! failed and that skipped the rest of its calls). A session that merely fails still waits
+//! for its accessors, which then blame the rank that caused the failure, not this one.
 //! A source that sees this rank entered and in its accessors keeps this rank from passing its own
 //! leave (and so from republishing) until the source has left; a mismatched snapshot (ranks
 //! disagreeing on the operation, the root or the epoch) is an error, never an access.
@@ -87,6 +94,11 @@ struct Slot {
     left: AtomicU64,
     /// Last epoch this rank abandoned with an error.
     failed: AtomicU64,
+    /// Last epoch this rank gave up: its session was dropped unfinished (step 3).
+    given_up: AtomicU64,
+    /// `epoch << BLAME_SHIFT | rank`: the rank this rank blamed when it failed `epoch` because a
+    /// peer gave up (see [`NativeArea::blame`]).
+    blame: AtomicU64,
     /// Who copies into this rank's buffer when either side could (a bcast receiver): `2e - 1`
     /// once this rank or its root claimed the copy for epoch `e`, `2e` once it is done. The one
     /// flag two ranks write, always by compare-and-swap from an older epoch.
@@ -113,6 +125,8 @@ impl Slot {
             bypassed: AtomicU64::new(0),
             left: AtomicU64::new(0),
             failed: AtomicU64::new(0),
+            given_up: AtomicU64::new(0),
+            blame: AtomicU64::new(0),
             claim: AtomicU64::new(0),
             arrived: AtomicU64::new(0),
             later_rounds: (0..later_rounds).map(|_| AtomicU64::new(0)).collect(),
@@ -233,12 +247,21 @@ impl NativeArea {
         self.world.mark_panicking(self.members[me]);
     }
 
-    /// The error of a rank whose peer `p` gave up on the operation: the job's failure if it is
-    /// aborted (a peer gives up because of it, and must not take the blame), else an argument
-    /// error. A peer's give-up flag is stored after what made it give up, so whoever sees it
-    /// (Acquire) also sees the abort.
-    fn abandoned_by(&self, p: usize) -> Error {
-        self.world.abort_error().unwrap_or_else(|| abandoned(p))
+    /// The error of rank `me`, whose peer `p` gave up on `epoch` of `lane`: the job's failure if
+    /// it is aborted (a peer gives up because of it, and must not take the blame), else an
+    /// argument error naming where the give-up began: `p`, or the rank `p` blamed when it
+    /// failed because of another (failures spread through peers' flags, and the user must see
+    /// the rank that started it). Recorded as `me`'s blame for its own peers; `failed`, stored
+    /// after it (Release), publishes it. A peer's give-up flag is stored after what made it
+    /// give up, so whoever sees it (Acquire) also sees the abort.
+    fn blame(&self, me: usize, lane: usize, p: usize, epoch: u64) -> Error {
+        if let Some(err) = self.world.abort_error() {
+            return err;
+        }
+        let blamed = self.slot(lane, p).blame.load(Ordering::Acquire);
+        let culprit = if blamed >> BLAME_SHIFT >= epoch { (blamed & BLAME_RANK) as usize } else { p };
+        self.slot(lane, me).blame.store(epoch << BLAME_SHIFT | culprit as u64, Ordering::Relaxed);
+        abandoned(culprit)
     }
 
     /// Wakes the ranks of `peers` (communicator ranks) other than `me` if they are parked; call
@@ -252,7 +275,13 @@ impl NativeArea {
     /// Polls whether `flag(p) >= epoch` in `how.lane`. Fails if the job is aborted, if `p`
     /// abandoned an epoch `>= epoch` without reaching the flag, or if `p` stopped running
     /// without reaching it.
-    fn flag_reached(&self, lane: usize, p: usize, epoch: u64, flag: &dyn Fn(&Slot) -> u64) -> Poll<Result<()>> {
+    fn flag_reached(
+        &self,
+        (me, lane): (usize, usize),
+        p: usize,
+        epoch: u64,
+        flag: &dyn Fn(&Slot) -> u64,
+    ) -> Poll<Result<()>> {
         let slot = self.slot(lane, p);
         if flag(slot) >= epoch {
             return Poll::Ready(Ok(()));
@@ -266,7 +295,7 @@ impl NativeArea {
             if flag(slot) >= epoch {
                 return Poll::Ready(Ok(()));
             }
-            return Poll::Ready(Err(self.abandoned_by(p)));
+            return Poll::Ready(Err(self.blame(me, lane, p, epoch)));
         }
         if let Some(err) = self.world.abort_error() {
             return Poll::Ready(Err(err));
@@ -280,7 +309,7 @@ impl NativeArea {
     }
 
     async fn await_flag(&self, how: Waiting<'_>, p: usize, epoch: u64, flag: &dyn Fn(&Slot) -> u64) -> Result<()> {
-        self.until(how, || self.flag_reached(how.lane, p, epoch, flag)).await
+        self.until(how, || self.flag_reached((how.me, how.lane), p, epoch, flag)).await
     }
 
     /// Barrier for `epoch`: dissemination while every rank has a core, else a fan-in to rank 0
@@ -376,11 +405,21 @@ impl NativeArea {
     }
 }
 
+/// Bits of [`Slot::blame`] that hold the rank (the epoch is above them).
+const BLAME_SHIFT: u32 = 24;
+const BLAME_RANK: u64 = (1 << BLAME_SHIFT) - 1;
+
 /// The error of a rank whose peer gave up on the operation.
 fn abandoned(rank: usize) -> Error {
     Error::InvalidArgument(format!(
         "native collective: rank {rank} abandoned the operation (arguments differ between ranks, so it chose another algorithm or failed, or it is gone)"
     ))
+}
+
+/// The leave error of a rank that gave up an operation a peer had not entered yet (the peer
+/// will see that and touch nothing).
+fn never_entered(rank: usize) -> Error {
+    Error::InvalidArgument(format!("native collective: rank {rank} had not entered the operation"))
 }
 
 fn mismatch(rank: usize) -> Error {
@@ -415,6 +454,8 @@ impl Drop for Session<'_> {
             // abandoned the operation", and stop waiting for it.
             self.area.fail_job(self.how.me);
         }
+        // SeqCst: accessors that have not begun to enter are excused by it (step 3).
+        self.area.slot(self.how.lane, self.how.me).given_up.store(self.epoch, Ordering::SeqCst);
         self.announce_leave(false);
         let area = self.area;
         let _ = area.wait(self.how.me, self.how.progress, &mut || self.poll_leave());
@@ -435,6 +476,7 @@ impl Session<'_> {
         for p in self.sources.clone().filter(|&p| p != how.me) {
             area.await_flag(how, p, epoch, &|s| s.entered.load(Ordering::Acquire) / 2).await?;
             self.snapshot(p).ok_or_else(|| mismatch(p))?;
+            self.check_not_given_up(p)?;
         }
         // Step 2's abort check, after every source was seen entered (see the module comment).
         if area.world.is_aborted() {
@@ -464,6 +506,15 @@ impl Session<'_> {
         fence(Ordering::Acquire);
         let stable = slot.entered.load(Ordering::Relaxed) == expected;
         (stable && kind == self.kind && accessors.contains(&self.how.me)).then_some(buffers)
+    }
+
+    /// Step 2's check of source `p` (see the module comment): once it gave this operation up
+    /// it may have stopped waiting for this rank, so its buffers are not touched.
+    fn check_not_given_up(&self, p: usize) -> Result<()> {
+        if self.area.slot(self.how.lane, p).given_up.load(Ordering::SeqCst) >= self.epoch {
+            return Err(self.area.blame(self.how.me, self.how.lane, p, self.epoch));
+        }
+        Ok(())
     }
 
     /// The buffers source `p` published, valid for access (as far as the operation allows)
@@ -500,6 +551,7 @@ impl Session<'_> {
             return Ok(None);
         }
         let buffers = self.snapshot(p).ok_or_else(|| mismatch(p))?;
+        self.check_not_given_up(p)?;
         if self.area.world.is_aborted() {
             return Err(self.area.world.abort_error().unwrap_or_else(|| abandoned(self.how.me)));
         }
@@ -543,7 +595,7 @@ impl Session<'_> {
             meanwhile();
             (0..area.size())
                 .filter(|&p| p != how.me)
-                .map(|p| area.flag_reached(how.lane, p, epoch, &done))
+                .map(|p| area.flag_reached((how.me, how.lane), p, epoch, &done))
                 .find(Poll::is_ready)
                 .unwrap_or(Poll::Pending)
         };
@@ -589,9 +641,9 @@ impl Session<'_> {
             let slot = area.slot(lane, p);
             if slot.left.load(Ordering::Acquire) >= epoch {
                 if slot.failed.load(Ordering::Acquire) >= epoch {
-                    first_error.get_or_insert_with(|| area.abandoned_by(p));
+                    first_error.get_or_insert_with(|| area.blame(me, lane, p, epoch));
                 }
-            } else if let Some(err) = excuse(area, lane, p, epoch) {
+            } else if let Some(err) = excuse(area, lane, p, epoch, me) {
                 first_error.get_or_insert(err);
             } else {
                 return Poll::Pending;
@@ -610,13 +662,17 @@ fn passed_by(slot: &Slot, epoch: u64) -> bool {
 }
 
 /// Why accessor `p` (which has not left `epoch`) can be ignored: it has not started publishing
-/// `epoch` and never will touch our buffers, because the job is aborted (checked before
-/// `entered`, both `SeqCst`) or it no longer runs (its state read with Acquire, then `entered`).
-fn excuse(area: &NativeArea, lane: usize, p: usize, epoch: u64) -> Option<Error> {
+/// `epoch` and never will touch our buffers, because `me` gave `epoch` up or the job is aborted
+/// (either checked before `entered`, all `SeqCst`), or it no longer runs (its state read with
+/// Acquire, then `entered`).
+fn excuse(area: &NativeArea, lane: usize, p: usize, epoch: u64, me: usize) -> Option<Error> {
     if passed_by(area.slot(lane, p), epoch) {
         return Some(abandoned(p));
     }
     let not_entered = || area.slot(lane, p).entered.load(Ordering::SeqCst) < 2 * epoch - 1;
+    if area.slot(lane, me).given_up.load(Ordering::SeqCst) >= epoch && not_entered() {
+        return Some(never_entered(p));
+    }
     if area.world.is_aborted() && not_entered() {
         return area.world.abort_error();
     }
@@ -695,9 +751,71 @@ mod tests {
             reads.set(reads.get() + 1);
             if reads.get() == 1 { 0 } else { s.arrived.load(Ordering::Acquire) }
         };
-        assert!(matches!(area.flag_reached(lane, 0, epoch, &stale_first), Poll::Ready(Ok(()))));
+        assert!(matches!(area.flag_reached((1, lane), 0, epoch, &stale_first), Poll::Ready(Ok(()))));
         // A peer that never reached the flag and passed the lane by is still reported.
-        assert!(matches!(area.flag_reached(lane, 0, epoch, &|_: &Slot| 0), Poll::Ready(Err(_))));
+        assert!(matches!(area.flag_reached((1, lane), 0, epoch, &|_: &Slot| 0), Poll::Ready(Err(_))));
+    }
+
+    /// A failure that spreads through peers' flags names the rank where it began: rank 2 fails
+    /// because rank 1 passed the operation by, and rank 0, waiting on rank 2, blames rank 1.
+    #[test]
+    fn a_failure_passed_on_blames_the_rank_that_began_it() {
+        let world = ShmWorld::with_placement(3, 4096, Placement::single_process(3), 3);
+        let area = world.native_area(0, &[0, 1, 2]);
+        let (lane, epoch) = (0, 1);
+        area.bypass(1, lane, epoch, false);
+        let never = |_: &Slot| 0;
+        let Poll::Ready(Err(first)) = area.flag_reached((2, lane), 1, epoch, &never) else {
+            panic!("rank 2 must fail on rank 1's pass-by")
+        };
+        assert!(first.to_string().contains("rank 1 abandoned"), "unexpected error: {first}");
+        area.slot(lane, 2).failed.store(epoch, Ordering::Release);
+        let Poll::Ready(Err(passed_on)) = area.flag_reached((0, lane), 2, epoch, &never) else {
+            panic!("rank 0 must fail on rank 2's failure")
+        };
+        assert!(passed_on.to_string().contains("rank 1 abandoned"), "unexpected error: {passed_on}");
+        // A later operation that rank 2 fails on its own account blames rank 2.
+        area.slot(lane, 2).failed.store(epoch + 1, Ordering::Release);
+        let Poll::Ready(Err(own)) = area.flag_reached((0, lane), 2, epoch + 1, &never) else {
+            panic!("rank 0 must fail on rank 2's later failure")
+        };
+        assert!(own.to_string().contains("rank 2 abandoned"), "unexpected error: {own}");
+    }
+
+    /// A rank whose session is dropped (its nonblocking operation given up) before an accessor
+    /// entered does not wait for it: the accessor may never come (its earlier collective failed
+    /// and it skipped the rest). The accessor, entering later, sees the failure and touches
+    /// nothing.
+    #[test]
+    fn a_dropped_session_does_not_wait_for_accessors_that_never_entered() {
+        let world = ShmWorld::with_placement(2, 4096, Placement::single_process(2), 2);
+        let area = world.native_area(0, &[0, 1]);
+        let (lane, epoch, kind) = (0, 1, 1);
+        let published = [7u8; 16];
+        std::thread::scope(|s| {
+            let giver = s.spawn(|| {
+                world.ranks[1].parker.register_current();
+                let buffers = Buffers { send: published.as_ptr(), send_len: published.len(), ..Buffers::default() };
+                let how = Waiting { me: 1, lane, progress: &|| (), blocking: true };
+                drop(area.enter(how, epoch, kind, buffers, (1..1, 0..1)));
+            });
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            while !giver.is_finished() && std::time::Instant::now() < deadline {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            let hung = !giver.is_finished();
+            if hung {
+                // Releases the drop another way, so the failure is reported rather than a hang.
+                area.fail_job(0);
+            }
+            giver.join().expect("the giving-up rank");
+            assert!(!hung, "the dropped session still waited 10 s for a peer that never entered");
+        });
+        world.ranks[0].parker.register_current();
+        let how = Waiting { me: 0, lane, progress: &|| (), blocking: true };
+        let mut late = area.enter(how, epoch, kind, Buffers::default(), (1..2, 0..0));
+        let err = finish(late.await_sources()).expect_err("a source that failed must not be touched");
+        assert!(err.to_string().contains("rank 1 abandoned"), "unexpected error: {err}");
     }
 
     /// The fan-in barrier of ranks that time-share cores (forced by claiming 64 competing
