@@ -1,4 +1,5 @@
-//! Shared-memory links between processes of one node (`SameNodeLink::SharedMemory`, opt-in):
+//! Shared-memory links between processes of one node (`SameNodeLink::SharedMemory`, the hybrid
+//! device's default, opt-in on tcp):
 //! the tcp device's byte streams through rings beside each socket. In one test process every rank is on
 //! this node, so every connection takes a ring: messages of every protocol, rings filled by
 //! sends nobody receives yet, wildcards, threads and collectives must behave as over sockets.
@@ -141,14 +142,13 @@ fn collectives_and_threads_run_over_shared_memory_links() {
         .unwrap();
 }
 
-/// Sockets are the default on both devices; `SharedMemory` maps rings on either.
+/// Rings are the hybrid device's default and the tcp device's option; `Socket` turns them off.
 #[test]
-fn rings_are_taken_only_when_asked_for() {
+fn rings_are_taken_where_they_are_the_default_or_asked_for() {
     let _serial = serial();
     let maps = |config: Config| config.run(|_| Ok(mapped_rings() > 0)).unwrap();
     let hybrid = || Config::new().device(DeviceKind::Hybrid).np(4).threads_per_process(2);
-    assert!(maps(hybrid().same_node_link(SameNodeLink::SharedMemory)).iter().all(|&m| m));
-    assert!(!maps(hybrid()).iter().any(|&m| m));
+    assert!(maps(hybrid()).iter().all(|&m| m));
     assert!(!maps(hybrid().same_node_link(SameNodeLink::Socket)).iter().any(|&m| m));
     assert!(!maps(Config::new().device(DeviceKind::Tcp).np(2)).iter().any(|&m| m));
     assert!(maps(tcp_over(SameNodeLink::SharedMemory, 2)).iter().all(|&m| m));

@@ -97,11 +97,10 @@ impl FromStr for Pin {
 pub enum SameNodeLink {
     /// Shared-memory rings beside each connection (the socket then carries only wake-ups and
     /// the end of the connection): no system call per message while the receiver polls, two
-    /// copies per byte (`FASTMP_SAME_NODE=shm`).
+    /// copies per byte (`FASTMP_SAME_NODE=shm`). The hybrid device's default.
     SharedMemory,
-    /// The loopback socket itself (`FASTMP_SAME_NODE=socket`), the default on both devices:
-    /// shared memory stays opt-in until a rank abandoning several collectives at once marks
-    /// them all before it waits in any (see the README's "Not yet built").
+    /// The loopback socket itself (`FASTMP_SAME_NODE=socket`): the tcp device's default, so
+    /// that it measures and behaves as TCP does.
     Socket,
 }
 
@@ -138,7 +137,8 @@ pub struct Config {
     /// This process's place in a multi-process job (tcp), from the launcher's environment.
     pub(crate) process: Option<ProcessPlace>,
     pub(crate) sockets: SocketOptions,
-    /// Between processes of one node (`None`: the default, [`SameNodeLink::Socket`]).
+    /// Between processes of one node (`None`: the device's default, see
+    /// [`Config::same_node_link`]).
     pub(crate) same_node: Option<SameNodeLink>,
     /// Whether the tcp device runs a progress thread (see [`Config::progress_thread`]).
     pub(crate) progress_thread: bool,
@@ -440,8 +440,8 @@ impl Config {
     }
 
     /// What carries messages between processes of one node on the tcp and hybrid devices
-    /// (default: the socket). Nodes without a usable `/dev/shm`, and pairs whose settings
-    /// differ, fall back to the socket.
+    /// (default: shared memory on hybrid, the socket on tcp). Nodes without a usable
+    /// `/dev/shm`, and pairs whose settings differ, fall back to the socket.
     ///
     /// ```
     /// use fastmp::{Config, DeviceKind, SameNodeLink};
@@ -461,7 +461,11 @@ impl Config {
 
     /// The socket options of the tcp mesh, with this job's same-node link.
     pub(crate) fn mesh_sockets(&self) -> SocketOptions {
-        SocketOptions { shm_rings: self.same_node == Some(SameNodeLink::SharedMemory), ..self.sockets }
+        let link = self.same_node.unwrap_or(match self.device {
+            DeviceKind::Hybrid => SameNodeLink::SharedMemory,
+            _ => SameNodeLink::Socket,
+        });
+        SocketOptions { shm_rings: link == SameNodeLink::SharedMemory, ..self.sockets }
     }
 
     /// Options of the tcp device's endpoints.
