@@ -32,11 +32,14 @@ impl Via {
 #[inline]
 pub(super) fn tag(via: Via, id: ReqId) -> Result<ReqId> {
     if id.index > INDEX_MASK {
-        return Err(Error::InvalidArgument(format!(
-            "hybrid device: more than {INDEX_MASK} requests outstanding on one transport"
-        )));
+        return Err(too_many_requests());
     }
     Ok(ReqId { index: id.index | (via.bits() << SHIFT), generation: id.generation })
+}
+
+#[cold]
+fn too_many_requests() -> Error {
+    Error::InvalidArgument(format!("hybrid device: more than {INDEX_MASK} requests outstanding on one transport"))
 }
 
 /// The route and transport handle of a hybrid handle; `None` for a forged one.

@@ -169,7 +169,9 @@ impl<R: Remote> HybridEndpoint<R> {
         status
     }
 
-    /// An error of the shm side in world numbering.
+    /// An error of the shm side in world numbering (cold: kept out of the per-message paths).
+    #[cold]
+    #[inline(never)]
     fn world_error(&self, via: Via, e: Error) -> Error {
         if via == Via::Local { local_error_to_world(self.base, e) } else { e }
     }
@@ -182,12 +184,14 @@ impl<R: Remote> HybridEndpoint<R> {
         }
     }
 
-    /// A transport's start as the hybrid device's.
+    /// A transport's start as the hybrid device's. Small enough to inline into every start:
+    /// the errors are mapped out of line.
     #[inline]
     fn routed(&self, via: Via, started: Result<Started>) -> Result<Started> {
         match started {
-            Ok(Started::Complete(r)) => Ok(Started::Complete(self.world_result(via, r))),
-            Ok(Started::Pending(id)) => Ok(Started::Pending(tag(via, id)?)),
+            Ok(Started::Pending(id)) => tag(via, id).map(Started::Pending),
+            Ok(Started::Complete(Ok(status))) => Ok(Started::Complete(Ok(self.world_status(via, status)))),
+            Ok(Started::Complete(Err(e))) => Ok(Started::Complete(Err(self.world_error(via, e)))),
             Err(e) => Err(self.world_error(via, e)),
         }
     }
@@ -256,6 +260,7 @@ impl<R: Remote> HybridEndpoint<R> {
     }
 
     /// Tests a routed (transport) request.
+    #[inline]
     fn test_routed(&self, via: Via, id: ReqId) -> Result<Option<RawStatus>> {
         let r = match via {
             Via::Local => self.shm.test(id),
