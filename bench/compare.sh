@@ -52,10 +52,11 @@
 #   --min-size B / --max-size B
 #                message size range, forwarded to both sides
 #   --iterations N
-#                collectives only (blocking and nonblocking): timed iterations
-#                per size, forwarded to both sides (default: OSU's 1000, 100
-#                above 8 KiB; ibarrier 100); one-sided: N timed iterations at
-#                every size (default OSU's 10000 / 1000 latency, 100 / 20 bandwidth)
+#                timed iterations per size, forwarded to both sides (default
+#                OSU's: collectives 1000, 100 above 8 KiB, ibarrier 100;
+#                point-to-point latency 10000 / 1000, bw, bibw and mbw_mr 100 / 20
+#                windows); one-sided: N timed iterations at every size (default
+#                OSU's 10000 / 1000 latency, 100 / 20 bandwidth)
 #   --win KIND   one-sided only: allocate (default) or create, forwarded to both
 #   --sync MODE  one-sided only: flush (default; put_bibw: pscw), flush_local,
 #                lock, lock_all, fence or pscw, forwarded to both

@@ -160,6 +160,21 @@ struct options {
 };
 
 static int g_rank = 0;
+/* --iterations for the point-to-point benchmarks (0: the OSU defaults), as fastmp-bench's. */
+static long g_pt2pt_iterations = 0;
+
+/* Timed and warm-up iterations of a point-to-point benchmark: `iters` / `skip` (OSU's), or
+ * --iterations N / max(1, N/10). */
+static void pt2pt_counts(int iters, int skip, int *timed, int *warmup)
+{
+    if (g_pt2pt_iterations > 0) {
+        *timed = (int)g_pt2pt_iterations;
+        *warmup = g_pt2pt_iterations / 10 > 1 ? (int)(g_pt2pt_iterations / 10) : 1;
+    } else {
+        *timed = iters;
+        *warmup = skip;
+    }
+}
 
 static void usage(FILE *f)
 {
@@ -180,8 +195,8 @@ static void usage(FILE *f)
             "                 and overlap (OSU method), any number of ranks\n"
             "  --min-size B   smallest message size in bytes\n"
             "  --max-size B   largest message size in bytes (default 4194304 point-to-point)\n"
-            "  --iterations N collectives: N timed iterations per size (default OSU's 1000 / 100;\n"
-            "                 ibarrier 100)\n"
+            "  --iterations N timed iterations per size (default OSU's: collectives 1000 / 100,\n"
+            "                 ibarrier 100; latency 10000 / 1000; bandwidth 100 / 20 windows)\n"
             "  --json         one JSON object per size instead of the OSU table\n");
 }
 
@@ -303,9 +318,6 @@ static void parse_args(int argc, char **argv, struct options *o)
     }
     if (!have_max && IS_COLL(o->bench)) {
         o->max_size = DEFAULT_MAX_SIZE_COLL;
-    }
-    if (o->iterations > 0 && !IS_COLL(o->bench)) {
-        fatal(1, "%s", "--iterations applies to the collective benchmarks only");
     }
     if (o->min_size > o->max_size) {
         fatal(1, "%s", "--min-size is larger than --max-size");
@@ -486,8 +498,9 @@ static void report_coll(const struct options *o, int np, long size, const struct
 /* ---- osu_latency ------------------------------------------------------ */
 static double run_latency(char *s_buf, char *r_buf, int size)
 {
-    int iters = size > LARGE_MESSAGE_SIZE ? LAT_ITERS_LARGE : LAT_ITERS;
-    int skip = size > LARGE_MESSAGE_SIZE ? LAT_SKIP_LARGE : LAT_SKIP;
+    int iters, skip;
+    pt2pt_counts(size > LARGE_MESSAGE_SIZE ? LAT_ITERS_LARGE : LAT_ITERS,
+                 size > LARGE_MESSAGE_SIZE ? LAT_SKIP_LARGE : LAT_SKIP, &iters, &skip);
     double t_start = 0.0, t_end;
     int i;
 
@@ -513,8 +526,9 @@ static double run_latency(char *s_buf, char *r_buf, int size)
  * the rows x rows row-major `matrix`, both sides using one MPI_Type_vector. */
 static double run_strided(double *matrix, long rows, int size)
 {
-    int iters = size > LARGE_MESSAGE_SIZE ? LAT_ITERS_LARGE : LAT_ITERS;
-    int skip = size > LARGE_MESSAGE_SIZE ? LAT_SKIP_LARGE : LAT_SKIP;
+    int iters, skip;
+    pt2pt_counts(size > LARGE_MESSAGE_SIZE ? LAT_ITERS_LARGE : LAT_ITERS,
+                 size > LARGE_MESSAGE_SIZE ? LAT_SKIP_LARGE : LAT_SKIP, &iters, &skip);
     double t_start = 0.0, t_end;
     MPI_Datatype column;
     int i;
@@ -579,8 +593,8 @@ static double bw_loop(char *s_buf, char *r_buf, int size, int peer, int is_sende
 static double run_bw(char *s_buf, char *r_buf, int size, MPI_Request *req)
 {
     int large = size > LARGE_MESSAGE_SIZE;
-    int iters = large ? BW_ITERS_LARGE : BW_ITERS;
-    int skip = large ? BW_SKIP_LARGE : BW_SKIP;
+    int iters, skip;
+    pt2pt_counts(large ? BW_ITERS_LARGE : BW_ITERS, large ? BW_SKIP_LARGE : BW_SKIP, &iters, &skip);
     double t;
 
     MPI_Barrier(MPI_COMM_WORLD);
@@ -592,8 +606,8 @@ static double run_bw(char *s_buf, char *r_buf, int size, MPI_Request *req)
 static double run_bibw(char *s_buf, char *r_buf, int size, MPI_Request *req)
 {
     int large = size > LARGE_MESSAGE_SIZE;
-    int iters = large ? BW_ITERS_LARGE : BW_ITERS;
-    int skip = large ? BW_SKIP_LARGE : BW_SKIP;
+    int iters, skip;
+    pt2pt_counts(large ? BW_ITERS_LARGE : BW_ITERS, large ? BW_SKIP_LARGE : BW_SKIP, &iters, &skip);
     int peer = g_rank == 0 ? 1 : 0;
     int recv_tag = g_rank == 0 ? TAG_BIBW : TAG_DATA;
     int send_tag = g_rank == 0 ? TAG_DATA : TAG_BIBW;
@@ -623,8 +637,8 @@ static double run_mbw_mr(char *s_buf, char *r_buf, int size, MPI_Request *req, i
 {
     int pairs = np / 2;
     int large = size > LARGE_MESSAGE_SIZE;
-    int iters = large ? BW_ITERS_LARGE : BW_ITERS;
-    int skip = large ? BW_SKIP_LARGE : BW_SKIP;
+    int iters, skip;
+    pt2pt_counts(large ? BW_ITERS_LARGE : BW_ITERS, large ? BW_SKIP_LARGE : BW_SKIP, &iters, &skip);
     int is_sender = g_rank < pairs;
     int peer;
     double t, sum_time = 0.0;
@@ -996,6 +1010,7 @@ int main(int argc, char **argv)
     MPI_Comm_size(MPI_COMM_WORLD, &np);
 
     parse_args(argc, argv, &o);
+    g_pt2pt_iterations = IS_COLL(o.bench) ? 0 : o.iterations;
 
     if (IS_COLL(o.bench)) {
         int rc = run_collective_bench(&o, np);

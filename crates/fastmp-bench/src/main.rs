@@ -168,8 +168,9 @@ struct Args {
     /// allreduce_ring_p2p: messages per ring block.
     #[arg(long, value_name = "S")]
     segments: Option<usize>,
-    /// Collectives, one-sided benchmarks, halo, remap and tune: timed iterations per size
-    /// (default: OSU's 1000, 100 above 8 KiB; ibarrier 100; one-sided latency 10000 / 1000,
+    /// Timed iterations per size (default: OSU's; point-to-point latency and strided 10000 /
+    /// 1000 above 8 KiB, bw, bibw and mbw_mr 100 / 20 windows of 64 messages; collectives
+    /// 1000 / 100; ibarrier 100; one-sided latency 10000 / 1000,
     /// bandwidth 100 / 20; halo 1000; remap about 1 GiB moved, 5 to 1000; tune uses a tenth of
     /// the collectives' counts; scaling: child processes per rank count, default 3).
     #[arg(long, value_name = "N")]
@@ -323,6 +324,7 @@ impl Args {
             _ => None,
         };
         let timed = is_coll
+            || matches!(self.bench, Bench::Pt2pt(_))
             || is_tune
             || is_scaling
             || is_ring
@@ -531,12 +533,16 @@ fn run(args: &Args) -> Result<(), String> {
         }
     };
     bench.check_np(config.get_np())?;
+    let iterations = args.iterations(match bench {
+        Pt2pt::Latency | Pt2pt::Strided => pt2pt::LATENCY_ITERATIONS,
+        Pt2pt::Bw | Pt2pt::Bibw | Pt2pt::MbwMr => pt2pt::BW_ITERATIONS,
+    })?;
     launch(config, args, |world, out| match bench {
-        Pt2pt::Latency => pt2pt::latency(world, &sizes, out),
-        Pt2pt::Bw => pt2pt::bw(world, &sizes, out),
-        Pt2pt::Bibw => pt2pt::bibw(world, &sizes, out),
-        Pt2pt::MbwMr => pt2pt::mbw_mr(world, &sizes, out),
-        Pt2pt::Strided => pt2pt::strided(world, &sizes, out),
+        Pt2pt::Latency => pt2pt::latency(world, &sizes, iterations, out),
+        Pt2pt::Bw => pt2pt::bw(world, &sizes, iterations, out),
+        Pt2pt::Bibw => pt2pt::bibw(world, &sizes, iterations, out),
+        Pt2pt::MbwMr => pt2pt::mbw_mr(world, &sizes, iterations, out),
+        Pt2pt::Strided => pt2pt::strided(world, &sizes, iterations, out),
     })
 }
 

@@ -6,30 +6,28 @@ use std::time::Instant;
 use fastmp::layout::Vector;
 use fastmp::{Comm, Error, Result};
 
+use crate::coll::Iterations;
 use crate::report::Reporter;
 use crate::support::{AlignedBuf, Sizes, barrier, gather_f64};
 
 const WINDOW: usize = 64;
-const LARGE_MESSAGE_SIZE: usize = 8192;
 const TAG_DATA: i32 = 100;
 const TAG_ACK: i32 = 101;
 
-fn latency_iters(size: usize) -> (usize, usize) {
-    if size <= LARGE_MESSAGE_SIZE { (10_000, 100) } else { (1_000, 10) }
-}
-
-fn bw_iters(size: usize) -> (usize, usize) {
-    if size <= LARGE_MESSAGE_SIZE { (100, 10) } else { (20, 2) }
-}
+/// OSU 7.4's ping-pong counts (latency, strided): timed and warm-up iterations up to 8 KiB and
+/// above.
+pub const LATENCY_ITERATIONS: Iterations = Iterations { small: (10_000, 100), large: (1_000, 10) };
+/// OSU 7.4's window counts (bw, bibw, mbw_mr): windows of 64 messages.
+pub const BW_ITERATIONS: Iterations = Iterations { small: (100, 10), large: (20, 2) };
 
 /// Ping-pong with blocking send/recv; one-way latency = round trip / 2.
-pub fn latency(world: &Comm, sizes: &Sizes, out: &Reporter) -> Result<()> {
+pub fn latency(world: &Comm, sizes: &Sizes, iterations: Iterations, out: &Reporter) -> Result<()> {
     out.header("Latency Test", &[], &["Latency (us)"]);
     let mut sbuf = AlignedBuf::new(sizes.max, b'a');
     let mut rbuf = AlignedBuf::new(sizes.max, b'b');
     let me = world.rank();
     for size in sizes.iter() {
-        let (iters, skip) = latency_iters(size);
+        let (iters, skip) = iterations.at(size);
         barrier(world)?;
         let mut start = Instant::now();
         for i in 0..iters + skip {
@@ -58,7 +56,7 @@ pub const STRIDED_MAX_SIZE: usize = 4096 * 8;
 
 /// The latency ping-pong on `size / 8` f64 of column 0 of a row-major `rows × rows` matrix
 /// (`rows` = largest size / 8), sent and received with one `Vector` layout on both sides.
-pub fn strided(world: &Comm, sizes: &Sizes, out: &Reporter) -> Result<()> {
+pub fn strided(world: &Comm, sizes: &Sizes, iterations: Iterations, out: &Reporter) -> Result<()> {
     const F64: usize = size_of::<f64>();
     if sizes.min < F64 || !sizes.min.is_multiple_of(F64) || !sizes.max.is_multiple_of(F64) {
         return Err(Error::InvalidArgument("strided sizes must be positive multiples of 8 (whole f64s)".into()));
@@ -70,7 +68,7 @@ pub fn strided(world: &Comm, sizes: &Sizes, out: &Reporter) -> Result<()> {
     let me = world.rank();
     for size in sizes.iter() {
         let column = Vector { count: size / F64, blocklength: 1, stride: rows };
-        let (iters, skip) = latency_iters(size);
+        let (iters, skip) = iterations.at(size);
         barrier(world)?;
         let mut start = Instant::now();
         for i in 0..iters + skip {
@@ -120,8 +118,15 @@ fn recv_window(world: &Comm, buf: &mut [u8], peer: usize) -> Result<()> {
 
 /// Windowed unidirectional bandwidth between `sender` and `receiver`; returns the sender's
 /// elapsed seconds for `iters` timed iterations.
-fn bw_pair(world: &Comm, size: usize, sender: usize, receiver: usize, sbuf: &[u8], rbuf: &mut [u8]) -> Result<f64> {
-    let (iters, skip) = bw_iters(size);
+fn bw_pair(
+    world: &Comm,
+    (size, iterations): (usize, Iterations),
+    sender: usize,
+    receiver: usize,
+    sbuf: &[u8],
+    rbuf: &mut [u8],
+) -> Result<f64> {
+    let (iters, skip) = iterations.at(size);
     let me = world.rank();
     let mut start = Instant::now();
     let mut ack = [0u8; 4];
@@ -140,28 +145,28 @@ fn bw_pair(world: &Comm, size: usize, sender: usize, receiver: usize, sbuf: &[u8
     Ok(start.elapsed().as_secs_f64())
 }
 
-pub fn bw(world: &Comm, sizes: &Sizes, out: &Reporter) -> Result<()> {
+pub fn bw(world: &Comm, sizes: &Sizes, iterations: Iterations, out: &Reporter) -> Result<()> {
     out.header("Bandwidth Test", &[], &["Bandwidth (MB/s)"]);
     let sbuf = AlignedBuf::new(sizes.max, b'a');
     let mut rbuf = AlignedBuf::new(sizes.max, b'b');
     for size in sizes.iter() {
         barrier(world)?;
-        let t = bw_pair(world, size, 0, 1, sbuf.as_slice(), rbuf.as_mut_slice())?;
+        let t = bw_pair(world, (size, iterations), 0, 1, sbuf.as_slice(), rbuf.as_mut_slice())?;
         if world.rank() == 0 {
-            let (iters, _) = bw_iters(size);
+            let (iters, _) = iterations.at(size);
             out.row(size, &[("mb_s", size as f64 / 1e6 * (WINDOW * iters) as f64 / t)]);
         }
     }
     Ok(())
 }
 
-pub fn bibw(world: &Comm, sizes: &Sizes, out: &Reporter) -> Result<()> {
+pub fn bibw(world: &Comm, sizes: &Sizes, iterations: Iterations, out: &Reporter) -> Result<()> {
     out.header("Bi-Directional Bandwidth Test", &[], &["Bandwidth (MB/s)"]);
     let sbuf = AlignedBuf::new(sizes.max, b'a');
     let mut rbuf = AlignedBuf::new(sizes.max, b'b');
     let peer = 1 - world.rank();
     for size in sizes.iter() {
-        let (iters, skip) = bw_iters(size);
+        let (iters, skip) = iterations.at(size);
         barrier(world)?;
         let mut start = Instant::now();
         let (rptr, sbytes) = (rbuf.as_mut_slice().as_mut_ptr(), &sbuf.as_slice()[..size]);
@@ -191,7 +196,7 @@ pub fn bibw(world: &Comm, sizes: &Sizes, out: &Reporter) -> Result<()> {
 }
 
 /// np/2 pairs (rank i sends to i + np/2) stream concurrently; aggregate MB/s and messages/s.
-pub fn mbw_mr(world: &Comm, sizes: &Sizes, out: &Reporter) -> Result<()> {
+pub fn mbw_mr(world: &Comm, sizes: &Sizes, iterations: Iterations, out: &Reporter) -> Result<()> {
     let pairs = world.size() / 2;
     out.header(
         "Multiple Bandwidth / Message Rate Test",
@@ -204,12 +209,12 @@ pub fn mbw_mr(world: &Comm, sizes: &Sizes, out: &Reporter) -> Result<()> {
     let (sender, receiver) = if me < pairs { (me, me + pairs) } else { (me - pairs, me) };
     for size in sizes.iter() {
         barrier(world)?;
-        let t = bw_pair(world, size, sender, receiver, sbuf.as_slice(), rbuf.as_mut_slice())?;
+        let t = bw_pair(world, (size, iterations), sender, receiver, sbuf.as_slice(), rbuf.as_mut_slice())?;
         // OSU: the senders' times are averaged at rank 0.
         let times = gather_f64(world, if me < pairs { t } else { 0.0 })?;
         if me == 0 {
             let avg_t = times[..pairs].iter().sum::<f64>() / pairs as f64;
-            let (iters, _) = bw_iters(size);
+            let (iters, _) = iterations.at(size);
             let mb_s = pairs as f64 * size as f64 / 1e6 * (WINDOW * iters) as f64 / avg_t;
             out.row(size, &[("mb_s", mb_s), ("msg_s", mb_s * 1e6 / size as f64)]);
         }

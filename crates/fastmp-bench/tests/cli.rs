@@ -50,6 +50,9 @@ fn bandwidth_benchmarks_report_mb_s() {
         assert_eq!(lines.len(), 7, "{name}: 1 KiB..64 KiB");
         assert!(lines.iter().all(|l| l["bench"] == name && l["mb_s"].as_f64().unwrap() > 0.0));
     }
+    // `--iterations` sets the timed windows, as OSU's `-i` does.
+    let lines = json_lines(&bench(&["bw", "--max-size", "8", "--iterations", "2", "--pin", "none", "--json"]));
+    assert_eq!(lines.len(), 4, "bw --iterations 2: 1..8 bytes");
     let lines = json_lines(&bench(&["mbw_mr", "--np", "4", "--max-size", "8", "--pin", "none", "--json"]));
     assert_eq!(lines.len(), 4);
     assert!(lines.iter().all(|l| l["np"] == 4 && l["mb_s"].as_f64().unwrap() > 0.0 && l["msg_s"].as_f64().is_some()));
@@ -153,6 +156,7 @@ fn bad_collective_arguments_fail_with_a_message() {
         ),
         (&["latency", "--algorithm", "mst"][..], "--algorithm does not apply to latency"),
         (&["allreduce", "--iterations", "0"][..], "--iterations must be at least 1"),
+        (&["latency", "--iterations", "0"][..], "--iterations must be at least 1"),
         (&["tune", "--collectives", "bcats"][..], "unknown collective \"bcats\""),
     ] {
         let out = bench(args);
