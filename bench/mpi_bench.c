@@ -163,17 +163,26 @@ static int g_rank = 0;
 /* --iterations for the point-to-point benchmarks (0: the OSU defaults), as fastmp-bench's. */
 static long g_pt2pt_iterations = 0;
 
-/* Timed and warm-up iterations of a point-to-point benchmark: `iters` / `skip` (OSU's), or
- * --iterations N / max(1, N/10). */
-static void pt2pt_counts(int iters, int skip, int *timed, int *warmup)
+/* Timed iterations and warm-ups: --iterations N (`requested` > 0) gives N / max(1, N/10);
+ * otherwise the benchmark's own (OSU's) `iters` / `skip`. */
+static void iteration_counts(long requested, long iters, long skip, long *timed, long *warmup)
 {
-    if (g_pt2pt_iterations > 0) {
-        *timed = (int)g_pt2pt_iterations;
-        *warmup = g_pt2pt_iterations / 10 > 1 ? (int)(g_pt2pt_iterations / 10) : 1;
+    if (requested > 0) {
+        *timed = requested;
+        *warmup = requested / 10 > 0 ? requested / 10 : 1;
     } else {
         *timed = iters;
         *warmup = skip;
     }
+}
+
+/* iteration_counts for a point-to-point benchmark (its loops count in int). */
+static void pt2pt_counts(int iters, int skip, int *timed, int *warmup)
+{
+    long t, w;
+    iteration_counts(g_pt2pt_iterations, iters, skip, &t, &w);
+    *timed = (int)t;
+    *warmup = (int)w;
 }
 
 static void usage(FILE *f)
@@ -741,17 +750,11 @@ static void coll_call(enum bench b, int size, int np, char *s, char *r, const in
     (void)np;
 }
 
-/* Timed iterations and warm-ups: --iterations N gives N / max(1, N/10);
- * otherwise OSU's counts for small or `large` messages. */
+/* iteration_counts for a collective: OSU's counts for small or `large` messages. */
 static void coll_iterations(const struct options *o, int large, long *iters, long *skip)
 {
-    if (o->iterations > 0) {
-        *iters = o->iterations;
-        *skip = o->iterations / 10 > 0 ? o->iterations / 10 : 1;
-    } else {
-        *iters = large ? COLL_ITERS_LARGE : COLL_ITERS;
-        *skip = large ? COLL_SKIP_LARGE : COLL_SKIP;
-    }
+    iteration_counts(o->iterations, large ? COLL_ITERS_LARGE : COLL_ITERS, large ? COLL_SKIP_LARGE : COLL_SKIP,
+                     iters, skip);
 }
 
 /* Blocking collective `b` at `size`: avg/min/max over the ranks' mean latencies. */
