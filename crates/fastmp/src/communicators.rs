@@ -411,7 +411,7 @@ mod tests {
     #[test]
     fn numa_group_is_the_bound_node_or_the_process() {
         let tree = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/sysfs/numa-2socket");
-        let machine = MachineTopology::from_sysfs(std::path::Path::new(tree)).expect("recorded tree");
+        let machine = MachineTopology::from_sysfs(std::path::Path::new(tree)).expect("sysfs tree");
         assert_eq!(NumaGroup::of(&machine, &[0, 1, 8], 3), NumaGroup::Bound { numa: 0 });
         assert_eq!(NumaGroup::of(&machine, &[13], 3), NumaGroup::Bound { numa: 1 });
         let all: Vec<usize> = (0..16).collect();

@@ -1,6 +1,7 @@
-//! Topology discovery (`fastmp::topology`, `MachineTopology::from_sysfs`) against recorded sysfs
-//! trees (`tests/data/sysfs/`: this VM's, and a constructed 2-socket NUMA machine), the way it
-//! degrades when files are missing or malformed, and the CPU choice of every pinning on both.
+//! Topology discovery (`fastmp::topology`, `MachineTopology::from_sysfs`) against sysfs trees
+//! (`tests/data/sysfs/`: this VM's and a real 2-socket Xeon's, recorded, and a constructed
+//! 2-socket NUMA machine), the way it degrades when files are missing or malformed, and the CPU
+//! choice of every pinning on each.
 
 use std::path::{Path, PathBuf};
 
@@ -106,6 +107,34 @@ fn two_socket_numa_machine_every_accessor() {
     assert_eq!(m.numa_of_cpus(&[3, 4]), None, "spans both nodes");
     assert_eq!(m.numa_of_cpus(&[3, 99]), None, "an offline CPU");
     assert_eq!(m.numa_of_cpus(&[]), None);
+}
+
+/// A real 2-socket machine's tree (Xeon Silver 4108, recorded by hwloc's test suite): Linux
+/// numbers each package's cores first and their SMT siblings 16 CPUs later.
+#[test]
+fn recorded_two_socket_xeon_every_accessor() {
+    let m = recorded("xeon-2socket-recorded");
+    assert_eq!(m.to_string(), "2 packages, 2 NUMA nodes, 16 cores, 32 CPUs, 2 L3 groups");
+    assert_eq!(m.cpus(), (0..32).collect::<Vec<_>>());
+    let cores: Vec<Core> = (0..16).map(|c| Core { package: c / 8, cpus: vec![c, c + 16] }).collect();
+    assert_eq!(m.cores(), &cores[..], "cores in package/core order, SMT siblings N and N+16");
+    assert_eq!(m.packages(), &[0, 1]);
+    let node0: Vec<usize> = [0..8, 16..24].into_iter().flatten().collect();
+    let node1: Vec<usize> = [8..16, 24..32].into_iter().flatten().collect();
+    assert_eq!(m.l3_groups(), &[node0.clone(), node1.clone()]);
+    assert_eq!(m.numa_nodes(), &[NumaNode { id: 0, cpus: node0.clone() }, NumaNode { id: 1, cpus: node1.clone() }]);
+    for cpu in 0..32 {
+        let (core, package) = (cpu % 16, (cpu % 16) / 8);
+        assert_eq!(m.core_of(cpu), Some(core), "core of cpu {cpu}");
+        assert_eq!(m.smt_siblings(cpu), Some(&[core, core + 16][..]), "siblings of cpu {cpu}");
+        assert_eq!(m.package_of(cpu), Some(package), "package of cpu {cpu}");
+        assert_eq!(m.l3_of(cpu), Some(package), "L3 of cpu {cpu}");
+        assert_eq!(m.numa_of(cpu), Some(package), "NUMA node of cpu {cpu}");
+    }
+    assert_eq!(m.core_of(32), None);
+    assert_eq!(m.numa_of_cpus(&node1), Some(1));
+    assert_eq!(m.numa_of_cpus(&[7, 23]), Some(0));
+    assert_eq!(m.numa_of_cpus(&[7, 8]), None, "spans both nodes");
 }
 
 #[test]
@@ -256,6 +285,22 @@ fn pinning_on_the_two_socket_machine() {
     assert_eq!(pinned(&m, Pin::Compact, 2, &[2, 40]), [2, 2]);
     // ... and counted flat when none is.
     assert_eq!(pinned(&m, Pin::Scatter, 2, &[40, 41]), [40, 41]);
+}
+
+#[test]
+fn pinning_on_the_recorded_two_socket_xeon() {
+    let m = recorded("xeon-2socket-recorded");
+    let all: Vec<usize> = (0..32).collect();
+    assert_eq!(pinned(&m, Pin::Compact, 32, &all), (0..32).collect::<Vec<_>>());
+    let scatter: Vec<usize> = (0..8).flat_map(|c| [c, c + 8]).chain((16..24).flat_map(|c| [c, c + 8])).collect();
+    assert_eq!(pinned(&m, Pin::Scatter, 32, &all), scatter);
+    assert_eq!(pinned(&m, Pin::Numa, 4, &all), [0, 1, 8, 9]);
+    let numa: Vec<usize> = [0..8, 16..24, 8..16, 24..32].into_iter().flatten().collect();
+    assert_eq!(pinned(&m, Pin::Numa, 32, &all), numa);
+    // An mpirun-style cpuset of package 1's first four cores and their siblings.
+    let allowed = [8, 9, 10, 11, 24, 25, 26, 27];
+    assert_eq!(pinned(&m, Pin::Compact, 8, &allowed), allowed);
+    assert_eq!(pinned(&m, Pin::Numa, 3, &allowed), [8, 9, 10]);
 }
 
 #[test]

@@ -279,12 +279,12 @@ fn hybrid_endpoint<R: Remote>(
 mod tests {
     use super::*;
 
-    /// The recorded 2-socket tree (node 0: CPUs 0-3 and 8-11, node 1: 4-7 and 12-15), two
+    /// The constructed 2-socket tree (node 0: CPUs 0-3 and 8-11, node 1: 4-7 and 12-15), two
     /// processes of 4 thread ranks, this process the second.
     #[test]
     fn pinned_thread_ranks_record_their_numa_nodes() {
         let tree = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/sysfs/numa-2socket");
-        let machine = MachineTopology::from_sysfs(std::path::Path::new(tree)).expect("recorded tree");
+        let machine = MachineTopology::from_sysfs(std::path::Path::new(tree)).expect("sysfs tree");
         let blocks = Blocks { np: 8, per_process: 4 };
         let cpus: Vec<usize> = (0..16).collect();
         let ours = |rank: usize| rank >= 4;
