@@ -138,7 +138,9 @@ impl Lanes {
         let nodes: Vec<usize> = (0..np).map(|r| by_process.node_of(r / per_process)).collect();
         let process_of: Vec<usize> = (0..np).map(|r| r / per_process).collect();
         lanes.placement = Placement::from_keys(&process_of, &nodes);
-        let on_node = (0..np).filter(|&r| lanes.placement.node_of(r) == lanes.placement.node_of(rank as usize)).count();
+        // The placement is by world (thread) rank: this process's first one is `rank * per_process`.
+        let node = lanes.placement.node_of(rank as usize * per_process);
+        let on_node = (0..np).filter(|&r| lanes.placement.node_of(r) == node).count();
         lanes.policy = WaitPolicy::for_ranks_on(on_node, super::online_cpus());
         Ok(lanes)
     }
