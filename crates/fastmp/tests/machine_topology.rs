@@ -73,35 +73,42 @@ fn remove_named(dir: &Path, name: &dyn Fn(&str) -> bool) {
     }
 }
 
-fn pair_cores(package: usize, first: usize) -> Vec<Core> {
-    (first..first + 4).map(|c| Core { package, cpus: vec![c, c + 8] }).collect()
+/// Checks every accessor of a machine of 2 packages of `per_package` cores with 2 SMT threads
+/// each, numbered as Linux does (each package's cores in turn, then all their second threads),
+/// with one L3 and one NUMA node per package. Returns the two nodes' CPUs.
+fn assert_two_sockets_with_smt(m: &MachineTopology, per_package: usize) -> [Vec<usize>; 2] {
+    let (cores, cpus) = (2 * per_package, 4 * per_package);
+    assert_eq!(m.to_string(), format!("2 packages, 2 NUMA nodes, {cores} cores, {cpus} CPUs, 2 L3 groups"));
+    assert_eq!(m.cpus(), (0..cpus).collect::<Vec<_>>());
+    let expected: Vec<Core> = (0..cores).map(|c| Core { package: c / per_package, cpus: vec![c, c + cores] }).collect();
+    assert_eq!(m.cores(), &expected[..], "cores in package/core order, SMT siblings N and N+{cores}");
+    assert_eq!(m.packages(), &[0, 1]);
+    let node = |p: usize| -> Vec<usize> {
+        let first = p * per_package;
+        (first..first + per_package).chain(cores + first..cores + first + per_package).collect()
+    };
+    let (node0, node1) = (node(0), node(1));
+    assert_eq!(m.l3_groups(), &[node0.clone(), node1.clone()]);
+    assert_eq!(m.numa_nodes(), &[NumaNode { id: 0, cpus: node0.clone() }, NumaNode { id: 1, cpus: node1.clone() }]);
+    for cpu in 0..cpus {
+        let (core, package) = (cpu % cores, (cpu % cores) / per_package);
+        assert_eq!(m.core_of(cpu), Some(core), "core of cpu {cpu}");
+        assert_eq!(m.smt_siblings(cpu), Some(&[core, core + cores][..]), "siblings of cpu {cpu}");
+        assert_eq!(m.package_of(cpu), Some(package), "package of cpu {cpu}");
+        assert_eq!(m.l3_of(cpu), Some(package), "L3 of cpu {cpu}");
+        assert_eq!(m.numa_of(cpu), Some(package), "NUMA node of cpu {cpu}");
+    }
+    for absent in [cpus, 4 * cpus] {
+        assert_eq!((m.core_of(absent), m.smt_siblings(absent), m.package_of(absent)), (None, None, None));
+        assert_eq!((m.l3_of(absent), m.numa_of(absent)), (None, None));
+    }
+    [node0, node1]
 }
 
 #[test]
 fn two_socket_numa_machine_every_accessor() {
     let m = recorded("numa-2socket");
-    assert_eq!(m.to_string(), "2 packages, 2 NUMA nodes, 8 cores, 16 CPUs, 2 L3 groups");
-    assert_eq!(m.cpus(), (0..16).collect::<Vec<_>>());
-    let mut cores = pair_cores(0, 0);
-    cores.extend(pair_cores(1, 4));
-    assert_eq!(m.cores(), &cores[..], "cores in package/core order, SMT siblings N and N+8");
-    assert_eq!(m.packages(), &[0, 1]);
-    let node0: Vec<usize> = [0..4, 8..12].into_iter().flatten().collect();
-    let node1: Vec<usize> = [4..8, 12..16].into_iter().flatten().collect();
-    assert_eq!(m.l3_groups(), &[node0.clone(), node1.clone()]);
-    assert_eq!(m.numa_nodes(), &[NumaNode { id: 0, cpus: node0.clone() }, NumaNode { id: 1, cpus: node1.clone() }]);
-    for cpu in 0..16 {
-        let (package, core) = ((cpu % 8) / 4, cpu % 8);
-        assert_eq!(m.core_of(cpu), Some(core), "core of cpu {cpu}");
-        assert_eq!(m.smt_siblings(cpu), Some(&[core, core + 8][..]), "siblings of cpu {cpu}");
-        assert_eq!(m.package_of(cpu), Some(package), "package of cpu {cpu}");
-        assert_eq!(m.l3_of(cpu), Some(package), "L3 of cpu {cpu}");
-        assert_eq!(m.numa_of(cpu), Some(package), "NUMA node of cpu {cpu}");
-    }
-    for absent in [16, 64] {
-        assert_eq!((m.core_of(absent), m.smt_siblings(absent), m.package_of(absent)), (None, None, None));
-        assert_eq!((m.l3_of(absent), m.numa_of(absent)), (None, None));
-    }
+    let [_, node1] = assert_two_sockets_with_smt(&m, 4);
     assert_eq!(m.numa_of_cpus(&node1), Some(1));
     assert_eq!(m.numa_of_cpus(&[3, 11]), Some(0));
     assert_eq!(m.numa_of_cpus(&[3, 4]), None, "spans both nodes");
@@ -114,24 +121,7 @@ fn two_socket_numa_machine_every_accessor() {
 #[test]
 fn recorded_two_socket_xeon_every_accessor() {
     let m = recorded("xeon-2socket-recorded");
-    assert_eq!(m.to_string(), "2 packages, 2 NUMA nodes, 16 cores, 32 CPUs, 2 L3 groups");
-    assert_eq!(m.cpus(), (0..32).collect::<Vec<_>>());
-    let cores: Vec<Core> = (0..16).map(|c| Core { package: c / 8, cpus: vec![c, c + 16] }).collect();
-    assert_eq!(m.cores(), &cores[..], "cores in package/core order, SMT siblings N and N+16");
-    assert_eq!(m.packages(), &[0, 1]);
-    let node0: Vec<usize> = [0..8, 16..24].into_iter().flatten().collect();
-    let node1: Vec<usize> = [8..16, 24..32].into_iter().flatten().collect();
-    assert_eq!(m.l3_groups(), &[node0.clone(), node1.clone()]);
-    assert_eq!(m.numa_nodes(), &[NumaNode { id: 0, cpus: node0.clone() }, NumaNode { id: 1, cpus: node1.clone() }]);
-    for cpu in 0..32 {
-        let (core, package) = (cpu % 16, (cpu % 16) / 8);
-        assert_eq!(m.core_of(cpu), Some(core), "core of cpu {cpu}");
-        assert_eq!(m.smt_siblings(cpu), Some(&[core, core + 16][..]), "siblings of cpu {cpu}");
-        assert_eq!(m.package_of(cpu), Some(package), "package of cpu {cpu}");
-        assert_eq!(m.l3_of(cpu), Some(package), "L3 of cpu {cpu}");
-        assert_eq!(m.numa_of(cpu), Some(package), "NUMA node of cpu {cpu}");
-    }
-    assert_eq!(m.core_of(32), None);
+    let [_, node1] = assert_two_sockets_with_smt(&m, 8);
     assert_eq!(m.numa_of_cpus(&node1), Some(1));
     assert_eq!(m.numa_of_cpus(&[7, 23]), Some(0));
     assert_eq!(m.numa_of_cpus(&[7, 8]), None, "spans both nodes");
