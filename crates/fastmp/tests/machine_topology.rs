@@ -75,8 +75,8 @@ fn remove_named(dir: &Path, name: &dyn Fn(&str) -> bool) {
 
 /// Checks every accessor of a machine of 2 packages of `per_package` cores with 2 SMT threads
 /// each, numbered as Linux does (each package's cores in turn, then all their second threads),
-/// with one L3 and one NUMA node per package. Returns the two nodes' CPUs.
-fn assert_two_sockets_with_smt(m: &MachineTopology, per_package: usize) -> [Vec<usize>; 2] {
+/// with one L3 and one NUMA node per package.
+fn assert_two_sockets_with_smt(m: &MachineTopology, per_package: usize) {
     let (cores, cpus) = (2 * per_package, 4 * per_package);
     assert_eq!(m.to_string(), format!("2 packages, 2 NUMA nodes, {cores} cores, {cpus} CPUs, 2 L3 groups"));
     assert_eq!(m.cpus(), (0..cpus).collect::<Vec<_>>());
@@ -102,16 +102,16 @@ fn assert_two_sockets_with_smt(m: &MachineTopology, per_package: usize) -> [Vec<
         assert_eq!((m.core_of(absent), m.smt_siblings(absent), m.package_of(absent)), (None, None, None));
         assert_eq!((m.l3_of(absent), m.numa_of(absent)), (None, None));
     }
-    [node0, node1]
+    let last = per_package - 1;
+    assert_eq!(m.numa_of_cpus(&node1), Some(1));
+    assert_eq!(m.numa_of_cpus(&[last, last + cores]), Some(0), "a core and its sibling");
+    assert_eq!(m.numa_of_cpus(&[last, last + 1]), None, "spans both nodes");
 }
 
 #[test]
 fn two_socket_numa_machine_every_accessor() {
     let m = recorded("numa-2socket");
-    let [_, node1] = assert_two_sockets_with_smt(&m, 4);
-    assert_eq!(m.numa_of_cpus(&node1), Some(1));
-    assert_eq!(m.numa_of_cpus(&[3, 11]), Some(0));
-    assert_eq!(m.numa_of_cpus(&[3, 4]), None, "spans both nodes");
+    assert_two_sockets_with_smt(&m, 4);
     assert_eq!(m.numa_of_cpus(&[3, 99]), None, "an offline CPU");
     assert_eq!(m.numa_of_cpus(&[]), None);
 }
@@ -121,10 +121,7 @@ fn two_socket_numa_machine_every_accessor() {
 #[test]
 fn recorded_two_socket_xeon_every_accessor() {
     let m = recorded("xeon-2socket-recorded");
-    let [_, node1] = assert_two_sockets_with_smt(&m, 8);
-    assert_eq!(m.numa_of_cpus(&node1), Some(1));
-    assert_eq!(m.numa_of_cpus(&[7, 23]), Some(0));
-    assert_eq!(m.numa_of_cpus(&[7, 8]), None, "spans both nodes");
+    assert_two_sockets_with_smt(&m, 8);
 }
 
 #[test]
