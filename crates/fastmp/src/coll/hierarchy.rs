@@ -173,11 +173,13 @@ impl Levels {
     }
 }
 
-/// What a communicator computes once about its spread (shared by its clones).
+/// What a communicator computes once about its spread, and the algorithm choices that follow
+/// from it (shared by its clones).
 #[derive(Default)]
 pub(crate) struct LevelCache {
     locality: OnceCell<CommLocality>,
     levels: OnceCell<Option<Rc<Levels>>>,
+    pub(crate) choices: super::select::LastChoices,
 }
 
 impl Comm {

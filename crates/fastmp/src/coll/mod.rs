@@ -126,6 +126,15 @@ impl Comm {
     /// forever), else the rules. Allocation-free.
     #[inline]
     fn choose(&self, coll: Collective, bytes: usize, commutative: bool, pick: Pick, level: bool) -> Algorithm {
+        if pick == Pick::Tuned && !level {
+            let choose = || self.choose_by_rules(coll, bytes, commutative, pick, level);
+            return self.spread.choices.get_or(coll, &self.tuning, bytes, commutative, choose);
+        }
+        self.choose_by_rules(coll, bytes, commutative, pick, level)
+    }
+
+    /// [`Comm::choose`] from the rules, without the remembered choices.
+    fn choose_by_rules(&self, coll: Collective, bytes: usize, commutative: bool, pick: Pick, level: bool) -> Algorithm {
         let (np, locality) = (self.size(), self.spread_locality());
         let usable = |a| self.can_run(coll, a, commutative);
         if level && pick == Pick::Tuned && usable(Algorithm::Native) {
@@ -957,5 +966,34 @@ impl Run<'_> {
             Algorithm::Hierarchical => Box::pin(hierarchical::reduce(self, send, recv, op, root)).await,
             algorithm => reduce::reduce(self, send, recv, op, root, algorithm).await,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The remembered choice is the rules' choice, whatever the order of the questions: repeated,
+    /// alternating sizes (across the rules' size boundaries), commutativity and collectives, on
+    /// a flat communicator and on one spanning simulated processes (hierarchical rules).
+    #[test]
+    fn remembered_choices_are_the_rules_choices() {
+        let questions = |world: Comm| {
+            let sizes = [0, 1, 8, 8, 4096, 8, 1 << 20, 1 << 20, 64, 1 << 16, 3];
+            for round in 0..2 {
+                for &bytes in &sizes {
+                    for coll in Collective::ALL {
+                        for commutative in [true, false, round == 0] {
+                            let remembered = world.choose(coll, bytes, commutative, Pick::Tuned, false);
+                            let by_rules = world.choose_by_rules(coll, bytes, commutative, Pick::Tuned, false);
+                            assert_eq!(remembered, by_rules, "{coll} at {bytes} B, commutative {commutative}");
+                        }
+                    }
+                }
+            }
+            Ok(())
+        };
+        crate::run(3, questions).unwrap();
+        crate::Config::new().np(6).simulate_processes(2).run(questions).unwrap();
     }
 }

@@ -8,6 +8,7 @@
 //! non-commutative operation, or the choice a composite excludes) is skipped, so the next rule
 //! that applies decides.
 
+use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::OnceLock;
@@ -653,6 +654,49 @@ impl Tuning {
 impl Default for Tuning {
     fn default() -> Self {
         Tuning::defaults()
+    }
+}
+
+/// The last tuned choice per collective on one communicator (shared by its clones). Programs
+/// call the same collective at the same size again and again, and scanning the rules costs a
+/// small call more than looking the answer up: everything else the choice depends on (the
+/// communicator's size, spread and device) is fixed for the communicator's life.
+#[derive(Default)]
+pub(crate) struct LastChoices([Cell<Option<LastChoice>>; Collective::ALL.len()]);
+
+#[derive(Clone, Copy)]
+struct LastChoice {
+    /// The table it came from (a level communicator's clones select from their parent's).
+    tuning: *const Tuning,
+    bytes: usize,
+    commutative: bool,
+    algorithm: Algorithm,
+}
+
+impl LastChoices {
+    /// The choice for this call: the remembered one if the last call of `coll` asked the same,
+    /// else `choose()`'s, remembered.
+    #[inline]
+    pub(crate) fn get_or(
+        &self,
+        coll: Collective,
+        tuning: &Tuning,
+        bytes: usize,
+        commutative: bool,
+        choose: impl FnOnce() -> Algorithm,
+    ) -> Algorithm {
+        let slot = &self.0[coll as usize];
+        let tuning: *const Tuning = tuning;
+        if let Some(last) = slot.get()
+            && last.tuning == tuning
+            && last.bytes == bytes
+            && last.commutative == commutative
+        {
+            return last.algorithm;
+        }
+        let algorithm = choose();
+        slot.set(Some(LastChoice { tuning, bytes, commutative, algorithm }));
+        algorithm
     }
 }
 
