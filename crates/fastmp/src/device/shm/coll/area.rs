@@ -235,7 +235,12 @@ impl NativeArea {
     /// touches their buffers. Without `wake`, parked peers see it when their park times out
     /// (for marks every correct program makes, where waking peers would only cost).
     pub(crate) fn bypass(&self, me: usize, lane: usize, epoch: u64, wake: bool) {
-        self.slot(lane, me).bypassed.fetch_max(epoch, Ordering::Release);
+        // Only rank `me` writes its own mark: a load and a store keep the maximum without a
+        // locked read-modify-write (this runs on every message-based choice).
+        let mark = &self.slot(lane, me).bypassed;
+        if mark.load(Ordering::Relaxed) < epoch {
+            mark.store(epoch, Ordering::Release);
+        }
         if wake {
             self.notify(me, 0..self.size());
         }
