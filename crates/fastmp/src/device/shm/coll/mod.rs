@@ -29,7 +29,7 @@ use super::ShmWorld;
 use crate::coll::Layout;
 use crate::coll::op::Op;
 use crate::device::ContextId;
-use crate::device::collectives::{Call, CollectiveProvider, Collectives, EVERY_DISPATCH, Operation};
+use crate::device::collectives::{Call, CollectiveProvider, Collectives, Operation};
 use crate::error::{Error, Result};
 use algorithms::Native;
 
@@ -207,11 +207,13 @@ impl CollectiveProvider for ShmCollectives {
 
     fn bypassed(&self, seq: u64, dispatch: u64) {
         // A choice past the last numbered one marks the last: this rank is past all of them.
-        let every = dispatch == EVERY_DISPATCH;
         let epoch = epoch(seq, dispatch.min(DISPATCHES - 1)).expect("a dispatch below DISPATCHES has an epoch");
-        // A whole operation passed by is what every correct program's flat collective on a
-        // communicator with levels does: no wake-ups there (see `NativeArea::bypass`).
-        self.mark_bypassed(seq, epoch, !every);
+        // No wake-ups (see `NativeArea::bypass`): in a correct program every rank makes the same
+        // choice, so nobody waits for this mark, and this runs on every message-based choice
+        // (waking would read every peer's parker). A peer that chose `native` (arguments that
+        // differ between ranks) sees the mark at once while it spins, within a park's timeout
+        // once parked.
+        self.mark_bypassed(seq, epoch, false);
     }
 
     fn abandoned(&self, seq: u64) {
