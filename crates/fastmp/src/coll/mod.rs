@@ -996,4 +996,28 @@ mod tests {
         crate::run(3, questions).unwrap();
         crate::Config::new().np(6).simulate_processes(2).run(questions).unwrap();
     }
+
+    /// Clones with their own table (`with_tuning`) share the communicator's remembered
+    /// choices: each must get its own table's choice, also when a dropped table's memory is
+    /// reused by the next one.
+    #[test]
+    fn a_clone_with_another_table_chooses_from_it() {
+        crate::run(2, |world| {
+            for round in 0..3 {
+                for coll in Collective::ALL {
+                    for &algorithm in coll.algorithms() {
+                        let forced = world.with_tuning(Tuning::defaults().force(coll, algorithm)?);
+                        let chosen = forced.algorithm_for(coll, 64, true);
+                        assert!(
+                            chosen == algorithm || !forced.can_run(coll, algorithm, true),
+                            "round {round}: {coll} forced to {algorithm} chose {chosen}"
+                        );
+                        drop(forced);
+                    }
+                }
+            }
+            Ok(())
+        })
+        .unwrap();
+    }
 }

@@ -11,7 +11,7 @@
 use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::fmt;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use serde::{Deserialize, Serialize};
 
@@ -664,10 +664,11 @@ impl Default for Tuning {
 #[derive(Default)]
 pub(crate) struct LastChoices([Cell<Option<LastChoice>>; Collective::ALL.len()]);
 
-#[derive(Clone, Copy)]
 struct LastChoice {
-    /// The table it came from (a level communicator's clones select from their parent's).
-    tuning: *const Tuning,
+    /// The table it came from. Clones made by `Comm::with_tuning` share the communicator's
+    /// choices, so the table is part of the key; holding it keeps its address from being
+    /// reused by a later table.
+    tuning: Arc<Tuning>,
     bytes: usize,
     commutative: bool,
     algorithm: Algorithm,
@@ -680,21 +681,27 @@ impl LastChoices {
     pub(crate) fn get_or(
         &self,
         coll: Collective,
-        tuning: &Tuning,
+        tuning: &Arc<Tuning>,
         bytes: usize,
         commutative: bool,
         choose: impl FnOnce() -> Algorithm,
     ) -> Algorithm {
         let slot = &self.0[coll as usize];
-        let tuning: *const Tuning = tuning;
-        if let Some(last) = slot.get()
-            && last.tuning == tuning
-            && last.bytes == bytes
-            && last.commutative == commutative
-        {
-            return last.algorithm;
-        }
+        let last = match slot.take() {
+            Some(last)
+                if Arc::ptr_eq(&last.tuning, tuning) && last.bytes == bytes && last.commutative == commutative =>
+            {
+                let algorithm = last.algorithm;
+                slot.set(Some(last));
+                return algorithm;
+            }
+            last => last,
+        };
         let algorithm = choose();
+        let tuning = match last {
+            Some(last) if Arc::ptr_eq(&last.tuning, tuning) => last.tuning,
+            _ => Arc::clone(tuning),
+        };
         slot.set(Some(LastChoice { tuning, bytes, commutative, algorithm }));
         algorithm
     }
