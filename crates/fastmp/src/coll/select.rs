@@ -662,13 +662,20 @@ impl Default for Tuning {
 /// small call more than looking the answer up: everything else the choice depends on (the
 /// communicator's size, spread and device) is fixed for the communicator's life.
 #[derive(Default)]
-pub(crate) struct LastChoices([Cell<Option<LastChoice>>; Collective::ALL.len()]);
+pub(crate) struct LastChoices([Slot; Collective::ALL.len()]);
 
+#[derive(Default)]
+struct Slot {
+    last: Cell<Option<LastChoice>>,
+    /// The table `last` came from, held so that its address (the key) cannot be reused by a
+    /// later table while `last` names it: clones made by `Comm::with_tuning` share the
+    /// communicator's choices, each with its own table.
+    table: Cell<Option<Arc<Tuning>>>,
+}
+
+#[derive(Clone, Copy)]
 struct LastChoice {
-    /// The table it came from. Clones made by `Comm::with_tuning` share the communicator's
-    /// choices, so the table is part of the key; holding it keeps its address from being
-    /// reused by a later table.
-    tuning: Arc<Tuning>,
+    tuning: *const Tuning,
     bytes: usize,
     commutative: bool,
     algorithm: Algorithm,
@@ -687,22 +694,20 @@ impl LastChoices {
         choose: impl FnOnce() -> Algorithm,
     ) -> Algorithm {
         let slot = &self.0[coll as usize];
-        let last = match slot.take() {
-            Some(last)
-                if Arc::ptr_eq(&last.tuning, tuning) && last.bytes == bytes && last.commutative == commutative =>
-            {
-                let algorithm = last.algorithm;
-                slot.set(Some(last));
-                return algorithm;
-            }
-            last => last,
-        };
+        let key = Arc::as_ptr(tuning);
+        let last = slot.last.get();
+        if let Some(last) = last
+            && last.tuning == key
+            && last.bytes == bytes
+            && last.commutative == commutative
+        {
+            return last.algorithm;
+        }
         let algorithm = choose();
-        let tuning = match last {
-            Some(last) if Arc::ptr_eq(&last.tuning, tuning) => last.tuning,
-            _ => Arc::clone(tuning),
-        };
-        slot.set(Some(LastChoice { tuning, bytes, commutative, algorithm }));
+        if last.is_none_or(|last| last.tuning != key) {
+            slot.table.set(Some(Arc::clone(tuning)));
+        }
+        slot.last.set(Some(LastChoice { tuning: key, bytes, commutative, algorithm }));
         algorithm
     }
 }
