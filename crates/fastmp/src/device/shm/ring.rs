@@ -23,6 +23,10 @@ pub(crate) const SLOTS: usize = 64;
 pub(crate) const SLOTS: usize = 4;
 /// Payload bytes carried inside the slot's cache line (64 − 8 sequence − 16 header).
 pub(crate) const INLINE_BYTES: usize = 40;
+/// How many messages ahead the producer asks for a writable slot line (see `Ring::prepare_ahead`).
+const PREFETCH_AHEAD: u64 = 4;
+/// How much of an upcoming spill buffer the producer asks for ahead.
+const PREFETCH_SPILL_BYTES: usize = 256;
 
 /// What a slot carries.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -89,6 +93,19 @@ impl SlotHeader {
     fn has_record(&self) -> bool {
         self.flags & HAS_RECORD != 0
     }
+}
+
+/// Hints the cache to fetch `addr`'s line for writing (x86 `prefetchw`; a no-op elsewhere).
+#[inline]
+fn prefetch_for_write(addr: *const u8) {
+    #[cfg(all(target_arch = "x86_64", not(miri), not(loom)))]
+    // SAFETY: a prefetch reads nothing the program sees and cannot fault, whatever the address;
+    // CPUs without PREFETCHW execute its encoding as a no-op.
+    unsafe {
+        std::arch::asm!("prefetchw [{0}]", in(reg) addr, options(nostack, preserves_flags, readonly));
+    }
+    #[cfg(not(all(target_arch = "x86_64", not(miri), not(loom))))]
+    let _ = addr;
 }
 
 #[repr(C, align(64))]
@@ -221,7 +238,29 @@ impl Ring {
         }
         slot.seq.store(tail + 1, Ordering::Release);
         pos.tail.store(tail + 1, Ordering::Relaxed);
+        self.prepare_ahead(tail + PREFETCH_AHEAD, payload.len());
         true
+    }
+
+    /// Asks for ring position `position`'s line (and, when this message spilled, the first lines
+    /// of its spill buffer) in a writable state, a few messages before the producer writes there:
+    /// the consumer read it last, so otherwise each message's first store waits for the line to
+    /// come back, and a window of small sends is a chain of such waits.
+    #[inline]
+    fn prepare_ahead(&self, position: u64, len: usize) {
+        let i = position as usize & (self.slots.len() - 1);
+        prefetch_for_write(std::ptr::from_ref(&self.slots[i]).cast());
+        // The spill cell is the producer's only once the consumer has left that position.
+        if len > INLINE_BYTES && position < self.tail.head_cache.load(Ordering::Relaxed) + self.slots.len() as u64 {
+            // SAFETY: the position is the producer's (checked against the cached head, which is
+            // at most the consumer's real one), and only the producer calls `push`.
+            let spill = self.spills[i].with(|spill| unsafe { (*spill).as_deref().map(<[u8]>::as_ptr) });
+            if let Some(buf) = spill {
+                for line in (0..len.min(PREFETCH_SPILL_BYTES)).step_by(64) {
+                    prefetch_for_write(buf.wrapping_add(line));
+                }
+            }
+        }
     }
 
     /// Gives every slot in `positions` that has no spill buffer one of `capacity` bytes, at once.
