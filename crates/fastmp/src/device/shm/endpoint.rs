@@ -452,6 +452,14 @@ impl ShmEndpoint {
                 inline[..len].copy_from_slice(view.payload());
                 Body::Inline(inline)
             }
+            Kind::Eager if view.is_continued() => {
+                // The ring's lines are reused at once: queue a copy in a spare spill buffer.
+                let limit = self.world.eager_limit;
+                let mut spill = st.spare_spills.pop().filter(|b| b.len() >= len);
+                let buf = spill.get_or_insert_with(|| vec![0u8; limit.max(len)].into_boxed_slice());
+                buf[..len].copy_from_slice(view.payload());
+                Body::Spilled(spill.expect("just filled"))
+            }
             Kind::Eager => Body::Spilled(view.take_spill(st.spare_spills.pop()).expect("spilled payload")),
         };
         st.matcher.push_unexpected(env, Payload { body, record });

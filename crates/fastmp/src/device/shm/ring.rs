@@ -2,13 +2,19 @@
 //!
 //! A slot is exactly one cache line holding a compact header and up to [`INLINE_BYTES`] of payload,
 //! so a small message costs one cache-line transfer: the consumer polls the slot's sequence word,
-//! which the producer writes last. Larger eager payloads go to the slot's pooled spill buffer, which
-//! moves with the slot (or is swapped out by the consumer, see [`SlotView::take_spill`]). The
-//! sender's record reference (synchronous and rendezvous sends only) lives beside the slot, so the
-//! common message never pays for it in the line.
+//! which the producer writes last. A payload of up to [`CONTINUED_BYTES`] runs on into the next
+//! slots' whole lines (a *continued* message: consecutive lines, no pointer to follow). Larger eager
+//! payloads go to the slot's pooled spill buffer, which moves with the slot (or is swapped out by
+//! the consumer, see [`SlotView::take_spill`]). The sender's record reference (synchronous and
+//! rendezvous sends only) lives beside the slot, so the common message never pays for it in the
+//! line.
 //!
 //! Ownership protocol: slot `i` belongs to the producer while `head > i - slots` has been observed,
-//! and to the consumer once it sees `seq == i + 1`, until it advances `head` past it.
+//! and to the consumer once it sees `seq == i + 1`, until it advances `head` past it (by the
+//! message's slot count). A continued message overwrites its later slots' sequence words with
+//! payload; before the producer publishes a message whose successor would start on such a slot, it
+//! stores 0 there (never a valid sequence), so the consumer can never take stale payload for a
+//! header.
 
 use crossbeam_utils::CachePadded;
 
@@ -23,6 +29,15 @@ pub(crate) const SLOTS: usize = 64;
 pub(crate) const SLOTS: usize = 4;
 /// Payload bytes carried inside the slot's cache line (64 − 8 sequence − 16 header).
 pub(crate) const INLINE_BYTES: usize = 40;
+/// Most slots one continued message takes (under loom: one, as the models look at each slot's
+/// cells separately and a continued payload spans them).
+#[cfg(not(loom))]
+const MAX_CONTINUED_SLOTS: usize = 2;
+#[cfg(loom)]
+const MAX_CONTINUED_SLOTS: usize = 1;
+/// Largest eager payload carried in the ring's own lines (header slot plus whole continuation
+/// slots); larger ones spill.
+pub(crate) const CONTINUED_BYTES: usize = INLINE_BYTES + (MAX_CONTINUED_SLOTS - 1) * 64;
 /// How many messages ahead the producer asks for a writable slot line (see `Ring::prepare_ahead`).
 const PREFETCH_AHEAD: u64 = 4;
 /// How much of an upcoming spill buffer the producer asks for ahead.
@@ -67,6 +82,13 @@ struct SlotHeader {
 
 const SYNC: u8 = 1;
 const HAS_RECORD: u8 = 2;
+/// The payload runs on into the following slots (see [`slots_for`]).
+const CONTINUED: u8 = 4;
+
+/// Slots a payload of `len` bytes takes when carried in the ring's lines.
+const fn slots_for(len: usize) -> usize {
+    if len <= INLINE_BYTES { 1 } else { 1 + (len - INLINE_BYTES).div_ceil(64) }
+}
 
 /// Lengths a slot header can carry: more than a 48-bit address space can hold, so any buffer that
 /// exists fits.
@@ -92,6 +114,11 @@ impl SlotHeader {
     /// Whether the message owns a record reference (kept in the ring's `records`).
     fn has_record(&self) -> bool {
         self.flags & HAS_RECORD != 0
+    }
+
+    /// Ring slots the message takes.
+    fn slots(&self) -> usize {
+        if self.flags & CONTINUED != 0 { slots_for(self.len() as usize) } else { 1 }
     }
 }
 
@@ -139,6 +166,9 @@ pub(crate) struct Ring {
 struct ProducerPos {
     tail: AtomicU64,
     head_cache: AtomicU64,
+    /// Bit `i`: slot `i`'s sequence word last held continued payload, so it must be cleared before
+    /// the consumer may look at it as a header (rings have at most 64 slots).
+    overwritten: AtomicU64,
 }
 
 // SAFETY: the `UnsafeCell` contents are handed between exactly one producer thread and one
@@ -162,6 +192,7 @@ impl Ring {
     /// A ring of `count` slots (a power of two): jobs of many ranks take fewer per pair.
     pub fn with_slots(count: usize) -> Self {
         assert!(count.is_power_of_two(), "ring slots must be a power of two, got {count}");
+        assert!(count <= 64, "rings have at most 64 slots (one bit each in `overwritten`), got {count}");
         let slots = (0..count)
             .map(|_| Slot {
                 seq: AtomicU64::new(0),
@@ -183,7 +214,11 @@ impl Ring {
             spills,
             records,
             head: CachePadded::new(AtomicU64::new(0)),
-            tail: CachePadded::new(ProducerPos { tail: AtomicU64::new(0), head_cache: AtomicU64::new(0) }),
+            tail: CachePadded::new(ProducerPos {
+                tail: AtomicU64::new(0),
+                head_cache: AtomicU64::new(0),
+                overwritten: AtomicU64::new(0),
+            }),
         }
     }
 
@@ -196,29 +231,56 @@ impl Ring {
         let pos = &self.tail;
         let tail = pos.tail.load(Ordering::Relaxed);
         let count = self.slots.len();
-        if tail - pos.head_cache.load(Ordering::Relaxed) >= count as u64 {
+        let i = (tail as usize) & (count - 1);
+        // A payload that fits in a few lines and does not wrap past the ring's end continues into
+        // the next slots; others spill.
+        let wanted = slots_for(payload.len());
+        let continues = payload.len() > INLINE_BYTES && payload.len() <= CONTINUED_BYTES;
+        let slots = if continues && wanted < count && i + wanted <= count { wanted } else { 1 };
+        let next = (i + slots) & (count - 1);
+        let overwritten = pos.overwritten.load(Ordering::Relaxed);
+        let clear_next = overwritten & (1 << next) != 0;
+        // Slots this message needs, plus its successor's when stale payload must be cleared there.
+        let needed = (slots + usize::from(clear_next)) as u64;
+        if tail + needed - pos.head_cache.load(Ordering::Relaxed) > count as u64 {
             // Acquire: the consumer's reads of the slot happen-before our overwrite.
             let head = self.head.load(Ordering::Acquire);
             pos.head_cache.store(head, Ordering::Relaxed);
-            if tail - head >= count as u64 {
+            if tail + needed - head > count as u64 {
                 return false;
             }
         }
-        let i = (tail as usize) & (count - 1);
         let slot = &self.slots[i];
         debug_assert!(payload.len() as u64 == header.len || header.kind == Kind::Rts);
-        let stored = SlotHeader::new(&header);
-        // SAFETY: the slot is the producer's (head > tail - count, checked above), so no other
-        // thread accesses its cells until the Release store of `seq` below.
+        let mut stored = SlotHeader::new(&header);
+        // SAFETY (cells below): the slots `i..i + slots` (and `next` when cleared) are the
+        // producer's (head > tail + needed - count, checked above), so no other thread accesses
+        // them until the Release store of `seq` below.
+        if slots > 1 {
+            stored.flags |= CONTINUED;
+            // SAFETY: as above; the slots are consecutive (no wrap) and `payload` fits in them.
+            unsafe { self.continued_bytes(i).copy_from_nonoverlapping(payload.as_ptr(), payload.len()) };
+            let continuation = ((1u64 << slots) - 2) << i;
+            pos.overwritten.store((overwritten & !(1 << i)) | continuation, Ordering::Relaxed);
+        } else if overwritten & (1 << i) != 0 {
+            pos.overwritten.store(overwritten & !(1 << i), Ordering::Relaxed);
+        }
+        if clear_next {
+            // Relaxed: ordered before the consumer's look at it by the Release store below.
+            self.slots[next].seq.store(0, Ordering::Relaxed);
+            let now = pos.overwritten.load(Ordering::Relaxed);
+            pos.overwritten.store(now & !(1 << next), Ordering::Relaxed);
+        }
+        // SAFETY: as above.
         slot.header.with_mut(|h| unsafe { *h = stored });
         if stored.has_record() {
             // SAFETY: as above.
             self.records[i].with_mut(|r| unsafe { *r = header.record });
         }
-        if payload.len() <= INLINE_BYTES {
+        if slots == 1 && payload.len() <= INLINE_BYTES {
             // SAFETY: as above.
             slot.inline.with_mut(|inline| unsafe { (&mut *inline)[..payload.len()].copy_from_slice(payload) });
-        } else {
+        } else if slots == 1 {
             // SAFETY: as above.
             if self.spills[i].with(|spill| unsafe { (*spill).is_none() }) {
                 let free_end = pos.head_cache.load(Ordering::Relaxed) + count as u64;
@@ -237,8 +299,8 @@ impl Ring {
             });
         }
         slot.seq.store(tail + 1, Ordering::Release);
-        pos.tail.store(tail + 1, Ordering::Relaxed);
-        self.prepare_ahead(tail + PREFETCH_AHEAD, payload.len());
+        pos.tail.store(tail + slots as u64, Ordering::Relaxed);
+        self.prepare_ahead(tail + slots as u64 - 1 + PREFETCH_AHEAD, payload.len());
         true
     }
 
@@ -261,6 +323,28 @@ impl Ring {
                 }
             }
         }
+    }
+
+    /// Where a continued payload starting in slot `i` lies: the slot's inline bytes and the whole
+    /// lines of the slots after it, one run of memory.
+    ///
+    /// # Safety
+    /// `i + slots_for(len)` must not pass the ring's end for the `len` bytes accessed; whoever
+    /// accesses them must own those slots (see the module's protocol).
+    #[cfg(not(loom))]
+    unsafe fn continued_bytes(&self, i: usize) -> *mut u8 {
+        // Every byte of a slot is inside an `UnsafeCell` (the sequence word's atomic included), so
+        // writing through a pointer from the shared slice is allowed; the pointer comes from the
+        // whole slice, so it may run on past slot `i`.
+        let base = self.slots.as_ptr().cast::<u8>().cast_mut();
+        // SAFETY: in bounds of the slot slice (the caller keeps `i` a slot index).
+        unsafe { base.add(i * size_of::<Slot>() + std::mem::offset_of!(Slot, inline)) }
+    }
+
+    /// Continued messages do not exist under loom (`MAX_CONTINUED_SLOTS` is 1).
+    #[cfg(loom)]
+    unsafe fn continued_bytes(&self, _i: usize) -> *mut u8 {
+        unreachable!("no continued messages under loom")
     }
 
     /// Gives every slot in `positions` that has no spill buffer one of `capacity` bytes, at once.
@@ -304,10 +388,16 @@ impl Ring {
         if slot.seq.load(Ordering::Acquire) != head + 1 {
             return None;
         }
-        self.prefetch((head + 1) as usize);
-        // SAFETY: seq == head+1 (Acquire) means the producer finished writing this slot and will
-        // not touch it until we advance `head`; the caller is the only consumer.
+        self.prefetch(i + 1);
+        // SAFETY: seq == head+1 (Acquire) means the producer finished writing this slot (and the
+        // continuation slots of a continued message) and will not touch it until we advance
+        // `head`; the caller is the only consumer.
         let stored = slot.header.with(|h| unsafe { *h });
+        let slots = stored.slots();
+        debug_assert!(slots <= MAX_CONTINUED_SLOTS);
+        for later in 2..=slots.min(MAX_CONTINUED_SLOTS) {
+            self.prefetch(i + later);
+        }
         // SAFETY: as above (the record cell is written before the same Release store).
         let record = if stored.has_record() { self.records[i].with(|r| unsafe { *r }) } else { None };
         let header = Header {
@@ -318,7 +408,7 @@ impl Ring {
             sync: stored.flags & SYNC != 0,
             record,
         };
-        Some(SlotView { ring: self, index: i, header })
+        Some(SlotView { ring: self, index: i, continued: slots > 1, header })
     }
 
     /// Starts loading ring position `position`'s line while the current message is handled:
@@ -344,7 +434,10 @@ impl Ring {
     #[inline]
     pub unsafe fn pop(&self) {
         let head = self.head.load(Ordering::Relaxed);
-        self.head.store(head + 1, Ordering::Release);
+        let i = (head as usize) & (self.slots.len() - 1);
+        // SAFETY: the slot is still ours (published, `head` not yet advanced past it).
+        let slots = self.slots[i].header.with(|h| unsafe { (*h).slots() });
+        self.head.store(head + slots as u64, Ordering::Release);
     }
 }
 
@@ -367,6 +460,8 @@ impl Drop for Ring {
 pub(crate) struct SlotView<'r> {
     ring: &'r Ring,
     index: usize,
+    /// The payload runs on into the following slots.
+    continued: bool,
     pub header: Header,
 }
 
@@ -374,7 +469,11 @@ impl SlotView<'_> {
     /// The eager payload bytes.
     pub fn payload(&self) -> &[u8] {
         let len = self.header.len as usize;
-        if len <= INLINE_BYTES {
+        if self.continued {
+            // SAFETY: the consumer owns the published message's slots until `pop` (see `peek`);
+            // the producer wrote `len` bytes there in one run without wrapping.
+            unsafe { std::slice::from_raw_parts(self.ring.continued_bytes(self.index), len) }
+        } else if len <= INLINE_BYTES {
             // SAFETY: the consumer owns the published slot until `pop` (see `peek`).
             self.ring.slots[self.index].inline.with(|inline| unsafe { &(&*inline)[..len] })
         } else {
@@ -382,6 +481,12 @@ impl SlotView<'_> {
             let spill = self.ring.spills[self.index].with(|spill| unsafe { &*spill });
             &spill.as_deref().expect("spilled payload")[..len]
         }
+    }
+
+    /// Whether the payload lies in the ring's own lines past this slot (so there is no spill
+    /// buffer to take).
+    pub fn is_continued(&self) -> bool {
+        self.continued
     }
 
     /// Takes the spill buffer (payload > inline) leaving `replacement` in the slot, so an
@@ -406,8 +511,12 @@ mod tests {
     use super::super::test_support::{Gone, wait_for};
     use super::*;
 
-    /// Payload sizes cycled through: empty, inline, exactly inline, just spilled, spilled.
-    const SIZES: [usize; 11] = [0, 1, 7, 23, 24, 25, INLINE_BYTES, INLINE_BYTES + 1, 39, 100, 3];
+    /// Payload sizes cycled through: empty, inline, exactly inline, just continued, continued,
+    /// fully continued, just spilled, spilled.
+    const SIZES: [usize; 13] =
+        [0, 1, 7, 23, 24, 25, INLINE_BYTES, INLINE_BYTES + 1, 39, 100, CONTINUED_BYTES, CONTINUED_BYTES + 1, 3];
+    /// Sizes of messages that take one slot each (inline or spilled), for counting slots.
+    const ONE_SLOT_SIZES: [usize; 11] = [0, 1, 7, 23, 24, 25, INLINE_BYTES, CONTINUED_BYTES + 1, 39, 300, 3];
     const SPILL_CAPACITY: usize = 64;
 
     fn byte(i: usize, j: usize) -> u8 {
@@ -415,7 +524,11 @@ mod tests {
     }
 
     fn payload(i: usize) -> Vec<u8> {
-        (0..SIZES[i % SIZES.len()]).map(|j| byte(i, j)).collect()
+        payload_from(&SIZES, i)
+    }
+
+    fn payload_from(sizes: &[usize], i: usize) -> Vec<u8> {
+        (0..sizes[i % sizes.len()]).map(|j| byte(i, j)).collect()
     }
 
     fn eager(i: usize, len: usize) -> Header {
@@ -434,7 +547,11 @@ mod tests {
     }
 
     fn check(view: &SlotView<'_>, i: usize) {
-        let want = payload(i);
+        check_from(&SIZES, view, i);
+    }
+
+    fn check_from(sizes: &[usize], view: &SlotView<'_>, i: usize) {
+        let want = payload_from(sizes, i);
         assert_eq!(view.header.len, want.len() as u64, "message {i}: length");
         assert_eq!(view.header.tag, i as i32, "message {i}: tag");
         assert_eq!(view.header.context, (i * 3) as u32, "message {i}: context");
@@ -450,33 +567,37 @@ mod tests {
         full_ring_and_wraparound(Ring::with_slots(8), 8);
     }
 
+    fn one_slot(i: usize) -> Vec<u8> {
+        payload_from(&ONE_SLOT_SIZES, i)
+    }
+
     fn full_ring_and_wraparound(ring: Ring, slots: usize) {
         // SAFETY (whole test): this thread is both the only producer and the only consumer.
         unsafe {
             assert!(ring.peek().is_none());
             assert!(ring.producer_idle());
             for i in 0..slots {
-                let p = payload(i);
+                let p = one_slot(i);
                 assert!(ring.push(eager(i, p.len()), &p, SPILL_CAPACITY), "slot {i} should be free");
             }
             assert!(!ring.producer_idle());
             // Full: the next push must fail (twice, to exercise the refreshed head cache) and leave
             // the ring unchanged.
-            let p = payload(slots);
+            let p = one_slot(slots);
             assert!(!ring.push(eager(slots, p.len()), &p, SPILL_CAPACITY));
             assert!(!ring.push(eager(slots, p.len()), &p, SPILL_CAPACITY));
             // Consume one, then exactly one more fits.
-            check(&ring.peek().expect("published"), 0);
+            check_from(&ONE_SLOT_SIZES, &ring.peek().expect("published"), 0);
             ring.pop();
             assert!(ring.push(eager(slots, p.len()), &p, SPILL_CAPACITY));
-            let q = payload(slots + 1);
+            let q = one_slot(slots + 1);
             assert!(!ring.push(eager(slots + 1, q.len()), &q, SPILL_CAPACITY));
             // Drain in order across the wrap-around.
             for i in 1..=slots {
                 let view = ring.peek().expect("published");
-                check(&view, i);
+                check_from(&ONE_SLOT_SIZES, &view, i);
                 // Peeking again without popping shows the same message.
-                check(&ring.peek().expect("still published"), i);
+                check_from(&ONE_SLOT_SIZES, &ring.peek().expect("still published"), i);
                 ring.pop();
             }
             assert!(ring.peek().is_none());
@@ -490,13 +611,14 @@ mod tests {
         // SAFETY (whole test): single thread acting as the only producer and consumer.
         unsafe {
             // A spilled payload: the consumer takes the buffer without a replacement.
-            let big: Vec<u8> = (0..100).map(|j| byte(1, j)).collect();
-            assert!(ring.push(eager(0, big.len()), &big, 128));
+            let big: Vec<u8> = (0..150).map(|j| byte(1, j)).collect();
+            assert!(ring.push(eager(0, big.len()), &big, 256));
             let mut view = ring.peek().expect("published");
+            assert!(!view.is_continued());
             assert_eq!(view.payload(), &big[..]);
             let spill = view.take_spill(None).expect("spill buffer");
-            assert_eq!(spill.len(), 128, "allocated with the requested spill capacity");
-            assert_eq!(&spill[..100], &big[..]);
+            assert_eq!(spill.len(), 256, "allocated with the requested spill capacity");
+            assert_eq!(&spill[..150], &big[..]);
             ring.pop();
 
             // Cycle back to slot 0 with empty messages, then spill again: the producer must
@@ -521,13 +643,13 @@ mod tests {
                 ring.peek().expect("published");
                 ring.pop();
             }
-            let big3: Vec<u8> = (0..50).map(|j| byte(3, j)).collect();
+            let big3: Vec<u8> = (0..150).map(|j| byte(3, j)).collect();
             assert!(ring.push(eager(2 * SLOTS, big3.len()), &big3, 48));
             let mut view = ring.peek().expect("published");
             assert_eq!(view.payload(), &big3[..]);
             // A large-enough replacement is reused as is.
             let spill3 = view.take_spill(Some(vec![0; 512].into_boxed_slice())).expect("spill buffer");
-            assert_eq!(&spill3[..50], &big3[..]);
+            assert_eq!(&spill3[..150], &big3[..]);
             ring.pop();
             for i in 1..SLOTS {
                 assert!(ring.push(eager(i, 0), &[], 0));
@@ -537,6 +659,72 @@ mod tests {
             assert!(ring.push(eager(0, big4.len()), &big4, 32));
             assert_eq!(ring.peek().expect("published").payload(), &big4[..]);
             ring.pop();
+        }
+    }
+
+    /// A continued message's payload overwrites the next slot's sequence word. Here that payload
+    /// is exactly the sequence number the consumer will expect when, one lap later, a header
+    /// position lands on that slot: the producer must have cleared it, or the consumer would take
+    /// stale payload for a published message. Also: a continued message never wraps past the
+    /// ring's end (it spills there), and the ring fills up by slots, not by messages.
+    #[test]
+    fn continued_payload_is_never_taken_for_a_header() {
+        const N: usize = 16;
+        let ring = Ring::with_slots(N);
+        // SAFETY (whole test): this thread is both the only producer and the only consumer.
+        unsafe {
+            // Position 0: a continued message over slots 0 and 1; the bytes over slot 1's sequence
+            // word read as the sequence number of position N + 1.
+            let mut first = vec![0xC5u8; 2 * 64 - 24];
+            first[INLINE_BYTES..INLINE_BYTES + 8].copy_from_slice(&(N as u64 + 2).to_le_bytes());
+            assert!(ring.push(eager(0, first.len()), &first, 0));
+            let view = ring.peek().expect("published");
+            assert!(view.is_continued());
+            assert_eq!(view.payload(), &first[..]);
+            ring.pop();
+            assert!(ring.peek().is_none(), "the continuation slot is not a message");
+            // Positions 2..=N: one-slot messages, consumed as they come, up to the slot before
+            // the stale one's next lap.
+            for i in 2..=N {
+                assert!(ring.push(eager(i, 3), &[1, 2, 3], 0));
+                let view = ring.peek().expect("published");
+                assert_eq!(view.header.tag, i as i32);
+                ring.pop();
+                assert!(ring.peek().is_none(), "nothing is published after position {i}");
+            }
+            // Position N + 1 (slot 1) is published only now.
+            assert!(ring.push(eager(N + 1, 0), &[], 0));
+            assert_eq!(ring.peek().expect("published").header.tag, (N + 1) as i32);
+            ring.pop();
+
+            // The ring fills by slots: from slot 2, N / 2 two-slot messages fill all N slots
+            // (none straddles the end: slots 2..N, then 0 and 1).
+            let two: Vec<u8> = (0..CONTINUED_BYTES).map(|j| byte(7, j)).collect();
+            let mut pushed = 0;
+            while ring.push(eager(pushed, two.len()), &two, 0) {
+                pushed += 1;
+            }
+            assert_eq!(pushed, N / 2, "two slots each");
+            for _ in 0..pushed {
+                assert_eq!(ring.peek().expect("published").payload(), &two[..]);
+                ring.pop();
+            }
+            // Near the end of the ring, a message that would wrap spills instead.
+            for i in 0..N - 1 {
+                let p = ring.tail.tail.load(Ordering::Relaxed) as usize;
+                if p % N == N - 1 {
+                    break;
+                }
+                assert!(ring.push(eager(i, 0), &[], 0));
+                ring.pop();
+            }
+            assert!(ring.push(eager(99, two.len()), &two, 256));
+            let mut view = ring.peek().expect("published");
+            assert!(!view.is_continued(), "a message that would wrap spills");
+            assert_eq!(view.payload(), &two[..]);
+            assert!(view.take_spill(None).is_some());
+            ring.pop();
+            assert!(ring.producer_idle());
         }
     }
 
@@ -600,7 +788,7 @@ mod tests {
                     let mut view = wait_for(&producer_gone, || unsafe { ring.peek() });
                     check(&view, i);
                     let len = view.header.len as usize;
-                    if len > INLINE_BYTES && i % 3 == 0 {
+                    if len > INLINE_BYTES && !view.is_continued() && i % 3 == 0 {
                         // Take the spill (as for an unexpected message) and give back the one
                         // taken last time, like the endpoint's spare pool.
                         let taken = view.take_spill(spare.take()).expect("spilled payload");
