@@ -66,7 +66,7 @@ fn exchange_both_orders(dev: DeviceKind, limit: usize, sizes: &[usize]) {
 }
 
 fn eager_inline_and_spilled_sizes(dev: DeviceKind) {
-    let sizes = [0, 1, 7, 8, 23, 24, 25, 31, 32, 63, 64, 100, 999, 1000];
+    let sizes = [0, 1, 7, 8, 23, 24, 25, 31, 32, 40, 41, 63, 64, 100, 104, 105, 999, 1000];
     exchange_both_orders(dev, 1000, &sizes);
     let l = DEFAULT_EAGER_LIMIT;
     exchange_both_orders(dev, l, &[0, 1, 24, 25, 4096, l - 1, l]);
