@@ -35,11 +35,12 @@ fn strided_allocations(dev: DeviceKind, rows: usize) -> Vec<u64> {
         .np(2)
         .run(|world| {
             let mut matrix: Vec<f64> = (0..rows * rows).map(|k| k as f64).collect();
-            // Warm-up. The shm ring gives its slots spill buffers at the first eager payload that
-            // waits in it, which a posted receive avoids, so one small message is left waiting each way.
-            world.send(&[0u8; 64], 1 - world.rank(), 4)?;
+            // Warm-up. The shm ring gives its slots spill buffers at the first spilled eager payload
+            // that waits in it, which a posted receive avoids, so one message too long to continue
+            // in the ring's lines (over 104 B) is left waiting each way.
+            world.send(&[0u8; 256], 1 - world.rank(), 4)?;
             world.barrier()?;
-            world.recv_checked(&mut [0u8; 64], 1 - world.rank(), 4)?;
+            world.recv_checked(&mut [0u8; 256], 1 - world.rank(), 4)?;
             strided_ping_pong(&world, 70, &mut matrix, rows)?;
             let before = allocations();
             strided_ping_pong(&world, 200, &mut matrix, rows)?;
