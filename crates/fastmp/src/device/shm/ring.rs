@@ -137,7 +137,8 @@ fn prefetch_for_write(addr: *const u8) {
 
 #[repr(C, align(64))]
 struct Slot {
-    /// `index + 1` once the message of ring position `index` is published.
+    /// `index + 1` once the message of ring position `index` is published; 0 or an older value
+    /// before (or continued payload, until the producer clears it, see `ProducerPos::overwritten`).
     seq: AtomicU64,
     header: UnsafeCell<SlotHeader>,
     inline: UnsafeCell<[u8; INLINE_BYTES]>,
@@ -256,20 +257,21 @@ impl Ring {
         // SAFETY (cells below): the slots `i..i + slots` (and `next` when cleared) are the
         // producer's (head > tail + needed - count, checked above), so no other thread accesses
         // them until the Release store of `seq` below.
+        // This slot's sequence word is about to be valid again; continuation slots' stop being.
+        let mut now_overwritten = overwritten & !(1 << i);
         if slots > 1 {
             stored.flags |= CONTINUED;
             // SAFETY: as above; the slots are consecutive (no wrap) and `payload` fits in them.
             unsafe { self.continued_bytes(i).copy_from_nonoverlapping(payload.as_ptr(), payload.len()) };
-            let continuation = ((1u64 << slots) - 2) << i;
-            pos.overwritten.store((overwritten & !(1 << i)) | continuation, Ordering::Relaxed);
-        } else if overwritten & (1 << i) != 0 {
-            pos.overwritten.store(overwritten & !(1 << i), Ordering::Relaxed);
+            now_overwritten |= ((1u64 << slots) - 2) << i;
         }
         if clear_next {
             // Relaxed: ordered before the consumer's look at it by the Release store below.
             self.slots[next].seq.store(0, Ordering::Relaxed);
-            let now = pos.overwritten.load(Ordering::Relaxed);
-            pos.overwritten.store(now & !(1 << next), Ordering::Relaxed);
+            now_overwritten &= !(1 << next);
+        }
+        if now_overwritten != overwritten {
+            pos.overwritten.store(now_overwritten, Ordering::Relaxed);
         }
         // SAFETY: as above.
         slot.header.with_mut(|h| unsafe { *h = stored });
