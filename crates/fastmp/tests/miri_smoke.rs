@@ -194,6 +194,38 @@ fn native_buffers_are_released_only_after_every_peer_access() {
     .expect("job");
 }
 
+/// An `ibcast` large enough that a root finding its receivers already there copies chunks of
+/// their buffers while they copy the rest: every byte is taken once and the buffers are freed
+/// right after each call.
+#[test]
+fn native_ibcast_chunks_are_copied_once() {
+    native_job(|world| {
+        for round in 0..2u8 {
+            let root = usize::from(round) % world.size();
+            let mut data: Vec<u8> =
+                (0..70_001).map(|i| if world.rank() == root { (i % 251) as u8 ^ round } else { 0 }).collect();
+            world.scope(|s| {
+                if world.rank() == root {
+                    // Receivers first (each says so once its ibcast started), so the root finds
+                    // them there and takes chunks too.
+                    for _ in 1..world.size() {
+                        world.recv::<u8>(&mut [], fastmp::ANY_SOURCE, 9)?;
+                    }
+                    s.ibcast(&mut data, root)?.wait().map(drop)
+                } else {
+                    let bcast = s.ibcast(&mut data, root)?;
+                    world.send::<u8>(&[], root, 9)?;
+                    bcast.wait().map(drop)
+                }
+            })?;
+            assert!(data.iter().enumerate().all(|(i, &b)| b == (i % 251) as u8 ^ round), "round {round}");
+            drop(data);
+        }
+        Ok(())
+    })
+    .expect("job");
+}
+
 #[test]
 fn native_collective_with_a_panicking_op() {
     use fastmp::op::UserOp;

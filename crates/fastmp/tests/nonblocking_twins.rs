@@ -501,7 +501,7 @@ fn bcast_arrival_orders(dev: DeviceKind) {
                 let mut shared = Rng::new(mix(&[np as u64, round, 6]));
                 let cases: Vec<Case> = (0..shared.range(1, 3))
                     .map(|_| {
-                        let n = *shared.pick(&[1, 100, 2048, 2049, 8192, BIG]);
+                        let n = *shared.pick(&[0, 1, 100, 2048, 2049, 8192, 16_384, BIG]);
                         Case::new(Kind::Bcast, n, shared.below(np as u64) as usize, Red::Sum, round)
                     })
                     .collect();

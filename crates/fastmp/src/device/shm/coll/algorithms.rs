@@ -8,7 +8,6 @@
 //! Reductions split the vector into near-equal chunks, one per rank, so the combining runs in
 //! parallel, reading every rank's send buffer in place.
 
-use std::cell::Cell;
 use std::ops::Range;
 use std::panic::AssertUnwindSafe;
 
@@ -21,6 +20,7 @@ use crate::coll::vector::even_block;
 use crate::coll::{Collective, Layout};
 use crate::device::collectives::Operation;
 use crate::error::{Error, Result};
+use crate::progress_agent::AGENT_MIN_BYTES;
 use crate::progress_agent::{Offloaded, would_offload};
 
 /// This rank's part in one operation: the communicator's provider and the operation.
@@ -108,28 +108,6 @@ fn others(comm: Native<'_>) -> impl Iterator<Item = usize> {
     (1..np).map(move |k| (me + k) % np)
 }
 
-/// Copies `from` into `into`, the claimed copy into `p`'s buffer, and announces it: on the
-/// progress agent when a nonblocking run's copy is large enough (the agent announces it too, so
-/// `p` need not wait for this rank's next call), else here.
-fn copy_then_signal<'s>(
-    comm: Native<'_>,
-    s: &'s Session,
-    into: &'s mut [u8],
-    from: &'s [u8],
-    p: usize,
-) -> Offloaded<'s> {
-    let signal = s.copied_signal(p);
-    // SAFETY: the step is kept in the operation's future (or finished on the blocking run's
-    // stack), which is dropped or finished before the session — and so the buffers' borrows —
-    // end.
-    unsafe {
-        Offloaded::start(from.len(), comm.op.blocking, move || {
-            into.copy_from_slice(from);
-            signal();
-        })
-    }
-}
-
 /// Bytes `range` of a buffer published in `session`'s operation, bounds-checked against `len`.
 ///
 /// # Safety
@@ -188,14 +166,16 @@ pub(super) async fn barrier(comm: Native<'_>) -> Result<()> {
 }
 
 /// Listing 4.1 with Listing 4.3's rule for nonblocking use: the root publishes its buffer and
-/// every receiver its own; in an `ibcast` whoever arrives second copies, at once (the root pushes
-/// into the receivers already there, later receivers pull), so a rank that arrives first overlaps
-/// the whole transfer with its computation. A per-receiver claim makes exactly one side copy.
+/// every receiver its own, and each receiver's copy is split into chunks that the receiver and
+/// the root take in turn ([`Session::chunks`]). A receiver copies its chunks whenever it runs; in
+/// an `ibcast` of at least [`AGENT_MIN_BYTES`], a root that finds a receiver already there copies
+/// too, so a receiver that arrived first and computes overlaps the whole transfer, while one that
+/// waits copies alongside the root.
 ///
-/// A blocking bcast's root never pushes: every receiver pulls. The receiver's copy writes lines
-/// already in its own cache and the receivers copy in parallel, where the root's push would pull
-/// each destination line across, one receiver after another (at np 2 on the Intel VM, 64 KiB took
-/// 4.2–4.7 µs pushed and 1.9 µs pulled).
+/// Otherwise the root copies nothing. The receiver's copy writes lines already in its own cache
+/// and the receivers copy in parallel, where the root's would pull each destination line across,
+/// one receiver after another (at np 2 on the Intel VM, a blocking 64 KiB took 4.2–4.7 µs copied
+/// by the root and 1.9 µs by the receiver).
 pub(super) async fn bcast(comm: Native<'_>, buf: &mut [u8], root: usize) -> Result<()> {
     let (me, np, len) = (comm.rank(), comm.size(), buf.len());
     let kind = kind(Collective::Bcast, 1);
@@ -206,17 +186,15 @@ pub(super) async fn bcast(comm: Native<'_>, buf: &mut [u8], root: usize) -> Resu
         let progress = || comm.op.dev.progress();
         let (how, epoch) = comm.provider.open_lane(comm.op, &progress).await?;
         let session = comm.provider.area.enter(how, epoch, kind, buffers, (0..np, 0..np));
+        let root_copies = !comm.op.blocking && len >= AGENT_MIN_BYTES;
         let mut pushes = Vec::new();
         let mut pushed = others(comm).try_for_each(|p| {
             let Some(dst) = session.try_peer(p)? else { return Ok(()) };
             check_len(&session, p, "buffer", dst.recv_len, len)?;
-            if !comm.op.blocking && session.claim_copy(p) {
-                // SAFETY: `p` published its receive buffer for this bcast and we won its claim,
-                // so nobody else writes it; our own buffer is only read.
-                let into = unsafe { exclusive(&session, dst.recv, dst.recv_len, 0..len) }?;
-                // SAFETY: see above.
-                let from = unsafe { shared(&session, buffers.send, len, 0..len) }?;
-                let push = copy_then_signal(comm, &session, into, from, p);
+            if root_copies {
+                // SAFETY: `p` published its receive buffer of `len` bytes (checked) for this
+                // bcast and reads it only once the copy is complete; ours is only read.
+                let push = unsafe { copy_chunks(comm, &session, dst.recv, buffers.send, len, p) };
                 if push.in_flight() {
                     pushes.push(push);
                 }
@@ -230,27 +208,74 @@ pub(super) async fn bcast(comm: Native<'_>, buf: &mut [u8], root: usize) -> Resu
         return pushed.and(left);
     }
     let buffers = Buffers { recv: buf.as_mut_ptr(), recv_len: len, ..Buffers::default() };
-    let copied_by_root = Cell::new(false);
-    let pull = |s: &Session| {
+    let check = |s: &Session| {
         let src = s.peer(root)?;
-        check_len(s, root, "buffer", src.send_len, len)?;
-        copied_by_root.set(!s.claim_copy(me));
-        Ok(())
+        check_len(s, root, "buffer", src.send_len, len)
     };
-    let await_push = async |s: &Session| {
-        if copied_by_root.get() {
-            return s.await_copied(root).await;
+    let pull = async |s: &Session| {
+        if len == 0 {
+            return Ok(());
         }
         let src = s.peer(root)?;
-        // SAFETY: our own receive buffer, published for this bcast; we won the claim, so the
-        // root does not write it. The root's buffer is only read.
-        let into = unsafe { exclusive(s, buffers.recv, len, 0..len) }?;
-        // SAFETY: see above.
-        let from = unsafe { shared(s, src.send, src.send_len, 0..len) }?;
-        copy_then_signal(comm, s, into, from, me).finish().await
+        // SAFETY: our receive buffer and the root's, both published for this bcast with `len`
+        // bytes (checked); the root only reads its own, and ours is read only after the copy.
+        unsafe { copy_chunks(comm, s, buffers.recv, src.send, len, me) }.finish().await?;
+        s.await_copied(root).await
     };
     let only_root = root..root + 1;
-    collective_then(comm, kind, buffers, only_root.clone(), only_root, pull, await_push).await
+    collective_then(comm, kind, buffers, only_root.clone(), only_root, check, pull).await
+}
+
+/// The two ends of a chunked copy, carried to whichever thread runs it.
+struct CopyEnds {
+    into: *mut u8,
+    from: *const u8,
+}
+
+// SAFETY: the pointers are dereferenced only in `CopyEnds::copy`, whose callers hold the chunk
+// they copy exclusively and keep both buffers alive (see `copy_chunks`).
+unsafe impl Send for CopyEnds {}
+
+impl CopyEnds {
+    /// # Safety
+    /// `range` lies in both buffers, and nobody else touches it in `into` or writes it in `from`.
+    unsafe fn copy(&self, range: Range<usize>) {
+        // SAFETY: the caller's guarantee.
+        unsafe { std::ptr::copy_nonoverlapping(self.from.add(range.start), self.into.add(range.start), range.len()) }
+    }
+}
+
+/// Copies `len` bytes from `from` into `into`, `p`'s receive buffer, taking chunks until none is
+/// left ([`Session::chunks`]; `p`'s root may be taking them too): on the progress agent when a
+/// nonblocking run's copy is large enough, else here.
+///
+/// # Safety
+/// `into` and `from` were published for `s`'s operation with at least `len` bytes each; while
+/// the session lasts nobody writes `from`, and nobody but the chunks' takers touches `into`
+/// until the copy is complete.
+unsafe fn copy_chunks<'s>(
+    comm: Native<'_>,
+    s: &'s Session,
+    into: *mut u8,
+    from: *const u8,
+    len: usize,
+    p: usize,
+) -> Offloaded<'s> {
+    let chunks = s.chunks(p, len);
+    let ends = CopyEnds { into, from };
+    // SAFETY: the step is kept in the operation's future (or finished on the blocking run's
+    // stack), which is dropped or finished before the session — and so the buffers' borrows —
+    // end.
+    unsafe {
+        Offloaded::start(len, comm.op.blocking, move || {
+            while let Some(chunk) = chunks.take() {
+                // SAFETY: in bounds (the caller's guarantee), and `take` hands each byte to one
+                // taker only.
+                ends.copy(chunk.clone());
+                chunks.copied(chunk);
+            }
+        })
+    }
 }
 
 /// How a buffer splits into per-rank blocks: equal blocks (implied by arguments every rank has,
