@@ -9,6 +9,7 @@
 #      weak-memory outcomes);
 #   3. tests/miri_smoke.rs: tiny jobs through the public API (eager, rendezvous,
 #      receiver-first, synchronous, leaked requests) and the native shm collectives (np = 3,
+#      a 70 KB ibcast whose root and receivers share the copy,
 #      buffers freed right after each call, a panicking user op), and nonblocking collectives
 #      (futures in reused blocks, a leaked request).
 #   4. crates/fastmp-darray/tests/miri_direct.rs: the distributed arrays' direct copies
