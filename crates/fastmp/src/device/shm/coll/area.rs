@@ -3,8 +3,8 @@
 //!
 //! Ranks are threads of one process, so a rank publishes raw pointers to its (borrowed) buffers
 //! and peers copy from or into them directly. Every flag is owned (written) by one rank and read
-//! by the peers that wait on it; the exceptions are a bcast receiver's copy claims, which it
-//! and its root both advance by compare-and-swap. Flags hold operation *epochs*: every
+//! by the peers that wait on it; the exceptions are the claims on work several ranks could do
+//! (an allreduce share, a bcast receiver's chunks), advanced by compare-and-swap. Flags hold operation *epochs*: every
 //! rank numbers its native operations on a communicator 1, 2, … and all ranks call them in the
 //! same order, so "peer reached epoch e" is `flag >= e`.
 //!
@@ -100,9 +100,10 @@ struct Slot {
     /// `epoch << BLAME_SHIFT | rank`: the rank this rank blamed when it failed `epoch` because a
     /// peer gave up (see [`NativeArea::blame`]).
     blame: AtomicU64,
-    /// Who copies into this rank's buffer when either side could (a bcast receiver): `2e - 1`
-    /// once this rank or its root claimed the copy for epoch `e`, `2e` once it is done. The one
-    /// flag two ranks write, always by compare-and-swap from an older epoch.
+    /// Who does the work on this rank's part when several ranks could (an allreduce share):
+    /// `2e - 1` once a rank claimed it for epoch `e` (compare-and-swap from an older epoch),
+    /// `2e` once it is done. A bcast receiver's copy is done when its last chunk is
+    /// (`chunks_copied`).
     claim: AtomicU64,
     /// A bcast receiver's buffer is copied in chunks that the receiver and its root both take
     /// (compare-and-swap), so whichever of them is running copies: `e << CHUNK_INDEX_BITS | n`
@@ -677,7 +678,8 @@ impl<'a> Session<'a> {
         Chunks { area: self.area, lane: self.how.lane, me: self.how.me, p, epoch: self.epoch, len, chunk_len }
     }
 
-    /// Waits until `copier` (a source) completed the copy into this rank's buffer it claimed.
+    /// Waits until the copy into this rank's buffer is complete (its last chunk copied), failing
+    /// if `copier`, the source that may still be copying, gave up.
     pub(crate) async fn await_copied(&self, copier: usize) -> Result<()> {
         let mine = self.area.slot(self.how.lane, self.how.me);
         self.area.await_flag(self.how, copier, self.epoch, &|_| mine.claim.load(Ordering::Acquire) / 2).await
