@@ -20,8 +20,7 @@ use crate::coll::vector::even_block;
 use crate::coll::{Collective, Layout};
 use crate::device::collectives::Operation;
 use crate::error::{Error, Result};
-use crate::progress_agent::AGENT_MIN_BYTES;
-use crate::progress_agent::{Offloaded, would_offload};
+use crate::progress_agent::{AGENT_MIN_BYTES, Offloaded, would_offload};
 
 /// This rank's part in one operation: the communicator's provider and the operation.
 #[derive(Clone, Copy)]

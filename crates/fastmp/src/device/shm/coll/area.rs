@@ -4,9 +4,9 @@
 //! Ranks are threads of one process, so a rank publishes raw pointers to its (borrowed) buffers
 //! and peers copy from or into them directly. Every flag is owned (written) by one rank and read
 //! by the peers that wait on it; the exceptions are the claims on work several ranks could do
-//! (an allreduce share, a bcast receiver's chunks), advanced by compare-and-swap. Flags hold operation *epochs*: every
-//! rank numbers its native operations on a communicator 1, 2, … and all ranks call them in the
-//! same order, so "peer reached epoch e" is `flag >= e`.
+//! (an allreduce share, a bcast receiver's chunks), advanced by compare-and-swap. Flags hold
+//! operation *epochs*: every rank numbers its native operations on a communicator 1, 2, … and
+//! all ranks call them in the same order, so "peer reached epoch e" is `flag >= e`.
 //!
 //! # Why borrowed buffers stay valid (the enter/leave protocol)
 //!
