@@ -10,7 +10,7 @@ use super::board::{self, Claim, Completion};
 use super::copy;
 use super::inbox::{IncomingRings, OutgoingRings, RankMap};
 use super::record::{self, SendRecord};
-use super::ring::{Header, INLINE_BYTES, Kind, Ring, SlotView};
+use super::ring::{Header, INLINE_BYTES, Kind, Ring, SlotView, SpillBuf};
 use crate::device::matching::{self, Envelope, Matcher, PeerView};
 use crate::device::slab::Slab;
 use crate::device::wait::{Backoff, Pause};
@@ -107,7 +107,7 @@ impl Payload {
 
 enum Body {
     Inline([u8; INLINE_BYTES]),
-    Spilled(Box<[u8]>),
+    Spilled(SpillBuf),
     Rts,
 }
 
@@ -148,7 +148,7 @@ struct State {
     /// Sends waiting for ring space, per destination (only those ever queued for), in order.
     pending: RankMap<VecDeque<ReqId>>,
     pending_count: usize,
-    spare_spills: Vec<Box<[u8]>>,
+    spare_spills: Vec<SpillBuf>,
     /// Whether `PRIMED_SPARES` were added (once, at the first spilled message received).
     spares_primed: bool,
     records: Vec<Arc<SendRecord>>,
@@ -437,7 +437,7 @@ impl ShmEndpoint {
         if len > INLINE_BYTES && h.kind == Kind::Eager && !st.spares_primed {
             st.spares_primed = true;
             let limit = self.world.eager_limit;
-            st.spare_spills.extend((0..PRIMED_SPARES).map(|_| vec![0u8; limit].into_boxed_slice()));
+            st.spare_spills.extend((0..PRIMED_SPARES).map(|_| SpillBuf::new(limit)));
         }
         let env = Envelope { source, context: h.context, tag: h.tag, len };
         let msg = Incoming { env, bytes: (h.kind == Kind::Eager).then(|| view.payload()), record: record.as_ref() };
@@ -456,7 +456,7 @@ impl ShmEndpoint {
                 // The ring's lines are reused at once: queue a copy in a spare spill buffer.
                 let limit = self.world.eager_limit;
                 let mut spill = st.spare_spills.pop().filter(|b| b.len() >= len);
-                let buf = spill.get_or_insert_with(|| vec![0u8; limit.max(len)].into_boxed_slice());
+                let buf = spill.get_or_insert_with(|| SpillBuf::new(limit.max(len)));
                 buf[..len].copy_from_slice(view.payload());
                 Body::Spilled(spill.expect("just filled"))
             }

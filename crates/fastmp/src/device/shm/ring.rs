@@ -149,7 +149,37 @@ struct Slot {
 const _: () = assert!(size_of::<Slot>() == 64 && std::mem::offset_of!(Slot, inline) + INLINE_BYTES == 64);
 
 /// A slot's pooled buffer for payloads that do not fit inline.
-type SpillCell = UnsafeCell<Option<Box<[u8]>>>;
+type SpillCell = UnsafeCell<Option<SpillBuf>>;
+
+/// One cache line of a [`SpillBuf`].
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+#[repr(C, align(64))]
+struct Line([u8; 64]);
+
+/// A spill buffer: whole cache lines, starting on a line. A payload of `n` lines then touches
+/// exactly `n` lines, all of which `Ring::prepare_ahead` can ask for (from the allocator's
+/// 16-byte alignment, 128 bytes spanned three lines, the last one fetched on demand).
+pub(crate) struct SpillBuf(Box<[Line]>);
+
+impl SpillBuf {
+    /// A zeroed buffer of at least `bytes` bytes (rounded up to whole lines).
+    pub fn new(bytes: usize) -> Self {
+        SpillBuf(vec![Line([0; 64]); bytes.div_ceil(64)].into_boxed_slice())
+    }
+}
+
+impl std::ops::Deref for SpillBuf {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        bytemuck::cast_slice(&self.0)
+    }
+}
+
+impl std::ops::DerefMut for SpillBuf {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        bytemuck::cast_slice_mut(&mut self.0)
+    }
+}
 /// A slot's record reference, for the messages that carry one (see [`SlotHeader::has_record`]).
 type RecordCell = UnsafeCell<Option<RecordRef>>;
 
@@ -295,7 +325,7 @@ impl Ring {
                 let spill = unsafe { &mut *spill };
                 let buf = match spill {
                     Some(b) if b.len() >= payload.len() => b,
-                    _ => spill.insert(vec![0u8; spill_capacity.max(payload.len())].into_boxed_slice()),
+                    _ => spill.insert(SpillBuf::new(spill_capacity.max(payload.len()))),
                 };
                 buf[..payload.len()].copy_from_slice(payload);
             });
@@ -363,7 +393,7 @@ impl Ring {
                 // SAFETY: the caller guarantees the slot is the producer's.
                 let spill = unsafe { &mut *spill };
                 if spill.is_none() {
-                    *spill = Some(vec![0u8; capacity].into_boxed_slice());
+                    *spill = Some(SpillBuf::new(capacity));
                 }
             });
         }
@@ -494,7 +524,7 @@ impl SlotView<'_> {
     /// Takes the spill buffer (payload > inline) leaving `replacement` in the slot, so an
     /// unexpected message can be queued without copying it. `&mut self`: no `payload()` slice
     /// can outlive the buffer it points into.
-    pub fn take_spill(&mut self, replacement: Option<Box<[u8]>>) -> Option<Box<[u8]>> {
+    pub fn take_spill(&mut self, replacement: Option<SpillBuf>) -> Option<SpillBuf> {
         // SAFETY: the consumer owns the published slot until `pop` (see `peek`).
         self.ring.spills[self.index].with_mut(|spill| unsafe { std::mem::replace(&mut *spill, replacement) })
     }
@@ -620,6 +650,7 @@ mod tests {
             assert_eq!(view.payload(), &big[..]);
             let spill = view.take_spill(None).expect("spill buffer");
             assert_eq!(spill.len(), 256, "allocated with the requested spill capacity");
+            assert_eq!(spill.as_ptr() as usize % 64, 0, "spill buffers start on a cache line");
             assert_eq!(&spill[..150], &big[..]);
             ring.pop();
 
@@ -635,9 +666,9 @@ mod tests {
             let mut view = ring.peek().expect("published");
             assert_eq!(view.payload(), &big2[..]);
             // Replace it with a buffer too small for the next payload...
-            let spill2 = view.take_spill(Some(vec![0xAA; 8].into_boxed_slice())).expect("spill buffer");
-            assert_eq!(spill2.len(), 200, "payload larger than the spill capacity sizes the buffer");
-            assert_eq!(&spill2[..], &big2[..]);
+            let spill2 = view.take_spill(Some(SpillBuf::new(8))).expect("spill buffer");
+            assert_eq!(spill2.len(), 256, "payload larger than the spill capacity sizes the buffer (whole lines)");
+            assert_eq!(&spill2[..200], &big2[..]);
             ring.pop();
             // ...which the producer must then replace, not overflow.
             for i in 1..SLOTS {
@@ -650,7 +681,7 @@ mod tests {
             let mut view = ring.peek().expect("published");
             assert_eq!(view.payload(), &big3[..]);
             // A large-enough replacement is reused as is.
-            let spill3 = view.take_spill(Some(vec![0; 512].into_boxed_slice())).expect("spill buffer");
+            let spill3 = view.take_spill(Some(SpillBuf::new(512))).expect("spill buffer");
             assert_eq!(&spill3[..150], &big3[..]);
             ring.pop();
             for i in 1..SLOTS {
@@ -783,7 +814,7 @@ mod tests {
             });
             s.spawn(|| {
                 let _gone = Gone(&consumer_gone);
-                let mut spare: Option<Box<[u8]>> = None;
+                let mut spare: Option<SpillBuf> = None;
                 for i in 0..n {
                     // SAFETY: this thread is the ring's only consumer; the view is dropped before
                     // `pop`.
