@@ -181,6 +181,7 @@ impl std::ops::DerefMut for SpillBuf {
         bytemuck::cast_slice_mut(&mut self.0)
     }
 }
+
 /// A slot's record reference, for the messages that carry one (see [`SlotHeader::has_record`]).
 type RecordCell = UnsafeCell<Option<RecordRef>>;
 
