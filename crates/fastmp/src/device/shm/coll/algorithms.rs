@@ -13,6 +13,7 @@ use std::panic::AssertUnwindSafe;
 
 use bytemuck::Pod;
 
+use super::super::copy;
 use super::ShmCollectives;
 use super::area::{Buffers, Session};
 use crate::coll::op::{Op, fold_in_rank_order, fold_into_own};
@@ -229,6 +230,8 @@ pub(super) async fn bcast(comm: Native<'_>, buf: &mut [u8], root: usize) -> Resu
 struct CopyEnds {
     into: *mut u8,
     from: *const u8,
+    /// The whole message's length, which picks the store kind for every chunk alike.
+    len: usize,
 }
 
 // SAFETY: the pointers are dereferenced only in `CopyEnds::copy`, whose callers hold the chunk
@@ -240,7 +243,7 @@ impl CopyEnds {
     /// `range` lies in both buffers, and nobody else touches it in `into` or writes it in `from`.
     unsafe fn copy(&self, range: Range<usize>) {
         // SAFETY: the caller's guarantee.
-        unsafe { std::ptr::copy_nonoverlapping(self.from.add(range.start), self.into.add(range.start), range.len()) }
+        unsafe { copy::copy(self.into.add(range.start), self.from.add(range.start), range.len(), self.len) }
     }
 }
 
@@ -261,7 +264,7 @@ unsafe fn copy_chunks<'s>(
     p: usize,
 ) -> Offloaded<'s> {
     let chunks = s.chunks(p, len);
-    let ends = CopyEnds { into, from };
+    let ends = CopyEnds { into, from, len };
     // SAFETY: the step is kept in the operation's future (or finished on the blocking run's
     // stack), which is dropped or finished before the session — and so the buffers' borrows —
     // end.
