@@ -28,7 +28,7 @@ impl<'scope> Scope<'scope, '_> {
             .checked_mul(size_of::<T>())
             .ok_or_else(|| Error::InvalidArgument(format!("irecv_raw: {len} elements overflow the address space")))?;
         // SAFETY: forwarded caller contract (valid and exclusive until the scope ends).
-        let started = unsafe { self.ledger().irecv_raw(buf.cast::<u8>(), bytes, spec)? };
-        Ok(Request::new(self, started, size_of::<T>()))
+        let started = unsafe { self.ledger().irecv_raw(buf.cast::<u8>(), bytes, spec) };
+        Request::started(self, started, size_of::<T>())
     }
 }

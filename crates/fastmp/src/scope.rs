@@ -310,12 +310,6 @@ impl<'scope> Scope<'scope, '_> {
         Request::new(self, started, 0)
     }
 
-    /// Wraps a started operation (the ledger already holds it if it is still in flight).
-    #[inline]
-    fn request(&'scope self, started: Started, elem_size: usize) -> Request<'scope> {
-        Request::new(self, started, elem_size)
-    }
-
     /// Starts a standard-mode send (MPI_Isend). To [`crate::PROC_NULL`] it completes at once.
     pub fn isend<T: bytemuck::NoUninit>(
         &'scope self,
@@ -365,9 +359,21 @@ impl<'scope> Scope<'scope, '_> {
             return Ok(Request::completed(self, Ok(EMPTY_STATUS)));
         };
         let traced = trace::start();
-        let started = self.ledger.isend(bytemuck::cast_slice(buf), dest, tag, self.comm.context, mode)?;
+        // Matched in place and the status rebuilt, never the device's result copied whole (see
+        // `RawStatus::sent`).
+        let state = match self.ledger.isend(bytemuck::cast_slice(buf), dest, tag, self.comm.context, mode) {
+            Ok(Started::Complete(Ok(_))) => ReqState::Complete(Ok(Status {
+                source: self.comm.rank(),
+                tag,
+                bytes: size_of_val(buf),
+                cancelled: false,
+            })),
+            Ok(Started::Pending(id)) => ReqState::Active(id),
+            Ok(Started::Complete(Err(e))) => ReqState::Complete(Err(e)),
+            Err(e) => return Err(e),
+        };
         trace::record(traced, || (self.comm.dev.rank(), Event::p2p(Kind::Isend, dest, tag, size_of_val(buf))));
-        Ok(self.request(started, size_of::<T>()))
+        Ok(Request::with_state(self, state, size_of::<T>()))
     }
 
     /// Starts a receive (MPI_Irecv) from `source` (rank, [`crate::ANY_SOURCE`] or
@@ -411,7 +417,8 @@ impl<'scope> Scope<'scope, '_> {
         // is the slice rebuilt by `RecvRequest::take`, once the device has finished with it (a
         // started receive that is not completed is finished by the scope's end).
         let traced = trace::start();
-        let started = unsafe { self.ledger.irecv_raw(raw.cast::<u8>(), raw.len() * size_of::<T>(), spec)? };
+        let started = unsafe { self.ledger.irecv_raw(raw.cast::<u8>(), raw.len() * size_of::<T>(), spec) };
+        let req = Request::started(self, started, size_of::<T>())?;
         trace::record(traced, || {
             let peer = match spec.source {
                 Source::Rank(rank) => Some(rank),
@@ -420,7 +427,6 @@ impl<'scope> Scope<'scope, '_> {
             let bytes = Some(raw.len() * size_of::<T>());
             (self.comm.dev.rank(), Event { peer, tag: Some(tag), bytes, ..Event::of(Kind::Irecv) })
         });
-        let req = self.request(started, size_of::<T>());
         Ok(RecvRequest { req, buf: Some(raw), lent: PhantomData })
     }
 }
@@ -523,6 +529,24 @@ impl<'scope> Request<'scope> {
             Started::Pending(id) => ReqState::Active(id),
         };
         Self::with_state(scope, state, elem_size)
+    }
+
+    /// The request of what a device start returned, matched in place: the device's whole
+    /// `Result<Started>` is never copied (see `RawStatus::sent`), as `?` and then
+    /// [`Request::new`] would.
+    #[inline]
+    pub(crate) fn started(
+        scope: &'scope Scope<'scope, '_>,
+        started: Result<Started>,
+        elem_size: usize,
+    ) -> Result<Self> {
+        let state = match started {
+            Ok(Started::Complete(Ok(raw))) => ReqState::Complete(scope.comm.status(raw, elem_size)),
+            Ok(Started::Pending(id)) => ReqState::Active(id),
+            Ok(Started::Complete(Err(e))) => ReqState::Complete(Err(e)),
+            Err(e) => return Err(e),
+        };
+        Ok(Self::with_state(scope, state, elem_size))
     }
 
     /// Whether the request still has a result to deliver.

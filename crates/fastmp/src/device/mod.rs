@@ -116,6 +116,17 @@ pub struct RawStatus {
     pub cancelled: bool,
 }
 
+impl RawStatus {
+    /// The status of a send that completed: the sender's own rank, the tag and the length, on
+    /// every device. The layers above rebuild it from their own arguments instead of copying the
+    /// device's: reading back a value the callee has just stored field by field, with the wider
+    /// loads of a struct copy, stalls store forwarding once per layer (stop 45: 10 % of the
+    /// hybrid device's small-message rate went to one such copy).
+    pub(crate) fn sent(source: usize, tag: i32, bytes: usize) -> RawStatus {
+        RawStatus { source, tag, bytes, cancelled: false }
+    }
+}
+
 /// Send modes of the device (buffered/ready are expressible with these two).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SendMode {

@@ -161,11 +161,12 @@ pub(crate) struct Pending {
 
 impl Handles<'_> {
     #[inline]
-    fn keep(self, started: Started, recv: bool) -> Started {
-        if let Started::Pending(id) = started {
+    /// Records `started` if it is pending. It takes a reference, so that callers hand the
+    /// device's result on as it came, with no copy (see `RawStatus::sent`).
+    fn keep(self, started: &Started, recv: bool) {
+        if let Started::Pending(id) = *started {
             self.pending.borrow_mut().push(Pending { id, recv });
         }
-        started
     }
 
     fn position(self, id: ReqId) -> Option<usize> {
@@ -247,8 +248,11 @@ impl<'scope> Ledger<'scope> {
     ) -> Result<Started> {
         // SAFETY: `buf` is borrowed for 'scope, and `scoped` finishes (waits for or releases) the
         // request before 'scope ends unless it was retired (completed or released) earlier.
-        let started = unsafe { self.handles.dev.isend(buf.as_ptr(), buf.len(), dest, tag, context, mode)? };
-        Ok(self.handles.keep(started, false))
+        let started = unsafe { self.handles.dev.isend(buf.as_ptr(), buf.len(), dest, tag, context, mode) };
+        if let Ok(started) = &started {
+            self.handles.keep(started, false);
+        }
+        started
     }
 
     /// Keeps an operation started elsewhere (one-sided requests) like the ledger's own: the scope's
@@ -257,7 +261,8 @@ impl<'scope> Ledger<'scope> {
     /// # Safety
     /// Its buffers are borrowed for `'scope` (exclusively where the device writes them).
     pub(crate) unsafe fn adopt(&self, started: Started, wait_at_end: bool) -> Started {
-        self.handles.keep(started, wait_at_end)
+        self.handles.keep(&started, wait_at_end);
+        started
     }
 
     /// Starts receiving into raw memory.
@@ -268,8 +273,11 @@ impl<'scope> Ledger<'scope> {
     #[inline]
     pub(crate) unsafe fn irecv_raw(&self, buf: *mut u8, len: usize, spec: MatchSpec) -> Result<Started> {
         // SAFETY: forwarded caller contract; `scoped` finishes the request before the scope ends.
-        let started = unsafe { self.handles.dev.irecv(buf, len, spec)? };
-        Ok(self.handles.keep(started, true))
+        let started = unsafe { self.handles.dev.irecv(buf, len, spec) };
+        if let Ok(started) = &started {
+            self.handles.keep(started, true);
+        }
+        started
     }
 }
 

@@ -196,6 +196,16 @@ impl<R: Remote> HybridEndpoint<R> {
         }
     }
 
+    /// A transport's send start as the hybrid device's: a send that completed at once gets the
+    /// status rebuilt from our arguments ([`RawStatus::sent`]), not copied from the transport's.
+    #[inline]
+    fn routed_send(&self, via: Via, started: Result<Started>, tag: i32, len: usize) -> Result<Started> {
+        match started {
+            Ok(Started::Complete(Ok(_))) => Ok(Started::Complete(Ok(RawStatus::sent(self.rank, tag, len)))),
+            started => self.routed(via, started),
+        }
+    }
+
     fn check_live(&self) -> Result<()> {
         if self.finalized.get() { Err(Error::Finalized("device")) } else { Ok(()) }
     }
@@ -326,10 +336,11 @@ impl<R: Remote> Device for HybridEndpoint<R> {
         if self.is_local(dest) {
             // SAFETY: forwarded caller contract.
             let started = unsafe { self.shm.isend(buf, len, dest - self.base, tag, context, mode) };
-            self.routed(Via::Local, started)
+            self.routed_send(Via::Local, started, tag, len)
         } else {
             // SAFETY: forwarded caller contract.
-            self.routed(Via::Remote, unsafe { self.remote.isend(buf, len, dest, tag, context, mode) })
+            let started = unsafe { self.remote.isend(buf, len, dest, tag, context, mode) };
+            self.routed_send(Via::Remote, started, tag, len)
         }
     }
 

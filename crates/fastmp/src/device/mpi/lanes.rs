@@ -435,7 +435,7 @@ impl Device for MpiThreadEndpoint {
         };
         check(rc, "MPI_Isend (payload)")?;
         if done != 0 {
-            return Ok(Started::Complete(Ok(RawStatus { source: self.rank, tag, bytes: len, cancelled: false })));
+            return Ok(Started::Complete(Ok(RawStatus::sent(self.rank, tag, len))));
         }
         self.started(Request::Send { slot, tag, bytes: len })
     }

@@ -745,7 +745,7 @@ impl Device for MpiEndpoint {
         let rc = unsafe { ffi::fastmp_mpi_isend(buf.cast(), len, local, wire, handle, sync, &mut slot, &mut done) };
         check(rc, "MPI_Isend")?;
         if done != 0 {
-            return Ok(Started::Complete(Ok(RawStatus { source: self.job.rank, tag, bytes: len, cancelled: false })));
+            return Ok(Started::Complete(Ok(RawStatus::sent(self.job.rank, tag, len))));
         }
         Ok(Started::Pending(self.track(slot, Pending::Send { tag, bytes: len })))
     }

@@ -887,7 +887,7 @@ impl Device for ShmEndpoint {
         let phase = if queue_empty { self.start_send(st, &msg) } else { None };
         let phase = match phase {
             Some(SendPhase::Done) => {
-                return Ok(Started::Complete(Ok(RawStatus { source: self.rank, tag, bytes: len, cancelled: false })));
+                return Ok(Started::Complete(Ok(RawStatus::sent(self.rank, tag, len))));
             }
             Some(phase) => phase,
             None => SendPhase::Queued,

@@ -413,7 +413,7 @@ impl Device for TcpEndpoint {
                 let lost = Error::PeerFailed { rank: dest, cause: "the connection broke while sending".into() };
                 return Err(lock(&sh.state).abort_error().unwrap_or(lost));
             }
-            return Ok(Started::Complete(Ok(RawStatus { source: sh.rank, tag, bytes: len, cancelled: false })));
+            return Ok(Started::Complete(Ok(RawStatus::sent(sh.rank, tag, len))));
         }
         let id = lock(&sh.state).reqs.insert(Req::Send(SendReq {
             dest,
