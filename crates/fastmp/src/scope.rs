@@ -21,7 +21,7 @@ use std::rc::Rc;
 use crate::comm::{Comm, Status};
 use crate::completion::sealed::Completion;
 use crate::completion::wait_one;
-use crate::device::requests::{self, Handles, Ledger, LedgerOwner};
+use crate::device::requests::{self, Begun, Handles, Ledger, LedgerOwner};
 use crate::device::{ANY_TAG, Device, PROC_NULL, ReqId, SendMode, Source, Started};
 use crate::error::{Error, Result};
 use crate::progress::OpId;
@@ -360,17 +360,16 @@ impl<'scope> Scope<'scope, '_> {
         };
         let traced = trace::start();
         // Matched in place and the status rebuilt, never the device's result copied whole (see
-        // `RawStatus::sent`).
+        // `RawStatus::sent`); only a failure goes the general way.
         let state = match self.ledger.isend(bytemuck::cast_slice(buf), dest, tag, self.comm.context, mode) {
-            Ok(Started::Complete(Ok(_))) => ReqState::Complete(Ok(Status {
+            Begun::Sent | Begun::Received(_) => ReqState::Complete(Ok(Status {
                 source: self.comm.rank(),
                 tag,
                 bytes: size_of_val(buf),
                 cancelled: false,
             })),
-            Ok(Started::Pending(id)) => ReqState::Active(id),
-            Ok(Started::Complete(Err(e))) => ReqState::Complete(Err(e)),
-            Err(e) => return Err(e),
+            Begun::Pending(id) => ReqState::Active(id),
+            Begun::Failed(started) => return Request::failed(self, *started),
         };
         trace::record(traced, || (self.comm.dev.rank(), Event::p2p(Kind::Isend, dest, tag, size_of_val(buf))));
         Ok(Request::with_state(self, state, size_of::<T>()))
@@ -531,22 +530,22 @@ impl<'scope> Request<'scope> {
         Self::with_state(scope, state, elem_size)
     }
 
-    /// The request of what a device start returned, matched in place: the device's whole
-    /// `Result<Started>` is never copied (see `RawStatus::sent`), as `?` and then
-    /// [`Request::new`] would.
+    /// The request of a start of this scope's.
     #[inline]
-    pub(crate) fn started(
-        scope: &'scope Scope<'scope, '_>,
-        started: Result<Started>,
-        elem_size: usize,
-    ) -> Result<Self> {
-        let state = match started {
-            Ok(Started::Complete(Ok(raw))) => ReqState::Complete(scope.comm.status(raw, elem_size)),
-            Ok(Started::Pending(id)) => ReqState::Active(id),
-            Ok(Started::Complete(Err(e))) => ReqState::Complete(Err(e)),
-            Err(e) => return Err(e),
+    pub(crate) fn started(scope: &'scope Scope<'scope, '_>, begun: Begun, elem_size: usize) -> Result<Self> {
+        let state = match begun {
+            Begun::Received(raw) => ReqState::Complete(scope.comm.status(raw, elem_size)),
+            Begun::Sent => unreachable!("a receive began as a send"),
+            Begun::Pending(id) => ReqState::Active(id),
+            Begun::Failed(started) => return Self::failed(scope, *started),
         };
         Ok(Self::with_state(scope, state, elem_size))
+    }
+
+    /// A start that failed, or finished with an error.
+    #[cold]
+    fn failed(scope: &'scope Scope<'scope, '_>, started: Result<Started>) -> Result<Self> {
+        Ok(Self::new(scope, started?, 0))
     }
 
     /// Whether the request still has a result to deliver.

@@ -159,10 +159,50 @@ pub(crate) struct Pending {
     recv: bool,
 }
 
+/// A start of this scope's, as the layers above use it: built from the device's result where
+/// the device returned it, so that the whole result (a `Result<Started>` of 64 bytes) is never
+/// copied on the hot paths. Copying a value the callee has just stored field by field, with a
+/// struct copy's wider loads, stalls store forwarding once per copy (see `RawStatus::sent`).
+pub(crate) enum Begun {
+    /// A send finished at once (its status is [`RawStatus::sent`]).
+    Sent,
+    /// A receive finished at once.
+    Received(RawStatus),
+    /// In flight; the ledger holds it.
+    Pending(ReqId),
+    /// The start failed (`Err`) or finished with an error: rare, so kept whole, boxed.
+    Failed(Box<Result<Started>>),
+}
+
+impl Begun {
+    #[cold]
+    fn failed(started: Result<Started>) -> Begun {
+        Begun::Failed(Box::new(started))
+    }
+}
+
 impl Handles<'_> {
+    /// `started` as a [`Begun`], recorded if it is pending.
     #[inline]
-    /// Records `started` if it is pending. It takes a reference, so that callers hand the
-    /// device's result on as it came, with no copy (see `RawStatus::sent`).
+    fn begun(self, started: Result<Started>, recv: bool) -> Begun {
+        match &started {
+            // A send's status is not even read (as `RawStatus::sent` explains).
+            Ok(Started::Complete(Ok(status))) => {
+                if recv {
+                    Begun::Received(*status)
+                } else {
+                    Begun::Sent
+                }
+            }
+            Ok(Started::Pending(id)) => {
+                self.pending.borrow_mut().push(Pending { id: *id, recv });
+                Begun::Pending(*id)
+            }
+            _ => Begun::failed(started),
+        }
+    }
+
+    /// Records `started` if it is pending.
     fn keep(self, started: &Started, recv: bool) {
         if let Started::Pending(id) = *started {
             self.pending.borrow_mut().push(Pending { id, recv });
@@ -238,21 +278,11 @@ impl<'scope> Ledger<'scope> {
 
     /// Starts sending `buf`, which stays borrowed until the scope ends.
     #[inline]
-    pub(crate) fn isend(
-        &self,
-        buf: &'scope [u8],
-        dest: usize,
-        tag: i32,
-        context: ContextId,
-        mode: SendMode,
-    ) -> Result<Started> {
+    pub(crate) fn isend(&self, buf: &'scope [u8], dest: usize, tag: i32, context: ContextId, mode: SendMode) -> Begun {
         // SAFETY: `buf` is borrowed for 'scope, and `scoped` finishes (waits for or releases) the
         // request before 'scope ends unless it was retired (completed or released) earlier.
         let started = unsafe { self.handles.dev.isend(buf.as_ptr(), buf.len(), dest, tag, context, mode) };
-        if let Ok(started) = &started {
-            self.handles.keep(started, false);
-        }
-        started
+        self.handles.begun(started, false)
     }
 
     /// Keeps an operation started elsewhere (one-sided requests) like the ledger's own: the scope's
@@ -271,13 +301,10 @@ impl<'scope> Ledger<'scope> {
     /// `buf` must be valid for writes of `len` bytes until the scope ends, and not accessed by
     /// anything else meanwhile.
     #[inline]
-    pub(crate) unsafe fn irecv_raw(&self, buf: *mut u8, len: usize, spec: MatchSpec) -> Result<Started> {
+    pub(crate) unsafe fn irecv_raw(&self, buf: *mut u8, len: usize, spec: MatchSpec) -> Begun {
         // SAFETY: forwarded caller contract; `scoped` finishes the request before the scope ends.
         let started = unsafe { self.handles.dev.irecv(buf, len, spec) };
-        if let Ok(started) = &started {
-            self.handles.keep(started, true);
-        }
-        started
+        self.handles.begun(started, true)
     }
 }
 
