@@ -486,6 +486,38 @@ fn waitall_reports_first_error_and_completes_the_rest(dev: DeviceKind) {
     .unwrap();
 }
 
+/// A send request's status is the sender's own rank, the tag and the length, whether the send
+/// finished inside `isend` (eager: the scope rebuilds the status) or later (rendezvous: the
+/// device reports it), so the two paths agree. On a communicator whose ranks are the world's
+/// reversed, so that a world rank reported as the source would show.
+fn send_status_is_own_rank_tag_and_length(dev: DeviceKind) {
+    run(dev, 4, |world| {
+        let comm = world.split(Some(0), -(world.rank() as i32))?.expect("every rank has color 0");
+        let (me, n) = (comm.rank(), comm.size());
+        assert_eq!(me, n - 1 - world.rank());
+        let (to, from) = ((me + 1) % n, (me + n - 1) % n);
+        let small = vec![me as u8; 8];
+        let big = vec![me as u8; BIG];
+        let (mut small_in, mut big_in) = (vec![0u8; 8], vec![0u8; BIG]);
+        let statuses = comm.scope(|s| {
+            let mut reqs = vec![
+                s.irecv(&mut small_in, from, 1)?,
+                s.irecv(&mut big_in, from, 2)?,
+                s.isend(&small, to, 1)?,
+                s.isend(&big, to, 2)?,
+            ];
+            waitall(&mut reqs)
+        })?;
+        assert_status(&statuses[2], me, 1, 8);
+        assert_status(&statuses[3], me, 2, BIG);
+        assert_status(&statuses[0], from, 1, 8);
+        assert_status(&statuses[1], from, 2, BIG);
+        assert!(small_in.iter().chain(&big_in).all(|&b| b == from as u8));
+        Ok(())
+    })
+    .unwrap();
+}
+
 // ------------------------------------------------------------------------------ test wrappers
 
 device_suite! {
@@ -504,6 +536,7 @@ device_suite! {
         outer_scope_send_started_inside_inner_scope,
         cancel_unmatched_sends,
         waitall_reports_first_error_and_completes_the_rest,
+        send_status_is_own_rank_tag_and_length,
     ],
     // Tests the tcp device cannot run (yet) would be listed here, grouped by reason.
     tcp_ignored: [],
