@@ -22,7 +22,7 @@ use crate::comm::{Comm, Status};
 use crate::completion::sealed::Completion;
 use crate::completion::wait_one;
 use crate::device::requests::{self, Begun, Handles, Ledger, LedgerOwner};
-use crate::device::{ANY_TAG, Device, PROC_NULL, ReqId, SendMode, Source, Started};
+use crate::device::{ANY_TAG, Device, PROC_NULL, RawStatus, ReqId, SendMode, Source, Started};
 use crate::error::{Error, Result};
 use crate::progress::OpId;
 use crate::trace::{self, Event, Kind};
@@ -362,7 +362,7 @@ impl<'scope> Scope<'scope, '_> {
         // Matched in place and the status rebuilt, never the device's result copied whole (see
         // `RawStatus::sent`); only a failure goes the general way.
         let state = match self.ledger.isend(bytemuck::cast_slice(buf), dest, tag, self.comm.context, mode) {
-            Begun::Sent | Begun::Received(_) => ReqState::Complete(Ok(Status {
+            Begun::Done(()) => ReqState::Complete(Ok(Status {
                 source: self.comm.rank(),
                 tag,
                 bytes: size_of_val(buf),
@@ -530,12 +530,11 @@ impl<'scope> Request<'scope> {
         Self::with_state(scope, state, elem_size)
     }
 
-    /// The request of a start of this scope's.
+    /// The request of a receive this scope started.
     #[inline]
-    pub(crate) fn started(scope: &'scope Scope<'scope, '_>, begun: Begun, elem_size: usize) -> Result<Self> {
+    pub(crate) fn started(scope: &'scope Scope<'scope, '_>, begun: Begun<RawStatus>, elem_size: usize) -> Result<Self> {
         let state = match begun {
-            Begun::Received(raw) => ReqState::Complete(scope.comm.status(raw, elem_size)),
-            Begun::Sent => unreachable!("a receive began as a send"),
+            Begun::Done(raw) => ReqState::Complete(scope.comm.status(raw, elem_size)),
             Begun::Pending(id) => ReqState::Active(id),
             Begun::Failed(started) => return Self::failed(scope, *started),
         };

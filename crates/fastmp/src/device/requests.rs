@@ -163,50 +163,41 @@ pub(crate) struct Pending {
 /// the device returned it, so that the whole result (a `Result<Started>` of 64 bytes) is never
 /// copied on the hot paths. Copying a value the callee has just stored field by field, with a
 /// struct copy's wider loads, stalls store forwarding once per copy (see `RawStatus::sent`).
-pub(crate) enum Begun {
-    /// A send finished at once (its status is [`RawStatus::sent`]).
-    Sent,
-    /// A receive finished at once.
-    Received(RawStatus),
+/// `T` is what a start that finished at once reports: nothing for a send (its status is
+/// [`RawStatus::sent`]), the status for a receive.
+pub(crate) enum Begun<T> {
+    /// Finished at once.
+    Done(T),
     /// In flight; the ledger holds it.
     Pending(ReqId),
     /// The start failed (`Err`) or finished with an error: rare, so kept whole, boxed.
     Failed(Box<Result<Started>>),
 }
 
-impl Begun {
+impl<T> Begun<T> {
     #[cold]
-    fn failed(started: Result<Started>) -> Begun {
+    fn failed(started: Result<Started>) -> Begun<T> {
         Begun::Failed(Box::new(started))
     }
 }
 
 impl Handles<'_> {
-    /// `started` as a [`Begun`], recorded if it is pending.
+    /// `started` as a [`Begun`], recorded if it is pending; `done` picks what a finished start
+    /// reports (a send's status is not even read).
     #[inline]
-    fn begun(self, started: Result<Started>, recv: bool) -> Begun {
+    fn begun<T>(self, started: Result<Started>, recv: bool, done: impl FnOnce(&RawStatus) -> T) -> Begun<T> {
         match &started {
-            // A send's status is not even read (as `RawStatus::sent` explains).
-            Ok(Started::Complete(Ok(status))) => {
-                if recv {
-                    Begun::Received(*status)
-                } else {
-                    Begun::Sent
-                }
-            }
+            Ok(Started::Complete(Ok(status))) => Begun::Done(done(status)),
             Ok(Started::Pending(id)) => {
-                self.pending.borrow_mut().push(Pending { id: *id, recv });
+                self.keep(*id, recv);
                 Begun::Pending(*id)
             }
             _ => Begun::failed(started),
         }
     }
 
-    /// Records `started` if it is pending.
-    fn keep(self, started: &Started, recv: bool) {
-        if let Started::Pending(id) = *started {
-            self.pending.borrow_mut().push(Pending { id, recv });
-        }
+    fn keep(self, id: ReqId, recv: bool) {
+        self.pending.borrow_mut().push(Pending { id, recv });
     }
 
     fn position(self, id: ReqId) -> Option<usize> {
@@ -278,11 +269,18 @@ impl<'scope> Ledger<'scope> {
 
     /// Starts sending `buf`, which stays borrowed until the scope ends.
     #[inline]
-    pub(crate) fn isend(&self, buf: &'scope [u8], dest: usize, tag: i32, context: ContextId, mode: SendMode) -> Begun {
+    pub(crate) fn isend(
+        &self,
+        buf: &'scope [u8],
+        dest: usize,
+        tag: i32,
+        context: ContextId,
+        mode: SendMode,
+    ) -> Begun<()> {
         // SAFETY: `buf` is borrowed for 'scope, and `scoped` finishes (waits for or releases) the
         // request before 'scope ends unless it was retired (completed or released) earlier.
         let started = unsafe { self.handles.dev.isend(buf.as_ptr(), buf.len(), dest, tag, context, mode) };
-        self.handles.begun(started, false)
+        self.handles.begun(started, false, |_| ())
     }
 
     /// Keeps an operation started elsewhere (one-sided requests) like the ledger's own: the scope's
@@ -291,7 +289,9 @@ impl<'scope> Ledger<'scope> {
     /// # Safety
     /// Its buffers are borrowed for `'scope` (exclusively where the device writes them).
     pub(crate) unsafe fn adopt(&self, started: Started, wait_at_end: bool) -> Started {
-        self.handles.keep(&started, wait_at_end);
+        if let Started::Pending(id) = started {
+            self.handles.keep(id, wait_at_end);
+        }
         started
     }
 
@@ -301,10 +301,10 @@ impl<'scope> Ledger<'scope> {
     /// `buf` must be valid for writes of `len` bytes until the scope ends, and not accessed by
     /// anything else meanwhile.
     #[inline]
-    pub(crate) unsafe fn irecv_raw(&self, buf: *mut u8, len: usize, spec: MatchSpec) -> Begun {
+    pub(crate) unsafe fn irecv_raw(&self, buf: *mut u8, len: usize, spec: MatchSpec) -> Begun<RawStatus> {
         // SAFETY: forwarded caller contract; `scoped` finishes the request before the scope ends.
         let started = unsafe { self.handles.dev.irecv(buf, len, spec) };
-        self.handles.begun(started, true)
+        self.handles.begun(started, true, |status| *status)
     }
 }
 
