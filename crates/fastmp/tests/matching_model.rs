@@ -173,7 +173,8 @@ fn payload(id: u64, len: usize) -> Vec<u8> {
 /// What rank 0 did and saw, in program order.
 #[derive(Clone, Debug)]
 enum Ev {
-    /// Receive number `r` was posted (irecv, or a blocking recv that completed before the next event).
+    /// Receive number `r` was posted (irecv, or a blocking recv that completed before the next
+    /// event).
     Post { r: usize, spec: Spec, blocking: bool },
     /// An `iprobe` and its (source, tag, bytes).
     Probe { spec: Spec, got: Option<(usize, i32, usize)> },
@@ -386,9 +387,9 @@ struct Checker<'a> {
     synced: usize,
     /// Channel of each source.
     channel: Vec<usize>,
-    /// Lazy matching (this phase's senders on several channels, see the top): arrivals only queue, and a
-    /// separate step matches a pending receive with a queued message where MPI's ordering rules
-    /// allow it.
+    /// Lazy matching (this phase's senders on several channels, see the top): arrivals only
+    /// queue, and a separate step matches a pending receive with a queued message where MPI's
+    /// ordering rules allow it.
     lazy: bool,
 }
 
