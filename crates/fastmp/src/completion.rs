@@ -24,6 +24,11 @@ pub(crate) mod sealed {
         fn is_active(&self) -> bool;
         /// Progresses the request; `true` once its result is ready to [`Completion::take`].
         fn poll(&mut self) -> bool;
+        /// As [`Completion::poll`], from a wait on this request alone: a nonblocking
+        /// collective may then finish in place (see `Engine::progress_waited`).
+        fn poll_waited(&mut self) -> bool {
+            self.poll()
+        }
         /// Whether the ready result is an error.
         fn failed(&self) -> bool;
         /// Takes the result (the request becomes inactive). Only after `poll` returned `true`,
@@ -63,6 +68,10 @@ impl<R: sealed::Completion> sealed::Completion for &mut R {
         (**self).poll()
     }
 
+    fn poll_waited(&mut self) -> bool {
+        (**self).poll_waited()
+    }
+
     fn failed(&self) -> bool {
         (**self).failed()
     }
@@ -79,12 +88,12 @@ impl<R: sealed::Completion> sealed::Completion for &mut R {
 /// Blocks until `req` has a result and takes it.
 pub(crate) fn wait_one<R: Completable>(req: &mut R) -> Result<R::Output> {
     if req.is_active()
-        && !req.poll()
+        && !req.poll_waited()
         && let Some(dev) = req.device()
     {
         let started = trace::start();
         let before = started.and_then(|_| req.waits_on());
-        dev.wait_until(&mut || Ok(req.poll()))?;
+        dev.wait_until(&mut || Ok(req.poll_waited()))?;
         trace::record(started, || {
             let request = Event { on: Some("request"), ..Event::of(Kind::Wait) };
             (dev.rank(), req.waits_on().or(before).unwrap_or(request))

@@ -43,6 +43,10 @@ pub(crate) struct Engine {
     /// Set while polling: calls made from inside a stage (device waits, user reduction ops)
     /// must not poll the futures again.
     polling: Cell<bool>,
+    /// Set while the rank waits for its only unfinished operation (`Engine::progress_waited`):
+    /// that operation's steps may then wait in place, as its blocking twin's do, instead of
+    /// returning to the engine between tests.
+    waited_alone: Cell<bool>,
     /// Set while `finish_scope` drops unfinished operations: their runs tell the device's
     /// collectives that they are abandoned, not over.
     abandoning: Cell<bool>,
@@ -60,6 +64,35 @@ impl Engine {
     /// Whether the caller runs inside a stage of a nonblocking collective.
     pub(crate) fn is_polling(&self) -> bool {
         self.polling.get()
+    }
+
+    /// Whether the operation being polled is the only unfinished one and the rank waits for
+    /// it: nothing else needs this rank's progress, so its steps may wait in place.
+    pub(crate) fn is_waited_alone(&self) -> bool {
+        self.waited_alone.get()
+    }
+
+    /// As [`Engine::progress`], for a wait on operation `id`: when it is the only unfinished
+    /// operation, its steps wait in place (a shorter loop than the engine's, with the same
+    /// device progress), so a waited operation runs as fast as its blocking twin. With others
+    /// in flight every step yields as usual: they may need this rank's progress.
+    pub(crate) fn progress_waited(&self, id: OpId) {
+        let alone = self.unfinished.get() == 1
+            && !self.polling.get()
+            && self.entries.borrow().iter().any(|e| e.id == id && e.outcome.is_none());
+        self.waited_alone.set(alone);
+        self.progress();
+        self.waited_alone.set(false);
+    }
+
+    /// Runs `poll`, which starts a part of an operation without waiting for it, or polls parts
+    /// that run side by side, with in-place waits off: a part that waited in place there would
+    /// hold up the parts (or the caller's next steps) that its peers wait for.
+    pub(crate) fn polling_parts<R>(&self, poll: impl FnOnce() -> R) -> R {
+        let alone = self.waited_alone.replace(false);
+        let result = poll();
+        self.waited_alone.set(alone);
+        result
     }
 
     /// Whether the operations being dropped now are abandoned unfinished (see
@@ -268,6 +301,10 @@ impl<D: Device + ?Sized> Device for Progressing<D> {
     fn progress(&self) {
         self.inner.progress();
         self.engine.progress();
+    }
+
+    fn waits_in_place(&self) -> bool {
+        self.engine.is_waited_alone()
     }
 
     fn finalize(&self) {

@@ -579,6 +579,15 @@ impl<'scope> Request<'scope> {
     }
 }
 
+impl Request<'_> {
+    /// Takes collective `id`'s outcome once the engine has it. `true` once complete.
+    fn collect(&mut self, id: OpId) -> bool {
+        let Some(outcome) = self.comm.process.engine.take_outcome(id) else { return false };
+        self.state = ReqState::Complete(outcome.map(|()| EMPTY_STATUS));
+        true
+    }
+}
+
 impl Completion for Request<'_> {
     type Output = Status;
 
@@ -606,14 +615,21 @@ impl Completion for Request<'_> {
                 true
             }
             ReqState::Collective(id) => {
-                let engine = &self.comm.process.engine;
-                engine.progress();
-                let Some(outcome) = engine.take_outcome(id) else { return false };
-                self.state = ReqState::Complete(outcome.map(|()| EMPTY_STATUS));
-                true
+                self.comm.process.engine.progress();
+                self.collect(id)
             }
             ReqState::Complete(_) => true,
             ReqState::Inactive => false,
+        }
+    }
+
+    fn poll_waited(&mut self) -> bool {
+        match self.state {
+            ReqState::Collective(id) => {
+                self.comm.process.engine.progress_waited(id);
+                self.collect(id)
+            }
+            _ => self.poll(),
         }
     }
 

@@ -458,7 +458,9 @@ fn alltoallv_disagreeing_counts_fail_clearly(device: DeviceKind) {
         world.alltoallv(&send, &send_counts, &send_displs, &mut recv, &recv_counts, &recv_displs)
     });
     let err = outcome.expect_err("the counts disagree").to_string();
-    assert!(err.contains("send_counts"), "{err}");
+    // The job reports the first failure: usually the rank that found the counts wrong, else
+    // (about one run in fifteen here) a peer whose native step that rank abandoned.
+    assert!(err.contains("send_counts") || err.contains("arguments differ between ranks"), "{err}");
 }
 
 fn reduce_scatter_uneven_counts(device: DeviceKind) {

@@ -396,6 +396,89 @@ fn progress_of_a_ring_allreduce(dev: DeviceKind) {
     }
 }
 
+/// A rank that waits for one collective while it has another outstanding must keep driving
+/// it: only a collective waited for alone may finish in place (as its blocking twin does).
+/// Rank 1 waits for a ring allreduce, which needs rank 2's later steps; rank 2 waits for a
+/// chain bcast first, which needs rank 1 to forward it. Rank 0 starts only once rank 1 has
+/// started both (a message says so), so rank 1 can forward only from inside its wait.
+fn waits_in_any_order_drive_every_outstanding_collective(dev: DeviceKind) {
+    let ring = Tuning::defaults().force(Collective::Allreduce, Algorithm::Bkt).expect("valid");
+    for n in [6, BIG] {
+        let ring = ring.clone();
+        run_job(dev, 3, &format!("an allreduce and a bcast of {n} waited in crossing orders"), move |world| {
+            let me = world.rank();
+            // Two communicators (a tuning alone shares its communicator's collective order).
+            let (ring_comm, chain_comm) =
+                (world.dup()?.with_tuning(ring.clone()), world.dup()?.with_tuning(chain_bcast()));
+            let reduce = Case::new(Kind::Allreduce, n, 0, Red::Affine, 11);
+            let bcast = Case::new(Kind::Bcast, n, 0, Red::Sum, 12);
+            let (mut reduced, mut broadcast) = (reduce.bufs(3, me), bcast.bufs(3, me));
+            if me == 0 {
+                world.recv(&mut [0u32], 1, 30)?;
+            }
+            ring_comm.scope(|r| {
+                chain_comm.scope(|c| {
+                    // Each rank starts first what it waits for first (the order of collectives
+                    // on different communicators is free).
+                    let (reducing, broadcasting) = if me == 2 {
+                        let broadcasting = start(c, &bcast, &mut broadcast)?;
+                        (start(r, &reduce, &mut reduced)?, broadcasting)
+                    } else {
+                        (start(r, &reduce, &mut reduced)?, start(c, &bcast, &mut broadcast)?)
+                    };
+                    if me == 1 {
+                        world.send(&[1u32], 0, 30)?;
+                    }
+                    if me == 2 {
+                        broadcasting.wait()?;
+                        reducing.wait()?;
+                    } else {
+                        reducing.wait()?;
+                        broadcasting.wait()?;
+                    }
+                    Ok::<_, Error>(())
+                })
+            })?;
+            same(&reduced, &twin_result(&ring_comm, &reduce)?, || format!("{reduce} on rank {me}"))?;
+            same(&broadcast, &twin_result(&chain_comm, &bcast)?, || format!("{bcast} on rank {me}"))
+        });
+    }
+}
+
+/// A collective waited for alone, while the rank's own point-to-point transfers (rendezvous
+/// sizes) are outstanding and a peer receives from it before waiting: the in-place wait still
+/// moves the transfers.
+fn a_collective_waited_alone_still_moves_point_to_point(dev: DeviceKind) {
+    let ring = Tuning::defaults().force(Collective::Allreduce, Algorithm::Bkt).expect("valid");
+    run_job(dev, 3, "a ring allreduce waited alone beside rendezvous sends", move |world| {
+        let comm = world.with_tuning(ring.clone());
+        let (me, np) = (comm.rank(), comm.size());
+        let case = Case::new(Kind::Allreduce, BIG, 0, Red::Sum, 14);
+        let mut got = case.bufs(np, me);
+        let out = vec![me as u32 + 1; BIG];
+        let mut inbox = vec![SENTINEL; BIG];
+        let (next, prev) = ((me + 1) % np, (me + np - 1) % np);
+        comm.scope(|s| {
+            let send = s.isend(&out, next, 21)?;
+            let collective = start(s, &case, &mut got)?;
+            if me == 1 {
+                // Rank 1 first receives rank 0's message, blocking, then waits.
+                comm.recv(&mut inbox, prev, 21)?;
+                collective.wait()?;
+            } else {
+                collective.wait()?;
+                comm.recv(&mut inbox, prev, 21)?;
+            }
+            send.wait()?;
+            Ok::<_, Error>(())
+        })?;
+        if inbox.iter().any(|&x| x != prev as u32 + 1) {
+            return Err(Error::other(format!("rank {me}: wrong message from rank {prev}")));
+        }
+        same(&got, &twin_result(&comm, &case)?, || format!("{case} on rank {me}"))
+    });
+}
+
 /// With the tcp progress thread on, the root's transfers (rendezvous sizes) are served while
 /// the root makes no fastmp call at all: it sleeps until every other rank has its data. (The
 /// progress thread moves data; a stage that depends on an earlier one, such as forwarding down
@@ -444,6 +527,8 @@ device_suite!(
         collective_requests_cannot_be_cancelled,
         progress_of_a_forwarded_bcast,
         progress_of_a_ring_allreduce,
+        waits_in_any_order_drive_every_outstanding_collective,
+        a_collective_waited_alone_still_moves_point_to_point,
     ],
     tcp_ignored: [],
 );

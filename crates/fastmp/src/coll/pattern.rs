@@ -109,7 +109,8 @@ impl<'a, T: Pod> Posted<'a, T> {
         });
         // The first poll posts it (and may already finish it: an async block must then not be
         // polled again).
-        let done = poll_fn(|cx| Poll::Ready(receive.as_mut().poll(cx))).await;
+        let engine = &comm.process.engine;
+        let done = poll_fn(|cx| Poll::Ready(engine.polling_parts(|| receive.as_mut().poll(cx)))).await;
         Posted {
             receive,
             done: match done {

@@ -443,7 +443,7 @@ impl<'c> Run<'c> {
             Outcome::InFlight(op) if self.blocking => outcome(op.wait(), peer, expected, coll),
             Outcome::InFlight(op) => {
                 let mut batch = Batch { run: self, reqs: vec![(op, peer, expected, coll)], failed: None };
-                poll_fn(|_| batch.poll_all()).await
+                poll_fn(|_| batch.poll_or_wait()).await
             }
         }
     }
@@ -659,6 +659,27 @@ impl<'a> Batch<'a> {
         if self.reqs.is_empty() {
             return self.failed.take().map_or(Ok(()), Err);
         }
-        poll_fn(|_| self.poll_all()).await
+        poll_fn(|_| self.poll_or_wait()).await
+    }
+
+    /// [`Batch::poll_all`], except that a rank waiting for this operation alone waits here
+    /// until the batch is done, as the blocking twin would (see `Engine::progress_waited`):
+    /// the device's wait loop tests the requests directly instead of going back through the
+    /// engine and every enclosing future after each test.
+    fn poll_or_wait(&mut self) -> Poll<Result<()>> {
+        let polled = self.poll_all();
+        if polled.is_ready() || !self.run.process.engine.is_waited_alone() {
+            return polled;
+        }
+        let mut outcome = None;
+        let waited = self.run.dev.wait_until(&mut || match self.poll_all() {
+            Poll::Ready(result) => {
+                outcome = Some(result);
+                Ok(true)
+            }
+            Poll::Pending => Ok(false),
+        });
+        // A failed wait (the job aborted) leaves the requests to the batch's drop.
+        Poll::Ready(outcome.unwrap_or(waited))
     }
 }

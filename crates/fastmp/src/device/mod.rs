@@ -261,6 +261,13 @@ pub trait Device {
     /// machinery (native collectives) call it so that peers' point-to-point traffic still moves.
     fn progress(&self) {}
 
+    /// Whether a nonblocking operation polled now may wait in place, as a blocking one does:
+    /// the rank waits for it and has nothing else in flight (the collectives layer's
+    /// `Progressing` knows; a bare device never does).
+    fn waits_in_place(&self) -> bool {
+        false
+    }
+
     /// Marks this endpoint finalized: every later call fails with [`crate::Error::Finalized`].
     fn finalize(&self);
 

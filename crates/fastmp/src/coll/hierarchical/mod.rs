@@ -90,6 +90,7 @@ fn into_process_order(processes: &Grouping, ordered: &[u8], by_process: &mut [u8
 /// Runs `first` then `second` on every chunk in order; `second` of chunk k overlaps `first` of
 /// the chunks after it. A missing stage passes chunks straight on. The first error ends both.
 async fn pipeline<T>(
+    run: &Run<'_>,
     chunks: &[Cell<Option<&mut [T]>>],
     first: Option<impl AsyncFn(&mut [T]) -> Result<()>>,
     second: Option<impl AsyncFn(&mut [T]) -> Result<()>>,
@@ -112,7 +113,7 @@ async fn pipeline<T>(
         }
         Ok(())
     };
-    join(producer, consumer).await
+    join(run, producer, consumer).await
 }
 
 /// Runs `step` on the chunk in `slot`, which is back in its slot when this returns.
@@ -124,22 +125,24 @@ async fn run_on<T>(slot: &Cell<Option<&mut [T]>>, step: &impl AsyncFn(&mut [T]) 
 }
 
 /// Both futures to their ends (each polled once more after the other, so progress of one is
-/// seen by the other in the same poll); the first error wins at once.
-async fn join(a: impl Future<Output = Result<()>>, b: impl Future<Output = Result<()>>) -> Result<()> {
+/// seen by the other in the same poll, and neither waits in place); the first error wins at once.
+async fn join(run: &Run<'_>, a: impl Future<Output = Result<()>>, b: impl Future<Output = Result<()>>) -> Result<()> {
     let (mut a, mut b) = (pin!(a), pin!(b));
     let (mut a_done, mut b_done) = (false, false);
     poll_fn(|cx| {
-        for _ in 0..2 {
-            if !a_done && let Poll::Ready(result) = a.as_mut().poll(cx) {
-                result?;
-                a_done = true;
+        run.process.engine.polling_parts(|| {
+            for _ in 0..2 {
+                if !a_done && let Poll::Ready(result) = a.as_mut().poll(cx) {
+                    result?;
+                    a_done = true;
+                }
+                if !b_done && let Poll::Ready(result) = b.as_mut().poll(cx) {
+                    result?;
+                    b_done = true;
+                }
             }
-            if !b_done && let Poll::Ready(result) = b.as_mut().poll(cx) {
-                result?;
-                b_done = true;
-            }
-        }
-        if a_done && b_done { Poll::Ready(Ok(())) } else { Poll::Pending }
+            if a_done && b_done { Poll::Ready(Ok(())) } else { Poll::Pending }
+        })
     })
     .await
 }

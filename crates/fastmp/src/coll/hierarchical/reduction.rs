@@ -55,9 +55,9 @@ pub(in crate::coll) async fn bcast(run: &Run<'_>, buf: &mut [u8], root: usize) -
         .map(|runs| async move |c: &mut [u8]| runs.next()?.dispatch_bcast(c, root_process, Pick::Tuned).await);
     let slots: Vec<Cell<Option<&mut [u8]>>> = buf.chunks_mut(chunk).map(|c| Cell::new(Some(c))).collect();
     if in_root_process {
-        pipeline(&slots, local_step, network_step).await
+        pipeline(run, &slots, local_step, network_step).await
     } else {
-        pipeline(&slots, network_step, local_step).await
+        pipeline(run, &slots, network_step, local_step).await
     }
 }
 
@@ -106,7 +106,7 @@ pub(in crate::coll) async fn allreduce<T: Pod>(
         bcasts.bcast(bytemuck::cast_slice_mut(c), 0).await
     };
     let slots: Vec<Cell<Option<&mut [T]>>> = recv.chunks_mut(chunk).map(|c| Cell::new(Some(c))).collect();
-    pipeline(&slots, Some(reduce_step), Some(share_step)).await
+    pipeline(run, &slots, Some(reduce_step), Some(share_step)).await
 }
 
 /// [`allreduce`] where every process holds as many members: each member owns a slice of the

@@ -55,8 +55,7 @@ async fn collective_then(
     work: impl FnOnce(&Session) -> Result<()>,
     then: impl AsyncFnOnce(&Session) -> Result<()>,
 ) -> Result<()> {
-    let progress = || comm.op.dev.progress();
-    let (how, epoch) = comm.provider.open_lane(comm.op, &progress).await?;
+    let (how, epoch) = comm.provider.open_lane(comm.op).await?;
     let mut session = comm.provider.area.enter(how, epoch, kind, buffers, (sources, accessors));
     let mut outcome = session.await_sources().await;
     if outcome.is_ok() {
@@ -160,8 +159,7 @@ fn check_len(s: &Session, peer: usize, what: &str, actual: usize, expected: usiz
 }
 
 pub(super) async fn barrier(comm: Native<'_>) -> Result<()> {
-    let progress = || comm.op.dev.progress();
-    let (how, epoch) = comm.provider.open_lane(comm.op, &progress).await?;
+    let (how, epoch) = comm.provider.open_lane(comm.op).await?;
     comm.provider.area.barrier(how, epoch).await
 }
 
@@ -183,8 +181,7 @@ pub(super) async fn bcast(comm: Native<'_>, buf: &mut [u8], root: usize) -> Resu
         // Only the published pointer is used from here on: a new `&mut` reborrow of `buf` would
         // invalidate it (Stacked Borrows).
         let buffers = Buffers { send: buf.as_ptr(), send_len: len, ..Buffers::default() };
-        let progress = || comm.op.dev.progress();
-        let (how, epoch) = comm.provider.open_lane(comm.op, &progress).await?;
+        let (how, epoch) = comm.provider.open_lane(comm.op).await?;
         let session = comm.provider.area.enter(how, epoch, kind, buffers, (0..np, 0..np));
         let root_copies = !comm.op.blocking && len >= AGENT_MIN_BYTES;
         let mut pushes = Vec::new();
@@ -718,8 +715,7 @@ pub(super) async fn allreduce<T: Pod>(
         let block = even_block(len, np, q);
         block.start * size_of::<T>()..block.end * size_of::<T>()
     };
-    let progress = || comm.op.dev.progress();
-    let (how, epoch) = comm.provider.open_lane(comm.op, &progress).await?;
+    let (how, epoch) = comm.provider.open_lane(comm.op).await?;
     let mut session = comm.provider.area.enter(how, epoch, kind, buffers, (everyone.clone(), everyone.clone()));
     let outcomes: Vec<std::sync::OnceLock<Result<()>>> = everyone.clone().map(|_| std::sync::OnceLock::new()).collect();
     let last_to_arrive = others(comm).all(|p| matches!(session.try_peer(p), Ok(Some(_))));

@@ -47,9 +47,9 @@ use std::task::Poll;
 
 use crossbeam_utils::CachePadded;
 
-use crate::device::ContextId;
 use crate::device::shm::ShmWorld;
 use crate::device::wait::{Backoff, Pause};
+use crate::device::{ContextId, Device};
 use crate::error::{Error, Result};
 
 /// The buffers a rank publishes for one operation (null and 0 where unused).
@@ -170,9 +170,24 @@ pub(crate) struct NativeArea {
 pub(crate) struct Waiting<'a> {
     pub me: usize,
     pub lane: usize,
-    /// Drives this rank's point-to-point traffic while it waits (see [`NativeArea::wait`]).
-    pub progress: &'a dyn Fn(),
+    /// The rank's device as the collectives layer sees it (`None` in tests): drives this
+    /// rank's point-to-point traffic while it waits (see [`NativeArea::wait`]).
+    pub dev: Option<&'a dyn Device>,
     pub blocking: bool,
+}
+
+impl Waiting<'_> {
+    fn progress(&self) {
+        if let Some(dev) = self.dev {
+            dev.progress();
+        }
+    }
+
+    /// Whether to wait in place now: a blocking operation always, a nonblocking one while its
+    /// rank waits for it alone (see [`Device::waits_in_place`]).
+    fn in_place(&self) -> bool {
+        self.blocking || self.dev.is_some_and(|dev| dev.waits_in_place())
+    }
 }
 
 impl NativeArea {
@@ -198,10 +213,11 @@ impl NativeArea {
     /// what `poll` looks at notifies this rank's parker (flags: [`NativeArea::notify`]; aborts
     /// and exits: `ShmWorld::wake_all`), so a park ends promptly.
     ///
-    /// `progress` drives this rank's point-to-point traffic while it waits (MPI's progress
-    /// rule): a peer may be blocked sending to us through a full ring, or waiting for a send we
-    /// queued, before it can reach this collective.
-    fn wait(&self, me: usize, progress: &dyn Fn(), poll: &mut dyn FnMut() -> Poll<Result<()>>) -> Result<()> {
+    /// It drives this rank's point-to-point traffic while it waits (MPI's progress rule): a
+    /// peer may be blocked sending to us through a full ring, or waiting for a send we queued,
+    /// before it can reach this collective.
+    fn wait(&self, how: Waiting<'_>, poll: &mut dyn FnMut() -> Poll<Result<()>>) -> Result<()> {
+        let (me, progress) = (how.me, || how.progress());
         let mut backoff = Backoff::new(self.world.policy);
         loop {
             if let Poll::Ready(outcome) = poll() {
@@ -237,7 +253,10 @@ impl NativeArea {
     /// is polled again by its engine, which runs inside the device's waits: the parker
     /// notifications that end a blocking wait end those too, so no wake-up is lost.
     async fn until(&self, how: Waiting<'_>, mut poll: impl FnMut() -> Poll<Result<()>>) -> Result<()> {
-        if how.blocking { self.wait(how.me, how.progress, &mut poll) } else { std::future::poll_fn(|_| poll()).await }
+        if how.blocking {
+            return self.wait(how, &mut poll);
+        }
+        std::future::poll_fn(|_| if how.in_place() { Poll::Ready(self.wait(how, &mut poll)) } else { poll() }).await
     }
 
     /// Rank `me` will not take part in `epoch` of `lane` (it chose a message-based algorithm
@@ -551,7 +570,7 @@ impl Drop for Session<'_> {
         self.area.slot(self.how.lane, self.how.me).given_up.store(self.epoch, Ordering::SeqCst);
         self.announce_leave(false);
         let area = self.area;
-        let _ = area.wait(self.how.me, self.how.progress, &mut || self.poll_leave());
+        let _ = area.wait(self.how, &mut || self.poll_leave());
     }
 }
 
@@ -913,7 +932,7 @@ mod tests {
             let giver = s.spawn(|| {
                 world.ranks[1].parker.register_current();
                 let buffers = Buffers { send: published.as_ptr(), send_len: published.len(), ..Buffers::default() };
-                let how = Waiting { me: 1, lane, progress: &|| (), blocking: true };
+                let how = Waiting { me: 1, lane, dev: None, blocking: true };
                 drop(area.enter(how, epoch, kind, buffers, (1..1, 0..1)));
             });
             let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
@@ -929,7 +948,7 @@ mod tests {
             assert!(!hung, "the dropped session still waited 10 s for a peer that never entered");
         });
         world.ranks[0].parker.register_current();
-        let how = Waiting { me: 0, lane, progress: &|| (), blocking: true };
+        let how = Waiting { me: 0, lane, dev: None, blocking: true };
         let mut late = area.enter(how, epoch, kind, Buffers::default(), (1..2, 0..0));
         let err = finish(late.await_sources()).expect_err("a source that failed must not be touched");
         assert!(err.to_string().contains("rank 1 abandoned"), "unexpected error: {err}");
@@ -950,7 +969,7 @@ mod tests {
                     let (world, area, arrived) = (&world, &area, &arrived);
                     s.spawn(move || {
                         world.ranks[me].parker.register_current();
-                        let how = Waiting { me, lane: 0, progress: &|| (), blocking: true };
+                        let how = Waiting { me, lane: 0, dev: None, blocking: true };
                         for (round, count) in arrived.iter().enumerate() {
                             count.fetch_add(1, Ordering::SeqCst);
                             finish(area.barrier(how, round as u64 + 1)).expect("barrier");

@@ -92,7 +92,7 @@ impl ShmCollectives {
     /// yields; a blocking operation's caller then waits in the device, which drives them, except
     /// from inside an engine poll, where nothing would. `progress` drives the rank's
     /// point-to-point traffic during the part's waits.
-    async fn open_lane<'a>(&self, op: &Operation<'_>, progress: &'a dyn Fn()) -> Result<(Waiting<'a>, u64)> {
+    async fn open_lane<'a>(&self, op: &Operation<'a>) -> Result<(Waiting<'a>, u64)> {
         if !self.is_turn_of(op.seq) {
             if op.blocking && op.engine_polling {
                 return Err(nested_call());
@@ -101,7 +101,7 @@ impl ShmCollectives {
         }
         let lane = op.seq as usize % LANES;
         let epoch = epoch(op.seq, op.dispatch)?;
-        Ok((Waiting { me: self.me, lane, progress, blocking: op.blocking }, epoch))
+        Ok((Waiting { me: self.me, lane, dev: Some(op.dev), blocking: op.blocking }, epoch))
     }
 
     /// Marks the synchronous work of a native part (copies, user reduction ops) until dropped,
@@ -378,7 +378,7 @@ mod tests {
         std::thread::scope(|s| {
             let waiter = s.spawn(|| {
                 world.ranks[1].parker.register_current();
-                let how = Waiting { me: 1, lane: seq as usize % LANES, progress: &|| (), blocking: true };
+                let how = Waiting { me: 1, lane: seq as usize % LANES, dev: None, blocking: true };
                 let mut barrier = std::pin::pin!(area.barrier(how, epoch));
                 match barrier.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
                     Poll::Ready(outcome) => outcome,
