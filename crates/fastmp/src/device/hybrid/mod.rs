@@ -206,6 +206,67 @@ impl<R: Remote> HybridEndpoint<R> {
         }
     }
 
+    /// Whether a receive goes straight to the shm side: from a named thread peer, with no held
+    /// receive of its context ahead of it (the intra-process path of `irecv` and `recv`).
+    #[inline(always)]
+    fn receives_locally(&self, spec: MatchSpec) -> bool {
+        matches!(spec.source, Source::Rank(r) if self.is_local(r))
+            && !self.finalized.get()
+            && !self.queue.borrow().blocks(spec.context)
+    }
+
+    /// `isend` to a rank of another process (or refused), out of the thread peers' path.
+    #[inline(never)]
+    unsafe fn isend_remote(
+        &self,
+        buf: *const u8,
+        len: usize,
+        dest: usize,
+        tag: i32,
+        context: ContextId,
+        mode: SendMode,
+    ) -> Result<Started> {
+        self.check_live()?;
+        if dest >= self.size {
+            return Err(Error::RankOutOfRange { rank: dest, size: self.size });
+        }
+        // SAFETY: forwarded caller contract.
+        let started = unsafe { self.remote.isend(buf, len, dest, tag, context, mode) };
+        self.routed_send(Via::Remote, started, tag, len)
+    }
+
+    /// `irecv` from a remote rank or `ANY_SOURCE`, or held behind an earlier wildcard receive.
+    #[inline(never)]
+    unsafe fn irecv_routed(&self, buf: *mut u8, capacity: usize, spec: MatchSpec) -> Result<Started> {
+        self.check_live()?;
+        self.check_source(spec)?;
+        if self.queue.borrow().blocks(spec.context) {
+            return self.hold(spec, buf, capacity);
+        }
+        match spec.source {
+            Source::Rank(r) if self.is_local(r) => {
+                // SAFETY: forwarded caller contract.
+                self.routed(Via::Local, unsafe { self.shm.irecv(buf, capacity, self.local_spec(spec)) })
+            }
+            // SAFETY: forwarded caller contract.
+            Source::Rank(_) => self.routed(Via::Remote, unsafe { self.remote.irecv(buf, capacity, spec) }),
+            Source::Any => match self.take_message(spec)? {
+                Some((msg, _)) => self.receive_taken(msg, buf, capacity),
+                None => self.hold(spec, buf, capacity),
+            },
+        }
+    }
+
+    /// `test` of a remote or held request (or a refusal), out of the thread peers' path.
+    #[inline(never)]
+    fn test_other(&self, req: ReqId) -> Result<Option<RawStatus>> {
+        self.check_live()?;
+        match untag(req).ok_or_else(stale)? {
+            (Via::Queued, id) => self.test_held(id),
+            (via, id) => self.test_routed(via, id),
+        }
+    }
+
     fn check_live(&self) -> Result<()> {
         if self.finalized.get() { Err(Error::Finalized("device")) } else { Ok(()) }
     }
@@ -320,6 +381,8 @@ impl<R: Remote> Device for HybridEndpoint<R> {
         self.size
     }
 
+    /// Thread peers take the intra-process path (as in `send` and `recv`): shm's own checks
+    /// cover the arguments, and nothing else is on the way.
     unsafe fn isend(
         &self,
         buf: *const u8,
@@ -329,19 +392,13 @@ impl<R: Remote> Device for HybridEndpoint<R> {
         context: ContextId,
         mode: SendMode,
     ) -> Result<Started> {
-        self.check_live()?;
-        if dest >= self.size {
-            return Err(Error::RankOutOfRange { rank: dest, size: self.size });
-        }
-        if self.is_local(dest) {
+        if self.is_local(dest) && !self.finalized.get() {
             // SAFETY: forwarded caller contract.
             let started = unsafe { self.shm.isend(buf, len, dest - self.base, tag, context, mode) };
-            self.routed_send(Via::Local, started, tag, len)
-        } else {
-            // SAFETY: forwarded caller contract.
-            let started = unsafe { self.remote.isend(buf, len, dest, tag, context, mode) };
-            self.routed_send(Via::Remote, started, tag, len)
+            return self.routed_send(Via::Local, started, tag, len);
         }
+        // SAFETY: forwarded caller contract.
+        unsafe { self.isend_remote(buf, len, dest, tag, context, mode) }
     }
 
     fn send(&self, buf: &[u8], dest: usize, tag: i32, context: ContextId, mode: SendMode) -> Result<()> {
@@ -357,33 +414,18 @@ impl<R: Remote> Device for HybridEndpoint<R> {
     }
 
     unsafe fn irecv(&self, buf: *mut u8, capacity: usize, spec: MatchSpec) -> Result<Started> {
-        self.check_live()?;
-        self.check_source(spec)?;
-        if self.queue.borrow().blocks(spec.context) {
-            return self.hold(spec, buf, capacity);
-        }
-        match spec.source {
-            Source::Rank(r) if self.is_local(r) => {
-                // SAFETY: forwarded caller contract.
-                self.routed(Via::Local, unsafe { self.shm.irecv(buf, capacity, self.local_spec(spec)) })
-            }
+        if self.receives_locally(spec) {
             // SAFETY: forwarded caller contract.
-            Source::Rank(_) => self.routed(Via::Remote, unsafe { self.remote.irecv(buf, capacity, spec) }),
-            Source::Any => match self.take_message(spec)? {
-                Some((msg, _)) => self.receive_taken(msg, buf, capacity),
-                None => self.hold(spec, buf, capacity),
-            },
+            return self.routed(Via::Local, unsafe { self.shm.irecv(buf, capacity, self.local_spec(spec)) });
         }
+        // SAFETY: forwarded caller contract.
+        unsafe { self.irecv_routed(buf, capacity, spec) }
     }
 
     unsafe fn recv(&self, buf: *mut u8, capacity: usize, spec: MatchSpec) -> Result<RawStatus> {
         // The intra-process ping-pong path: straight to shm's blocking receive (its wait hears
         // of remote failures through the remote waker; without one it polls).
-        if let Source::Rank(r) = spec.source
-            && self.is_local(r)
-            && !self.finalized.get()
-            && !self.queue.borrow().blocks(spec.context)
-        {
+        if self.receives_locally(spec) {
             // SAFETY: forwarded caller contract.
             let r = unsafe { self.shm.recv(buf, capacity, self.local_spec(spec)) };
             return self.world_result(Via::Local, r);
@@ -402,10 +444,9 @@ impl<R: Remote> Device for HybridEndpoint<R> {
     }
 
     fn test(&self, req: ReqId) -> Result<Option<RawStatus>> {
-        self.check_live()?;
-        match untag(req).ok_or_else(stale)? {
-            (Via::Queued, id) => self.test_held(id),
-            (via, id) => self.test_routed(via, id),
+        match untag(req) {
+            Some((Via::Local, id)) if !self.finalized.get() => self.test_routed(Via::Local, id),
+            _ => self.test_other(req),
         }
     }
 

@@ -44,8 +44,14 @@ impl Queue {
     /// Whether a receive of `context` posted now must wait behind an unmatched one.
     #[inline]
     pub fn blocks(&self, context: u32) -> bool {
-        !self.order.is_empty()
-            && self.order.iter().any(|&id| self.held.get(id).is_some_and(|h| h.spec.context == context))
+        !self.order.is_empty() && self.holds_waiting(context)
+    }
+
+    /// Whether an unmatched held receive is of `context` (out of line: the common answer is
+    /// that nothing is held at all).
+    #[inline(never)]
+    fn holds_waiting(&self, context: u32) -> bool {
+        self.order.iter().any(|&id| self.held.get(id).is_some_and(|h| h.spec.context == context))
     }
 
     pub fn unlink(&mut self, id: ReqId) {
