@@ -468,12 +468,15 @@ impl Config {
         SocketOptions { shm_rings: link == SameNodeLink::SharedMemory, ..self.sockets }
     }
 
-    /// Options of the tcp device's endpoints.
-    pub(crate) fn tcp_options(&self) -> crate::device::tcp::TcpOptions {
+    /// Options of the tcp device's endpoints for `competing` ranks sharing this process's CPUs.
+    /// Call it before pinning any thread: the wait policy compares `competing` with the CPUs
+    /// the calling thread may run on.
+    pub(crate) fn tcp_options(&self, competing: usize) -> crate::device::tcp::TcpOptions {
         crate::device::tcp::TcpOptions {
             eager_limit: self.effective_eager_limit(),
             progress_thread: self.progress_thread,
             pace: self.sockets.pace_fragment(),
+            policy: crate::device::wait::WaitPolicy::for_ranks(competing),
         }
     }
 

@@ -176,7 +176,10 @@ impl Config {
                 place.size
             )));
         }
-        let world = self.hybrid_world(blocks, place.rank, affinity::competing_ranks(blocks.per_process, place.size)?);
+        let competing = affinity::competing_ranks(blocks.per_process, place.size)?;
+        let world = self.hybrid_world(blocks, place.rank, competing);
+        // The remote endpoint's waits are the rank's waits: the same policy as its world's.
+        let options = self.tcp_options(competing);
         let cpus = if self.pin == Pin::None { Vec::new() } else { affinity::allowed_cpus() };
         let ours = blocks.ranks_of(place.rank);
         let numa = blocks.numa_of_ranks(crate::topology(), self.pin, &cpus, |rank| ours.contains(&rank));
@@ -186,7 +189,7 @@ impl Config {
             let place = Place { rank, first: &first };
             let connected = self
                 .pin_hybrid_rank(blocks, rank, &cpus)
-                .and_then(|()| self.tcp_endpoint_from_env(ProcessPlace { rank, size: self.np }));
+                .and_then(|()| self.tcp_endpoint_from_env(ProcessPlace { rank, size: self.np }, options));
             let tcp = match connected {
                 Ok(tcp) => tcp,
                 Err(e) => {

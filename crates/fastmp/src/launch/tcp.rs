@@ -11,9 +11,9 @@ use super::config::{Config, Pin, ProcessPlace};
 use super::{affinity, rank_failure};
 use crate::coll::Tuning;
 use crate::comm::Comm;
-use crate::device::tcp::TcpEndpoint;
 use crate::device::tcp::bootstrap::{Bootstrap, Rendezvous, Site};
 use crate::device::tcp::handshake::JobSecret;
+use crate::device::tcp::{TcpEndpoint, TcpOptions};
 use crate::device::{Device, Failure, lock_ignoring_poison};
 use crate::error::{Error, Result};
 
@@ -90,6 +90,8 @@ pub(super) fn run_loopback_mesh<R: Send>(
     let rank0_listener = Mutex::new(Some(listener));
     let deadline = Instant::now() + connect_timeout()?;
     let first: FirstFailure = Mutex::new(None);
+    // Every rank is a thread of this process; decided before the threads pin themselves.
+    let options = config.tcp_options(config.np);
     let thread_main = |rank: usize| -> Result<R> {
         if let Some(cpu) = cpu_of(rank) {
             affinity::pin_current_thread(cpu)?;
@@ -108,7 +110,7 @@ pub(super) fn run_loopback_mesh<R: Send>(
             sockets: config.mesh_sockets(),
             site: site.clone(),
         };
-        let endpoint = bootstrap.connect().and_then(|mesh| TcpEndpoint::new(rank, mesh, config.tcp_options()));
+        let endpoint = bootstrap.connect().and_then(|mesh| TcpEndpoint::new(rank, mesh, options));
         match endpoint {
             Ok(endpoint) => rank_main(Place { rank, first: &first }, endpoint),
             Err(e) => {
@@ -146,6 +148,7 @@ impl Config {
         F: Fn(Comm) -> Result<R>,
     {
         let tuning = Arc::new(self.resolved_tuning()?);
+        let options = self.tcp_options(affinity::competing_ranks(1, place.size)?);
         if self.pin != Pin::None {
             let cpus = affinity::allowed_cpus();
             if let Some(cpu) = affinity::cpu_for(self.pin, place.rank, place.size, &cpus) {
@@ -153,7 +156,7 @@ impl Config {
                 affinity::pin_current_thread(cpu)?;
             }
         }
-        let endpoint = self.tcp_endpoint_from_env(place)?;
+        let endpoint = self.tcp_endpoint_from_env(place, options)?;
         let first = Mutex::new(None);
         super::ONE_RANK_PER_PROCESS.store(true, std::sync::atomic::Ordering::Release);
         run_rank(Place { rank: place.rank, first: &first }, endpoint, tuning, f).map(|value| vec![value])
@@ -164,7 +167,7 @@ impl Config {
     /// The tcp endpoint of rank `place.rank` of `place.size`, joined through the rendezvous the
     /// launcher's environment names (call it on the thread that will run the rank: its input
     /// thread inherits the thread's pinning).
-    pub(super) fn tcp_endpoint_from_env(&self, place: ProcessPlace) -> Result<TcpEndpoint> {
+    pub(super) fn tcp_endpoint_from_env(&self, place: ProcessPlace, options: TcpOptions) -> Result<TcpEndpoint> {
         let bootstrap = Bootstrap {
             rank: place.rank,
             size: place.size,
@@ -175,7 +178,7 @@ impl Config {
             site: Site::of_this_process()?,
         };
         let mesh = bootstrap.connect()?;
-        TcpEndpoint::new(place.rank, mesh, self.tcp_options())
+        TcpEndpoint::new(place.rank, mesh, options)
     }
 }
 
@@ -259,4 +262,27 @@ fn listener_from_fd(fd: i32) -> Result<TcpListener> {
     // SAFETY: `fd` is an open listening socket (checked above) that the launcher handed to this
     // process for exactly this use; nothing else in the process owns it.
     Ok(unsafe { TcpListener::from_raw_fd(fd) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The wait policy is decided before the rank threads pin themselves: judged from a pinned
+    /// thread (one CPU) every rank looked oversubscribed, and tcp waits yielded at once.
+    #[test]
+    fn pinned_thread_ranks_spin_when_every_rank_has_a_core() {
+        let cpus = affinity::allowed_cpus();
+        for (np, pin) in [(1, Pin::Compact), (cpus.len(), Pin::Compact), (cpus.len() + 2, Pin::Compact)] {
+            let config = Config::new().np(np).pin(pin);
+            let cpu_of = |rank: usize| affinity::cpu_for(pin, rank, np, &cpus);
+            let shared = run_loopback_mesh(&config, &cpu_of, &|_, endpoint| {
+                let time_shared = endpoint.policy().time_shared();
+                endpoint.shutdown()?;
+                Ok(time_shared)
+            })
+            .unwrap();
+            assert_eq!(shared, vec![np > cpus.len(); np], "np {np} on {} CPUs", cpus.len());
+        }
+    }
 }

@@ -42,6 +42,13 @@ fn too_many_requests() -> Error {
     Error::InvalidArgument(format!("hybrid device: more than {INDEX_MASK} requests outstanding on one transport"))
 }
 
+/// Whether a shm handle is already its own hybrid handle (the local route's bits are zero), so
+/// the thread peers' path passes it on untouched.
+#[inline]
+pub(super) fn local_as_is(id: ReqId) -> bool {
+    id.index <= INDEX_MASK
+}
+
 /// The route and transport handle of a hybrid handle; `None` for a forged one.
 #[inline]
 pub(super) fn untag(id: ReqId) -> Option<(Via, ReqId)> {

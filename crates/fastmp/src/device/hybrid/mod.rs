@@ -32,7 +32,7 @@ use super::{
     ContextId, Device, Failure, MatchSpec, MessageId, Placement, RawStatus, ReqId, SendMode, ShmWorld, Source, Started,
 };
 use crate::error::{Error, Result};
-use handles::{Via, local_error_to_world, stale, tag, tag_message, untag};
+use handles::{Via, local_as_is, local_error_to_world, stale, tag, tag_message, untag};
 use queue::{Queue, Stage};
 
 /// What the hybrid router needs from the endpoint that reaches the other processes.
@@ -88,6 +88,10 @@ impl Remote for TcpEndpoint {
         TcpEndpoint::abort(self, job);
     }
 }
+
+/// Polls of the thread peers' side alone before a wait enters the remote endpoint's loop (see
+/// `wait_until`).
+const LOCAL_POLLS_FIRST: u32 = 128;
 
 /// The hybrid [`Device`] of one rank (its rank's thread only, like shm's), over the remote
 /// endpoint `R` that reaches the other processes.
@@ -193,6 +197,40 @@ impl<R: Remote> HybridEndpoint<R> {
             Ok(Started::Complete(Ok(status))) => Ok(Started::Complete(Ok(self.world_status(via, status)))),
             Ok(Started::Complete(Err(e))) => Ok(Started::Complete(Err(self.world_error(via, e)))),
             Err(e) => Err(self.world_error(via, e)),
+        }
+    }
+
+    /// A thread peer's receive start as the hybrid device's. The status is rebuilt field by
+    /// field: patching the transport's in place and passing the whole on made the next wide load
+    /// of it wait for the narrow stores (a store-forwarding stall, most of this path's time).
+    #[inline(always)]
+    fn local_started(&self, started: Result<Started>) -> Result<Started> {
+        match started {
+            Ok(Started::Complete(Ok(status))) => Ok(Started::Complete(Ok(self.local_status(&status)))),
+            Ok(Started::Pending(id)) if local_as_is(id) => Ok(Started::Pending(id)),
+            started => self.routed(Via::Local, started),
+        }
+    }
+
+    /// A thread peer's test result as the hybrid device's (see `local_started`).
+    #[inline(always)]
+    fn local_tested(&self, tested: Result<Option<RawStatus>>) -> Result<Option<RawStatus>> {
+        match tested {
+            Ok(Some(status)) => Ok(Some(self.local_status(&status))),
+            Ok(None) => Ok(None),
+            Err(e) => Err(self.world_error(Via::Local, e)),
+        }
+    }
+
+    /// A status of the shm side in world numbering, read one field at a time (see
+    /// `local_started`).
+    #[inline(always)]
+    fn local_status(&self, status: &RawStatus) -> RawStatus {
+        RawStatus {
+            source: status.source + self.base,
+            tag: status.tag,
+            bytes: status.bytes,
+            cancelled: status.cancelled,
         }
     }
 
@@ -416,7 +454,7 @@ impl<R: Remote> Device for HybridEndpoint<R> {
     unsafe fn irecv(&self, buf: *mut u8, capacity: usize, spec: MatchSpec) -> Result<Started> {
         if self.receives_locally(spec) {
             // SAFETY: forwarded caller contract.
-            return self.routed(Via::Local, unsafe { self.shm.irecv(buf, capacity, self.local_spec(spec)) });
+            return self.local_started(unsafe { self.shm.irecv(buf, capacity, self.local_spec(spec)) });
         }
         // SAFETY: forwarded caller contract.
         unsafe { self.irecv_routed(buf, capacity, spec) }
@@ -445,7 +483,7 @@ impl<R: Remote> Device for HybridEndpoint<R> {
 
     fn test(&self, req: ReqId) -> Result<Option<RawStatus>> {
         match untag(req) {
-            Some((Via::Local, id)) if !self.finalized.get() => self.test_routed(Via::Local, id),
+            Some((Via::Local, id)) if !self.finalized.get() => self.local_tested(self.shm.test(id)),
             _ => self.test_other(req),
         }
     }
@@ -515,7 +553,7 @@ impl<R: Remote> Device for HybridEndpoint<R> {
                 world.park(local, ready);
             }
         };
-        self.remote.wait_until_parking(&park, &mut || {
+        let mut poll_locally = || {
             self.shm.progress();
             self.advance_queue()?;
             if poll()? {
@@ -525,7 +563,20 @@ impl<R: Remote> Device for HybridEndpoint<R> {
                 Some(failure) => Err(failure.peer_error()),
                 None => Ok(false),
             }
-        })
+        };
+        // Thread peers answer within a cache-line hand-off, and a round of the remote endpoint
+        // costs more (every connection, its state's lock, its wait bookkeeping): poll the local
+        // side alone for a few microseconds first. Remote requests among those polled still
+        // progress their transport when tested. Not where ranks time-share cores.
+        if !world.time_shared() {
+            for _ in 0..LOCAL_POLLS_FIRST {
+                if poll_locally()? {
+                    return Ok(());
+                }
+                std::hint::spin_loop();
+            }
+        }
+        self.remote.wait_until_parking(&park, &mut poll_locally)
     }
 
     fn progress(&self) {

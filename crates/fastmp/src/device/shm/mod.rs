@@ -107,6 +107,11 @@ pub(crate) struct ShmWorld {
 }
 
 impl ShmWorld {
+    /// Whether this world's ranks time-share cores (waits yield at once instead of spinning).
+    pub(crate) fn time_shared(&self) -> bool {
+        self.policy.time_shared()
+    }
+
     #[cfg(test)]
     pub fn new(np: usize, eager_limit: usize) -> Arc<Self> {
         Self::with_placement(np, eager_limit, super::Placement::single_process(np), np)

@@ -17,6 +17,7 @@ use super::state::{self, Body, PeerState, RecvPhase, RecvReq, Req, SendPhase, Se
 use super::tx::Tx;
 use super::{Peer, Shared, TcpOptions, io_error};
 use crate::device::matching::Envelope;
+#[cfg(test)]
 use crate::device::wait::WaitPolicy;
 use crate::device::{
     ContextId, Device, Failure, MatchSpec, MessageId, Placement, RawStatus, ReqId, SendMode, SharedDevice, Source,
@@ -100,7 +101,7 @@ impl TcpEndpoint {
             eager_limit: options.eager_limit,
             peers,
             state: Mutex::new(State::new(size, options.eager_limit)),
-            policy: WaitPolicy::for_ranks(size),
+            policy: options.policy,
             epoch: Mutex::new(0),
             woken: Condvar::new(),
             parked: AtomicUsize::new(0),
@@ -197,6 +198,12 @@ impl TcpEndpoint {
         poll: &mut dyn FnMut() -> Result<bool>,
     ) -> Result<()> {
         self.shared.wait_until_with(Some(park), poll)
+    }
+
+    /// How this endpoint's waits spin, yield and park (for the launcher's tests).
+    #[cfg(test)]
+    pub(crate) fn policy(&self) -> WaitPolicy {
+        self.shared.policy
     }
 
     pub(super) fn shared(&self) -> &Shared {

@@ -77,6 +77,10 @@ pub(crate) struct TcpOptions {
     pub progress_thread: bool,
     /// Pacing fragment of long payloads in bytes, 0: off (see `tx`).
     pub pace: usize,
+    /// How a waiting user thread spins, yields and parks. The launcher decides it from the
+    /// ranks competing for this process's CPUs before it pins any thread: a pinned thread
+    /// sees one CPU, and judged from there every rank looked oversubscribed and yielded at once.
+    pub policy: WaitPolicy,
 }
 
 /// State shared by a rank's user threads and its input-handler thread.

@@ -9,6 +9,7 @@ use super::bootstrap::Site;
 use super::tests::connect_all;
 use super::{TcpEndpoint, TcpOptions};
 use crate::device::one_sided::{AccumulateOp, Element, LockKind, RmaWindow};
+use crate::device::wait::WaitPolicy;
 use crate::device::{Device, Failure, Started};
 use crate::error::Error;
 
@@ -45,7 +46,7 @@ impl Rank<'_> {
 /// Runs `body` on `n` thread ranks over tcp, each exposing `words` zeroed u64 words as window 7,
 /// then closes the windows and shuts the endpoints down.
 fn with_windows(n: usize, words: usize, body: impl Fn(&Rank) + Sync) {
-    let options = TcpOptions { eager_limit: EAGER, progress_thread: false, pace: 0 };
+    let options = TcpOptions { eager_limit: EAGER, progress_thread: false, pace: 0, policy: WaitPolicy::for_ranks(n) };
     let here = Site::of_this_process().unwrap();
     let meshes = connect_all(&vec![here; n]);
     let barrier = Barrier::new(n);
@@ -299,7 +300,7 @@ fn requests_to_a_closed_part_fail_clearly() {
 /// instead of waiting forever, and later operations fail at once.
 #[test]
 fn a_failed_target_fails_pending_and_later_operations() {
-    let options = TcpOptions { eager_limit: EAGER, progress_thread: false, pace: 0 };
+    let options = TcpOptions { eager_limit: EAGER, progress_thread: false, pace: 0, policy: WaitPolicy::for_ranks(2) };
     let here = Site::of_this_process().unwrap();
     let meshes = connect_all(&[here.clone(), here]);
     let barrier = Barrier::new(2);

@@ -9,6 +9,7 @@ use super::bootstrap::Site;
 use super::frame::{Accept, Frame, HEADER_LEN, Header};
 use super::tests::connect_all;
 use super::{TcpEndpoint, TcpOptions};
+use crate::device::wait::WaitPolicy;
 use crate::device::{Device, Failure, MatchSpec, SendMode, Source, Started};
 use crate::error::Error;
 
@@ -17,7 +18,7 @@ const PACE: usize = 16 * 1024;
 const EAGER: usize = 1024;
 
 fn options() -> TcpOptions {
-    TcpOptions { eager_limit: EAGER, progress_thread: false, pace: PACE }
+    TcpOptions { eager_limit: EAGER, progress_thread: false, pace: PACE, policy: WaitPolicy::for_ranks(2) }
 }
 
 /// Connected endpoints of ranks `0..n`, all pacing.

@@ -10,6 +10,7 @@ use super::bootstrap::{Bootstrap, Mesh, Rendezvous, Site, SocketOptions};
 use super::frame::{Frame, Header};
 use super::handshake::JobSecret;
 use super::{TcpEndpoint, TcpOptions};
+use crate::device::wait::WaitPolicy;
 use crate::device::{Device, Failure, Locality, MatchSpec, SendMode, Source, Started};
 use crate::error::Error;
 
@@ -65,7 +66,7 @@ fn site(process: u64, node: &str) -> Site {
 
 /// A connected pair of endpoints (ranks 0 and 1) in this process.
 fn pair(eager_limit: usize) -> (TcpEndpoint, TcpEndpoint) {
-    let options = TcpOptions { eager_limit, progress_thread: false, pace: 0 };
+    let options = TcpOptions { eager_limit, progress_thread: false, pace: 0, policy: WaitPolicy::for_ranks(2) };
     let here = Site::of_this_process().unwrap();
     let mut meshes = connect_all(&[here.clone(), here]).into_iter();
     let (zero, one) = (meshes.next().unwrap(), meshes.next().unwrap());
@@ -179,8 +180,12 @@ fn endpoint_and_raw_peer() -> (TcpEndpoint, TcpStream) {
     let mut meshes = connect_all(&[here.clone(), here]).into_iter();
     let (zero, mut one) = (meshes.next().unwrap(), meshes.next().unwrap());
     let raw = one.streams[0].take().unwrap();
-    let endpoint =
-        TcpEndpoint::new(0, zero, TcpOptions { eager_limit: 1024, progress_thread: false, pace: 0 }).unwrap();
+    let endpoint = TcpEndpoint::new(
+        0,
+        zero,
+        TcpOptions { eager_limit: 1024, progress_thread: false, pace: 0, policy: WaitPolicy::for_ranks(2) },
+    )
+    .unwrap();
     (endpoint, raw)
 }
 
