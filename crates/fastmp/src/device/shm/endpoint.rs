@@ -717,9 +717,10 @@ impl ShmEndpoint {
                     SendPhase::Remote(rec) => match rec.state() {
                         record::DONE => Some(Ok(status(false))),
                         record::CANCELLED => Some(Ok(status(true))),
-                        record::CLAIMED => {
-                            // The receiver is copying: take pieces of a shared copy (our buffer
-                            // is valid while the send is live).
+                        // The receiver is copying: take pieces of a shared copy (our buffer is
+                        // valid while the send is live). Only a copy that large is shared, and
+                        // smaller ones skip the look at the pieces (a second line of the record).
+                        record::CLAIMED if s.msg.len >= record::SHARED_MIN => {
                             rec.help();
                             None
                         }
