@@ -945,10 +945,11 @@ mod tests {
                     }
                     for across in [CommLocality::Node, CommLocality::Network] {
                         // Measured on one node at np 4 (the table's comment): flat algorithms
-                        // for allreduce, and for bcast up to 64 KiB.
+                        // for allreduce up to 256 KiB, and for bcast up to 64 KiB.
                         let measured_flat = across == CommLocality::Node
                             && np <= 4
-                            && (coll == Collective::Allreduce || (coll == Collective::Bcast && bytes <= 1 << 16));
+                            && ((coll == Collective::Allreduce && bytes <= 1 << 18)
+                                || (coll == Collective::Bcast && bytes <= 1 << 16));
                         let picked = hybrid.select_where(coll, np, bytes, across);
                         // Alltoallv's selection sees no block size: not hierarchical by default.
                         let hierarchical = coll.algorithms().contains(&Algorithm::Hierarchical)
