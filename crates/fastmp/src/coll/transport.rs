@@ -612,8 +612,13 @@ impl<'a> Batch<'a> {
         let dest = run.group.world_rank(peer);
         // SAFETY: the request lives in this batch, which is never leaked (see `Run::coll_send`).
         let started =
-            unsafe { InFlight::send(&*run.dev, bytes, dest, run.tag(coll), run.coll_context(), SendMode::Standard)? };
-        self.track(started, peer, None, coll);
+            unsafe { InFlight::send(&*run.dev, bytes, dest, run.tag(coll), run.coll_context(), SendMode::Standard) };
+        // A send done at once is only looked at, not moved (see `InFlight::send`).
+        match started {
+            Ok(Outcome::Complete(Ok(_))) => {}
+            Ok(started) => self.track(started, peer, None, coll),
+            Err(e) => return Err(e),
+        }
         Ok(())
     }
 

@@ -71,8 +71,24 @@ impl<'a> InFlight<'a> {
     ) -> Result<Outcome<'a>> {
         // SAFETY: `buf` stays borrowed (and unmodified) for 'a, as long as the returned request,
         // which completes or releases the operation before it goes away (caller: never leaked).
-        let started = unsafe { dev.isend(buf.as_ptr(), buf.len(), dest, tag, context, mode)? };
-        Ok(Outcome::of(dev, started))
+        let started = unsafe { dev.isend(buf.as_ptr(), buf.len(), dest, tag, context, mode) };
+        // Looked at in place and rebuilt, not moved on whole: the device has just stored it field
+        // by field, and a whole-enum move reads its odd-sized gaps back with overlapping loads
+        // that stall store forwarding (6 % of an np-2 8-byte shm allreduce; see RawStatus::sent).
+        match &started {
+            Ok(Started::Pending(id)) => Ok(Outcome::of(dev, Started::Pending(*id))),
+            Ok(Started::Complete(Ok(status))) => {
+                Ok(Outcome::Complete(Ok(RawStatus::sent(status.source, tag, buf.len()))))
+            }
+            _ => Self::refused(dev, started),
+        }
+    }
+
+    /// A start that failed, out of the hot path.
+    #[cold]
+    #[inline(never)]
+    fn refused(dev: &'a dyn Device, started: Result<Started>) -> Result<Outcome<'a>> {
+        started.map(|started| Outcome::of(dev, started))
     }
 
     /// Starts receiving into `buf`.
