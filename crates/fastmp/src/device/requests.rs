@@ -74,7 +74,7 @@ impl<'a> InFlight<'a> {
         let started = unsafe { dev.isend(buf.as_ptr(), buf.len(), dest, tag, context, mode) };
         // Looked at in place and rebuilt, not moved on whole: the device has just stored it field
         // by field, and a whole-enum move reads its odd-sized gaps back with overlapping loads
-        // that stall store forwarding (6 % of an np-2 8-byte shm allreduce; see RawStatus::sent).
+        // that stall store forwarding (6 % of an np-2 32-byte shm allreduce; see RawStatus::sent).
         match &started {
             Ok(Started::Pending(id)) => Ok(Outcome::of(dev, Started::Pending(*id))),
             Ok(Started::Complete(Ok(status))) => {
