@@ -32,9 +32,19 @@ const SIZES: [usize; 8] = [0, 1, 7, 4096, 65_536, 65_537, 300_000, 3 << 20];
 
 #[test]
 fn messages_of_every_protocol_cross_shared_memory_links() {
+    messages_of_every_protocol_cross(SameNodeLink::SharedMemory);
+}
+
+/// The same without single-copy reads: every payload through the rings.
+#[test]
+fn messages_of_every_protocol_cross_rings_alone() {
+    messages_of_every_protocol_cross(SameNodeLink::Rings);
+}
+
+fn messages_of_every_protocol_cross(link: SameNodeLink) {
     let _serial = serial();
     let np = 3;
-    tcp_over(SameNodeLink::SharedMemory, np)
+    tcp_over(link, np)
         .run(|world| {
             let me = world.rank();
             assert!(mapped_rings() > 0, "rank {me}: no ring segment is mapped");
@@ -68,6 +78,60 @@ fn messages_of_every_protocol_cross_shared_memory_links() {
         })
         .unwrap();
     assert_eq!(mapped_rings(), 0, "ring segments outlived their job");
+}
+
+/// Rendezvous sends dropped at once, at varying moments of the handshake (before the receiver
+/// answered, or while it reads the buffer): the buffer is overwritten as soon as the scope
+/// ends, yet every message arrives as it was when sent, truncated ones included.
+#[test]
+fn sends_dropped_during_the_handshake_deliver_what_was_sent() {
+    let _serial = serial();
+    tcp_over(SameNodeLink::SharedMemory, 2)
+        .run(|world| {
+            const ROUNDS: u64 = 48;
+            const LEN: usize = 3 << 20;
+            if world.rank() == 0 {
+                let mut buf = vec![0u8; LEN];
+                for round in 0..ROUNDS {
+                    buf.copy_from_slice(&pattern(round, LEN));
+                    // The receive is posted: the answer comes at once.
+                    world.recv(&mut [0u8; 1], 1, 6)?;
+                    world.scope(|s| {
+                        let mut send = s.isend(&buf[..], 1, 5)?;
+                        // Progress for 0 to 700 us (or until done), so that the drop meets
+                        // different phases: no answer yet, the receiver reading, done.
+                        let until = std::time::Instant::now() + std::time::Duration::from_micros(round % 8 * 100);
+                        while std::time::Instant::now() < until && send.test()?.is_none() {}
+                        drop(send);
+                        Ok::<_, fastmp::Error>(())
+                    })?;
+                    buf.fill(0xEE);
+                }
+                world.barrier()?;
+            } else {
+                let mut got = vec![0u8; LEN];
+                let mut short = vec![0u8; LEN / 2];
+                for round in 0..ROUNDS {
+                    let into = if round % 5 == 4 { &mut short[..] } else { &mut got[..] };
+                    let received = world.scope(|s| {
+                        let recv = s.irecv(&mut *into, 0, 5)?;
+                        world.send(&[1u8], 0, 6)?;
+                        recv.wait().map(|_| ())
+                    });
+                    if round % 5 == 4 {
+                        let err = received.expect_err("a message into half the room it needs");
+                        assert!(err.to_string().contains("trunc"), "round {round}: {err}");
+                        check_pattern(&short, round, "truncated send");
+                    } else {
+                        received?;
+                        check_pattern(&got, round, "dropped send");
+                    }
+                }
+                world.barrier()?;
+            }
+            Ok(())
+        })
+        .unwrap();
 }
 
 /// 400 sends of 8 KiB (3.2 MiB, far beyond a ring) started before the receiver posts anything:
@@ -152,4 +216,5 @@ fn rings_are_taken_where_they_are_the_default_or_asked_for() {
     assert!(!maps(hybrid().same_node_link(SameNodeLink::Socket)).iter().any(|&m| m));
     assert!(!maps(Config::new().device(DeviceKind::Tcp).np(2)).iter().any(|&m| m));
     assert!(maps(tcp_over(SameNodeLink::SharedMemory, 2)).iter().all(|&m| m));
+    assert!(maps(tcp_over(SameNodeLink::Rings, 2)).iter().all(|&m| m));
 }

@@ -97,8 +97,13 @@ impl FromStr for Pin {
 pub enum SameNodeLink {
     /// Shared-memory rings beside each connection (the socket then carries only wake-ups and
     /// the end of the connection): no system call per message while the receiver polls, two
-    /// copies per byte (`FASTMP_SAME_NODE=shm`). The hybrid device's default.
+    /// copies per byte; rendezvous payloads (above the eager limit) in one copy instead, read
+    /// straight from the sender's buffer where the kernel lets processes of one user read each
+    /// other (`process_vm_readv`; `FASTMP_SAME_NODE=shm`). The hybrid device's default.
     SharedMemory,
+    /// As [`SameNodeLink::SharedMemory`], but every payload crosses the rings: no process reads
+    /// another's memory (`FASTMP_SAME_NODE=rings`).
+    Rings,
     /// The loopback socket itself (`FASTMP_SAME_NODE=socket`): the tcp device's default, so
     /// that it measures and behaves as TCP does.
     Socket,
@@ -109,8 +114,11 @@ impl FromStr for SameNodeLink {
     fn from_str(s: &str) -> Result<Self> {
         match s {
             "shm" => Ok(SameNodeLink::SharedMemory),
+            "rings" => Ok(SameNodeLink::Rings),
             "socket" => Ok(SameNodeLink::Socket),
-            other => Err(Error::InvalidArgument(format!("FASTMP_SAME_NODE={other}: expected 'shm' or 'socket'"))),
+            other => {
+                Err(Error::InvalidArgument(format!("FASTMP_SAME_NODE={other}: expected 'shm', 'rings' or 'socket'")))
+            }
         }
     }
 }
@@ -322,7 +330,7 @@ impl Config {
     /// (socket buffer bytes), `FASTMP_TCP_PACE` (tcp: long payloads handed to the kernel in
     /// fragments of this many bytes, at least 16384; 0 or unset: off), `FASTMP_PROGRESS_THREAD` (`1`: see [`Config::progress_thread`]),
     /// `FASTMP_PROGRESS_AGENT` (`1`, `0`, the default, or `auto`: see [`Config::progress_agent`]),
-    /// `FASTMP_SAME_NODE` (`shm` or `socket`: see [`SameNodeLink`]).
+    /// `FASTMP_SAME_NODE` (`shm`, `rings` or `socket`: see [`SameNodeLink`]).
     /// Unset variables keep the defaults of [`Config::new`].
     ///
     /// A process started by a launcher is one rank of a multi-process job: its rank and size come
@@ -465,7 +473,7 @@ impl Config {
             DeviceKind::Hybrid => SameNodeLink::SharedMemory,
             _ => SameNodeLink::Socket,
         });
-        SocketOptions { shm_rings: link == SameNodeLink::SharedMemory, ..self.sockets }
+        SocketOptions { shm_rings: link != SameNodeLink::Socket, ..self.sockets }
     }
 
     /// Options of the tcp device's endpoints for `competing` ranks sharing this process's CPUs.
@@ -476,6 +484,7 @@ impl Config {
             eager_limit: self.effective_eager_limit(),
             progress_thread: self.progress_thread,
             pace: self.sockets.pace_fragment(),
+            peer_reads: self.same_node != Some(SameNodeLink::Rings),
             policy: crate::device::wait::WaitPolicy::for_ranks(competing),
         }
     }

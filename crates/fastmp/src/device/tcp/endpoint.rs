@@ -77,7 +77,9 @@ impl TcpEndpoint {
                     let ring = rings[p].take();
                     // Pacing is about the kernel's send queue; rings have none.
                     let pace = if ring.is_some() { 0 } else { options.pace };
+                    let reads = ring.as_ref().filter(|_| options.peer_reads).and_then(|ring| ring.peer_process());
                     Some(Peer {
+                        reads,
                         link: Link::new(stream, ring),
                         rx: Mutex::new(Rx::new(accept)),
                         tx: Mutex::new(Tx::paced(pace)),
@@ -252,7 +254,7 @@ impl TcpEndpoint {
                 SendPhase::AwaitCts | SendPhase::CancelRequested => st
                     .abort_error()
                     .or_else(|| (st.peers[s.dest] == PeerState::Exited).then_some(Error::PeerExited { rank: s.dest })),
-                SendPhase::Transferring => st.abort_error(),
+                SendPhase::Transferring | SendPhase::RemoteReading => st.abort_error(),
             },
         };
         drop(st);
@@ -342,10 +344,10 @@ impl TcpEndpoint {
             }
             Body::Rts { send_id } => {
                 let spec = MatchSpec { context: msg.context, source: Source::Rank(msg.source), tag: msg.tag };
-                let phase = RecvPhase::Matched { source: msg.source, tag: msg.tag };
+                let phase = RecvPhase::Matched { source: msg.source, tag: msg.tag, len: msg.len };
                 let id = st.reqs.insert(Req::Recv(RecvReq { spec, buf, capacity, phase }));
                 drop(st);
-                sh.send_frame(msg.source, Frame::Cts { send_id, recv_id: state::wire_id(id) }, &[]);
+                sh.ready_to_receive(msg.source, send_id, id);
                 Started::Pending(id)
             }
         }
@@ -360,6 +362,25 @@ impl TcpEndpoint {
             st.reqs.remove(id);
             rx.retarget(id);
         }
+    }
+
+    /// Release of a send whose receiver is reading its buffer: the caller may reuse the buffer
+    /// once release returns, so wait for the reader's answer (or the job's failure), then
+    /// release what the send has become (done, or streaming after a failed read).
+    fn await_remote_read(&self, id: ReqId) {
+        let sh = &*self.shared;
+        let reading = || {
+            let st = lock(&sh.state);
+            st.aborted.is_none()
+                && matches!(st.reqs.get(id), Some(Req::Send(s)) if matches!(s.phase, SendPhase::RemoteReading))
+        };
+        if sh.wait_until_with(None, &mut || Ok(!reading())).is_err() || reading() {
+            // The job failed: the reader is gone or will not answer; nothing reads the buffer
+            // on our behalf any more.
+            lock(&sh.state).reqs.remove(id);
+            return;
+        }
+        self.release(id);
     }
 
     fn release_send_in_flight(&self, id: ReqId, dest: usize) {
@@ -538,6 +559,10 @@ impl Device for TcpEndpoint {
                     let dest = s.dest;
                     drop(st);
                     self.release_send_in_flight(id, dest);
+                }
+                SendPhase::RemoteReading => {
+                    drop(st);
+                    self.await_remote_read(id);
                 }
                 SendPhase::SelfQueued => {
                     // SAFETY: the pending send's buffer is valid for `len` bytes until released.

@@ -56,6 +56,8 @@ const KIND_RMA_GET_ACC: u8 = 12;
 const KIND_RMA_FETCH_OP: u8 = 13;
 const KIND_RMA_CAS: u8 = 14;
 const KIND_RMA_LOCK: u8 = 15;
+const KIND_READABLE: u8 = 19;
+const KIND_READ_DONE: u8 = 20;
 const KIND_RMA_UNLOCK: u8 = 16;
 const KIND_RMA_FLUSH: u8 = 17;
 const KIND_RMA_REPLY: u8 = 18;
@@ -66,6 +68,7 @@ const FLAG_ABORT_CODE: u8 = 1;
 const FLAG_EXCLUSIVE: u8 = 1;
 const FLAG_QUERY: u8 = 1;
 const FLAG_FAILED: u8 = 1;
+const FLAG_READS: u8 = 1;
 
 /// Largest tag a one-sided reply may carry: replies use tags below -1 (`ANY_TAG`), which no user
 /// message can have, so they never match a user's receive with a specific tag.
@@ -84,8 +87,17 @@ pub(crate) enum Frame {
     /// Ready-to-send: a `len`-byte message waits in the sender's request `send_id`. `sync` marks
     /// a synchronous send (which always goes this way, so matching is acknowledged by `Cts`).
     Rts { context: u32, tag: i32, len: u64, send_id: u64, sync: bool },
-    /// Ready-to-receive: the receiver matched `send_id` and takes its bytes into `recv_id`.
-    Cts { send_id: u64, recv_id: u64 },
+    /// Ready-to-receive: the receiver matched `send_id` and takes its bytes into `recv_id`;
+    /// `reads`: it can read the sender's memory (see `peer_memory`), so the sender may answer
+    /// with `Readable` instead of the payload.
+    Cts { send_id: u64, recv_id: u64, reads: bool },
+    /// The payload of rendezvous send `send_id` for receive `recv_id` lies at `addr` in the
+    /// sender's memory until `ReadDone` comes back. `send_id` travels in the context (low half)
+    /// and tag (high half) fields.
+    Readable { recv_id: u64, send_id: u64, addr: u64 },
+    /// Answer to `Readable`: the receiver has copied the payload (or, `failed`, could not: the
+    /// sender then sends it as `Data`).
+    ReadDone { send_id: u64, recv_id: u64, failed: bool },
     /// Rendezvous payload for the receiver's request `recv_id`; `len` bytes follow.
     Data { recv_id: u64, len: u64 },
     /// The sender finalized: it sends nothing more (and reads until the peer's `Bye`).
@@ -237,7 +249,15 @@ impl Header {
             Frame::Rts { context, tag, len, send_id, sync } => {
                 (KIND_RTS, if sync { FLAG_SYNC } else { 0 }, context, tag, len, send_id)
             }
-            Frame::Cts { send_id, recv_id } => (KIND_CTS, 0, 0, 0, recv_id, send_id),
+            Frame::Cts { send_id, recv_id, reads } => {
+                (KIND_CTS, if reads { FLAG_READS } else { 0 }, 0, 0, recv_id, send_id)
+            }
+            Frame::Readable { recv_id, send_id, addr } => {
+                (KIND_READABLE, 0, send_id as u32, (send_id >> 32) as u32 as i32, addr, recv_id)
+            }
+            Frame::ReadDone { send_id, recv_id, failed } => {
+                (KIND_READ_DONE, if failed { FLAG_FAILED } else { 0 }, 0, 0, recv_id, send_id)
+            }
             Frame::Data { recv_id, len } => (KIND_DATA, 0, 0, 0, len, recv_id),
             Frame::Bye => (KIND_BYE, 0, 0, 0, 0, 0),
             Frame::Abort { len, origin, code } => {
@@ -324,8 +344,16 @@ impl Header {
                 Frame::Rts { context, tag, len: a, send_id: b, sync: flags & FLAG_SYNC != 0 }
             }
             KIND_CTS => {
-                unused_zero(flags == 0 && context == 0 && tag == 0)?;
-                Frame::Cts { send_id: b, recv_id: a }
+                unused_zero(flags & !FLAG_READS == 0 && context == 0 && tag == 0)?;
+                Frame::Cts { send_id: b, recv_id: a, reads: flags & FLAG_READS != 0 }
+            }
+            KIND_READABLE => {
+                unused_zero(flags == 0)?;
+                Frame::Readable { recv_id: b, send_id: u64::from(context) | (u64::from(tag as u32) << 32), addr: a }
+            }
+            KIND_READ_DONE => {
+                unused_zero(flags & !FLAG_FAILED == 0 && context == 0 && tag == 0)?;
+                Frame::ReadDone { send_id: b, recv_id: a, failed: flags & FLAG_FAILED != 0 }
             }
             KIND_DATA => {
                 unused_zero(flags == 0 && context == 0 && tag == 0)?;
@@ -530,7 +558,11 @@ mod tests {
             Frame::Eager { context: 4, tag: 7, len: 8192 },
             Frame::Rts { context: 5, tag: i32::MAX, len: u64::MAX, send_id: 3, sync: true },
             Frame::Rts { context: 0, tag: 0, len: 9000, send_id: u64::MAX, sync: false },
-            Frame::Cts { send_id: 9, recv_id: 11 },
+            Frame::Cts { send_id: 9, recv_id: 11, reads: false },
+            Frame::Cts { send_id: 9, recv_id: 11, reads: true },
+            Frame::Readable { recv_id: 11, send_id: u64::MAX - 5, addr: 0x7f00_1234_5000 },
+            Frame::ReadDone { send_id: 9, recv_id: 11, failed: false },
+            Frame::ReadDone { send_id: 9, recv_id: 11, failed: true },
             Frame::Data { recv_id: 11, len: 1 << 40 },
             Frame::Bye,
             Frame::Abort { len: 12, origin: 3, code: None },
@@ -611,7 +643,7 @@ mod tests {
     fn frames_between_other_ranks_are_rejected() {
         let h = Header { source: 2, ..sent(Frame::Bye) }.encode();
         assert_eq!(Header::decode(&h, ACCEPT), Err(FrameError::WrongSource { claimed: 2, connection: 3 }));
-        let h = Header { dest: 3, ..sent(Frame::Cts { send_id: 1, recv_id: 2 }) }.encode();
+        let h = Header { dest: 3, ..sent(Frame::Cts { send_id: 1, recv_id: 2, reads: false }) }.encode();
         assert_eq!(Header::decode(&h, ACCEPT), Err(FrameError::WrongDestination { addressed: 3, served: 1 }));
         // The causes name both ranks, as the abort they lead to reports them.
         let cause = FrameError::WrongDestination { addressed: 3, served: 1 }.to_string();

@@ -92,7 +92,21 @@ fn message_frame(max_payload: u64) -> impl Strategy<Value = Frame> {
         (any::<u32>(), 0..=i32::MAX, eager_len).prop_map(|(context, tag, len)| Frame::Eager { context, tag, len }),
         (any::<u32>(), 0..=i32::MAX, any::<u64>(), any::<u64>(), any::<bool>())
             .prop_map(|(context, tag, len, send_id, sync)| Frame::Rts { context, tag, len, send_id, sync }),
-        (any::<u64>(), any::<u64>()).prop_map(|(send_id, recv_id)| Frame::Cts { send_id, recv_id }),
+        (any::<u64>(), any::<u64>(), any::<bool>()).prop_map(|(send_id, recv_id, reads)| Frame::Cts {
+            send_id,
+            recv_id,
+            reads
+        }),
+        (any::<u64>(), any::<u64>(), any::<u64>()).prop_map(|(recv_id, send_id, addr)| Frame::Readable {
+            recv_id,
+            send_id,
+            addr
+        }),
+        (any::<u64>(), any::<u64>(), any::<bool>()).prop_map(|(send_id, recv_id, failed)| Frame::ReadDone {
+            send_id,
+            recv_id,
+            failed
+        }),
         (any::<u64>(), 0..=max_payload).prop_map(|(recv_id, len)| Frame::Data { recv_id, len }),
         Just(Frame::Bye),
         (0..=MAX_ABORT_LEN.min(max_payload), any::<u32>(), any::<Option<i32>>())

@@ -34,6 +34,7 @@ mod one_sided;
 mod one_sided_tests;
 #[cfg(test)]
 mod paced_tests;
+mod peer_memory;
 mod progress;
 mod protocol;
 mod rx;
@@ -57,6 +58,9 @@ use tx::Tx;
 /// One connection to a peer.
 struct Peer {
     link: link::Link,
+    /// The peer's process where this one may read its memory (same-node links only): its
+    /// rendezvous payloads are then read in one copy (see `peer_memory`).
+    reads: Option<peer_memory::PeerProcess>,
     rx: Mutex<Rx>,
     tx: Mutex<Tx>,
     /// The tx queue is not empty (lets progress skip the lock when there is nothing to write).
@@ -77,6 +81,9 @@ pub(crate) struct TcpOptions {
     pub progress_thread: bool,
     /// Pacing fragment of long payloads in bytes, 0: off (see `tx`).
     pub pace: usize,
+    /// Read rendezvous payloads straight from same-node peers' memory where the kernel allows
+    /// it (see `peer_memory`); otherwise they cross the link's ring.
+    pub peer_reads: bool,
     /// How a waiting user thread spins, yields and parks. The launcher decides it from the
     /// ranks competing for this process's CPUs before it pins any thread: a pinned thread
     /// sees one CPU, and judged from there every rank looked oversubscribed and yielded at once.

@@ -46,7 +46,13 @@ impl Rank<'_> {
 /// Runs `body` on `n` thread ranks over tcp, each exposing `words` zeroed u64 words as window 7,
 /// then closes the windows and shuts the endpoints down.
 fn with_windows(n: usize, words: usize, body: impl Fn(&Rank) + Sync) {
-    let options = TcpOptions { eager_limit: EAGER, progress_thread: false, pace: 0, policy: WaitPolicy::for_ranks(n) };
+    let options = TcpOptions {
+        eager_limit: EAGER,
+        progress_thread: false,
+        pace: 0,
+        peer_reads: true,
+        policy: WaitPolicy::for_ranks(n),
+    };
     let here = Site::of_this_process().unwrap();
     let meshes = connect_all(&vec![here; n]);
     let barrier = Barrier::new(n);
@@ -300,7 +306,13 @@ fn requests_to_a_closed_part_fail_clearly() {
 /// instead of waiting forever, and later operations fail at once.
 #[test]
 fn a_failed_target_fails_pending_and_later_operations() {
-    let options = TcpOptions { eager_limit: EAGER, progress_thread: false, pace: 0, policy: WaitPolicy::for_ranks(2) };
+    let options = TcpOptions {
+        eager_limit: EAGER,
+        progress_thread: false,
+        pace: 0,
+        peer_reads: true,
+        policy: WaitPolicy::for_ranks(2),
+    };
     let here = Site::of_this_process().unwrap();
     let meshes = connect_all(&[here.clone(), here]);
     let barrier = Barrier::new(2);

@@ -18,7 +18,13 @@ const PACE: usize = 16 * 1024;
 const EAGER: usize = 1024;
 
 fn options() -> TcpOptions {
-    TcpOptions { eager_limit: EAGER, progress_thread: false, pace: PACE, policy: WaitPolicy::for_ranks(2) }
+    TcpOptions {
+        eager_limit: EAGER,
+        progress_thread: false,
+        pace: PACE,
+        peer_reads: true,
+        policy: WaitPolicy::for_ranks(2),
+    }
 }
 
 /// Connected endpoints of ranks `0..n`, all pacing.
@@ -191,7 +197,7 @@ fn a_peer_failing_mid_paced_transfer_fails_the_send() {
                     Frame::Rts { send_id, .. } => send_id,
                     other => panic!("expected a ready-to-send, got {other:?}"),
                 };
-            let cts = Header { source: 1, dest: 0, frame: Frame::Cts { send_id, recv_id: 1 } };
+            let cts = Header { source: 1, dest: 0, frame: Frame::Cts { send_id, recv_id: 1, reads: false } };
             raw.write_all(&cts.encode()).unwrap();
             let mut some = vec![0u8; 3 * PACE];
             raw.read_exact(&mut some).unwrap();

@@ -73,16 +73,18 @@ impl RxHandler for PeerHandler<'_> {
                 match st.take_posted(&env) {
                     Some(id) => {
                         drop(st);
-                        sh.send_frame(p, Frame::Cts { send_id, recv_id: state::wire_id(id) }, &[]);
+                        sh.ready_to_receive(p, send_id, id);
                     }
                     None => st.matcher.push_unexpected(env, Body::Rts { send_id }),
                 }
                 Sink::Discard
             }
-            Frame::Cts { send_id, recv_id } => {
-                self.start_transfer(state::from_wire(send_id), recv_id);
+            Frame::Cts { send_id, recv_id, reads } => {
+                self.start_transfer(state::from_wire(send_id), recv_id, reads);
                 Sink::Discard
             }
+            // Handled once complete (they carry no payload).
+            Frame::Readable { .. } | Frame::ReadDone { .. } => Sink::Discard,
             Frame::Data { recv_id, .. } => {
                 let id = state::from_wire(recv_id);
                 match lock(&sh.state).reqs.get(id) {
@@ -152,9 +154,19 @@ impl RxHandler for PeerHandler<'_> {
             (Frame::Eager { context, tag, .. }, Sink::Owned(data)) => self.eager_arrived(context, tag, data),
             (Frame::Data { .. }, Sink::User { id, capacity, .. }) => {
                 let mut st = lock(&sh.state);
-                if let Some(Req::Recv(RecvReq { phase: RecvPhase::Matched { source, tag }, .. })) = st.reqs.get(id) {
+                if let Some(Req::Recv(RecvReq { phase: RecvPhase::Matched { source, tag, .. }, .. })) = st.reqs.get(id)
+                {
                     let result = receive_result(*source, *tag, d.len, capacity);
                     st.finish_recv(id, result);
+                }
+            }
+            (Frame::Readable { recv_id, send_id, addr }, _) => self.read_payload(recv_id, send_id, addr),
+            (Frame::ReadDone { send_id, recv_id, failed }, _) => {
+                let id = state::from_wire(send_id);
+                if failed {
+                    self.start_transfer(id, recv_id, false);
+                } else {
+                    sh.sent(id);
                 }
             }
             (Frame::Abort { origin, code, .. }, Sink::Owned(text)) => {
@@ -196,31 +208,42 @@ impl PeerHandler<'_> {
         st.recycle(data);
     }
 
-    /// The receiver is ready for rendezvous send `id`: queue its payload.
-    fn start_transfer(&self, id: ReqId, recv_id: u64) {
+    /// The receiver is ready for rendezvous send `id`: tell it where to read the payload
+    /// (`reads`, unless the request was released and holds a copy) or queue the payload. Also
+    /// the fallback after a failed read (from `RemoteReading`).
+    fn start_transfer(&self, id: ReqId, recv_id: u64, reads: bool) {
         let (sh, p) = (self.sh, self.peer);
         let peer = sh.peer(p);
         let mut tx = lock(&peer.tx);
         let mut st = lock(&sh.state);
         let Ok(Req::Send(s)) = st.reqs.get_mut(id) else { return };
-        if !matches!(s.phase, SendPhase::AwaitCts | SendPhase::CancelRequested) {
+        if !matches!(s.phase, SendPhase::AwaitCts | SendPhase::CancelRequested | SendPhase::RemoteReading) {
             return;
         }
-        s.phase = SendPhase::Transferring;
-        let data_frame = Frame::Data { recv_id, len: s.len as u64 };
-        let result = match s.detached.as_mut() {
-            Some(data) => {
-                let data = std::mem::take(data);
-                drop(st);
-                tx.send_owned(&peer.link, sh.header_to(p, data_frame), data, Some(id), &mut |done| sh.sent(done))
-            }
-            None => {
-                let (ptr, len) = (s.buf, s.len);
-                drop(st);
-                // SAFETY: the send request is live and not detached, so its buffer stays valid
-                // until `sent` completes it or release detaches it under this tx lock.
-                unsafe {
-                    tx.send_borrowed(&peer.link, sh.header_to(p, data_frame), ptr, len, id, &mut |done| sh.sent(done))
+        let result = if reads && s.detached.is_none() {
+            s.phase = SendPhase::RemoteReading;
+            let readable = Frame::Readable { recv_id, send_id: state::wire_id(id), addr: s.buf as u64 };
+            drop(st);
+            tx.send_copied(&peer.link, sh.header_to(p, readable), &[], &mut |done| sh.sent(done))
+        } else {
+            s.phase = SendPhase::Transferring;
+            let data_frame = Frame::Data { recv_id, len: s.len as u64 };
+            match s.detached.as_mut() {
+                Some(data) => {
+                    let data = std::mem::take(data);
+                    drop(st);
+                    tx.send_owned(&peer.link, sh.header_to(p, data_frame), data, Some(id), &mut |done| sh.sent(done))
+                }
+                None => {
+                    let (ptr, len) = (s.buf, s.len);
+                    drop(st);
+                    // SAFETY: the send request is live and not detached, so its buffer stays
+                    // valid until `sent` completes it or release detaches it under this tx lock.
+                    unsafe {
+                        tx.send_borrowed(&peer.link, sh.header_to(p, data_frame), ptr, len, id, &mut |done| {
+                            sh.sent(done)
+                        })
+                    }
                 }
             }
         };
@@ -229,5 +252,54 @@ impl PeerHandler<'_> {
         if let Err(e) = result {
             sh.connection_lost(p, &format!("sending to it failed: {e}"));
         }
+    }
+}
+
+impl PeerHandler<'_> {
+    /// The sender of matched receive `recv_id` offers its payload at `addr`: copy it from the
+    /// sender's memory, finish the receive, and tell the sender (which otherwise sends it).
+    fn read_payload(&self, recv_id: u64, send_id: u64, addr: u64) {
+        let (sh, p) = (self.sh, self.peer);
+        let Some(reader) = sh.peer(p).reads.as_ref() else {
+            sh.connection_lost(p, "protocol error: it offered a payload to read, which this rank never asked for");
+            return;
+        };
+        let id = state::from_wire(recv_id);
+        let target = match lock(&sh.state).reqs.get(id) {
+            Some(Req::Recv(r)) => match r.phase {
+                RecvPhase::Matched { source, tag, len } => Some((r.buf, r.capacity, source, tag, len)),
+                _ => None,
+            },
+            _ => None,
+        };
+        // A receive released meanwhile wants nothing: done as far as the sender is concerned.
+        let mut failed = false;
+        if let Some((buf, capacity, source, tag, len)) = target {
+            let fit = len.min(capacity);
+            let copied = if fit == 0 {
+                Ok(())
+            } else {
+                // SAFETY: the receive is matched (so release waits for the rx lock we hold) and
+                // its buffer is writable for `capacity` bytes.
+                reader.read(addr, unsafe { std::slice::from_raw_parts_mut(buf, fit) })
+            };
+            match copied {
+                Ok(()) => lock(&sh.state).finish_recv(id, receive_result(source, tag, len, capacity)),
+                Err(_) => {
+                    reader.give_up();
+                    failed = true;
+                }
+            }
+        }
+        sh.send_frame(p, Frame::ReadDone { send_id, recv_id, failed }, &[]);
+    }
+}
+
+impl Shared {
+    /// Answers rendezvous send `send_id` of peer `p`, matched by receive `id`: the peer sends
+    /// the payload, or lets us read it where we can read its memory.
+    pub(super) fn ready_to_receive(&self, p: usize, send_id: u64, id: ReqId) {
+        let reads = self.peer(p).reads.as_ref().is_some_and(|reader| reader.usable());
+        self.send_frame(p, Frame::Cts { send_id, recv_id: state::wire_id(id), reads }, &[]);
     }
 }

@@ -16,6 +16,8 @@ use std::os::fd::AsRawFd;
 use std::os::unix::fs::OpenOptionsExt;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering, fence};
 
+use super::peer_memory::PeerProcess;
+
 const MAGIC: u64 = u64::from_le_bytes(*b"fastmpR1");
 /// Where segment files live, and the name prefix an opener insists on.
 const PREFIX: &str = "/dev/shm/fastmp-ring-";
@@ -48,6 +50,20 @@ struct Control {
 }
 
 const _: () = assert!(CONTROL_START + 2 * size_of::<Control>() <= DATA_START);
+
+/// Where each side of the segment lives, for single-copy reads (see `peer_memory`): a random
+/// nonce (written by the creator) and each side's process id and mapping address, written by
+/// that side when it maps the segment. A side reads the nonce through the other's address to
+/// learn whether the kernel lets it read that process.
+#[repr(C)]
+struct Whereabouts {
+    nonce: AtomicU64,
+    /// Per side (0: the creator): process id and the address of this segment in it.
+    sides: [[AtomicU64; 2]; 2],
+}
+
+const WHEREABOUTS_START: usize = 64;
+const _: () = assert!(WHEREABOUTS_START + size_of::<Whereabouts>() <= CONTROL_START);
 
 /// Ring capacity for a rank with `peers` connections on its node: the outbound budget split
 /// over them, a power of two within [`MIN_CAPACITY`]..=[`MAX_CAPACITY`].
@@ -99,6 +115,8 @@ impl ShmRings {
                 rings.base.cast::<u64>().add(1).write(capacity as u64);
                 rings.base.cast::<u64>().write(MAGIC);
             }
+            rings.whereabouts().nonce.store(u64::from_le_bytes(nonce), Ordering::Release);
+            rings.publish_side();
             Ok(rings)
         })();
         match made {
@@ -131,6 +149,7 @@ impl ShmRings {
         if magic != MAGIC || stored != capacity as u64 {
             return Err(io::Error::new(io::ErrorKind::InvalidData, "not a fastmp ring segment"));
         }
+        rings.publish_side();
         Ok(rings)
     }
 
@@ -152,6 +171,34 @@ impl ShmRings {
             return Err(io::Error::last_os_error());
         }
         Ok(ShmRings { base: base.cast(), len, capacity, out, eof: AtomicBool::new(false) })
+    }
+
+    fn whereabouts(&self) -> &Whereabouts {
+        // SAFETY: inside the mapping below `CONTROL_START` (checked at compile time), 8-aligned
+        // (page-aligned base plus 64); any bits are valid atomics.
+        unsafe { &*self.base.add(WHEREABOUTS_START).cast::<Whereabouts>() }
+    }
+
+    /// Records this process and where it maps the segment, for the other side's probe.
+    fn publish_side(&self) {
+        let side = &self.whereabouts().sides[self.out];
+        side[0].store(u64::from(std::process::id()), Ordering::Relaxed);
+        side[1].store(self.base as u64, Ordering::Release);
+    }
+
+    /// The other side's process, if the kernel lets this one read its memory: call once both
+    /// sides have mapped the segment (after the bootstrap's ring agreement).
+    pub(super) fn peer_process(&self) -> Option<PeerProcess> {
+        let w = self.whereabouts();
+        let side = &w.sides[1 - self.out];
+        let base = side[1].load(Ordering::Acquire);
+        let pid = side[0].load(Ordering::Relaxed);
+        let nonce = w.nonce.load(Ordering::Acquire);
+        // Only the creator's nonce is random; an all-zero one would prove nothing.
+        if nonce == 0 || base == 0 {
+            return None;
+        }
+        PeerProcess::probe(pid, base.wrapping_add(WHEREABOUTS_START as u64), nonce)
     }
 
     fn control(&self, ring: usize) -> &Control {
@@ -289,6 +336,16 @@ mod tests {
         let b = ShmRings::open(&path, capacity).unwrap();
         std::fs::remove_file(&path).unwrap();
         (a, b)
+    }
+
+    #[test]
+    #[cfg_attr(miri, ignore = "process_vm_readv is a system call Miri does not run")]
+    fn each_side_finds_the_other_process_through_the_segment() {
+        let (a, b) = pair(MIN_CAPACITY);
+        // Both sides are this process here: the probe reads the nonce through the other's mapping.
+        assert!(a.peer_process().is_some() && b.peer_process().is_some());
+        b.whereabouts().nonce.store(0, Ordering::Relaxed);
+        assert!(a.peer_process().is_none(), "without a nonce nothing is proven");
     }
 
     #[test]

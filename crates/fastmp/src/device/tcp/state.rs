@@ -19,6 +19,9 @@ pub(super) enum SendPhase {
     CancelRequested,
     /// Payload queued on the connection.
     Transferring,
+    /// The receiver reads the payload from our buffer (`Readable` is out); its `ReadDone`
+    /// finishes the send. The buffer must stay valid until then, release included.
+    RemoteReading,
     /// A synchronous or rendezvous-sized send to this rank itself, waiting in the unexpected queue.
     SelfQueued,
     Done(RawStatus),
@@ -37,10 +40,12 @@ pub(super) struct SendReq {
 
 pub(super) enum RecvPhase {
     Posted,
-    /// Matched a message from `source` with `tag`; the payload is on its way into the buffer.
+    /// Matched a `len`-byte message from `source` with `tag`; the payload is on its way into
+    /// the buffer.
     Matched {
         source: usize,
         tag: i32,
+        len: usize,
     },
     Done(Result<RawStatus>),
 }
@@ -127,7 +132,7 @@ impl State {
     pub fn take_posted(&mut self, env: &Envelope) -> Option<ReqId> {
         let id = self.matcher.take_posted(env)?;
         if let Ok(Req::Recv(r)) = self.reqs.get_mut(id) {
-            r.phase = RecvPhase::Matched { source: env.source, tag: env.tag };
+            r.phase = RecvPhase::Matched { source: env.source, tag: env.tag, len: env.len };
         }
         Some(id)
     }

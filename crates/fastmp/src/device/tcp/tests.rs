@@ -66,7 +66,8 @@ fn site(process: u64, node: &str) -> Site {
 
 /// A connected pair of endpoints (ranks 0 and 1) in this process.
 fn pair(eager_limit: usize) -> (TcpEndpoint, TcpEndpoint) {
-    let options = TcpOptions { eager_limit, progress_thread: false, pace: 0, policy: WaitPolicy::for_ranks(2) };
+    let options =
+        TcpOptions { eager_limit, progress_thread: false, pace: 0, peer_reads: true, policy: WaitPolicy::for_ranks(2) };
     let here = Site::of_this_process().unwrap();
     let mut meshes = connect_all(&[here.clone(), here]).into_iter();
     let (zero, one) = (meshes.next().unwrap(), meshes.next().unwrap());
@@ -183,7 +184,13 @@ fn endpoint_and_raw_peer() -> (TcpEndpoint, TcpStream) {
     let endpoint = TcpEndpoint::new(
         0,
         zero,
-        TcpOptions { eager_limit: 1024, progress_thread: false, pace: 0, policy: WaitPolicy::for_ranks(2) },
+        TcpOptions {
+            eager_limit: 1024,
+            progress_thread: false,
+            pace: 0,
+            peer_reads: true,
+            policy: WaitPolicy::for_ranks(2),
+        },
     )
     .unwrap();
     (endpoint, raw)
