@@ -15,7 +15,8 @@
 //! Files: `endpoint` (the [`Device`](crate::device::Device) implementation and its requests),
 //! `protocol` (what each arriving frame does), `progress` (polling, parking, the input thread),
 //! `state` (matching state), `rx`/`tx` (per-connection byte mechanics), `frame` (wire format),
-//! `bootstrap`/`handshake` (start-up).
+//! `bootstrap`/`handshake` (start-up), `link`/`shm_ring` (same-node connections over
+//! shared-memory rings), `peer_memory` (single-copy rendezvous payloads over those).
 //!
 //! Lock order: a connection's rx lock, then its tx lock, then the matching state. The state lock
 //! is never held across I/O. One-sided serving (`one_sided`) takes the window table and a window

@@ -3,7 +3,9 @@
 //!
 //! Messages up to the eager limit are written at once with their header; longer and synchronous
 //! ones go by rendezvous (ready-to-send, ready-to-receive, then the payload straight from the
-//! sender's buffer into the receiver's). The handler runs under the arriving connection's rx lock.
+//! sender's buffer into the receiver's; over a same-node link where the receiver can read the
+//! sender's memory, the sender says where the payload lies and the receiver copies it itself,
+//! see `peer_memory`). The handler runs under the arriving connection's rx lock.
 
 use std::sync::atomic::Ordering;
 
