@@ -70,6 +70,7 @@ mod tests {
     use super::*;
 
     #[test]
+    #[cfg_attr(miri, ignore = "process_vm_readv is a system call Miri does not run")]
     fn reads_our_own_memory_and_refuses_bad_addresses() {
         let me = u64::from(std::process::id());
         let word: u64 = 0x1234_5678_9abc_def0;
