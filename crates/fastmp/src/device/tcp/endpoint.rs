@@ -369,17 +369,17 @@ impl TcpEndpoint {
     /// release what the send has become (done, or streaming after a failed read).
     fn await_remote_read(&self, id: ReqId) {
         let sh = &*self.shared;
-        let reading = || {
-            let st = lock(&sh.state);
-            st.aborted.is_none()
-                && matches!(st.reqs.get(id), Some(Req::Send(s)) if matches!(s.phase, SendPhase::RemoteReading))
-        };
-        if sh.wait_until_with(None, &mut || Ok(!reading())).is_err() || reading() {
-            // The job failed: the reader is gone or will not answer; nothing reads the buffer
-            // on our behalf any more.
-            lock(&sh.state).reqs.remove(id);
+        let phase_reading =
+            |st: &State| matches!(st.reqs.get(id), Some(Req::Send(s)) if matches!(s.phase, SendPhase::RemoteReading));
+        // Ends early (an error) once the job fails: the reader is gone or will not answer.
+        let _ = sh.wait_until_with(None, &mut || Ok(!phase_reading(&lock(&sh.state))));
+        let mut st = lock(&sh.state);
+        if phase_reading(&st) {
+            // The job failed: nothing reads the buffer on our behalf any more.
+            st.reqs.remove(id);
             return;
         }
+        drop(st);
         self.release(id);
     }
 
