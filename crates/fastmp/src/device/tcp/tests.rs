@@ -222,6 +222,27 @@ fn a_frame_naming_the_wrong_ranks_aborts_the_job() {
     }
 }
 
+/// A peer may offer a payload to read only after our ready-to-receive said we read its memory
+/// (never on a socket connection): an unasked `Readable` is a protocol error, and nothing is
+/// read from the address it names.
+#[test]
+fn an_unasked_offer_to_read_aborts_the_job() {
+    let (endpoint, mut raw) = endpoint_and_raw_peer();
+    let frame = Frame::Readable { recv_id: 1, send_id: 2, addr: 0x1000 };
+    raw.write_all(&Header { source: 1, dest: 0, frame }.encode()).unwrap();
+    let mut buf = [0u8; 8];
+    let spec = MatchSpec { context: 0, source: Source::Rank(1), tag: 5 };
+    // SAFETY: `buf` outlives the receive, which fails inside `complete`.
+    let started = unsafe { endpoint.irecv(buf.as_mut_ptr(), buf.len(), spec) }.unwrap();
+    match endpoint.complete(started) {
+        Err(Error::PeerFailed { rank: 1, cause }) => {
+            assert!(cause.contains("protocol error") && cause.contains("never asked for"), "{cause}");
+        }
+        other => panic!("an unasked Readable was not a protocol error: {other:?}"),
+    }
+    endpoint.abort(Failure { rank: 0, cause: "test over".into(), code: None });
+}
+
 /// An `Abort` frame names the rank that failed first (which the sender may only pass on): the
 /// endpoint's operations fail naming that rank; one naming a rank outside the job is a protocol
 /// error of the connection it came on.
