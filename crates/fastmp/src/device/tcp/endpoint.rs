@@ -433,7 +433,7 @@ impl Device for TcpEndpoint {
                 return Err(Error::PeerExited { rank: dest });
             }
         }
-        if mode == SendMode::Standard && len <= sh.eager_limit_to(dest) {
+        if mode == SendMode::Standard && sh.sends_eagerly(dest, len) {
             // SAFETY: `buf` is readable for `len` bytes for the duration of this call (caller
             // contract); `send_frame` copies whatever it cannot write now.
             let payload = unsafe { std::slice::from_raw_parts(buf, len) };

@@ -10,6 +10,7 @@
 use std::sync::atomic::Ordering;
 
 use super::frame::{Frame, Header};
+use super::peer_memory::PeerProcess;
 use super::rx::{Delivery, RxHandler, Sink};
 use super::state::{self, Body, PeerState, RecvPhase, RecvReq, Req, SendPhase};
 use super::{Shared, one_sided};
@@ -261,9 +262,7 @@ impl PeerHandler<'_> {
             sh.connection_lost(p, &format!("sending to it failed: {e}"));
         }
     }
-}
 
-impl PeerHandler<'_> {
     /// The sender of matched receive `recv_id` offers its payload at `addr`: copy it from the
     /// sender's memory, finish the receive, and tell the sender (which otherwise sends it).
     fn read_payload(&self, recv_id: u64, send_id: u64, addr: u64) {
@@ -304,22 +303,26 @@ impl PeerHandler<'_> {
 }
 
 impl Shared {
-    /// Largest message sent eagerly to `p`: less where `p` reads our memory (a payload it reads
-    /// costs one copy and a round trip, one through the ring two copies), unless ranks
-    /// time-share cores: there a round trip waits for the peer's turn on a core, and eager
-    /// sends keep collectives going (2 × 2 ranks on 2 cores: allreduce and bcast at 16–32 KiB
-    /// 1.4–1.6× slower with the lower limit).
-    pub(super) fn eager_limit_to(&self, p: usize) -> usize {
-        match self.peer(p).reads.as_ref() {
-            Some(reader) if reader.usable() && !self.policy.time_shared() => self.eager_limit.min(READ_EAGER_LIMIT),
-            _ => self.eager_limit,
-        }
+    /// Whether a message of `len` bytes goes to `p` eagerly: up to the eager limit, but only up
+    /// to [`READ_EAGER_LIMIT`] where `p` reads our memory (a payload it reads costs one copy and
+    /// a round trip, one through the ring two copies), unless ranks time-share cores: there a
+    /// round trip waits for the peer's turn on a core, and eager sends keep collectives going
+    /// (2 × 2 ranks on 2 cores: allreduce and bcast at 16–32 KiB 1.4–1.6× slower with the
+    /// lower limit).
+    pub(super) fn sends_eagerly(&self, p: usize, len: usize) -> bool {
+        len <= self.eager_limit
+            && (len <= READ_EAGER_LIMIT || self.policy.time_shared() || self.usable_reader(p).is_none())
+    }
+
+    /// `p`'s process where we may (still) read its memory.
+    fn usable_reader(&self, p: usize) -> Option<&PeerProcess> {
+        self.peer(p).reads.as_ref().filter(|reader| reader.usable())
     }
 
     /// Answers rendezvous send `send_id` of peer `p`, matched by receive `id`: the peer sends
     /// the payload, or lets us read it where we can read its memory.
     pub(super) fn ready_to_receive(&self, p: usize, send_id: u64, id: ReqId) {
-        let reads = self.peer(p).reads.as_ref().is_some_and(|reader| reader.usable());
+        let reads = self.usable_reader(p).is_some();
         self.send_frame(p, Frame::Cts { send_id, recv_id: state::wire_id(id), reads }, &[]);
     }
 }
