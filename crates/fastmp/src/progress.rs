@@ -249,13 +249,24 @@ impl<D: Device + ?Sized> Device for Progressing<D> {
     }
 
     unsafe fn recv(&self, buf: *mut u8, capacity: usize, spec: MatchSpec) -> Result<RawStatus> {
-        if self.engine.is_idle() {
+        // A receive of the operation the rank waits for alone needs no polls of the engine in
+        // between either (see `Engine::progress_waited`).
+        if self.engine.is_idle() || self.engine.is_waited_alone() {
             // SAFETY: forwarded caller contract.
             return unsafe { self.inner.recv(buf, capacity, spec) };
         }
         // SAFETY: forwarded caller contract; `complete` releases the request on every error.
         let started = unsafe { self.inner.irecv(buf, capacity, spec)? };
         self.complete(started)
+    }
+
+    fn receives_unposted(&self) -> bool {
+        self.inner.receives_unposted()
+    }
+
+    unsafe fn try_recv(&self, buf: *mut u8, capacity: usize, spec: MatchSpec) -> Option<Result<RawStatus>> {
+        // SAFETY: forwarded caller contract.
+        unsafe { self.inner.try_recv(buf, capacity, spec) }
     }
 
     fn iprobe(&self, spec: MatchSpec) -> Result<Option<RawStatus>> {

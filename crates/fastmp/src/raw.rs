@@ -4,7 +4,7 @@ use bytemuck::Pod;
 
 use crate::device::Source;
 use crate::error::{Error, Result};
-use crate::scope::{EMPTY_STATUS, Request, Scope};
+use crate::scope::{Request, Scope};
 
 impl<'scope> Scope<'scope, '_> {
     /// Starts a receive into raw memory, for callers that need what safe borrows forbid — chiefly
@@ -22,7 +22,7 @@ impl<'scope> Scope<'scope, '_> {
         tag: i32,
     ) -> Result<Request<'scope>> {
         let Some(spec) = self.comm.spec_or_null(source.into(), tag)? else {
-            return Ok(Request::completed(self, Ok(EMPTY_STATUS)));
+            return Ok(Request::empty(self));
         };
         let bytes = len
             .checked_mul(size_of::<T>())

@@ -114,6 +114,36 @@ fn failure_with_nonblocking_collectives_outstanding_names_the_failed_rank() {
     }
 }
 
+/// The root of small nonblocking collectives fails before it starts them; the others only
+/// poll theirs with `test` (never wait), so their receives are polled, not waited for, and must
+/// still learn of the failure.
+#[test]
+fn failure_of_a_root_its_pollers_never_wait_for_names_the_failed_rank() {
+    for (device, config) in configs() {
+        for failure in [Failure::Panic, Failure::Error] {
+            check_attribution(device, &config, 4, 1, failure, |world| {
+                if world.rank() == 1 {
+                    failure.fail(1)?;
+                }
+                let mut data = [0u32; 2];
+                let mut share = [0u64; 1];
+                let table = [0u64; 4];
+                world.scope(|s| {
+                    let mut reqs = [s.ibcast(&mut data, 1)?, s.iscatter(&table, &mut share, 1)?];
+                    loop {
+                        for req in reqs.iter_mut().filter(|r| r.is_active()) {
+                            req.test()?;
+                        }
+                        if reqs.iter().all(|r| !r.is_active()) {
+                            return Ok(());
+                        }
+                    }
+                })
+            });
+        }
+    }
+}
+
 /// The failing rank fails after a barrier while its peers are blocked in an allreduce.
 #[test]
 fn failure_before_a_blocking_allreduce_names_the_failed_rank() {

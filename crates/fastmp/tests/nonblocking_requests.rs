@@ -479,6 +479,47 @@ fn a_collective_waited_alone_still_moves_point_to_point(dev: DeviceKind) {
     });
 }
 
+/// Many small collectives from one root in flight at once, completed in reverse order, the
+/// last ones polled with `test` before any is waited for: each receive takes its own
+/// operation's message (small receives of nonblocking collectives are matched when polled,
+/// not posted, so their messages queue up meanwhile).
+fn small_collectives_completed_in_reverse_order(dev: DeviceKind) {
+    const OPS: usize = 24;
+    run_job(dev, 3, "24 small ibcasts and igathers completed in reverse order", |world| {
+        let (me, np) = (world.rank(), world.size());
+        let mut bcasts: Vec<[u64; 2]> =
+            (0..OPS).map(|k| if me == 0 { [k as u64, 100 + k as u64] } else { [u64::MAX; 2] }).collect();
+        let mine: Vec<[u32; 1]> = (0..OPS).map(|k| [(me * 1000 + k) as u32]).collect();
+        let mut gathered = vec![vec![0u32; if me == 0 { np } else { 0 }]; OPS];
+        world.scope(|s| {
+            let mut reqs = Vec::new();
+            for ((b, g), m) in bcasts.iter_mut().zip(gathered.iter_mut()).zip(&mine) {
+                reqs.push(s.ibcast(b, 0)?);
+                reqs.push(s.igather(m, g, 0)?);
+            }
+            for req in reqs.iter_mut().rev().take(6) {
+                req.test()?;
+            }
+            for req in reqs.into_iter().rev() {
+                req.wait()?;
+            }
+            Ok::<_, Error>(())
+        })?;
+        for (k, b) in bcasts.iter().enumerate() {
+            if *b != [k as u64, 100 + k as u64] {
+                return Err(Error::other(format!("rank {me}: ibcast {k} delivered {b:?}")));
+            }
+        }
+        for (k, g) in gathered.iter().enumerate().filter(|_| me == 0) {
+            let want: Vec<u32> = (0..np).map(|r| (r * 1000 + k) as u32).collect();
+            if *g != want {
+                return Err(Error::other(format!("igather {k} delivered {g:?}, want {want:?}")));
+            }
+        }
+        Ok(())
+    });
+}
+
 /// With the tcp progress thread on, the root's transfers (rendezvous sizes) are served while
 /// the root makes no fastmp call at all: it sleeps until every other rank has its data. (The
 /// progress thread moves data; a stage that depends on an earlier one, such as forwarding down
@@ -529,6 +570,7 @@ device_suite!(
         progress_of_a_ring_allreduce,
         waits_in_any_order_drive_every_outstanding_collective,
         a_collective_waited_alone_still_moves_point_to_point,
+        small_collectives_completed_in_reverse_order,
     ],
     tcp_ignored: [],
 );

@@ -425,8 +425,8 @@ impl<'scope> Scope<'scope, '_> {
         buf: &'scope mut [T],
         op: O,
     ) -> Result<Request<'scope>> {
-        let run = Run::new(self.comm, false)?;
-        self.start_collective(move || async move { run.allreduce_in_place(buf, &op).await })
+        let run = Run::number(self.comm)?;
+        self.start_collective(move || async move { run.start().allreduce_in_place(buf, &op).await })
     }
 
     /// Nonblocking [`Comm::reduce_in_place`] (MPI_Ireduce with MPI_IN_PLACE).
@@ -436,14 +436,14 @@ impl<'scope> Scope<'scope, '_> {
         op: O,
         root: usize,
     ) -> Result<Request<'scope>> {
-        let run = Run::new(self.comm, false)?;
-        self.start_collective(move || async move { run.reduce_in_place(buf, &op, root).await })
+        let run = Run::number(self.comm)?;
+        self.start_collective(move || async move { run.start().reduce_in_place(buf, &op, root).await })
     }
 
     /// Nonblocking [`Comm::gather_in_place`] (MPI_Igather with MPI_IN_PLACE).
     pub fn igather_in_place<T: Pod>(&'scope self, buf: &'scope mut [T], root: usize) -> Result<Request<'scope>> {
-        let run = Run::new(self.comm, false)?;
-        self.start_collective(move || async move { run.gather_in_place(buf, root).await })
+        let run = Run::number(self.comm)?;
+        self.start_collective(move || async move { run.start().gather_in_place(buf, root).await })
     }
 
     /// Nonblocking [`Comm::gatherv_in_place`] (MPI_Igatherv with MPI_IN_PLACE); `counts` and
@@ -455,15 +455,15 @@ impl<'scope> Scope<'scope, '_> {
         displs: &[usize],
         root: usize,
     ) -> Result<Request<'scope>> {
-        let run = Run::new(self.comm, false)?;
+        let run = Run::number(self.comm)?;
         let (counts, displs) = (counts.to_vec(), displs.to_vec());
-        self.start_collective(move || async move { run.gatherv_in_place(buf, &counts, &displs, root).await })
+        self.start_collective(move || async move { run.start().gatherv_in_place(buf, &counts, &displs, root).await })
     }
 
     /// Nonblocking [`Comm::scatter_in_place`] (MPI_Iscatter with MPI_IN_PLACE).
     pub fn iscatter_in_place<T: Pod>(&'scope self, buf: &'scope mut [T], root: usize) -> Result<Request<'scope>> {
-        let run = Run::new(self.comm, false)?;
-        self.start_collective(move || async move { run.scatter_in_place(buf, root).await })
+        let run = Run::number(self.comm)?;
+        self.start_collective(move || async move { run.start().scatter_in_place(buf, root).await })
     }
 
     /// Nonblocking [`Comm::scatterv_in_place`] (MPI_Iscatterv with MPI_IN_PLACE); `counts` and
@@ -475,15 +475,15 @@ impl<'scope> Scope<'scope, '_> {
         displs: &[usize],
         root: usize,
     ) -> Result<Request<'scope>> {
-        let run = Run::new(self.comm, false)?;
+        let run = Run::number(self.comm)?;
         let (counts, displs) = (counts.to_vec(), displs.to_vec());
-        self.start_collective(move || async move { run.scatterv_in_place(buf, &counts, &displs, root).await })
+        self.start_collective(move || async move { run.start().scatterv_in_place(buf, &counts, &displs, root).await })
     }
 
     /// Nonblocking [`Comm::allgather_in_place`] (MPI_Iallgather with MPI_IN_PLACE).
     pub fn iallgather_in_place<T: Pod>(&'scope self, buf: &'scope mut [T]) -> Result<Request<'scope>> {
-        let run = Run::new(self.comm, false)?;
-        self.start_collective(move || async move { run.allgather_in_place(buf).await })
+        let run = Run::number(self.comm)?;
+        self.start_collective(move || async move { run.start().allgather_in_place(buf).await })
     }
 
     /// Nonblocking [`Comm::allgatherv_in_place`] (MPI_Iallgatherv with MPI_IN_PLACE); `counts`
@@ -494,15 +494,15 @@ impl<'scope> Scope<'scope, '_> {
         counts: &[usize],
         displs: &[usize],
     ) -> Result<Request<'scope>> {
-        let run = Run::new(self.comm, false)?;
+        let run = Run::number(self.comm)?;
         let (counts, displs) = (counts.to_vec(), displs.to_vec());
-        self.start_collective(move || async move { run.allgatherv_in_place(buf, &counts, &displs).await })
+        self.start_collective(move || async move { run.start().allgatherv_in_place(buf, &counts, &displs).await })
     }
 
     /// Nonblocking [`Comm::alltoall_in_place`] (MPI_Ialltoall with MPI_IN_PLACE).
     pub fn ialltoall_in_place<T: Pod>(&'scope self, buf: &'scope mut [T]) -> Result<Request<'scope>> {
-        let run = Run::new(self.comm, false)?;
-        self.start_collective(move || async move { run.alltoall_in_place(buf).await })
+        let run = Run::number(self.comm)?;
+        self.start_collective(move || async move { run.start().alltoall_in_place(buf).await })
     }
 
     /// Nonblocking [`Comm::alltoallv_in_place`] (MPI_Ialltoallv with MPI_IN_PLACE); `counts`
@@ -513,9 +513,9 @@ impl<'scope> Scope<'scope, '_> {
         counts: &[usize],
         displs: &[usize],
     ) -> Result<Request<'scope>> {
-        let run = Run::new(self.comm, false)?;
+        let run = Run::number(self.comm)?;
         let (counts, displs) = (counts.to_vec(), displs.to_vec());
-        self.start_collective(move || async move { run.alltoallv_in_place(buf, &counts, &displs).await })
+        self.start_collective(move || async move { run.start().alltoallv_in_place(buf, &counts, &displs).await })
     }
 
     /// Nonblocking [`Comm::reduce_scatter_in_place`] (MPI_Ireduce_scatter with MPI_IN_PLACE);
@@ -526,9 +526,9 @@ impl<'scope> Scope<'scope, '_> {
         counts: &[usize],
         op: O,
     ) -> Result<Request<'scope>> {
-        let run = Run::new(self.comm, false)?;
+        let run = Run::number(self.comm)?;
         let counts = counts.to_vec();
-        self.start_collective(move || async move { run.reduce_scatter_in_place(buf, &counts, &op).await })
+        self.start_collective(move || async move { run.start().reduce_scatter_in_place(buf, &counts, &op).await })
     }
 
     /// Nonblocking [`Comm::reduce_scatter_block_in_place`] (MPI_Ireduce_scatter_block with
@@ -538,8 +538,8 @@ impl<'scope> Scope<'scope, '_> {
         buf: &'scope mut [T],
         op: O,
     ) -> Result<Request<'scope>> {
-        let run = Run::new(self.comm, false)?;
-        self.start_collective(move || async move { run.reduce_scatter_block_in_place(buf, &op).await })
+        let run = Run::number(self.comm)?;
+        self.start_collective(move || async move { run.start().reduce_scatter_block_in_place(buf, &op).await })
     }
 
     /// Nonblocking [`Comm::scan_in_place`] (MPI_Iscan with MPI_IN_PLACE).
@@ -548,8 +548,8 @@ impl<'scope> Scope<'scope, '_> {
         buf: &'scope mut [T],
         op: O,
     ) -> Result<Request<'scope>> {
-        let run = Run::new(self.comm, false)?;
-        self.start_collective(move || async move { run.scan_in_place(buf, &op, false).await })
+        let run = Run::number(self.comm)?;
+        self.start_collective(move || async move { run.start().scan_in_place(buf, &op, false).await })
     }
 
     /// Nonblocking [`Comm::exscan_in_place`] (MPI_Iexscan with MPI_IN_PLACE).
@@ -558,7 +558,7 @@ impl<'scope> Scope<'scope, '_> {
         buf: &'scope mut [T],
         op: O,
     ) -> Result<Request<'scope>> {
-        let run = Run::new(self.comm, false)?;
-        self.start_collective(move || async move { run.scan_in_place(buf, &op, true).await })
+        let run = Run::number(self.comm)?;
+        self.start_collective(move || async move { run.start().scan_in_place(buf, &op, true).await })
     }
 }

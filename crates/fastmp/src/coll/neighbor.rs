@@ -368,9 +368,9 @@ impl<'scope> Scope<'scope, '_> {
         recv: &'scope mut [T],
     ) -> Result<Request<'scope>> {
         let adjacency = topology.adjacency()?;
-        let run = Run::new(topology.topology_comm(), false)?;
+        let run = Run::number(topology.topology_comm())?;
         self.start_collective(move || async move {
-            run.neighbor_allgather(Call::Allgather.nonblocking(), &adjacency, send, recv).await
+            run.start().neighbor_allgather(Call::Allgather.nonblocking(), &adjacency, send, recv).await
         })
     }
 
@@ -385,10 +385,12 @@ impl<'scope> Scope<'scope, '_> {
         displs: &[usize],
     ) -> Result<Request<'scope>> {
         let adjacency = topology.adjacency()?;
-        let run = Run::new(topology.topology_comm(), false)?;
+        let run = Run::number(topology.topology_comm())?;
         let (counts, displs) = (counts.to_vec(), displs.to_vec());
         self.start_collective(move || async move {
-            run.neighbor_allgatherv(Call::Allgatherv.nonblocking(), &adjacency, send, recv, &counts, &displs).await
+            run.start()
+                .neighbor_allgatherv(Call::Allgatherv.nonblocking(), &adjacency, send, recv, &counts, &displs)
+                .await
         })
     }
 
@@ -400,9 +402,9 @@ impl<'scope> Scope<'scope, '_> {
         recv: &'scope mut [T],
     ) -> Result<Request<'scope>> {
         let adjacency = topology.adjacency()?;
-        let run = Run::new(topology.topology_comm(), false)?;
+        let run = Run::number(topology.topology_comm())?;
         self.start_collective(move || async move {
-            run.neighbor_alltoall(Call::Alltoall.nonblocking(), &adjacency, send, recv).await
+            run.start().neighbor_alltoall(Call::Alltoall.nonblocking(), &adjacency, send, recv).await
         })
     }
 
@@ -420,13 +422,13 @@ impl<'scope> Scope<'scope, '_> {
         recv_displs: &[usize],
     ) -> Result<Request<'scope>> {
         let adjacency = topology.adjacency()?;
-        let run = Run::new(topology.topology_comm(), false)?;
+        let run = Run::number(topology.topology_comm())?;
         let send_layout = (send_counts.to_vec(), send_displs.to_vec());
         let recv_layout = (recv_counts.to_vec(), recv_displs.to_vec());
         self.start_collective(move || async move {
             let send = (send, &send_layout.0[..], &send_layout.1[..]);
             let recv_blocks = (&recv_layout.0[..], &recv_layout.1[..]);
-            run.neighbor_alltoallv(Call::Alltoallv.nonblocking(), &adjacency, send, recv, recv_blocks).await
+            run.start().neighbor_alltoallv(Call::Alltoallv.nonblocking(), &adjacency, send, recv, recv_blocks).await
         })
     }
 }

@@ -17,7 +17,7 @@ use super::select::Collective;
 use super::transport::Run;
 use crate::device::collectives::{ByteCall, Call};
 use crate::error::Result;
-use crate::scope::{EMPTY_STATUS, Request, Scope};
+use crate::scope::{Request, Scope};
 
 impl<'scope, 'env> Scope<'scope, 'env> {
     /// Builds the operation (by `make`, straight into its box), runs its first steps at once
@@ -33,7 +33,7 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         let mut operation = engine.pool.boxed(make);
         if let Poll::Ready(outcome) = operation.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
             engine.pool.recycle(operation);
-            return outcome.map(|()| Request::completed(self, Ok(EMPTY_STATUS)));
+            return outcome.map(|()| Request::empty(self));
         }
         // SAFETY: the operation borrows only what lives for 'scope, and `Comm::scope` finishes or
         // drops every operation registered under `self.token` before 'scope ends.
@@ -60,8 +60,8 @@ impl<'scope, 'env> Scope<'scope, 'env> {
                 return self.start_collective(move || async move { direct.run(ByteCall::Barrier).await });
             }
         }
-        let run = Run::new(self.comm, false)?;
-        self.start_collective(move || async move { run.barrier().await })
+        let run = Run::number(self.comm)?;
+        self.start_collective(move || async move { run.start().barrier().await })
     }
 
     /// Starts a broadcast of `root`'s `buf` (MPI_Ibcast); `buf` is final once the request
@@ -89,8 +89,8 @@ impl<'scope, 'env> Scope<'scope, 'env> {
                 return self.start_collective(move || async move { direct.run(call).await });
             }
         }
-        let run = Run::new(self.comm, false)?;
-        self.start_collective(move || async move { run.bcast(buf, root).await })
+        let run = Run::number(self.comm)?;
+        self.start_collective(move || async move { run.start().bcast(buf, root).await })
     }
 
     /// Nonblocking [`crate::Comm::scatter`] (MPI_Iscatter).
@@ -108,8 +108,8 @@ impl<'scope, 'env> Scope<'scope, 'env> {
                 return self.start_collective(move || async move { direct.run(call).await });
             }
         }
-        let run = Run::new(self.comm, false)?;
-        self.start_collective(move || async move { run.scatter(send, recv, root).await })
+        let run = Run::number(self.comm)?;
+        self.start_collective(move || async move { run.start().scatter(send, recv, root).await })
     }
 
     /// Nonblocking [`crate::Comm::scatterv`] (MPI_Iscatterv); `counts` and `displs` are copied.
@@ -121,9 +121,9 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         recv: &'scope mut [T],
         root: usize,
     ) -> Result<Request<'scope>> {
-        let run = Run::new(self.comm, false)?;
+        let run = Run::number(self.comm)?;
         let (counts, displs) = (counts.to_vec(), displs.to_vec());
-        self.start_collective(move || async move { run.scatterv(send, &counts, &displs, recv, root).await })
+        self.start_collective(move || async move { run.start().scatterv(send, &counts, &displs, recv, root).await })
     }
 
     /// Nonblocking [`crate::Comm::gather`] (MPI_Igather).
@@ -141,8 +141,8 @@ impl<'scope, 'env> Scope<'scope, 'env> {
                 return self.start_collective(move || async move { direct.run(call).await });
             }
         }
-        let run = Run::new(self.comm, false)?;
-        self.start_collective(move || async move { run.gather(send, recv, root).await })
+        let run = Run::number(self.comm)?;
+        self.start_collective(move || async move { run.start().gather(send, recv, root).await })
     }
 
     /// Nonblocking [`crate::Comm::gatherv`] (MPI_Igatherv); `counts` and `displs` are copied.
@@ -154,9 +154,9 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         displs: &[usize],
         root: usize,
     ) -> Result<Request<'scope>> {
-        let run = Run::new(self.comm, false)?;
+        let run = Run::number(self.comm)?;
         let (counts, displs) = (counts.to_vec(), displs.to_vec());
-        self.start_collective(move || async move { run.gatherv(send, recv, &counts, &displs, root).await })
+        self.start_collective(move || async move { run.start().gatherv(send, recv, &counts, &displs, root).await })
     }
 
     /// Nonblocking [`crate::Comm::allgather`] (MPI_Iallgather).
@@ -172,8 +172,8 @@ impl<'scope, 'env> Scope<'scope, 'env> {
                 return self.start_collective(move || async move { direct.run(call).await });
             }
         }
-        let run = Run::new(self.comm, false)?;
-        self.start_collective(move || async move { run.allgather(send, recv).await })
+        let run = Run::number(self.comm)?;
+        self.start_collective(move || async move { run.start().allgather(send, recv).await })
     }
 
     /// Nonblocking [`crate::Comm::allgatherv`] (MPI_Iallgatherv); `counts` and `displs` are
@@ -185,9 +185,9 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         counts: &[usize],
         displs: &[usize],
     ) -> Result<Request<'scope>> {
-        let run = Run::new(self.comm, false)?;
+        let run = Run::number(self.comm)?;
         let (counts, displs) = (counts.to_vec(), displs.to_vec());
-        self.start_collective(move || async move { run.allgatherv(send, recv, &counts, &displs).await })
+        self.start_collective(move || async move { run.start().allgatherv(send, recv, &counts, &displs).await })
     }
 
     /// Nonblocking [`crate::Comm::alltoall`] (MPI_Ialltoall).
@@ -201,8 +201,8 @@ impl<'scope, 'env> Scope<'scope, 'env> {
                 return self.start_collective(move || async move { direct.run(call).await });
             }
         }
-        let run = Run::new(self.comm, false)?;
-        self.start_collective(move || async move { run.alltoall(send, recv).await })
+        let run = Run::number(self.comm)?;
+        self.start_collective(move || async move { run.start().alltoall(send, recv).await })
     }
 
     /// Nonblocking [`crate::Comm::alltoallv`] (MPI_Ialltoallv); counts and displacements are
@@ -217,11 +217,11 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         recv_counts: &[usize],
         recv_displs: &[usize],
     ) -> Result<Request<'scope>> {
-        let run = Run::new(self.comm, false)?;
+        let run = Run::number(self.comm)?;
         let send_layout = (send_counts.to_vec(), send_displs.to_vec());
         let recv_layout = (recv_counts.to_vec(), recv_displs.to_vec());
         self.start_collective(move || async move {
-            run.alltoallv(send, &send_layout.0, &send_layout.1, recv, &recv_layout.0, &recv_layout.1).await
+            run.start().alltoallv(send, &send_layout.0, &send_layout.1, recv, &recv_layout.0, &recv_layout.1).await
         })
     }
 
@@ -242,8 +242,8 @@ impl<'scope, 'env> Scope<'scope, 'env> {
                 });
             }
         }
-        let run = Run::new(self.comm, false)?;
-        self.start_collective(move || async move { run.reduce(send, recv, &op, root).await })
+        let run = Run::number(self.comm)?;
+        self.start_collective(move || async move { run.start().reduce(send, recv, &op, root).await })
     }
 
     /// Nonblocking [`crate::Comm::allreduce`] (MPI_Iallreduce).
@@ -273,8 +273,8 @@ impl<'scope, 'env> Scope<'scope, 'env> {
                 });
             }
         }
-        let run = Run::new(self.comm, false)?;
-        self.start_collective(move || async move { run.allreduce(send, recv, &op).await })
+        let run = Run::number(self.comm)?;
+        self.start_collective(move || async move { run.start().allreduce(send, recv, &op).await })
     }
 
     /// Nonblocking [`crate::Comm::reduce_scatter`] (MPI_Ireduce_scatter); `counts` is copied.
@@ -295,9 +295,9 @@ impl<'scope, 'env> Scope<'scope, 'env> {
                 });
             }
         }
-        let run = Run::new(self.comm, false)?;
+        let run = Run::number(self.comm)?;
         let counts = counts.to_vec();
-        self.start_collective(move || async move { run.reduce_scatter(send, recv, &counts, &op).await })
+        self.start_collective(move || async move { run.start().reduce_scatter(send, recv, &counts, &op).await })
     }
 
     /// Nonblocking [`crate::Comm::reduce_scatter_block`] (MPI_Ireduce_scatter_block).
@@ -307,8 +307,8 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         recv: &'scope mut [T],
         op: O,
     ) -> Result<Request<'scope>> {
-        let run = Run::new(self.comm, false)?;
-        self.start_collective(move || async move { run.reduce_scatter_block(send, recv, &op).await })
+        let run = Run::number(self.comm)?;
+        self.start_collective(move || async move { run.start().reduce_scatter_block(send, recv, &op).await })
     }
 
     /// Nonblocking [`crate::Comm::scan`] (MPI_Iscan).
@@ -327,8 +327,8 @@ impl<'scope, 'env> Scope<'scope, 'env> {
                 });
             }
         }
-        let run = Run::new(self.comm, false)?;
-        self.start_collective(move || async move { run.scan(send, recv, &op).await })
+        let run = Run::number(self.comm)?;
+        self.start_collective(move || async move { run.start().scan(send, recv, &op).await })
     }
 
     /// Nonblocking [`crate::Comm::exscan`] (MPI_Iexscan).
@@ -347,7 +347,7 @@ impl<'scope, 'env> Scope<'scope, 'env> {
                 });
             }
         }
-        let run = Run::new(self.comm, false)?;
-        self.start_collective(move || async move { run.exscan(send, recv, &op).await })
+        let run = Run::number(self.comm)?;
+        self.start_collective(move || async move { run.start().exscan(send, recv, &op).await })
     }
 }

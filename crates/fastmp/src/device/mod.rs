@@ -210,6 +210,24 @@ pub trait Device {
         self.complete(started)
     }
 
+    /// Whether [`Device::try_recv`] takes messages (the default does not).
+    fn receives_unposted(&self) -> bool {
+        false
+    }
+
+    /// Receives a message matching `spec` that has already arrived, into `capacity` bytes at
+    /// `buf`, without posting a receive; `None` if none has (the device may have progressed
+    /// communication meanwhile). Fails, like `test` on a posted receive, once no such message
+    /// can come. Lets a small receive skip the handshake of a posted one, as blocking receives
+    /// do; only devices that say [`Device::receives_unposted`] take anything.
+    ///
+    /// # Safety
+    /// `buf..buf+capacity` must be writable and not otherwise accessed until this returns.
+    unsafe fn try_recv(&self, buf: *mut u8, capacity: usize, spec: MatchSpec) -> Option<Result<RawStatus>> {
+        let _ = (buf, capacity, spec);
+        None
+    }
+
     /// Blocking send: returns once `buf` may be reused. The default starts `isend` and waits;
     /// a device whose small sends finish inside one library call skips the request.
     fn send(&self, buf: &[u8], dest: usize, tag: i32, context: ContextId, mode: SendMode) -> Result<()> {

@@ -142,6 +142,14 @@ pub(crate) fn detached_send(dev: &dyn Device, buf: &[u8], dest: usize, tag: i32,
     }
 }
 
+/// Receives a message that has arrived already, without posting a receive
+/// ([`Device::try_recv`]); `None` if none has.
+pub(crate) fn try_recv(dev: &dyn Device, buf: &mut [u8], spec: MatchSpec) -> Option<Result<RawStatus>> {
+    // SAFETY: `buf` is exclusively borrowed until the call returns, and nothing is posted that
+    // could touch it later.
+    unsafe { dev.try_recv(buf.as_mut_ptr(), buf.len(), spec) }
+}
+
 /// Blocking receive through the device's blocking path (which may skip posting a request).
 pub(crate) fn recv(dev: &dyn Device, buf: &mut [u8], spec: MatchSpec) -> Result<RawStatus> {
     // SAFETY: `buf` is exclusively borrowed until the blocking receive returns, and the device

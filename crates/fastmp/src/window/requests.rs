@@ -18,7 +18,7 @@ use crate::device::Started;
 use crate::device::requests::Outcome;
 use crate::error::Result;
 use crate::layout::Layout;
-use crate::scope::{EMPTY_STATUS, Request, Scope};
+use crate::scope::{Request, Scope};
 
 impl<'scope, 'env> Scope<'scope, 'env> {
     /// Request-based put (MPI_Rput): the request completes when `data` is free again.
@@ -236,7 +236,7 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         match started {
             // SAFETY: the caller's contract.
             Some(started) => unsafe { self.adopt_request(started, wait_at_end) },
-            None => Request::completed(self, Ok(EMPTY_STATUS)),
+            None => Request::empty(self),
         }
     }
 
@@ -257,7 +257,7 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         }
         if in_flight.is_empty() {
             // Every stretch finished in the call: an error is the call's, as for the blocking form.
-            return failed.map_or(Ok(Request::completed(self, Ok(EMPTY_STATUS))), Err);
+            return failed.map_or(Ok(Request::empty(self)), Err);
         }
         self.start_collective(move || async move {
             poll_fn(|_| {

@@ -940,6 +940,30 @@ impl Device for ShmEndpoint {
         self.complete(started)
     }
 
+    fn receives_unposted(&self) -> bool {
+        true
+    }
+
+    unsafe fn try_recv(&self, buf: *mut u8, capacity: usize, spec: MatchSpec) -> Option<Result<RawStatus>> {
+        if let Err(e) = self.check_spec(spec) {
+            return Some(Err(e));
+        }
+        let st = &mut *self.st.borrow_mut();
+        if let Some(received) = self.receive_now(st, spec, buf, capacity) {
+            return Some(received);
+        }
+        // As `test` does for a posted receive: start queued sends (a peer may be waiting for
+        // them before it sends), and give up once the message can no longer come.
+        self.progress(st);
+        let hopeless = self.unreachable_source(st, spec);
+        let received = self.receive_now(st, spec, buf, capacity);
+        match hopeless {
+            // The peer's messages sent before it exited are visible now (Acquire on its state).
+            Some(err) => Some(received.unwrap_or(Err(err))),
+            None => received,
+        }
+    }
+
     fn iprobe(&self, spec: MatchSpec) -> Result<Option<RawStatus>> {
         self.check_live()?;
         let st = &mut *self.st.borrow_mut();
