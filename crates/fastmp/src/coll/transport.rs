@@ -557,8 +557,9 @@ impl<'c> Run<'c> {
 
     /// Sends `send` to `dest` while receiving exactly `recv.len()` bytes from `source`.
     ///
-    /// The send is started first (small ones finish at once); a blocking run then uses the
-    /// device's blocking receive, which skips posting a request. A pending (rendezvous) send
+    /// The send is started first (small ones finish at once), then the receive goes as in
+    /// [`Run::coll_recv`]: a blocking run's through the device's blocking receive, a nonblocking
+    /// run's small one unposted, neither of which posts a request. A pending (rendezvous) send
     /// cannot deadlock this, because its receiver copies the data itself.
     pub(crate) async fn coll_sendrecv(
         &self,
@@ -570,12 +571,8 @@ impl<'c> Run<'c> {
     ) -> Result<()> {
         let mut both = self.batch();
         both.isend(send, dest, coll)?;
-        if self.blocking {
-            // The peer may never take a pending send after a failed receive: `both` releases it.
-            self.coll_recv(recv, source, coll).await?;
-        } else {
-            both.irecv(recv, source, coll)?;
-        }
+        // The peer may never take a pending send after a failed receive: `both` releases it.
+        self.coll_recv(recv, source, coll).await?;
         both.wait_all().await
     }
 
