@@ -82,13 +82,14 @@ pub(crate) struct Numbered<'c> {
 }
 
 impl<'c> Numbered<'c> {
-    /// The nonblocking run of this number.
-    #[inline]
+    /// The nonblocking run of this number (inlined for the reason [`Numbered::begin`] is).
+    #[inline(always)]
     pub(crate) fn start(self) -> Run<'c> {
         self.begin(false)
     }
 
-    #[inline]
+    /// Always inlined: returned from a call, the run would be stored and copied again.
+    #[inline(always)]
     fn begin(self, blocking: bool) -> Run<'c> {
         let (comm, seq) = (self.comm, self.seq);
         std::mem::forget(self);
