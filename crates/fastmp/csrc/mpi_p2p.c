@@ -236,18 +236,26 @@ int fastmp_mpi_tag_ub(int *tag_ub) {
  * each slot to one receive at a time. */
 #define BOUNCE_BYTES ((size_t)1 << 36)
 #define BOUNCE_SLOTS 64
+/* Slot i starts i colours past its multiple of BOUNCE_BYTES: slots at one power-of-two stride
+ * would all map to the same cache set and page offset, so every small receive would miss the
+ * L1 and L2 caches (64 slots against 12-16 ways). One page plus one line apart, the slots' first
+ * lines fall in distinct sets; each slot still spans at least BOUNCE_BYTES. */
+#define BOUNCE_COLOR ((size_t)4096 + 64)
 /* Bytes kept backed after a receive; pages above are returned to the system. */
 #define BOUNCE_KEEP ((size_t)1 << 16)
 static char *bounce = NULL;
 static pthread_once_t bounce_once = PTHREAD_ONCE_INIT;
 
 static void reserve_bounce(void) {
-    void *p = mmap(NULL, BOUNCE_BYTES * BOUNCE_SLOTS, PROT_READ | PROT_WRITE,
+    void *p = mmap(NULL, (BOUNCE_BYTES + BOUNCE_COLOR) * BOUNCE_SLOTS, PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     bounce = p == MAP_FAILED ? NULL : p;
 }
 
 size_t fastmp_mpi_bounce_bytes(void) { return BOUNCE_BYTES; }
+
+/* Where slot `slot` starts (see BOUNCE_COLOR). */
+static char *bounce_at(int slot) { return bounce + (size_t)slot * (BOUNCE_BYTES + BOUNCE_COLOR); }
 
 int fastmp_mpi_bounce_slots(void) {
     pthread_once(&bounce_once, reserve_bounce);
@@ -258,14 +266,14 @@ int fastmp_mpi_bounce_irecv(int slot, int source, int tag, int comm, fastmp_slot
     RESOLVE(c, comm);
     if (fastmp_mpi_bounce_slots() <= slot || slot < 0) return MPI_ERR_ARG;
     MPI_Request r;
-    int rc = MPI_Irecv(bounce + (size_t)slot * BOUNCE_BYTES, INT_MAX, MPI_BYTE,
+    int rc = MPI_Irecv(bounce_at(slot), INT_MAX, MPI_BYTE,
                        source < 0 ? MPI_ANY_SOURCE : source, tag < 0 ? MPI_ANY_TAG : tag, c, &r);
     if (rc == MPI_SUCCESS) store_request(request, r);
     return rc;
 }
 
 void fastmp_mpi_bounce_take(int slot, void *buf, size_t copy, size_t received) {
-    char *at = bounce + (size_t)slot * BOUNCE_BYTES;
+    char *at = bounce_at(slot);
     memcpy(buf, at, copy);
     if (received > BOUNCE_KEEP) madvise(at + BOUNCE_KEEP, received - BOUNCE_KEEP, MADV_DONTNEED);
 }
@@ -276,7 +284,7 @@ int fastmp_mpi_bounce_recv(int slot, int source, int tag, int comm, void *buf, s
     /* A caller holding a slot got it after fastmp_mpi_bounce_slots: no pthread_once per receive. */
     if (bounce == NULL || slot >= BOUNCE_SLOTS || slot < 0) return MPI_ERR_ARG;
     MPI_Status st;
-    int rc = MPI_Recv(bounce + (size_t)slot * BOUNCE_BYTES, INT_MAX, MPI_BYTE, source < 0 ? MPI_ANY_SOURCE : source,
+    int rc = MPI_Recv(bounce_at(slot), INT_MAX, MPI_BYTE, source < 0 ? MPI_ANY_SOURCE : source,
                       tag < 0 ? MPI_ANY_TAG : tag, c, &st);
     if (rc != MPI_SUCCESS) return rc;
     describe(&st, out_source, out_tag, bytes);

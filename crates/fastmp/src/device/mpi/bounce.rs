@@ -18,25 +18,27 @@ pub(super) const LIMIT: usize = 4096;
 /// Free slots, one bit each (the shim has at most 64).
 static FREE: AtomicU64 = AtomicU64::new(0);
 
-/// The slot a thread used last, kept for its next receive: a ping-pong takes and gives back a
-/// slot per message, and the shared bit set costs two atomic read-modify-writes each time.
-/// Given back to [`FREE`] when the thread ends.
-struct Cached(Cell<Option<c_int>>);
+/// Slots a thread gave back, kept for its next receives: taking and giving back a slot through
+/// the shared bit set costs two atomic read-modify-writes per message, each a full barrier.
+/// A thread keeps at most [`KEPT_MAX`], so others always find some in [`FREE`] (a thread
+/// that finds none takes the matched-probe path); all go back when the thread ends.
+struct Kept(Cell<u64>);
 
-impl Drop for Cached {
+/// At most this many slots stay with one thread (a window of 48 receives in flight reuses them
+/// without touching [`FREE`]).
+const KEPT_MAX: u32 = 48;
+
+impl Drop for Kept {
     fn drop(&mut self) {
-        if let Some(index) = self.0.take() {
-            give_back(index);
+        let kept = self.0.take();
+        if kept != 0 {
+            FREE.fetch_or(kept, Ordering::Release);
         }
     }
 }
 
 thread_local! {
-    static CACHED: Cached = const { Cached(Cell::new(None)) };
-}
-
-fn give_back(index: c_int) {
-    FREE.fetch_or(1 << index, Ordering::Release);
+    static KEPT: Kept = const { Kept(Cell::new(0)) };
 }
 
 /// A bounce slot held by one receive; freed when dropped (a forgotten one is only lost to the
@@ -48,7 +50,7 @@ impl BounceSlot {
     /// A free slot, if the shim could reserve them (not under strict overcommit or a small
     /// `ulimit -v`) and one is free.
     pub(super) fn acquire() -> Option<BounceSlot> {
-        if let Some(index) = CACHED.try_with(|c| c.0.take()).ok().flatten() {
+        if let Ok(Some(index)) = KEPT.try_with(|k| take_lowest(&k.0)) {
             return Some(BounceSlot(index));
         }
         static READY: OnceLock<()> = OnceLock::new();
@@ -83,12 +85,31 @@ impl BounceSlot {
     }
 }
 
+/// Takes the lowest slot of a thread's kept set.
+fn take_lowest(kept: &Cell<u64>) -> Option<c_int> {
+    let set = kept.get();
+    (set != 0).then(|| {
+        kept.set(set & (set - 1));
+        set.trailing_zeros() as c_int
+    })
+}
+
 impl Drop for BounceSlot {
     fn drop(&mut self) {
-        // Kept by this thread if it holds none (a thread being torn down gives it back).
-        let spare = CACHED.try_with(|c| c.0.replace(Some(self.0))).unwrap_or(Some(self.0));
-        if let Some(index) = spare {
-            give_back(index);
+        let bit = 1u64 << self.0;
+        // Kept by this thread below its share (a thread being torn down gives it back).
+        let kept = KEPT
+            .try_with(|k| {
+                let set = k.0.get();
+                let keep = set.count_ones() < KEPT_MAX;
+                if keep {
+                    k.0.set(set | bit);
+                }
+                keep
+            })
+            .unwrap_or(false);
+        if !kept {
+            FREE.fetch_or(bit, Ordering::Release);
         }
     }
 }
@@ -123,8 +144,9 @@ mod tests {
         );
     }
 
+    /// One test takes every slot, so none runs beside it in this binary.
     #[test]
-    fn each_slot_is_held_once_and_comes_back_when_dropped() {
+    fn each_slot_is_held_once_comes_back_when_dropped_and_a_thread_keeps_only_its_share() {
         let held: Vec<BounceSlot> = std::iter::from_fn(BounceSlot::acquire).collect();
         // SAFETY: no arguments.
         let slots = unsafe { ffi::fastmp_mpi_bounce_slots() };
@@ -137,6 +159,13 @@ mod tests {
         indices.dedup();
         assert_eq!(indices.len(), held.len(), "no slot handed out twice");
         drop(held);
-        assert!(BounceSlot::acquire().is_some());
+        // This thread kept KEPT_MAX of them; the others are free for any thread.
+        let others = std::thread::spawn(|| std::iter::from_fn(BounceSlot::acquire).collect::<Vec<_>>().len())
+            .join()
+            .expect("thread");
+        let kept = KEPT_MAX.min(slots as u32) as usize;
+        assert_eq!(others, slots as usize - kept, "another thread finds all but this thread's share");
+        let again: Vec<BounceSlot> = std::iter::from_fn(BounceSlot::acquire).collect();
+        assert_eq!(again.len(), slots as usize, "the other thread gave its slots back when it ended");
     }
 }
