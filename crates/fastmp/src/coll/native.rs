@@ -57,10 +57,11 @@ pub(super) fn run_now<T: Pod>(
     let done = provider.call_now(&op, call)?;
     comm.coll_seq.set(seq + 1);
     provider.finished(seq);
-    // Success is rebuilt rather than passed on: the error-sized result was just written field
-    // by field, and copying it whole made the next wide load of it wait until those stores
-    // left the store buffer, behind the device's own stores to memory a peer was reading (a
-    // non-root rank's delegated reduce took 0.31 µs instead of 0.06).
+    // Success is rebuilt rather than passed on, and the provider's error comes boxed
+    // (`CalledNow`): an error-sized result written field by field and then copied whole made
+    // the next wide load of it wait until those stores left the store buffer, behind the
+    // device's own stores to memory a peer was reading (a non-root rank's delegated reduce took
+    // 0.31 µs instead of 0.06).
     Some(match done {
         Ok(()) => Ok(()),
         Err(e) => Err(passed_on(e)),
@@ -70,8 +71,8 @@ pub(super) fn run_now<T: Pod>(
 /// An error on its way out of [`run_now`], kept off the success path.
 #[cold]
 #[inline(never)]
-fn passed_on(e: Error) -> Error {
-    e
+fn passed_on(e: Box<Error>) -> Error {
+    *e
 }
 
 /// A nonblocking collective numbered to run straight on the provider, without a [`Run`]: the

@@ -32,7 +32,13 @@ use super::mpi::collectives::MpiCollectives;
 use super::shm::ShmCollectives;
 use crate::coll::op::Op;
 use crate::coll::{Blocks, Layout};
-use crate::error::Result;
+use crate::error::{Error, Result};
+
+/// The end of a [`CollectiveProvider::call_now`]. The error is boxed so that the whole result
+/// fits in registers: a success written into the error-sized `Result` and read back with wider
+/// loads waited for the device's stores to memory a peer was reading (seen as a stall right
+/// after `MPI_Reduce` returned on a non-root rank).
+pub(crate) type CalledNow = std::result::Result<(), Box<Error>>;
 
 /// The `dispatch` of [`CollectiveProvider::bypassed`] that marks every choice of an operation.
 pub(crate) const EVERY_DISPATCH: u64 = u64::MAX;
@@ -150,7 +156,7 @@ impl CollectiveProvider for Provider {
     }
 
     #[inline(always)]
-    fn call_now<T: Pod>(&self, op: &Operation<'_>, call: Call<'_, T>) -> Option<Result<()>> {
+    fn call_now<T: Pod>(&self, op: &Operation<'_>, call: Call<'_, T>) -> Option<CalledNow> {
         on_provider!(self, p => p.call_now(op, call))
     }
 
@@ -319,7 +325,7 @@ pub(crate) trait CollectiveProvider {
     /// device: one blocking MPI call). `None`, having done nothing, leaves it to the operation
     /// of the same name, awaited through the layer's general path; the caller reports
     /// [`Self::finished`] after `Some`.
-    fn call_now<T: Pod>(&self, op: &Operation<'_>, call: Call<'_, T>) -> Option<Result<()>>;
+    fn call_now<T: Pod>(&self, op: &Operation<'_>, call: Call<'_, T>) -> Option<CalledNow>;
 
     /// Runs `call` as the operation of its name (the nonblocking fast path's way in, which
     /// builds no `Run`). The `v` collectives take built layouts only: they start through a `Run`.

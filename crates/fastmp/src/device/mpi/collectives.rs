@@ -37,10 +37,10 @@ use std::task::Poll;
 
 use bytemuck::Pod;
 
-use super::{MpiEndpoint, check};
+use super::{MpiEndpoint, check, mpi_error};
 use crate::coll::op::{Op, Predefined, fold_in_rank_order};
 use crate::coll::{Blocks, Layout};
-use crate::device::collectives::{ByteCall, Call, CollectiveProvider, Collectives, Operation};
+use crate::device::collectives::{ByteCall, Call, CalledNow, CollectiveProvider, Collectives, Operation};
 use crate::device::{ContextId, Device};
 use crate::error::{Error, Result};
 
@@ -843,6 +843,20 @@ impl MpiCollectives {
     }
 }
 
+/// An error leaving [`CollectiveProvider::call_now`], boxed off the success path.
+#[cold]
+#[inline(never)]
+fn boxed(e: Error) -> Box<Error> {
+    Box::new(e)
+}
+
+/// MPI's error `code` of `call`, boxed for [`CollectiveProvider::call_now`].
+#[cold]
+#[inline(never)]
+fn boxed_mpi_error(code: c_int, call: &'static str) -> Box<Error> {
+    boxed(mpi_error(code, call))
+}
+
 impl CollectiveProvider for MpiCollectives {
     #[inline]
     fn may_start(&self) -> Result<()> {
@@ -871,21 +885,21 @@ impl CollectiveProvider for MpiCollectives {
     /// The blocking MPI call, when it is this operation's turn to call MPI and MPI computes the
     /// reduction itself; otherwise the operation waits its turn or folds through its future.
     #[inline(always)]
-    fn call_now<T: Pod>(&self, op: &Operation<'_>, call: Call<'_, T>) -> Option<Result<()>> {
+    fn call_now<T: Pod>(&self, op: &Operation<'_>, call: Call<'_, T>) -> Option<CalledNow> {
         if self.call_turn.get() < op.seq {
             return None;
         }
         let mut ints = Ints::new(self);
         let shim = match self.prepare(call, &mut ints) {
             Ok(shim) => shim?,
-            Err(e) => return Some(Err(e)),
+            Err(e) => return Some(Err(boxed(e))),
         };
         // SAFETY: the blocking call returns once MPI is done with the buffers, which `call`
         // borrowed for at least this function's duration.
         let code = unsafe { shim.start(self.comm, null_mut()) };
         let name = shim.name();
         ints.recycle();
-        Some(check(code, name))
+        Some(if code == 0 { Ok(()) } else { Err(boxed_mpi_error(code, name)) })
     }
 
     async fn barrier<'a>(&'a self, op: &'a Operation<'a>) -> Result<()> {

@@ -43,7 +43,7 @@ pub(crate) fn check(code: c_int, call: &'static str) -> Result<()> {
 }
 
 #[cold]
-fn mpi_error(code: c_int, call: &'static str) -> Error {
+pub(crate) fn mpi_error(code: c_int, call: &'static str) -> Error {
     Error::other(format!("{call}: MPI error {code}: {}", error_string(code)))
 }
 

@@ -29,7 +29,7 @@ use super::ShmWorld;
 use crate::coll::Layout;
 use crate::coll::op::Op;
 use crate::device::ContextId;
-use crate::device::collectives::{Call, CollectiveProvider, Collectives, Operation};
+use crate::device::collectives::{Call, CalledNow, CollectiveProvider, Collectives, Operation};
 use crate::error::{Error, Result};
 use algorithms::Native;
 
@@ -180,7 +180,7 @@ impl CollectiveProvider for ShmCollectives {
     }
 
     #[inline]
-    fn call_now<T: Pod>(&self, _op: &Operation<'_>, _call: Call<'_, T>) -> Option<Result<()>> {
+    fn call_now<T: Pod>(&self, _op: &Operation<'_>, _call: Call<'_, T>) -> Option<CalledNow> {
         None
     }
 
