@@ -71,6 +71,10 @@ pub(super) fn run_now<T: Pod>(
 /// An error on its way out of [`run_now`], kept off the success path.
 #[cold]
 #[inline(never)]
+#[allow(
+    clippy::boxed_local,
+    reason = "the provider hands the error over boxed; unboxing it here keeps the move off the success path"
+)]
 fn passed_on(e: Box<Error>) -> Error {
     *e
 }
