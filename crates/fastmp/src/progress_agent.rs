@@ -205,6 +205,8 @@ impl Queue {
 /// A process's progress agent: its queue and the threads that empty it.
 pub(crate) struct Agent {
     queue: Arc<Queue>,
+    /// [`AgentPlan::idle_cpus`].
+    idle_cpus: bool,
 }
 
 /// Whether runs hand bulk steps to the agent (`Config::progress_agent`, `FASTMP_PROGRESS_AGENT`).
@@ -220,6 +222,10 @@ pub(crate) struct AgentPlan {
     pub cpus: Vec<usize>,
     /// Threads emptying the queue: several ranks' shares of one operation then run at once.
     pub workers: usize,
+    /// Whether the process has CPUs its ranks leave idle. Only then is a step left to the agent
+    /// at the start that hands it over ([`Offloaded::finish`]); elsewhere the agent would only
+    /// take time from computing ranks, and the start runs the step itself.
+    pub idle_cpus: bool,
 }
 
 /// The plan of the first job that switched the agent on (the agent is process-wide).
@@ -245,7 +251,7 @@ impl Agent {
     /// An agent with its threads, or `None` where none could be spawned (runs then make their
     /// copies inline, and no queue fills up that nobody drains).
     fn spawn() -> Option<Agent> {
-        let plan = PLAN.get().cloned().unwrap_or(AgentPlan { cpus: Vec::new(), workers: 1 });
+        let plan = PLAN.get().cloned().unwrap_or(AgentPlan { cpus: Vec::new(), workers: 1, idle_cpus: false });
         let queue = Arc::new(Queue::default());
         let mut spawned = 0;
         for i in 0..plan.workers.max(1) {
@@ -264,7 +270,7 @@ impl Agent {
             });
             spawned += usize::from(thread.is_ok());
         }
-        (spawned > 0).then_some(Agent { queue })
+        (spawned > 0).then_some(Agent { queue, idle_cpus: plan.idle_cpus })
     }
 
     /// Queues `job`, which may borrow data for `'a`.
@@ -315,6 +321,8 @@ pub(crate) fn would_offload(bytes: usize, blocking: bool) -> bool {
 /// [`Ticket`]).
 pub(crate) struct Offloaded<'a> {
     ticket: Option<Ticket>,
+    /// Whether [`Offloaded::finish`]'s first poll leaves the step to the agent.
+    first_look: bool,
     _borrows: std::marker::PhantomData<&'a mut ()>,
 }
 
@@ -326,17 +334,17 @@ impl<'a> Offloaded<'a> {
     /// the operation's future (which the engine always drops or finishes before the scope ends)
     /// or on the stack.
     pub(crate) unsafe fn start(bytes: usize, blocking: bool, step: impl FnOnce() + Send + 'a) -> Self {
-        let ticket = match Agent::get() {
+        let (ticket, first_look) = match Agent::get() {
             // SAFETY: the ticket lives in `self`, which the caller drops before 'a ends.
             Some(agent) if !blocking && bytes >= AGENT_MIN_BYTES => {
-                Some(unsafe { agent.submit_borrowing(Box::new(step)) })
+                (Some(unsafe { agent.submit_borrowing(Box::new(step)) }), agent.idle_cpus)
             }
             _ => {
                 step();
-                None
+                (None, false)
             }
         };
-        Offloaded { ticket, _borrows: std::marker::PhantomData }
+        Offloaded { ticket, first_look, _borrows: std::marker::PhantomData }
     }
 
     /// Starts copying `src` into `dst` (same lengths: the caller checked).
@@ -356,11 +364,17 @@ impl<'a> Offloaded<'a> {
 
     /// Completes once the step ran: yields while the agent runs it, and runs it here if the
     /// agent has not started it when the run is polled again (so it never waits for the agent
-    /// to be scheduled).
+    /// to be scheduled). Where the agent has idle CPUs, the first poll only looks: it is
+    /// usually the same poll that handed the step over (a nonblocking start), and helping there
+    /// ran the step inline before a parked agent thread could wake, so the rank went back to its
+    /// work with the copy done and nothing left to overlap.
     pub(crate) async fn finish(self) -> Result<()> {
         let Some(ticket) = &self.ticket else { return Ok(()) };
+        let mut first_look = self.first_look;
         std::future::poll_fn(|_| {
-            ticket.help();
+            if !std::mem::take(&mut first_look) {
+                ticket.help();
+            }
             ticket.outcome().map_or(std::task::Poll::Pending, std::task::Poll::Ready)
         })
         .await

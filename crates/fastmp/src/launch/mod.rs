@@ -190,7 +190,8 @@ impl Config {
             (0..per_process).filter_map(|rank| affinity::cpu_for(self.pin, rank, per_process, &allowed)).collect();
         let free: Vec<usize> = allowed.iter().copied().filter(|cpu| !taken.contains(cpu)).collect();
         let workers = cpus.saturating_sub(competing).min(per_process).max(1);
-        crate::progress_agent::AgentPlan { cpus: if free.is_empty() { allowed } else { free }, workers }
+        let idle_cpus = cpus > competing;
+        crate::progress_agent::AgentPlan { cpus: if free.is_empty() { allowed } else { free }, workers, idle_cpus }
     }
 
     fn run_untraced<F, R>(&self, f: &F) -> Result<Vec<R>>
