@@ -387,7 +387,7 @@ mod tests {
 
     /// An agent with no thread: items run only when a test drains the queue or helps.
     fn threadless() -> Agent {
-        Agent { queue: Arc::new(Queue::default()) }
+        Agent { queue: Arc::new(Queue::default()), idle_cpus: false }
     }
 
     /// Queues a copy of `src` into `dst` on `agent`.
