@@ -35,7 +35,7 @@
 
 use std::cell::Cell;
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -173,12 +173,40 @@ fn wait_while_running(item: &Item) {
 struct Queue {
     items: Mutex<VecDeque<Arc<Item>>>,
     wake: Condvar,
+    /// Items pushed and not yet popped: what a watching worker polls without the lock.
+    queued: AtomicUsize,
 }
+
+/// How long a worker with an idle CPU keeps watching the queue after its last item before it
+/// waits on the condition variable: a parked thread took longer to wake than a 256 KiB
+/// operation's whole compute phase, so the next operation's step ran on its rank instead.
+const WATCH: Duration = Duration::from_micros(500);
 
 impl Queue {
     fn push(&self, item: Arc<Item>) {
-        self.items.lock().unwrap_or_else(|e| e.into_inner()).push_back(item);
+        let mut items = self.items.lock().unwrap_or_else(|e| e.into_inner());
+        items.push_back(item);
+        // Counted under the lock, as pops are: the count never runs below the items queued.
+        self.queued.fetch_add(1, Ordering::Release);
+        drop(items);
         self.wake.notify_one();
+    }
+
+    /// The next item if one is queued within `WATCH` (spinning, then yielding: the CPU is
+    /// idle anyway), else `None`.
+    fn watch(&self) -> Option<Arc<Item>> {
+        let start = std::time::Instant::now();
+        let mut rounds = 0u32;
+        while start.elapsed() < WATCH {
+            if self.queued.load(Ordering::Acquire) > 0
+                && let Some(item) = self.try_pop()
+            {
+                return Some(item);
+            }
+            rounds += 1;
+            if rounds < 256 { std::hint::spin_loop() } else { std::thread::yield_now() }
+        }
+        None
     }
 
     /// The next item, waiting for one up to `idle`.
@@ -187,7 +215,7 @@ impl Queue {
         if items.is_empty() {
             items = self.wake.wait_timeout(items, idle).unwrap_or_else(|e| e.into_inner()).0;
         }
-        items.pop_front()
+        Self::took(&self.queued, &mut items)
     }
 
     /// Runs queued items until none is left (the agent's work, done by another thread).
@@ -198,7 +226,16 @@ impl Queue {
     }
 
     fn try_pop(&self) -> Option<Arc<Item>> {
-        self.items.lock().unwrap_or_else(|e| e.into_inner()).pop_front()
+        Self::took(&self.queued, &mut self.items.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// Pops the first of `items` (the queue's, locked) and counts it out of `queued`.
+    fn took(queued: &AtomicUsize, items: &mut VecDeque<Arc<Item>>) -> Option<Arc<Item>> {
+        let item = items.pop_front();
+        if item.is_some() {
+            queued.fetch_sub(1, Ordering::Relaxed);
+        }
+        item
     }
 }
 
@@ -255,7 +292,7 @@ impl Agent {
         let queue = Arc::new(Queue::default());
         let mut spawned = 0;
         for i in 0..plan.workers.max(1) {
-            let (worker, cpus) = (Arc::clone(&queue), plan.cpus.clone());
+            let (worker, cpus, idle_cpus) = (Arc::clone(&queue), plan.cpus.clone(), plan.idle_cpus);
             let thread = std::thread::Builder::new().name(format!("fastmp-progress-agent-{i}")).spawn(move || {
                 if !cpus.is_empty() {
                     // Best effort: where the CPUs cannot be set the thread still runs (where
@@ -263,7 +300,8 @@ impl Agent {
                     let _ = crate::launch::affinity::run_current_thread_on(&cpus);
                 }
                 loop {
-                    if let Some(item) = worker.pop(Duration::from_millis(100)) {
+                    let watched = if idle_cpus { worker.watch() } else { None };
+                    if let Some(item) = watched.or_else(|| worker.pop(Duration::from_millis(100))) {
                         item.try_run();
                     }
                 }
