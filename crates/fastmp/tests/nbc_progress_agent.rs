@@ -355,3 +355,91 @@ fn expect_rank_1_failed<T: std::fmt::Debug>(outcome: fastmp::Result<T>) {
         other => panic!("expected rank 1 to fail the job, got {other:?}"),
     }
 }
+
+/// `world` with alltoall on the shm device's native path (whose copies go to the agent in
+/// chunks that every rank takes too).
+fn native_alltoall(world: &Comm) -> Result<Comm> {
+    Ok(world.with_tuning(Tuning::defaults().force(Collective::Alltoall, Algorithm::Native)?))
+}
+
+/// What rank `me` receives from everyone in an alltoall of `send_of` buffers.
+fn expected_alltoall(me: usize, np: usize) -> Vec<u8> {
+    (0..np).flat_map(|j| send_of(j, np)[me * BLOCK..(me + 1) * BLOCK].to_vec()).collect()
+}
+
+/// The native ialltoall with the agent: started and waited for at once, with compute (a sleep)
+/// between, several in flight, and leaked; every result checked, and the copies handed over.
+#[test]
+fn native_ialltoall_with_the_agent_delivers_every_block() {
+    for np in 1..=4 {
+        config(DeviceKind::Shm, np)
+            .run(|world| {
+                let comm = native_alltoall(&world)?;
+                let (me, np) = (comm.rank(), comm.size());
+                let (send, expected) = (send_of(me, np), expected_alltoall(me, np));
+                let handed = fastmp::agent_counts().handed;
+                for round in 0..4 {
+                    let mut recv = vec![0u8; send.len()];
+                    comm.scope(|s| {
+                        let request = s.ialltoall(&send, &mut recv)?;
+                        if round % 2 == 1 {
+                            std::thread::sleep(std::time::Duration::from_millis(2));
+                        }
+                        request.wait().map(drop)
+                    })?;
+                    assert_eq!(recv, expected, "round {round}, rank {me} of {np}");
+                }
+                let (mut a, mut b) = (vec![0u8; send.len()], vec![0u8; send.len()]);
+                comm.scope(|s| {
+                    let first = s.ialltoall(&send, &mut a)?;
+                    let second = s.ialltoall(&send, &mut b)?;
+                    second.wait()?;
+                    first.wait().map(drop)
+                })?;
+                assert_eq!((&a, &b), (&expected, &expected), "two in flight, rank {me} of {np}");
+                let mut leaked = vec![0u8; send.len()];
+                comm.scope(|s| {
+                    std::mem::forget(s.ialltoall(&send, &mut leaked)?);
+                    Ok(())
+                })?;
+                assert_eq!(leaked, expected, "leaked request, rank {me} of {np}");
+                assert!(fastmp::agent_counts().handed > handed, "rank {me} of {np} handed no copy to the agent");
+                Ok(())
+            })
+            .unwrap_or_else(|e| panic!("np {np}: {e}"));
+    }
+}
+
+/// A rank that panics with a native ialltoall in flight fails the job (naming it); nobody hangs.
+#[test]
+fn a_panicking_scope_with_a_native_ialltoall_in_flight_fails_the_job() {
+    let outcome = config(DeviceKind::Shm, 3).run(|world| {
+        let comm = native_alltoall(&world)?;
+        let send = send_of(comm.rank(), 3);
+        let mut recv = vec![0u8; send.len()];
+        comm.scope(|s| {
+            let request = s.ialltoall(&send, &mut recv)?;
+            if comm.rank() == 1 {
+                panic!("deliberate panic on rank 1 with an alltoall outstanding");
+            }
+            request.wait().map(drop)
+        })
+    });
+    expect_rank_1_failed(outcome);
+}
+
+/// Ranks that disagree on the native ialltoall's block size get errors, not a hang or a
+/// partial copy into a buffer too small.
+#[test]
+fn mismatched_native_ialltoall_sizes_are_errors() {
+    let outcomes = config(DeviceKind::Shm, 2)
+        .run(|world| {
+            let comm = native_alltoall(&world)?;
+            let block = if comm.rank() == 1 { BLOCK + 1 } else { BLOCK };
+            let send = vec![1u8; 2 * block];
+            let mut recv = vec![0u8; 2 * block];
+            Ok(comm.scope(|s| s.ialltoall(&send, &mut recv)?.wait().map(drop)).is_err())
+        })
+        .unwrap();
+    assert_eq!(outcomes, [true, true], "both ranks see the mismatch");
+}

@@ -476,6 +476,7 @@ async fn allgather_blocks(comm: Native<'_>, send: Option<&[u8]>, recv: &mut [u8]
 pub(super) async fn alltoall(comm: Native<'_>, send: Option<&[u8]>, recv: &mut [u8]) -> Result<()> {
     let blocks = Blocks::Equal(recv.len() / comm.size());
     match send {
+        Some(send) if offloads_alltoall(comm, send, recv) => alltoall_offloaded(comm, send, recv).await,
         Some(send) => alltoall_blocks(comm, send, blocks, recv, blocks).await,
         None => alltoall_swap(comm, recv, blocks).await,
     }
@@ -523,6 +524,134 @@ async fn alltoall_blocks(
         Ok(())
     })
     .await
+}
+
+/// Whether a nonblocking alltoall hands its copies to the progress agent: equal blocks, not in
+/// place, buffers of at least the agent's minimum, and the agent on. Every rank decides alike
+/// (same sizes, same process-wide agent); the kind differs from the inline path's anyway.
+fn offloads_alltoall(comm: Native<'_>, send: &[u8], recv: &[u8]) -> bool {
+    send.len() == recv.len() && recv.len().is_multiple_of(comm.size()) && would_offload(recv.len(), comm.op.blocking)
+}
+
+/// Marks the kind of an alltoall whose copies go to the progress agent (its ranks publish their
+/// receive buffers too).
+const OFFLOADED: usize = 1 << 6;
+const _: () = assert!((Collective::Scan as usize) < OFFLOADED);
+
+/// The copies into rank `dest`'s receive buffer of an alltoall with equal blocks of `block`
+/// bytes: its block `j` comes from block `dest` of source `j`'s send buffer. Carried to
+/// whichever thread copies a chunk of it.
+struct BlockCopies {
+    into: *mut u8,
+    sources: Vec<*const u8>,
+    dest: usize,
+    block: usize,
+}
+
+// SAFETY: the pointers are dereferenced only in `BlockCopies::copy`, whose callers hold the
+// chunk they copy exclusively and keep every buffer alive (see `alltoall_offloaded`).
+unsafe impl Send for BlockCopies {}
+
+impl BlockCopies {
+    /// Copies bytes `range` of the receive buffer (of `sources.len()` blocks), block by block.
+    ///
+    /// # Safety
+    /// `range` lies in the receive buffer, nobody else touches it there meanwhile, and nobody
+    /// writes the sources' send buffers (each of `sources.len()` blocks) meanwhile.
+    unsafe fn copy(&self, range: Range<usize>) {
+        let whole = self.block * self.sources.len();
+        let mut at = range.start;
+        while at < range.end {
+            let (j, within) = (at / self.block, at % self.block);
+            let n = (self.block - within).min(range.end - at);
+            // SAFETY: block `j` of the receive buffer and block `dest` of source `j`'s send
+            // buffer, both in bounds, per the caller's guarantee.
+            unsafe { copy::copy(self.into.add(at), self.sources[j].add(self.dest * self.block + within), n, whole) };
+            at += n;
+        }
+    }
+}
+
+/// Alltoall whose copies go to the progress agent while the ranks compute. Every rank publishes
+/// both buffers; the copy into each receive buffer is split into chunks ([`Session::chunks`])
+/// that whoever runs takes. A rank hands its own buffer's copy to the agent once every source
+/// has arrived, and the rank that arrives last (it finds all the others there) hands every
+/// rank's, so the ranks that arrived first get their data while they compute. A rank that
+/// waits takes the chunks still left of its own buffer, then waits for those in flight.
+async fn alltoall_offloaded(comm: Native<'_>, send: &[u8], recv: &mut [u8]) -> Result<()> {
+    let (me, np, len) = (comm.rank(), comm.size(), recv.len());
+    let block = len / np;
+    // Only the published pointer is used from here on (Stacked Borrows).
+    let recv_ptr = recv.as_mut_ptr();
+    let buffers =
+        Buffers { send: send.as_ptr(), send_len: len, recv: recv_ptr, recv_len: len, extra: std::ptr::null() };
+    let everyone = 0..np;
+    let kind = kind(Collective::Alltoall, 1) | OFFLOADED;
+    let (how, epoch) = comm.provider.open_lane(comm.op).await?;
+    let mut session = comm.provider.area.enter(how, epoch, kind, buffers, (everyone.clone(), everyone.clone()));
+    let last_to_arrive = others(comm).all(|p| matches!(session.try_peer(p), Ok(Some(_))));
+    let mut outcome = session.await_sources().await.and_then(|()| {
+        others(comm).try_for_each(|p| {
+            let peer = session.peer(p)?;
+            check_len(&session, p, "send buffer", peer.send_len, len)?;
+            check_len(&session, p, "receive buffer", peer.recv_len, len)
+        })
+    });
+    let s = &session;
+    let copies_into = |dest: usize| -> Result<BlockCopies> {
+        let sources = everyone
+            .clone()
+            .map(|j| Ok(if j == me { send.as_ptr() } else { s.peer(j)?.send }))
+            .collect::<Result<_>>()?;
+        let into = if dest == me { recv_ptr } else { s.peer(dest)?.recv };
+        Ok(BlockCopies { into, sources, dest, block })
+    };
+    let mut steps = Vec::new();
+    if outcome.is_ok() {
+        let dests: Vec<usize> = if last_to_arrive { everyone.clone().collect() } else { vec![me] };
+        for dest in dests {
+            let copies = match copies_into(dest) {
+                Ok(copies) => copies,
+                Err(e) => {
+                    outcome = Err(e);
+                    break;
+                }
+            };
+            let chunks = s.chunks(dest, len);
+            // SAFETY: the step is kept in this future (or run at once), which is finished or
+            // dropped before the session leaves, and so before any buffer's borrow ends: every
+            // rank waits in `leave` until all have left. Each chunk is copied by its taker alone.
+            steps.push(unsafe {
+                Offloaded::start(len, comm.op.blocking, move || {
+                    while let Some(chunk) = chunks.take() {
+                        // SAFETY: see above; `take` hands each chunk of `dest`'s buffer to one taker.
+                        copies.copy(chunk.clone());
+                        chunks.copied(chunk);
+                    }
+                })
+            });
+        }
+    }
+    for step in steps {
+        outcome = outcome.and(step.finish().await);
+    }
+    if outcome.is_ok() {
+        // What is left of our own buffer's copy we make ourselves, then wait for the chunks
+        // other threads are copying (running queued agent items meanwhile).
+        outcome = copies_into(me).map(|copies| {
+            let chunks = s.chunks(me, len);
+            while let Some(chunk) = chunks.take() {
+                // SAFETY: as for the steps above.
+                unsafe { copies.copy(chunk.clone()) };
+                chunks.copied(chunk);
+            }
+        });
+    }
+    if outcome.is_ok() {
+        outcome = session.await_claimed_done(&crate::progress_agent::help_the_agent).await;
+    }
+    let left = session.leave(outcome.is_ok()).await;
+    outcome.and(left)
 }
 
 /// Marks the kind of an in-place operation whose ranks must all be in place (its buffers are
