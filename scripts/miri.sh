@@ -62,9 +62,11 @@ MIRIFLAGS="$BASE_FLAGS -Zmiri-many-seeds=${MIRI_SEEDS:-0..8}" \
     cargo +nightly miri test -p fastmp --test miri_smoke
 
 # The progress agent's workers outlive the job (they serve the whole process), hence
-# -Zmiri-ignore-leaks for this binary alone; one schedule (a run takes about 4 minutes).
+# -Zmiri-ignore-leaks for this binary alone; four CPUs, so that three ranks leave the agent an
+# idle one (only then does the native ialltoall hand its copies over); one schedule (a run takes
+# about 4 minutes).
 step "progress agent: a native ialltoall copied in chunks by the agent and the ranks"
-MIRIFLAGS="$BASE_FLAGS -Zmiri-ignore-leaks" cargo +nightly miri test -p fastmp --test miri_agent
+MIRIFLAGS="$BASE_FLAGS -Zmiri-ignore-leaks -Zmiri-num-cpus=4" cargo +nightly miri test -p fastmp --test miri_agent
 
 # The distributed arrays' direct copies: thread ranks read each other's blocks through exposed
 # addresses (hence Miri's integer-to-pointer warnings) while the owners write their ghost cells.

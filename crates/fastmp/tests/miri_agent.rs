@@ -1,5 +1,6 @@
 //! The progress agent under Miri (`scripts/miri.sh`, with `-Zmiri-ignore-leaks`: the agent's
-//! worker threads live as long as the process, by design): a native `ialltoall` whose copies
+//! worker threads live as long as the process, by design; and `-Zmiri-num-cpus=4`, so that the
+//! three ranks leave the agent an idle CPU): a native `ialltoall` whose copies
 //! into every rank's buffer go to the agent's thread in chunks that the ranks take too. A
 //! binary of its own, as the agent is process-wide once on. (Filled and compared whole: byte
 //! loops over 200 KB take minutes under Miri.)

@@ -368,7 +368,9 @@ fn expected_alltoall(me: usize, np: usize) -> Vec<u8> {
 }
 
 /// The native ialltoall with the agent: started and waited for at once, with compute (a sleep)
-/// between, several in flight, and leaked; every result checked, and the copies handed over.
+/// between, several in flight, and leaked; every result checked. (Its copies go to the agent
+/// only where the agent has idle CPUs, which depends on the machine and on this binary's first
+/// job: `progress_agent_idle_cpu.rs` checks the hand-over.)
 #[test]
 fn native_ialltoall_with_the_agent_delivers_every_block() {
     for np in 1..=4 {
@@ -377,7 +379,6 @@ fn native_ialltoall_with_the_agent_delivers_every_block() {
                 let comm = native_alltoall(&world)?;
                 let (me, np) = (comm.rank(), comm.size());
                 let (send, expected) = (send_of(me, np), expected_alltoall(me, np));
-                let handed = fastmp::agent_counts().handed;
                 for round in 0..4 {
                     let mut recv = vec![0u8; send.len()];
                     comm.scope(|s| {
@@ -403,7 +404,6 @@ fn native_ialltoall_with_the_agent_delivers_every_block() {
                     Ok(())
                 })?;
                 assert_eq!(leaked, expected, "leaked request, rank {me} of {np}");
-                assert!(fastmp::agent_counts().handed > handed, "rank {me} of {np} handed no copy to the agent");
                 Ok(())
             })
             .unwrap_or_else(|e| panic!("np {np}: {e}"));

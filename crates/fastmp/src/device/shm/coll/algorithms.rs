@@ -21,7 +21,7 @@ use crate::coll::vector::even_block;
 use crate::coll::{Collective, Layout};
 use crate::device::collectives::Operation;
 use crate::error::{Error, Result};
-use crate::progress_agent::{AGENT_MIN_BYTES, Offloaded, would_offload};
+use crate::progress_agent::{AGENT_MIN_BYTES, Offloaded, would_offload, would_offload_to_idle_cpus};
 
 /// This rank's part in one operation: the communicator's provider and the operation.
 #[derive(Clone, Copy)]
@@ -527,10 +527,13 @@ async fn alltoall_blocks(
 }
 
 /// Whether a nonblocking alltoall hands its copies to the progress agent: equal blocks, not in
-/// place, buffers of at least the agent's minimum, and the agent on. Every rank decides alike
-/// (same sizes, same process-wide agent); the kind differs from the inline path's anyway.
+/// place, buffers of at least the agent's minimum, and the agent on with idle CPUs. Every rank
+/// decides alike (same sizes, same process-wide agent); the kind differs from the inline
+/// path's anyway.
 fn offloads_alltoall(comm: Native<'_>, send: &[u8], recv: &[u8]) -> bool {
-    send.len() == recv.len() && recv.len().is_multiple_of(comm.size()) && would_offload(recv.len(), comm.op.blocking)
+    send.len() == recv.len()
+        && recv.len().is_multiple_of(comm.size())
+        && would_offload_to_idle_cpus(recv.len(), comm.op.blocking)
 }
 
 /// Marks the kind of an alltoall whose copies go to the progress agent (its ranks publish their
