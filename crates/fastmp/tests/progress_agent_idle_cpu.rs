@@ -13,18 +13,12 @@ use fastmp::{Config, DeviceKind, Error};
 const BLOCK: usize = 256 * 1024;
 const TRIES: u64 = 10;
 
-/// Whether this machine gives one rank an idle CPU (else the tests have nothing to check).
-fn has_idle_cpu() -> bool {
-    let idle = std::thread::available_parallelism().map_or(1, usize::from) >= 2;
-    if !idle {
+/// One rank with the agent on and `algorithm` forced for alltoall starts an `ialltoall` and
+/// sleeps (computes) 20 ms, `TRIES` times: every copy must be handed to the agent, and the
+/// agent must have made at least half of them meanwhile. Skipped on one CPU (no idle one).
+fn the_agent_makes_the_copies(algorithm: Algorithm) {
+    if std::thread::available_parallelism().map_or(1, usize::from) < 2 {
         eprintln!("skipped: one CPU, so no agent has an idle one");
-    }
-    idle
-}
-
-#[test]
-fn a_step_handed_over_at_the_start_is_left_to_an_idle_cpu_agent() {
-    if !has_idle_cpu() {
         return;
     }
     Config::new()
@@ -32,8 +26,7 @@ fn a_step_handed_over_at_the_start_is_left_to_an_idle_cpu_agent() {
         .np(1)
         .progress_agent(true)
         .run(|world| {
-            // Over messages: the path whose own-block copy goes to the agent.
-            let comm = world.with_tuning(Tuning::defaults().force(Collective::Alltoall, Algorithm::Nbft)?);
+            let comm = world.with_tuning(Tuning::defaults().force(Collective::Alltoall, algorithm)?);
             let send: Vec<u8> = (0..BLOCK).map(|i| (i * 7 + i / 251) as u8).collect();
             let mut recv = vec![0u8; BLOCK];
             let start = fastmp::agent_counts();
@@ -55,41 +48,17 @@ fn a_step_handed_over_at_the_start_is_left_to_an_idle_cpu_agent() {
             }
             Ok(())
         })
-        .unwrap();
+        .unwrap_or_else(|e| panic!("{algorithm:?}: {e}"));
 }
 
-/// The native ialltoall (one rank: its own block) hands its copy to the agent, which makes it
-/// while the rank computes.
+/// Over messages: the path whose own-block copy goes to the agent.
+#[test]
+fn a_step_handed_over_at_the_start_is_left_to_an_idle_cpu_agent() {
+    the_agent_makes_the_copies(Algorithm::Nbft);
+}
+
+/// The native path (one rank: its own block, in chunks).
 #[test]
 fn the_native_ialltoall_hands_its_copies_to_an_idle_cpu_agent() {
-    if !has_idle_cpu() {
-        return;
-    }
-    Config::new()
-        .device(DeviceKind::Shm)
-        .np(1)
-        .progress_agent(true)
-        .run(|world| {
-            let comm = world.with_tuning(Tuning::defaults().force(Collective::Alltoall, Algorithm::Native)?);
-            let send: Vec<u8> = (0..BLOCK).map(|i| (i * 5 + i / 257) as u8).collect();
-            let mut recv = vec![0u8; BLOCK];
-            let start = fastmp::agent_counts();
-            for _ in 0..TRIES {
-                recv.fill(0);
-                comm.scope(|s| {
-                    let request = s.ialltoall(&send, &mut recv)?;
-                    std::thread::sleep(std::time::Duration::from_millis(20));
-                    request.wait().map(drop)
-                })?;
-                assert_eq!(recv, send, "the copy is complete once the request is");
-            }
-            let counts = fastmp::agent_counts();
-            let (handed, run_elsewhere) = (counts.handed - start.handed, counts.run_elsewhere - start.run_elsewhere);
-            assert_eq!(handed, TRIES, "every try hands its copy over");
-            if run_elsewhere * 2 < TRIES {
-                return Err(Error::other(format!("the agent ran {run_elsewhere} of {TRIES} copies handed to it")));
-            }
-            Ok(())
-        })
-        .unwrap();
+    the_agent_makes_the_copies(Algorithm::Native);
 }
