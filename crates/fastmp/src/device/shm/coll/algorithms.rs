@@ -267,12 +267,9 @@ unsafe fn copy_chunks<'s>(
     // end.
     unsafe {
         Offloaded::start(len, comm.op.blocking, move || {
-            while let Some(chunk) = chunks.take() {
-                // SAFETY: in bounds (the caller's guarantee), and `take` hands each byte to one
-                // taker only.
-                ends.copy(chunk.clone());
-                chunks.copied(chunk);
-            }
+            // SAFETY: in bounds (the caller's guarantee), and `take` hands each byte to one
+            // taker only.
+            chunks.copy_each(|chunk| ends.copy(chunk));
         })
     }
 }
@@ -626,11 +623,8 @@ async fn alltoall_offloaded(comm: Native<'_>, send: &[u8], recv: &mut [u8]) -> R
             // rank waits in `leave` until all have left. Each chunk is copied by its taker alone.
             steps.push(unsafe {
                 Offloaded::start(len, comm.op.blocking, move || {
-                    while let Some(chunk) = chunks.take() {
-                        // SAFETY: see above; `take` hands each chunk of `dest`'s buffer to one taker.
-                        copies.copy(chunk.clone());
-                        chunks.copied(chunk);
-                    }
+                    // SAFETY: see above; `take` hands each chunk of `dest`'s buffer to one taker.
+                    chunks.copy_each(|chunk| copies.copy(chunk));
                 })
             });
         }
@@ -642,12 +636,8 @@ async fn alltoall_offloaded(comm: Native<'_>, send: &[u8], recv: &mut [u8]) -> R
         // What is left of our own buffer's copy we make ourselves, then wait for the chunks
         // other threads are copying (running queued agent items meanwhile).
         outcome = copies_into(me).map(|copies| {
-            let chunks = s.chunks(me, len);
-            while let Some(chunk) = chunks.take() {
-                // SAFETY: as for the steps above.
-                unsafe { copies.copy(chunk.clone()) };
-                chunks.copied(chunk);
-            }
+            // SAFETY: as for the steps above.
+            s.chunks(me, len).copy_each(|chunk| unsafe { copies.copy(chunk) });
         });
     }
     if outcome.is_ok() {

@@ -504,6 +504,15 @@ impl Chunks<'_> {
         Some(first * self.chunk_len..(end * self.chunk_len).min(self.len))
     }
 
+    /// Takes chunks until none is left, copies each with `copy` and records it copied: the
+    /// loop of every taker.
+    pub(crate) fn copy_each(&self, mut copy: impl FnMut(Range<usize>)) {
+        while let Some(chunk) = self.take() {
+            copy(chunk.clone());
+            self.copied(chunk);
+        }
+    }
+
     /// Records the bytes `taken` (from [`Chunks::take`]) as copied; the last copy completes the
     /// whole for `p` ([`Session::await_copied`]).
     pub(crate) fn copied(&self, taken: Range<usize>) {
